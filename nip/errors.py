@@ -1,0 +1,108 @@
+"""Typed errors a caller can catch, each with a message a researcher understands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+class NipError(Exception):
+    """Base class of every error raised on purpose by nip."""
+
+
+class InvalidParameterError(NipError, ValueError):
+    """A configuration value is not allowed.
+
+    Attributes:
+        field: Dotted address of the offending field (e.g. ``"agents.verifier.top_p"``).
+        value: The value that was given.
+        allowed: A short description of what is allowed.
+    """
+
+    def __init__(self, field: str, value: Any, allowed: str, *, reason: str | None = None):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        message = f"{field}={value!r} is not allowed: {reason or 'expected ' + allowed}"
+        if reason:
+            message += f" (allowed: {allowed})"
+        super().__init__(message)
+
+    def with_prefix(self, prefix: str) -> InvalidParameterError:
+        """Return the same error with ``prefix.`` in front of the field address."""
+        error = InvalidParameterError(f"{prefix}.{self.field}", self.value, self.allowed)
+        error.args = (f"{prefix}.{self.args[0]}",)
+        return error
+
+
+class UnknownKeyError(NipError, KeyError):
+    """A dictionary of parameters has a key that no field matches."""
+
+    def __init__(self, cls_name: str, keys: Iterable[str], fields: Iterable[str]):
+        self.keys = sorted(keys)
+        self.fields = sorted(fields)
+        super().__init__(
+            f"{cls_name} has no field(s) {', '.join(self.keys)}; "
+            f"known fields: {', '.join(self.fields)}. "
+            "Pass ignore_extra_keys=True to drop unknown keys."
+        )
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class IncompatibleParametersError(NipError):
+    """Saved parameters come from an incompatible version of the parameter schema."""
+
+
+class UnknownProtocolError(NipError, ValueError):
+    """The interaction protocol named does not exist."""
+
+
+# ---------------------------------------------------------------------- generation
+class GenerationError(NipError):
+    """A model backend could not produce a completion."""
+
+
+class BackendUnavailableError(GenerationError):
+    """The backend could not be reached, or kept failing after every retry.
+
+    Attributes:
+        attempts: How many times the request was tried.
+    """
+
+    def __init__(self, message: str, *, attempts: int = 1):
+        self.attempts = attempts
+        super().__init__(message)
+
+
+class InsufficientCreditsError(GenerationError):
+    """The provider refused the request for lack of credits (HTTP 402). Never retried."""
+
+
+class ModelNotFoundError(GenerationError):
+    """The backend does not know the model (or adapter) name asked for."""
+
+
+class AuthenticationError(GenerationError):
+    """The backend refused the API key (HTTP 401/403). The key itself is never shown."""
+
+
+class ContentFilterError(GenerationError):
+    """The provider blocked the completion with its content filter."""
+
+
+class UnknownFinishReasonError(GenerationError):
+    """The completion stopped for a reason nip does not know how to handle."""
+
+
+class InvalidResponseError(GenerationError):
+    """The completion does not have the form the protocol needs (retried)."""
+
+
+class InvalidDecisionError(InvalidResponseError):
+    """The verifier wrote ``Decision:`` followed by something other than accept or reject."""
+
+
+class NotAllActiveChannelsInResponseError(InvalidResponseError):
+    """A multi-channel response is missing the header of a channel it must write to."""

@@ -1,0 +1,58 @@
+"""Typed configuration: plain dataclasses, validated at construction and on assignment.
+
+Every class has ``to_dict`` / ``from_dict`` / ``get("a.b.c")`` / ``construct_test_params`` and
+YAML/JSON ``save`` / ``load``.
+"""
+
+from nip.parameters._base import BaseParameters, FieldInfo, param
+from nip.parameters.agents import DEFAULT_LOCAL_MODEL, PureTextAgentParameters
+from nip.parameters.hyper_parameters import (
+    DEFAULT_DATASET,
+    PARAMETERS_SCHEMA_VERSION,
+    HyperParameters,
+    check_compatibility,
+)
+from nip.parameters.protocol import (
+    CommonProtocolParameters,
+    DebateProtocolParameters,
+    MnipProtocolParameters,
+    NipProtocolParameters,
+)
+from nip.parameters.scenario import CodeValidationParameters
+from nip.parameters.trainers import (
+    PureTextEiParameters,
+    PureTextMaltParameters,
+    RlParameters,
+    TextRlParameters,
+)
+from nip.parameters.update_schedule import (
+    AgentUpdateSchedule,
+    AlternatingPeriodicUpdateSchedule,
+    ConstantUpdateSchedule,
+    ContiguousPeriodicUpdateSchedule,
+)
+
+__all__ = [
+    "DEFAULT_DATASET",
+    "DEFAULT_LOCAL_MODEL",
+    "PARAMETERS_SCHEMA_VERSION",
+    "AgentUpdateSchedule",
+    "AlternatingPeriodicUpdateSchedule",
+    "BaseParameters",
+    "CodeValidationParameters",
+    "CommonProtocolParameters",
+    "ConstantUpdateSchedule",
+    "ContiguousPeriodicUpdateSchedule",
+    "DebateProtocolParameters",
+    "FieldInfo",
+    "HyperParameters",
+    "MnipProtocolParameters",
+    "NipProtocolParameters",
+    "PureTextAgentParameters",
+    "PureTextEiParameters",
+    "PureTextMaltParameters",
+    "RlParameters",
+    "TextRlParameters",
+    "check_compatibility",
+    "param",
+]

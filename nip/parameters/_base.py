@@ -1,0 +1,424 @@
+"""The base class every parameters dataclass derives from.
+
+A parameters class is a plain ``@dataclass`` whose fields are declared with :func:`param`
+(a default, a one-line doc and optional bounds). The base class gives it
+
+* validation at construction *and* on assignment, from the type hints and bounds, with
+  :class:`~nip.errors.InvalidParameterError` naming the field, the value and what is allowed;
+* ``to_dict`` / ``from_dict`` (never mutating its input), ``get("a.b.c")``;
+* YAML and JSON load/save;
+* a ``_repr_html_`` table for notebooks.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin
+
+from nip.errors import InvalidParameterError, UnknownKeyError
+
+_MISSING = dataclasses.MISSING
+
+
+def param(
+    default: Any = _MISSING,
+    *,
+    doc: str,
+    default_factory: Any = _MISSING,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+) -> Any:
+    """Declare a parameter field with its documentation and optional numeric bounds.
+
+    Args:
+        default: The default value.
+        doc: One line saying what the field controls (shown in widgets and HTML reprs).
+        default_factory: Used instead of ``default`` for mutable defaults.
+        ge, gt, le, lt: Inclusive/exclusive numeric bounds, checked when the value is not None.
+    """
+    metadata = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldInfo:
+    """What a form or a document needs to know about one parameter field."""
+
+    name: str
+    type: Any
+    default: Any
+    doc: str
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+
+
+@cache
+def _type_hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType)
+
+
+def _describe(tp: Any) -> str:
+    """A short human description of a type, used in error messages."""
+    if tp is type(None):
+        return "None"
+    if get_origin(tp) is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if _is_union(tp):
+        return " or ".join(_describe(a) for a in get_args(tp))
+    origin = get_origin(tp)
+    if origin in (dict, Mapping):
+        key, value = get_args(tp)
+        return f"a mapping of {_describe(key)} to {_describe(value)}"
+    if origin in (list, tuple):
+        return f"a list of {_describe(get_args(tp)[0])}"
+    if isinstance(tp, type) and issubclass(tp, BaseParameters):
+        return f"{tp.__name__} (or a dict of its fields)"
+    return getattr(tp, "__name__", str(tp))
+
+
+class _Mismatch(Exception):
+    """Internal: a value does not match a type."""
+
+
+def _find_subclass(base: type[BaseParameters], name: str) -> type[BaseParameters] | None:
+    if base.__name__ == name:
+        return base
+    for sub in base.__subclasses__():
+        found = _find_subclass(sub, name)
+        if found is not None:
+            return found
+    return None
+
+
+def _convert(tp: Any, value: Any, address: str, ignore_extra_keys: bool) -> Any:
+    """Check ``value`` against ``tp`` and return it, converting dicts to parameter objects.
+
+    Raises:
+        InvalidParameterError: If the value does not match.
+    """
+    if tp is Any:
+        return value
+    if tp is type(None):
+        if value is None:
+            return None
+        raise _Mismatch
+    origin = get_origin(tp)
+    if origin is Literal:
+        # Match type too, so True never passes for Literal[1] nor 1 for Literal[True].
+        if any(value == a and type(value) is type(a) for a in get_args(tp)):
+            return value
+        raise _Mismatch
+    if _is_union(tp):
+        # Try None first so Optional[X] with None never hits X's conversion.
+        options = sorted(get_args(tp), key=lambda a: a is not type(None))
+        for option in options:
+            try:
+                return _convert(option, value, address, ignore_extra_keys)
+            except _Mismatch:
+                continue
+            except InvalidParameterError:
+                if len(options) == 2 and type(None) in options:
+                    raise
+                continue
+        raise _Mismatch
+    if origin in (dict, Mapping):
+        key_tp, value_tp = get_args(tp)
+        if not isinstance(value, Mapping):
+            raise _Mismatch
+        return {
+            _convert(key_tp, k, address, ignore_extra_keys): _convert_field(
+                value_tp, v, f"{address}.{k}", ignore_extra_keys
+            )
+            for k, v in value.items()
+        }
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise _Mismatch
+        (item_tp, *_) = get_args(tp)
+        items = [
+            _convert_field(item_tp, v, f"{address}[{i}]", ignore_extra_keys)
+            for i, v in enumerate(value)
+        ]
+        return tuple(items) if origin is tuple else items
+    if isinstance(tp, type) and issubclass(tp, BaseParameters):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, Mapping):
+            try:
+                return tp.from_dict(value, ignore_extra_keys=ignore_extra_keys)
+            except InvalidParameterError as error:
+                raise error.with_prefix(address) from None
+        raise _Mismatch
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch
+    if tp is int:
+        if isinstance(value, bool):
+            raise _Mismatch
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise _Mismatch
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _Mismatch
+        return float(value)
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        raise _Mismatch
+    return value
+
+
+def _convert_field(tp: Any, value: Any, address: str, ignore_extra_keys: bool) -> Any:
+    try:
+        return _convert(tp, value, address, ignore_extra_keys)
+    except _Mismatch:
+        raise InvalidParameterError(address, value, _describe(tp)) from None
+
+
+def _check_bounds(info: FieldInfo, value: Any, address: str) -> None:
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return
+    checks = (
+        (info.ge, lambda b: value >= b, ">="),
+        (info.gt, lambda b: value > b, ">"),
+        (info.le, lambda b: value <= b, "<="),
+        (info.lt, lambda b: value < b, "<"),
+    )
+    for bound, ok, _symbol in checks:
+        if bound is not None and not ok(bound):
+            allowed = " and ".join(
+                f"{s} {b}"
+                for b, s in ((info.ge, ">="), (info.gt, ">"), (info.le, "<="), (info.lt, "<"))
+                if b is not None
+            )
+            raise InvalidParameterError(address, value, f"a number {allowed}")
+
+
+@dataclasses.dataclass
+class BaseParameters:
+    """Base of all parameter dataclasses: validation, serialisation and lookup."""
+
+    #: Keys starting with an underscore in a dict are metadata (``_type``, versions).
+    _METADATA_PREFIX: ClassVar[str] = "_"
+
+    # ------------------------------------------------------------------ validation
+    def __post_init__(self) -> None:
+        for info in self.fields_info():
+            value = _convert_field(info.type, getattr(self, info.name), info.name, False)
+            _check_bounds(info, value, info.name)
+            object.__setattr__(self, info.name, value)
+        self.validate()
+        object.__setattr__(self, "_initialised", True)
+
+    def validate(self) -> None:
+        """Check relations between fields. Subclasses override; raise InvalidParameterError."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not self.__dict__.get("_initialised") or name not in self._field_names():
+            object.__setattr__(self, name, value)
+            return
+        info = next(i for i in self.fields_info() if i.name == name)
+        converted = _convert_field(info.type, value, name, False)
+        _check_bounds(info, converted, name)
+        old = getattr(self, name)
+        object.__setattr__(self, name, converted)
+        try:
+            self.validate()
+        except Exception:
+            object.__setattr__(self, name, old)
+            raise
+
+    @classmethod
+    def _field_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def fields_info(cls) -> list[FieldInfo]:
+        """Describe every field: name, resolved type, default, doc and bounds."""
+        hints = _type_hints(cls)
+        infos = []
+        for f in dataclasses.fields(cls):
+            if f.default is not _MISSING:
+                default = f.default
+            elif f.default_factory is not _MISSING:
+                default = f.default_factory()
+            else:
+                default = _MISSING
+            meta = f.metadata
+            infos.append(
+                FieldInfo(
+                    name=f.name,
+                    type=hints[f.name],
+                    default=default,
+                    doc=meta.get("doc", ""),
+                    ge=meta.get("ge"),
+                    gt=meta.get("gt"),
+                    le=meta.get("le"),
+                    lt=meta.get("lt"),
+                )
+            )
+        return infos
+
+    # --------------------------------------------------------------- serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """Convert to a plain dict (JSON/YAML-safe), with ``_type`` naming the class."""
+        out: dict[str, Any] = {"_type": type(self).__name__}
+        for f in dataclasses.fields(self):
+            out[f.name] = _to_plain(getattr(self, f.name))
+        return out
+
+    @classmethod
+    def from_dict(cls, params_dict: Mapping[str, Any], ignore_extra_keys: bool = False) -> Self:
+        """Build a parameters object from a dict such as one made by :meth:`to_dict`.
+
+        The input is never modified. Keys starting with ``_`` are metadata and skipped,
+        except ``_type``, which may name a subclass of ``cls`` to build instead.
+
+        Args:
+            params_dict: The field values; nested parameters may be dicts.
+            ignore_extra_keys: Drop keys that match no field instead of raising.
+
+        Raises:
+            UnknownKeyError: A key matches no field and ``ignore_extra_keys`` is False.
+            InvalidParameterError: A value is not allowed.
+        """
+        if not isinstance(params_dict, Mapping):
+            raise InvalidParameterError(cls.__name__, params_dict, "a mapping of field values")
+        data = copy.deepcopy(dict(params_dict))
+        target: type[BaseParameters] = cls
+        type_name = data.get("_type")
+        if type_name is not None and type_name != cls.__name__:
+            found = _find_subclass(cls, type_name)
+            if found is None:
+                raise InvalidParameterError(
+                    "_type", type_name, f"{cls.__name__} or one of its subclasses"
+                )
+            target = found
+        data = {k: v for k, v in data.items() if not k.startswith(cls._METADATA_PREFIX)}
+        hints = _type_hints(target)
+        known = target._field_names()
+        extra = set(data) - known
+        if extra and not ignore_extra_keys:
+            raise UnknownKeyError(target.__name__, extra, known)
+        kwargs = {
+            k: _convert_field(hints[k], v, k, ignore_extra_keys)
+            for k, v in data.items()
+            if k in known
+        }
+        return target(**kwargs)  # type: ignore[return-value]
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """Serialise to JSON."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_yaml(self) -> str:
+        """Serialise to YAML (keys in field order)."""
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_json(cls, text: str, ignore_extra_keys: bool = False) -> Self:
+        """Parse JSON text made by :meth:`to_json`."""
+        return cls.from_dict(json.loads(text), ignore_extra_keys=ignore_extra_keys)
+
+    @classmethod
+    def from_yaml(cls, text: str, ignore_extra_keys: bool = False) -> Self:
+        """Parse YAML text made by :meth:`to_yaml` (or written by hand)."""
+        import yaml
+
+        loaded = yaml.safe_load(text) or {}
+        return cls.from_dict(loaded, ignore_extra_keys=ignore_extra_keys)
+
+    def save(self, path: str | Path) -> Path:
+        """Write to ``path`` as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
+        path = Path(path)
+        text = self.to_yaml() if path.suffix in {".yaml", ".yml"} else self.to_json()
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, ignore_extra_keys: bool = False) -> Self:
+        """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix)."""
+        path = Path(path)
+        text = path.read_text(encoding="utf-8")
+        if path.suffix in {".yaml", ".yml"}:
+            return cls.from_yaml(text, ignore_extra_keys=ignore_extra_keys)
+        return cls.from_json(text, ignore_extra_keys=ignore_extra_keys)
+
+    # --------------------------------------------------------------------- lookup
+    def get(self, address: str) -> Any:
+        """Get a value by dot-separated address, e.g. ``"agents.verifier.temperature"``.
+
+        Raises:
+            KeyError: If any part of the address does not name a parameter, including an
+                address that continues past a plain value.
+        """
+        current: Any = self
+        walked: list[str] = []
+        for part in address.split("."):
+            if isinstance(current, BaseParameters):
+                if part not in current._field_names():
+                    raise KeyError(_bad_address(address, walked, part))
+                current = getattr(current, part)
+            elif isinstance(current, Mapping):
+                if part not in current:
+                    raise KeyError(_bad_address(address, walked, part))
+                current = current[part]
+            else:
+                raise KeyError(
+                    f"{address!r}: {'.'.join(walked)!r} is a value, not a group of parameters"
+                )
+            walked.append(part)
+        return current
+
+    @classmethod
+    def construct_test_params(cls) -> Self:
+        """Build a small, offline set of parameters for tests."""
+        return cls()
+
+    # -------------------------------------------------------------------- display
+    def _repr_html_(self) -> str:
+        from nip.parameters._display import parameters_to_html
+
+        return parameters_to_html(self)
+
+
+def _bad_address(address: str, walked: list[str], part: str) -> str:
+    where = ".".join(walked) or "the top level"
+    return f"{address!r}: no parameter {part!r} under {where}"
+
+
+def _to_plain(value: Any) -> Any:
+    if isinstance(value, BaseParameters):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {k: _to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_plain(v) for v in value]
+    return value

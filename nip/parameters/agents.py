@@ -1,0 +1,166 @@
+"""Per-agent parameters of text agents (seed: ``PureTextAgentParameters``).
+
+Every field of the original that applies to text agents keeps its name, default and meaning.
+The original's tensor-agent fields (``agent_lr_factor``, ``body_lr_factor``,
+``use_manual_architecture``, ``normalize_message_history``, ``use_orthogonal_initialisation``,
+``orthogonal_initialisation_gain``) are left out: they configure neural-network bodies that
+text agents do not have.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from nip.errors import InvalidParameterError
+from nip.parameters._base import BaseParameters, param
+from nip.parameters.update_schedule import AgentUpdateSchedule, ConstantUpdateSchedule
+
+ModelProvider = Literal["OpenAI", "SelfHosted", "OpenRouter", "Local"]
+UseSupervisorType = Literal["none", "all", "first", "all_but_first"]
+VllmQuantization = Literal["bitsandbytes", "none"]
+
+#: The embedded model the ``Local`` provider runs by default.
+DEFAULT_LOCAL_MODEL = "SmolLM2-135M-Instruct"
+
+
+@dataclass
+class PureTextAgentParameters(BaseParameters):
+    """Parameters of one text agent: its model, sampling, fine-tuning and prompting."""
+
+    update_schedule: AgentUpdateSchedule = param(
+        default_factory=ConstantUpdateSchedule, doc="In which iterations the agent is trained."
+    )
+    load_checkpoint_and_parameters: bool = param(
+        False, doc="Start the agent from a checkpoint of an earlier run."
+    )
+    checkpoint_entity: str = param(
+        default_factory=lambda: os.environ.get("WANDB_ENTITY", ""),
+        doc="W&B entity of the checkpoint run (defaults to $WANDB_ENTITY).",
+    )
+    checkpoint_project: str = param(
+        default_factory=lambda: os.environ.get("WANDB_PROJECT", ""),
+        doc="W&B project of the checkpoint run (defaults to $WANDB_PROJECT).",
+    )
+    checkpoint_run_id: str | None = param(None, doc="Run id (or run directory) to load from.")
+    checkpoint_version: str = param("latest", doc="Which version of the checkpoint to load.")
+    model_provider: ModelProvider = param(
+        "OpenAI",
+        doc="Who serves the model: OpenAI, SelfHosted (vLLM), OpenRouter, or Local (embedded).",
+    )
+    model_name: str = param("gpt-4o-mini-2024-07-18", doc="The model to use.")
+    language_model_server_scheme_host: str = param(
+        "http://localhost", doc="Scheme and host of the self-hosted language-model server."
+    )
+    language_model_server_port: int = param(
+        5000, doc="Port of the self-hosted language-model server.", ge=1, le=65535
+    )
+    vllm_server_port: int = param(8000, doc="Port of the vLLM server.", ge=1, le=65535)
+    use_dummy_api: bool = param(
+        False, doc="Answer with deterministic dummy responses instead of calling a model."
+    )
+    shared_model_group: str | None = param(
+        None, doc="Agents with the same group share one model (None: a group of its own)."
+    )
+    temperature: float | None = param(
+        None, doc="Sampling temperature (None: the model's default).", ge=0.0, le=2.0
+    )
+    top_p: float | None = param(
+        None, doc="Nucleus-sampling probability mass (None: the default).", gt=0.0, le=1.0
+    )
+    repetition_penalty: float | None = param(
+        None, doc="Penalty on repeated tokens; >1 discourages repetition.", gt=0.0
+    )
+    fine_tune_from_scratch: bool = param(
+        True, doc="Fine-tune the base model each iteration rather than the latest one."
+    )
+    freeze_agent: bool = param(False, doc="Never fine-tune this agent.")
+    quantization: VllmQuantization = param("none", doc="Weight quantization for self-hosting.")
+    num_epochs: int | None = param(None, doc="Fine-tuning epochs (None: use rl.num_epochs).", ge=1)
+    dpo_beta: float | None = param(
+        None, doc="DPO beta, 0 < beta <= 2 (None: the provider's default).", gt=0.0, le=2.0
+    )
+    use_lora: bool = param(True, doc="Train a LoRA adapter rather than all weights.")
+    lora_rank: int = param(64, doc="Rank of the LoRA adapter.", ge=1)
+    lora_alpha: int | None = param(
+        None, doc="LoRA alpha; exactly one of lora_alpha and lora_alpha_scale is set.", ge=1
+    )
+    lora_alpha_scale: float | None = param(
+        1.0, doc="LoRA alpha as a multiple of lora_rank (used when lora_alpha is None).", gt=0.0
+    )
+    lora_dropout: float = param(0.05, doc="Dropout on the LoRA layers.", ge=0.0, lt=1.0)
+    stack_lora_adapters: bool = param(
+        False, doc="Stack a new adapter on the previous one rather than reuse it."
+    )
+    per_device_train_batch_size: int = param(2, doc="Training batch size per device.", ge=1)
+    system_prompt_template_path: str | None = param(
+        None, doc="Path of a custom system prompt template (None: the built-in one)."
+    )
+    use_supervisor_message: UseSupervisorType = param(
+        "none", doc="When to append a supervisor message with instructions."
+    )
+    supervisor_name: str = param("Supervisor", doc="Name of the supervisor message's sender.")
+    max_response_words: int = param(
+        150, doc="The prompt asks for responses of at most this many words.", ge=1
+    )
+    max_tokens_per_message: int | None = param(
+        None, doc="Token limit per generation (None: 1.5 x max_response_words).", ge=1
+    )
+    num_invalid_generation_retries: int = param(
+        20, doc="Retries when a response cannot be parsed.", ge=0
+    )
+
+    def validate(self) -> None:
+        if self.temperature is not None and self.top_p is not None:
+            raise InvalidParameterError(
+                "temperature",
+                self.temperature,
+                "temperature or top_p, not both",
+                reason=f"top_p={self.top_p} is also set; set only one of them",
+            )
+        if (self.lora_alpha is None) == (self.lora_alpha_scale is None):
+            raise InvalidParameterError(
+                "lora_alpha",
+                self.lora_alpha,
+                "exactly one of lora_alpha and lora_alpha_scale set",
+                reason=f"lora_alpha_scale={self.lora_alpha_scale}",
+            )
+
+    @property
+    def computed_lora_alpha(self) -> float:
+        """The LoRA alpha to train with: ``lora_alpha`` or ``lora_rank * lora_alpha_scale``."""
+        if self.lora_alpha is not None:
+            return float(self.lora_alpha)
+        assert self.lora_alpha_scale is not None
+        return self.lora_rank * self.lora_alpha_scale
+
+    @property
+    def effective_max_tokens_per_message(self) -> int:
+        """``max_tokens_per_message``, or 1.5 tokens per allowed word when it is None."""
+        if self.max_tokens_per_message is not None:
+            return self.max_tokens_per_message
+        return int(1.5 * self.max_response_words)
+
+    @property
+    def is_random(self) -> bool:
+        """Text agents are never random agents (kept for the original's logs)."""
+        return False
+
+    @classmethod
+    def construct_test_params(cls) -> PureTextAgentParameters:
+        """Offline parameters: the dummy API, so tests make no requests."""
+        return cls(use_dummy_api=True)
+
+    @classmethod
+    def local_default(cls, **overrides) -> PureTextAgentParameters:
+        """The embedded SmolLM2 model on this machine, with small LoRA settings for CPU."""
+        values = dict(
+            model_provider="Local",
+            model_name=DEFAULT_LOCAL_MODEL,
+            lora_rank=8,
+            max_response_words=60,
+            temperature=0.7,
+        )
+        values.update(overrides)
+        return cls(**values)

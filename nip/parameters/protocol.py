@@ -1,0 +1,102 @@
+"""Parameters of the interaction protocols: rewards, turn order and episode length."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from nip.errors import InvalidParameterError
+from nip.parameters._base import BaseParameters, param
+
+ForceGuess = Literal["zero", "one", "y"]
+
+
+@dataclass
+class CommonProtocolParameters(BaseParameters):
+    """Rewards and options shared by every protocol.
+
+    Penalties are stored as the (usually negative) reward the verifier receives.
+    """
+
+    verifier_reward: float = param(1.0, doc="Verifier reward for a correct decision.")
+    verifier_incorrect_penalty: float = param(
+        -1.0, doc="Verifier reward for a wrong decision (usually negative)."
+    )
+    verifier_terminated_penalty: float = param(
+        -1.0, doc="Verifier reward when the episode ends without a decision."
+    )
+    verifier_no_guess_reward: float = param(
+        0.0, doc="Verifier reward for each turn in which it does not decide."
+    )
+    prover_reward: float = param(
+        1.0, doc="Prover reward when the verifier's decision matches the prover's stance."
+    )
+    shared_reward: bool = param(False, doc="Provers receive the verifier's reward instead.")
+    force_guess: ForceGuess | None = param(
+        None, doc="Debugging: replace every verifier decision by reject, accept or the label."
+    )
+    verifier_first: bool = param(True, doc="The verifier speaks in the first round.")
+    randomize_prover_stance: bool = param(
+        False,
+        doc="Each datapoint's prover stance is accept or reject by a hash of its solution.",
+    )
+
+
+@dataclass
+class NipProtocolParameters(BaseParameters):
+    """Length of the nip (prover-verifier conversation) protocol."""
+
+    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
+    min_message_rounds: int = param(
+        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
+    )
+
+    def validate(self) -> None:
+        _check_min_max(self.min_message_rounds, self.max_message_rounds)
+
+
+@dataclass
+class DebateProtocolParameters(BaseParameters):
+    """Length and turn order of the debate protocol (two provers argue opposite sides)."""
+
+    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
+    min_message_rounds: int = param(
+        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
+    )
+    sequential: bool = param(
+        False, doc="Provers answer one after the other (a 3-round cycle) instead of together."
+    )
+    prover0_first: bool = param(True, doc="In sequential mode, prover0 answers first.")
+    randomize_channel_order: bool = param(
+        True, doc="Shuffle, per round, the order in which the verifier reads the two channels."
+    )
+
+    def validate(self) -> None:
+        _check_min_max(self.min_message_rounds, self.max_message_rounds)
+
+
+@dataclass
+class MnipProtocolParameters(BaseParameters):
+    """Length and turn order of mnip (two provers, each on a private channel)."""
+
+    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
+    min_message_rounds: int = param(
+        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
+    )
+    sequential: bool = param(
+        False, doc="Provers answer one after the other (a 3-round cycle) instead of together."
+    )
+    prover0_first: bool = param(True, doc="In sequential mode, prover0 answers first.")
+    randomize_channel_order: bool = param(
+        True, doc="Shuffle, per round, the order in which the verifier reads the two channels."
+    )
+
+    def validate(self) -> None:
+        _check_min_max(self.min_message_rounds, self.max_message_rounds)
+
+
+def _check_min_max(min_rounds: int, max_rounds: int) -> None:
+    if min_rounds > max_rounds:
+        raise InvalidParameterError(
+            "min_message_rounds", min_rounds, f"at most max_message_rounds={max_rounds}"
+        )

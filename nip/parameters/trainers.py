@@ -1,0 +1,105 @@
+"""Parameters of the trainers: run length, Expert Iteration and MALT."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from nip.parameters._base import BaseParameters, param
+
+TestScheme = Literal["none", "all", "last", "first_and_last"]
+GuessReplacementAnnealing = Literal["none", "linear", "exponential"]
+RolloutSelectionMethod = Literal["threshold", "weighted_sampling"]
+PairSelectionMethod = Literal["positive_negative", "interval"]
+
+
+@dataclass
+class RlParameters(BaseParameters):
+    """How long a run is. Defaults are small and safe (the original defaulted to 1,000
+    iterations of 125 rollouts, an expensive surprise with a paid API)."""
+
+    num_iterations: int = param(3, doc="Training iterations (sample, fine-tune, switch).", ge=1)
+    rollouts_per_iteration: int = param(16, doc="Dialogues sampled per iteration.", ge=1)
+    num_test_iterations: int = param(
+        1, doc="Passes over the test split each time the agents are tested.", ge=1
+    )
+    num_epochs: int = param(1, doc="Fine-tuning epochs for agents whose num_epochs is None.", ge=1)
+    lr: float = param(1e-4, doc="Learning rate for local fine-tuning.", gt=0.0)
+
+
+@dataclass
+class TextRlParameters(BaseParameters):
+    """Options shared by the text trainers (Expert Iteration and MALT)."""
+
+    fine_tune_on_all_previous_rollouts: bool = param(
+        False, doc="Fine-tune on the rollouts of every iteration so far, not only the last."
+    )
+    verifier_guess_replacement_proportion: float = param(
+        0.0,
+        doc="Share of verifier examples whose final decision is replaced by the true label.",
+        ge=0.0,
+        le=1.0,
+    )
+    verifier_guess_replacement_annealing: GuessReplacementAnnealing = param(
+        "none", doc="How the replacement proportion decays over iterations."
+    )
+    verifier_guess_replacement_annealing_rate: float = param(
+        0.1, doc="Decay rate of the replacement proportion.", ge=0.0, le=1.0
+    )
+    save_transcripts: bool = param(True, doc="Write readable transcripts to the run directory.")
+    transcript_format: Literal["json", "yaml"] = param("json", doc="Format of transcripts.")
+    test_scheme: TestScheme = param("last", doc="In which iterations to test the agents.")
+    test_on_whole_dataset: bool = param(
+        True, doc="Test on the whole test split (else rollouts_per_iteration items)."
+    )
+    min_fine_tune_examples: int = param(
+        10, doc="Fewer examples than this skip fine-tuning for a group (with a warning).", ge=1
+    )
+
+
+@dataclass
+class PureTextEiParameters(BaseParameters):
+    """Expert Iteration: keep the rollouts an agent won and fine-tune on them."""
+
+    rollout_selection_method: RolloutSelectionMethod = param(
+        "threshold", doc="How rollouts are chosen for fine-tuning."
+    )
+    reward_threshold: float = param(
+        0.9, doc="threshold: keep rollouts whose episode reward is at least this."
+    )
+    weighting_minimum: float | None = param(
+        None, doc="weighted_sampling: rewards below this are raised to it (None: the minimum)."
+    )
+    weighting_epsilon: float = param(
+        0.05,
+        doc="weighted_sampling: probability mass spread uniformly over all rollouts.",
+        ge=0.0,
+    )
+    weighting_sample_size_factor: float = param(
+        0.5, doc="weighted_sampling: draw this fraction of the rollouts.", gt=0.0
+    )
+    weighting_use_replacement: bool = param(True, doc="weighted_sampling: with replacement.")
+
+
+@dataclass
+class PureTextMaltParameters(BaseParameters):
+    """Multi-Agent LLM Training (MALT): trees of responses and DPO on sibling pairs."""
+
+    num_responses_per_timestep: int = param(
+        2, doc="Responses sampled per node; a tree has at most this ** rounds leaves.", ge=2
+    )
+    frozen_agents_generate_one_response: bool = param(
+        True, doc="Frozen agents add one child, not several, in rounds only they act."
+    )
+    pair_selection_method: PairSelectionMethod = param(
+        "positive_negative", doc="How preference pairs are chosen among siblings."
+    )
+    interval_threshold_proportion: float = param(
+        0.1,
+        doc="interval: minimum expected-reward gap, as a share of the agent's reward range.",
+        ge=0.0,
+        le=1.0,
+    )
+    num_initial_ei_iterations: int = param(
+        0, doc="Run Expert Iteration for this many iterations before MALT.", ge=0
+    )

@@ -1,0 +1,71 @@
+"""Interaction protocols: who speaks when, who sees what, who wins.
+
+Build the handler for a configuration with :func:`build_protocol_handler`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from nip.errors import UnknownProtocolError
+from nip.protocols._handler import VERIFIER, ProtocolHandler
+from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome, datapoint_stance
+from nip.protocols.protocols import (
+    PROTOCOLS,
+    AdpProtocol,
+    DebateProtocol,
+    MerlinArthurProtocol,
+    MnipProtocol,
+    NipProtocol,
+    SoloVerifierProtocol,
+)
+
+if TYPE_CHECKING:
+    from nip.parameters import HyperParameters
+
+__all__ = [
+    "PROTOCOLS",
+    "VERIFIER",
+    "AdpProtocol",
+    "AgentSpec",
+    "ChannelSpec",
+    "DebateProtocol",
+    "Decision",
+    "MerlinArthurProtocol",
+    "MnipProtocol",
+    "NipProtocol",
+    "ProtocolHandler",
+    "SoloVerifierProtocol",
+    "StepOutcome",
+    "build_protocol_handler",
+    "datapoint_stance",
+    "protocol_class",
+]
+
+
+def protocol_class(name: str) -> type[ProtocolHandler]:
+    """The handler class of the protocol called ``name``.
+
+    Raises:
+        UnknownProtocolError: No protocol has that name.
+    """
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise UnknownProtocolError(
+            f"unknown interaction protocol {name!r}; choose one of {', '.join(PROTOCOLS)}"
+        ) from None
+
+
+def build_protocol_handler(hyper_params: HyperParameters) -> ProtocolHandler:
+    """Build the protocol handler a configuration asks for."""
+    name = hyper_params.interaction_protocol
+    cls = protocol_class(name)
+    common = hyper_params.protocol_common
+    if cls is NipProtocol:
+        return NipProtocol(common, hyper_params.nip_protocol)
+    if cls is DebateProtocol:
+        return DebateProtocol(common, hyper_params.debate_protocol)
+    if cls is MnipProtocol:
+        return MnipProtocol(common, hyper_params.mnip_protocol)
+    return cls(common)  # type: ignore[call-arg]

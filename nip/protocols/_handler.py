@@ -1,0 +1,310 @@
+"""The protocol handler: who speaks when, who sees what, when the verifier decides, rewards.
+
+A handler is pure Python. Every answer it gives depends only on its parameters, the round
+and the per-dialogue ``seed``, so the same dialogue always unfolds the same way.
+
+Episode length. The original ran every episode to ``max_message_rounds`` rounds even when the
+verifier could no longer speak in the last one (a prover then wrote a message nobody read).
+Here an episode ends, terminated, after the verifier's last round without a decision, so
+:meth:`ProtocolHandler.num_rounds` may be one less than ``max_message_rounds``.
+"""
+
+from __future__ import annotations
+
+import html
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from functools import cached_property
+from typing import ClassVar
+
+from nip.parameters.protocol import CommonProtocolParameters
+from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome
+
+#: An agent's turn: the channels it writes to in a round.
+Speakers = Mapping[str, tuple[str, ...]]
+
+VERIFIER = "verifier"
+
+
+class ProtocolHandler(ABC):
+    """Base class of the interaction protocols.
+
+    Subclasses set ``name``, ``stance_can_be_randomized``, build their agents and channels,
+    and say who speaks in each round (:meth:`speakers`).
+    """
+
+    #: The protocol's name in configuration (``interaction_protocol``).
+    name: ClassVar[str]
+    #: The agents' names, known without building the handler (used to validate configs).
+    agent_names: ClassVar[tuple[str, ...]]
+    #: Whether ``randomize_prover_stance`` applies to this protocol.
+    stance_can_be_randomized: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        common: CommonProtocolParameters | None = None,
+        *,
+        max_message_rounds: int,
+        min_message_rounds: int = 0,
+    ):
+        if max_message_rounds < 1:
+            raise ValueError(f"max_message_rounds must be at least 1, got {max_message_rounds}")
+        self.common = common or CommonProtocolParameters()
+        self.max_message_rounds = max_message_rounds
+        self.min_message_rounds = min_message_rounds
+        self.agents: tuple[AgentSpec, ...] = self._build_agents()
+        self.channels: tuple[ChannelSpec, ...] = self._build_channels()
+        if tuple(a.name for a in self.agents) != self.agent_names:
+            raise AssertionError(f"{type(self).__name__}.agent_names does not match its agents")
+
+    # ------------------------------------------------------------------ structure
+    @abstractmethod
+    def _build_agents(self) -> tuple[AgentSpec, ...]: ...
+
+    @abstractmethod
+    def _build_channels(self) -> tuple[ChannelSpec, ...]: ...
+
+    @abstractmethod
+    def speakers(self, round_id: int, seed: int = 0) -> Speakers:
+        """The agents that speak in ``round_id`` and the channels each writes to."""
+
+    @property
+    def prover_names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.agents if a.is_prover)
+
+    @property
+    def channel_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.channels)
+
+    def agent(self, name: str) -> AgentSpec:
+        """The spec of the agent called ``name``."""
+        for spec in self.agents:
+            if spec.name == name:
+                return spec
+        raise KeyError(f"{self.name} has no agent {name!r}; its agents are {self.agent_names}")
+
+    def active_agents(self, round_id: int, seed: int = 0) -> tuple[str, ...]:
+        """The agents that speak in ``round_id``, in the protocol's agent order."""
+        speaking = self.speakers(round_id, seed)
+        return tuple(name for name in self.agent_names if name in speaking)
+
+    def visible_channels(self, agent_name: str) -> tuple[str, ...]:
+        """The channels ``agent_name`` can read, in the protocol's channel order."""
+        self.agent(agent_name)
+        return tuple(c.name for c in self.channels if agent_name in c.visible_to)
+
+    def channel_order(self, agent_name: str, round_id: int, seed: int = 0) -> tuple[str, ...]:
+        """The order in which ``agent_name`` reads its visible channels in ``round_id``."""
+        return self.visible_channels(agent_name)
+
+    # ----------------------------------------------------------------- decisions
+    @cached_property
+    def _verifier_rounds(self) -> tuple[int, ...]:
+        return tuple(
+            r for r in range(self.max_message_rounds) if VERIFIER in self.speakers(r, seed=0)
+        )
+
+    @cached_property
+    def last_decision_round(self) -> int:
+        """The verifier's last chance to decide; the episode is terminated after it."""
+        if not self._verifier_rounds:
+            raise AssertionError(f"{self.name}: the verifier never speaks")
+        return self._verifier_rounds[-1]
+
+    def num_rounds(self) -> int:
+        """The most rounds an episode can last."""
+        return self.last_decision_round + 1
+
+    def can_decide(self, round_id: int, seed: int = 0) -> bool:
+        """Whether the verifier may decide in ``round_id``.
+
+        It must speak in that round, the round must be at least ``min_message_rounds - 1``
+        (as in the original), and its last turn always allows a decision.
+        """
+        if VERIFIER not in self.speakers(round_id, seed):
+            return False
+        if round_id == self.last_decision_round:
+            return True
+        return round_id >= self.min_message_rounds - 1
+
+    def is_last_turn(self, agent_name: str, round_id: int) -> bool:
+        """Whether ``round_id`` is ``agent_name``'s last turn (used for last-turn prompts)."""
+        turns = [r for r in range(self.num_rounds()) if agent_name in self.speakers(r, seed=0)]
+        return bool(turns) and round_id == turns[-1]
+
+    @property
+    def max_verifier_questions(self) -> int:
+        """The number of verifier turns in a full episode (its last one is for deciding).
+
+        Prompts offer ``max_verifier_questions - 1`` questions. Computed from the actual turn
+        schedule, so it is right for sequential debate too (the original used nip's count).
+        """
+        return len(self._verifier_rounds)
+
+    # -------------------------------------------------------------------- stance
+    def prover_stance(self, agent_name: str, datapoint_stance: int | None = None) -> int:
+        """The decision ``agent_name`` argues for (0 reject, 1 accept) on a datapoint.
+
+        Args:
+            agent_name: A prover of this protocol.
+            datapoint_stance: The datapoint's randomised stance (see
+                :func:`nip.protocols.datapoint_stance`); used only when the protocol
+                allows randomisation and ``randomize_prover_stance`` is on.
+        """
+        spec = self.agent(agent_name)
+        if spec.is_verifier or spec.default_stance is None:
+            raise ValueError(f"{agent_name!r} is not a prover of {self.name}")
+        if (
+            self.common.randomize_prover_stance
+            and self.stance_can_be_randomized
+            and datapoint_stance is not None
+        ):
+            return int(datapoint_stance)
+        return spec.default_stance
+
+    # -------------------------------------------------------------------- rewards
+    def step(
+        self,
+        round_id: int,
+        decision: int | Decision,
+        y: int,
+        *,
+        seed: int = 0,
+        datapoint_stance: int | None = None,
+    ) -> StepOutcome:
+        """Score one round.
+
+        Args:
+            round_id: The round just played.
+            decision: The verifier's decision this round (``Decision.NONE`` if it did not
+                decide or did not speak).
+            y: The true label (1 the solution is correct, 0 it is not).
+            seed: The dialogue's seed.
+            datapoint_stance: The datapoint's randomised stance, if any.
+
+        Raises:
+            ValueError: A decision was given in a round where the verifier may not decide.
+        """
+        decision = Decision(decision)
+        common = self.common
+        verifier_speaks = VERIFIER in self.speakers(round_id, seed)
+        rewards = {name: 0.0 for name in self.agent_names}
+        done = terminated = False
+        if decision is not Decision.NONE:
+            if not self.can_decide(round_id, seed):
+                raise ValueError(f"{self.name}: the verifier may not decide in round {round_id}")
+            decision = self._forced(decision, y)
+            done = True
+            rewards[VERIFIER] = (
+                common.verifier_reward if decision == y else common.verifier_incorrect_penalty
+            )
+            for prover in self.prover_names:
+                stance = self.prover_stance(prover, datapoint_stance)
+                rewards[prover] = common.prover_reward if decision == stance else 0.0
+        elif round_id >= self.last_decision_round:
+            done = terminated = True
+            rewards[VERIFIER] = common.verifier_terminated_penalty
+        elif verifier_speaks:
+            rewards[VERIFIER] = common.verifier_no_guess_reward
+        if common.shared_reward:
+            for prover in self.prover_names:
+                rewards[prover] = rewards[VERIFIER]
+        return StepOutcome(done=done, terminated=terminated, decision=decision, rewards=rewards)
+
+    def _forced(self, decision: Decision, y: int) -> Decision:
+        force = self.common.force_guess
+        if force == "zero":
+            return Decision.REJECT
+        if force == "one":
+            return Decision.ACCEPT
+        if force == "y":
+            return Decision(int(y))
+        return decision
+
+    def possible_episode_rewards(self, agent_name: str) -> tuple[float, ...]:
+        """Every episode reward ``agent_name`` can end with (sorted, distinct)."""
+        common = self.common
+        self.agent(agent_name)
+        turns = self._verifier_rounds
+        decision_turns = [i for i, r in enumerate(turns) if self.can_decide(r)]
+        verifier_returns = [
+            i * common.verifier_no_guess_reward + outcome
+            for i in decision_turns
+            for outcome in (common.verifier_reward, common.verifier_incorrect_penalty)
+        ]
+        verifier_returns.append(
+            (len(turns) - 1) * common.verifier_no_guess_reward + common.verifier_terminated_penalty
+        )
+        if agent_name == VERIFIER or common.shared_reward:
+            return tuple(sorted(set(verifier_returns)))
+        return tuple(sorted({0.0, common.prover_reward}))
+
+    def min_reward(self, agent_name: str) -> float:
+        """The lowest episode reward ``agent_name`` can get (MALT's interval method)."""
+        return self.possible_episode_rewards(agent_name)[0]
+
+    def max_reward(self, agent_name: str) -> float:
+        """The highest episode reward ``agent_name`` can get."""
+        return self.possible_episode_rewards(agent_name)[-1]
+
+    def reward_mid_point(self, agent_name: str) -> float:
+        """Half-way between the lowest and highest episode reward (MALT's threshold).
+
+        With the default rewards: 0 for the verifier and ``prover_reward / 2`` for provers,
+        as in the original; unlike its estimate, it accounts for no-guess rewards.
+        """
+        return (self.min_reward(agent_name) + self.max_reward(agent_name)) / 2
+
+    # -------------------------------------------------------------------- display
+    def schedule(self, seed: int = 0) -> list[dict[str, str]]:
+        """One row per round: what each agent does (channels written, or 'decide')."""
+        rows = []
+        for r in range(self.num_rounds()):
+            speaking = self.speakers(r, seed)
+            row = {"round": str(r)}
+            for name in self.agent_names:
+                if name not in speaking:
+                    row[name] = ""
+                    continue
+                text = ", ".join(speaking[name])
+                if name == VERIFIER and self.can_decide(r, seed):
+                    text += " (may decide)"
+                row[name] = text
+            rows.append(row)
+        return rows
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(name={self.name!r}, agents={list(self.agent_names)}, "
+            f"channels={list(self.channel_names)}, max_message_rounds={self.max_message_rounds})"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = self.schedule()
+        head = "".join(
+            f"<th>{html.escape(self.agent(n).human_name)} ({n})</th>" for n in self.agent_names
+        )
+        body = "".join(
+            "<tr><td>"
+            + row["round"]
+            + "</td>"
+            + "".join(f"<td>{html.escape(row[n])}</td>" for n in self.agent_names)
+            + "</tr>"
+            for row in rows
+        )
+        visibility = "; ".join(
+            f"<code>{c.name}</code> seen by {', '.join(sorted(c.visible_to))}"
+            for c in self.channels
+        )
+        return (
+            f"<b>Protocol <code>{self.name}</code></b> &middot; {visibility}"
+            f"<table><tr><th>round</th>{head}</tr>{body}</table>"
+        )
+
+
+def shuffled(items: tuple[str, ...], *, seed: int, round_id: int, salt: str) -> tuple[str, ...]:
+    """A permutation of ``items`` fixed by (seed, round, salt), the same in every process."""
+    order = list(items)
+    random.Random(f"{salt}:{seed}:{round_id}").shuffle(order)
+    return tuple(order)

@@ -1,0 +1,77 @@
+"""Plain records describing a protocol's agents, channels and the outcome of a round."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+
+class Decision(IntEnum):
+    """A verifier decision code: 0 reject, 1 accept, 2 no decision (as in the original)."""
+
+    REJECT = 0
+    ACCEPT = 1
+    NONE = 2
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One agent of a protocol.
+
+    Attributes:
+        name: The agent's id in configs and records (``"prover0"``, ``"verifier"``).
+        human_name: How prompts name the agent (``"Expert_1"``, ``"Verifier"``).
+        is_verifier: Whether this agent decides.
+        default_stance: For provers, the decision they argue for when stances are not
+            randomised: 0 reject, 1 accept.
+        anonymous: Other agents' prompts do not name this agent.
+        response_channel_headers: For agents that speak in several channels at once, the
+            header that starts each channel's part of the response.
+    """
+
+    name: str
+    human_name: str
+    is_verifier: bool = False
+    default_stance: int | None = None
+    anonymous: bool = False
+    response_channel_headers: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def is_prover(self) -> bool:
+        return not self.is_verifier
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """A message channel and the agents that can read it."""
+
+    name: str
+    visible_to: frozenset[str]
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a round means for the episode.
+
+    Attributes:
+        done: The episode is over (a decision was made, or it was terminated).
+        terminated: It ended because the verifier's last chance passed without a decision.
+        decision: The verifier's effective decision this round (after ``force_guess``).
+        rewards: Each agent's reward for this round.
+    """
+
+    done: bool
+    terminated: bool
+    decision: Decision
+    rewards: Mapping[str, float]
+
+
+def datapoint_stance(solution: str) -> int:
+    """The stance (0 reject, 1 accept) a randomised prover argues for on this solution.
+
+    The parity of the SHA-256 of the solution text, as in the original: deterministic per
+    solution, the same in every process, and independent of the label.
+    """
+    return hashlib.sha256(solution.encode("utf-8")).digest()[-1] & 1

@@ -1,0 +1,259 @@
+"""The six interaction protocols for code validation.
+
+==================  ==============================================================  ========
+protocol            who speaks                                                      rounds
+==================  ==============================================================  ========
+``nip``             verifier and one prover take turns on one channel               T
+``adp``             the prover speaks once, then the verifier decides               2
+``debate``          two provers argue reject (prover0) and accept (prover1);        T
+                    everyone reads both channels
+``merlin_arthur``   one of the two provers, chosen by the seed, speaks; the         2
+                    verifier decides (MAC)
+``mnip``            two provers argue the same side, each on a private channel      T
+``solo_verifier``   the verifier decides alone                                      1
+==================  ==============================================================  ========
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import ClassVar
+
+from nip.parameters.protocol import (
+    CommonProtocolParameters,
+    DebateProtocolParameters,
+    MnipProtocolParameters,
+    NipProtocolParameters,
+)
+from nip.protocols._handler import VERIFIER, ProtocolHandler, Speakers, shuffled
+from nip.protocols._spec import AgentSpec, ChannelSpec
+
+MAIN = "main"
+
+
+def _verifier(**kwargs) -> AgentSpec:
+    return AgentSpec(name=VERIFIER, human_name="Verifier", is_verifier=True, **kwargs)
+
+
+class NipProtocol(ProtocolHandler):
+    """Neural interactive proof: the verifier questions one prover, then decides."""
+
+    name = "nip"
+    agent_names = ("prover", VERIFIER)
+    stance_can_be_randomized = True
+
+    def __init__(
+        self,
+        common: CommonProtocolParameters | None = None,
+        params: NipProtocolParameters | None = None,
+    ):
+        params = params or NipProtocolParameters()
+        super().__init__(
+            common,
+            max_message_rounds=params.max_message_rounds,
+            min_message_rounds=params.min_message_rounds,
+        )
+
+    def _build_agents(self) -> tuple[AgentSpec, ...]:
+        return (AgentSpec("prover", "Expert", default_stance=1), _verifier())
+
+    def _build_channels(self) -> tuple[ChannelSpec, ...]:
+        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
+
+    def speakers(self, round_id: int, seed: int = 0) -> Speakers:
+        verifier_turn = (round_id % 2 == 0) == self.common.verifier_first
+        return {VERIFIER if verifier_turn else "prover": (MAIN,)}
+
+
+class AdpProtocol(ProtocolHandler):
+    """Abstract decision problem: the prover sends one message, the verifier decides."""
+
+    name = "adp"
+    agent_names = ("prover", VERIFIER)
+    stance_can_be_randomized = True
+
+    def __init__(self, common: CommonProtocolParameters | None = None):
+        super().__init__(common, max_message_rounds=2)
+
+    def _build_agents(self) -> tuple[AgentSpec, ...]:
+        return (AgentSpec("prover", "Expert", default_stance=1), _verifier())
+
+    def _build_channels(self) -> tuple[ChannelSpec, ...]:
+        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
+
+    def speakers(self, round_id: int, seed: int = 0) -> Speakers:
+        return {"prover": (MAIN,)} if round_id == 0 else {VERIFIER: (MAIN,)}
+
+
+class MerlinArthurProtocol(ProtocolHandler):
+    """Merlin-Arthur classifier (MAC): one prover, picked by the seed, speaks; then decision.
+
+    The provers are anonymous: the verifier is not told which one it heard.
+    """
+
+    name = "merlin_arthur"
+    agent_names = ("prover0", "prover1", VERIFIER)
+
+    def __init__(self, common: CommonProtocolParameters | None = None):
+        super().__init__(common, max_message_rounds=2)
+
+    def _build_agents(self) -> tuple[AgentSpec, ...]:
+        return (
+            AgentSpec("prover0", "Expert_1", default_stance=0, anonymous=True),
+            AgentSpec("prover1", "Expert_2", default_stance=1, anonymous=True),
+            _verifier(),
+        )
+
+    def _build_channels(self) -> tuple[ChannelSpec, ...]:
+        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
+
+    def speakers(self, round_id: int, seed: int = 0) -> Speakers:
+        if round_id == 0:
+            return {"prover0" if seed % 2 == 0 else "prover1": (MAIN,)}
+        return {VERIFIER: (MAIN,)}
+
+
+class SoloVerifierProtocol(ProtocolHandler):
+    """The verifier decides alone, in a single round (a baseline with no prover)."""
+
+    name = "solo_verifier"
+    agent_names = (VERIFIER,)
+
+    def __init__(self, common: CommonProtocolParameters | None = None):
+        super().__init__(common, max_message_rounds=1)
+
+    def _build_agents(self) -> tuple[AgentSpec, ...]:
+        return (_verifier(),)
+
+    def _build_channels(self) -> tuple[ChannelSpec, ...]:
+        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
+
+    def speakers(self, round_id: int, seed: int = 0) -> Speakers:
+        return {VERIFIER: (MAIN,)}
+
+
+class _TwoProverProtocol(ProtocolHandler):
+    """Two provers, each with a channel to the verifier, who questions both at once.
+
+    Simultaneous mode is a 2-round cycle (verifier, then both provers). Sequential mode is a
+    3-round cycle (verifier, first prover, second prover).
+    """
+
+    private_channels: ClassVar[bool]
+
+    def __init__(
+        self,
+        common: CommonProtocolParameters | None,
+        params: DebateProtocolParameters | MnipProtocolParameters,
+    ):
+        self.sequential = params.sequential
+        self.prover0_first = params.prover0_first
+        self.randomize_channel_order = params.randomize_channel_order
+        super().__init__(
+            common,
+            max_message_rounds=params.max_message_rounds,
+            min_message_rounds=params.min_message_rounds,
+        )
+
+    def _build_channels(self) -> tuple[ChannelSpec, ...]:
+        everyone = frozenset(self.agent_names)
+        return tuple(
+            ChannelSpec(
+                f"{prover}_channel",
+                frozenset({prover, VERIFIER}) if self.private_channels else everyone,
+            )
+            for prover in ("prover0", "prover1")
+        )
+
+    def _verifier_headers(self) -> dict[str, str]:
+        return {
+            "prover0_channel": "Question for Expert_1:",
+            "prover1_channel": "Question for Expert_2:",
+        }
+
+    def speakers(self, round_id: int, seed: int = 0) -> Speakers:
+        verifier_turn = {VERIFIER: ("prover0_channel", "prover1_channel")}
+        if not self.sequential:
+            if (round_id % 2 == 0) == self.common.verifier_first:
+                return verifier_turn
+            return {"prover0": ("prover0_channel",), "prover1": ("prover1_channel",)}
+        first, second = ("prover0", "prover1") if self.prover0_first else ("prover1", "prover0")
+        cycle = [verifier_turn, {first: (f"{first}_channel",)}, {second: (f"{second}_channel",)}]
+        if not self.common.verifier_first:
+            cycle = cycle[1:] + cycle[:1]
+        return cycle[round_id % 3]
+
+    def channel_order(self, agent_name: str, round_id: int, seed: int = 0) -> tuple[str, ...]:
+        visible = self.visible_channels(agent_name)
+        if agent_name == VERIFIER:
+            if self.randomize_channel_order:
+                return shuffled(visible, seed=seed, round_id=round_id, salt=self.name)
+            return visible
+        # A prover reads the other prover's channel first and its own last.
+        own = f"{agent_name}_channel"
+        return (*tuple(c for c in visible if c != own), own)
+
+
+class DebateProtocol(_TwoProverProtocol):
+    """Debate: prover0 argues reject, prover1 argues accept; all read both channels."""
+
+    name = "debate"
+    agent_names = ("prover0", "prover1", VERIFIER)
+    private_channels = False
+
+    def __init__(
+        self,
+        common: CommonProtocolParameters | None = None,
+        params: DebateProtocolParameters | None = None,
+    ):
+        super().__init__(common, params or DebateProtocolParameters())
+
+    def _build_agents(self) -> tuple[AgentSpec, ...]:
+        return (
+            AgentSpec("prover0", "Expert_1", default_stance=0),
+            AgentSpec("prover1", "Expert_2", default_stance=1),
+            _verifier(response_channel_headers=self._verifier_headers()),
+        )
+
+
+class MnipProtocol(_TwoProverProtocol):
+    """Multi-prover NIP: two provers argue the same side, each on a private channel.
+
+    Both provers are rewarded when the verifier decides their (shared) stance: accept by
+    default. (The original's v1 rewarded prover0 for *reject* through a mixin-order slip.)
+    """
+
+    name = "mnip"
+    agent_names = ("prover0", "prover1", VERIFIER)
+    private_channels = True
+    stance_can_be_randomized = True
+
+    def __init__(
+        self,
+        common: CommonProtocolParameters | None = None,
+        params: MnipProtocolParameters | None = None,
+    ):
+        super().__init__(common, params or MnipProtocolParameters())
+
+    def _build_agents(self) -> tuple[AgentSpec, ...]:
+        return (
+            AgentSpec("prover0", "Expert_1", default_stance=1),
+            AgentSpec("prover1", "Expert_2", default_stance=1),
+            _verifier(response_channel_headers=self._verifier_headers()),
+        )
+
+
+#: Every protocol, by its name in configuration. Immutable: add a protocol by adding a class.
+PROTOCOLS: MappingProxyType[str, type[ProtocolHandler]] = MappingProxyType(
+    {
+        cls.name: cls
+        for cls in (
+            NipProtocol,
+            AdpProtocol,
+            DebateProtocol,
+            MerlinArthurProtocol,
+            MnipProtocol,
+            SoloVerifierProtocol,
+        )
+    }
+)
