@@ -1,0 +1,141 @@
+"""The dummy backend: deterministic, seeded, offline responses of the right shape.
+
+Used by ``use_dummy_api=True`` (as in the original) and by the test server. A verifier asks
+questions (one per channel header when it speaks in several channels) or decides; a prover
+answers. Every response is a pure function of the request and the sample index, so re-running
+gives the same transcripts.
+
+The policy reads who is asking from ``request.metadata`` when the agent layer set it
+(``is_verifier``, ``can_decide``, ``channel_headers``) and otherwise infers it from the prompt,
+so it also works behind an HTTP server that only sees the chat messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from dataclasses import dataclass
+
+from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
+
+_WORDS = [
+    "loop",
+    "index",
+    "boundary",
+    "input",
+    "output",
+    "list",
+    "string",
+    "value",
+    "case",
+    "empty",
+    "sorted",
+    "return",
+    "function",
+    "test",
+    "edge",
+    "negative",
+    "zero",
+    "length",
+    "condition",
+    "branch",
+    "variable",
+    "result",
+    "check",
+    "example",
+    "count",
+    "sum",
+    "order",
+    "type",
+    "integer",
+    "element",
+    "range",
+    "first",
+    "last",
+]
+_HEADER = re.compile(r"Question for [A-Za-z0-9_]+:")
+
+
+@dataclass(frozen=True)
+class DummyPolicy:
+    """How the dummy agents behave.
+
+    Attributes:
+        seed: Mixed into every response, so two policies with different seeds differ.
+        decide_probability: Chance that the verifier decides on a turn where it may.
+        decide_on_turn: If set, the verifier decides exactly on this turn (1-based) and
+            asks questions before it; used by benchmarks for a fixed dialogue length.
+        min_words / max_words: Length of questions and answers.
+    """
+
+    seed: int = 0
+    decide_probability: float = 0.4
+    decide_on_turn: int | None = None
+    min_words: int = 6
+    max_words: int = 18
+
+    def respond(self, request: GenerationRequest, sample_index: int = 0) -> str:
+        """The response to ``request`` (sample ``sample_index`` of ``request.n``)."""
+        rng = random.Random(f"{self.seed}:{request.cache_key(sample_index)}")
+        meta = request.metadata
+        system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
+        is_verifier = meta.get("is_verifier")
+        if is_verifier is None:
+            is_verifier = "decision:" in system.lower()
+        if not is_verifier:
+            return "Answer: " + self._sentence(rng) + "."
+        turn = 1 + sum(1 for m in request.messages if m["role"] == "assistant")
+        can_decide = meta.get("can_decide", True)
+        if can_decide and self._decides(rng, turn):
+            return "Decision: " + rng.choice(("accept", "reject"))
+        headers = meta.get("channel_headers")
+        header_list = (
+            str(headers).split("\n") if headers else list(dict.fromkeys(_HEADER.findall(system)))
+        )
+        if not header_list:
+            return "Question: " + self._sentence(rng) + "?"
+        return "\n".join(f"{h} {self._sentence(rng)}?" for h in header_list)
+
+    def _decides(self, rng: random.Random, turn: int) -> bool:
+        if self.decide_on_turn is not None:
+            return turn >= self.decide_on_turn
+        return rng.random() < self.decide_probability
+
+    def _sentence(self, rng: random.Random) -> str:
+        n = rng.randint(self.min_words, self.max_words)
+        return " ".join(rng.choice(_WORDS) for _ in range(n)).capitalize()
+
+
+class DummyBackend:
+    """A :class:`~nip.backends.ChatBackend` answering with a :class:`DummyPolicy`.
+
+    Args:
+        policy: The behaviour of the dummy agents.
+        latency_s: Simulated latency per call (``asyncio.sleep``; never blocks the loop).
+    """
+
+    name = "dummy"
+
+    def __init__(self, policy: DummyPolicy | None = None, latency_s: float = 0.0):
+        self.policy = policy or DummyPolicy()
+        self.latency_s = latency_s
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        if self.latency_s > 0:
+            await asyncio.sleep(self.latency_s)
+        texts = [self.policy.respond(request, i) for i in range(request.n)]
+        prompt_words = sum(len(m.get("content", "").split()) for m in request.messages)
+        completion_words = sum(len(t.split()) for t in texts)
+        return GenerationResult(
+            completions=tuple(Completion(text=t, finish_reason="stop") for t in texts),
+            usage=TokenUsage(prompt_tokens=prompt_words, completion_tokens=completion_words),
+            latency_s=self.latency_s,
+            model=request.model,
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"DummyBackend(policy={self.policy!r}, latency_s={self.latency_s})"
