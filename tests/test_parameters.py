@@ -1,0 +1,350 @@
+"""Configuration: typed dataclasses that validate, round-trip and look up by address."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nip.errors import IncompatibleParametersError, InvalidParameterError, UnknownKeyError
+from nip.parameters import (
+    AlternatingPeriodicUpdateSchedule,
+    BaseParameters,
+    CodeValidationParameters,
+    CommonProtocolParameters,
+    ConstantUpdateSchedule,
+    ContiguousPeriodicUpdateSchedule,
+    DebateProtocolParameters,
+    HyperParameters,
+    MnipProtocolParameters,
+    NipProtocolParameters,
+    PureTextAgentParameters,
+    PureTextEiParameters,
+    PureTextMaltParameters,
+    RlParameters,
+    TextRlParameters,
+    check_compatibility,
+)
+
+ALL_CLASSES = [
+    HyperParameters,
+    PureTextAgentParameters,
+    PureTextMaltParameters,
+    PureTextEiParameters,
+    TextRlParameters,
+    RlParameters,
+    CommonProtocolParameters,
+    NipProtocolParameters,
+    DebateProtocolParameters,
+    MnipProtocolParameters,
+    CodeValidationParameters,
+    ConstantUpdateSchedule,
+    ContiguousPeriodicUpdateSchedule,
+    AlternatingPeriodicUpdateSchedule,
+]
+
+
+# ----------------------------------------------------------------------- seed defaults
+def test_agent_parameters_keep_the_seed_names_and_defaults():
+    params = PureTextAgentParameters()
+    seed_defaults = {
+        "model_provider": "OpenAI",
+        "model_name": "gpt-4o-mini-2024-07-18",
+        "language_model_server_scheme_host": "http://localhost",
+        "language_model_server_port": 5000,
+        "vllm_server_port": 8000,
+        "use_dummy_api": False,
+        "shared_model_group": None,
+        "temperature": None,
+        "top_p": None,
+        "repetition_penalty": None,
+        "fine_tune_from_scratch": True,
+        "freeze_agent": False,
+        "quantization": "none",
+        "num_epochs": None,
+        "dpo_beta": None,
+        "use_lora": True,
+        "lora_rank": 64,
+        "lora_alpha": None,
+        "lora_alpha_scale": 1.0,
+        "lora_dropout": 0.05,
+        "stack_lora_adapters": False,
+        "per_device_train_batch_size": 2,
+        "system_prompt_template_path": None,
+        "use_supervisor_message": "none",
+        "supervisor_name": "Supervisor",
+        "max_response_words": 150,
+        "max_tokens_per_message": None,
+        "num_invalid_generation_retries": 20,
+        "load_checkpoint_and_parameters": False,
+        "checkpoint_run_id": None,
+        "checkpoint_version": "latest",
+        "update_schedule": ConstantUpdateSchedule(),
+    }
+    assert {name: getattr(params, name) for name in seed_defaults} == seed_defaults
+
+
+def test_malt_parameters_are_exactly_the_seed():
+    assert dataclasses.asdict(PureTextMaltParameters()) == {
+        "num_responses_per_timestep": 2,
+        "frozen_agents_generate_one_response": True,
+        "pair_selection_method": "positive_negative",
+        "interval_threshold_proportion": 0.1,
+        "num_initial_ei_iterations": 0,
+    }
+
+
+def test_run_length_defaults_are_small_and_safe():
+    rl = HyperParameters().rl
+    assert rl.num_iterations <= 5
+    assert rl.rollouts_per_iteration <= 32
+    assert rl.num_test_iterations == 1
+
+
+def test_max_tokens_per_message_is_derived_from_the_word_limit_when_unset():
+    assert PureTextAgentParameters().effective_max_tokens_per_message == 225
+    assert PureTextAgentParameters(max_tokens_per_message=40).effective_max_tokens_per_message == 40
+
+
+def test_lora_alpha_is_computed_from_the_scale_when_not_given():
+    assert PureTextAgentParameters(lora_rank=16, lora_alpha_scale=2.0).computed_lora_alpha == 32
+    params = PureTextAgentParameters(lora_rank=16, lora_alpha=8, lora_alpha_scale=None)
+    assert params.computed_lora_alpha == 8
+
+
+def test_missing_agents_get_default_parameters_for_the_protocol():
+    params = HyperParameters(interaction_protocol="debate")
+    assert set(params.agents) == {"prover0", "prover1", "verifier"}
+    assert params.agent_names == ("prover0", "prover1", "verifier")
+
+
+# ------------------------------------------------------------------------ round trips
+@pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
+def test_every_class_round_trips_through_a_dict(cls: type[BaseParameters]):
+    for params in (cls(), cls.construct_test_params()):
+        assert cls.from_dict(params.to_dict()) == params
+
+
+@pytest.mark.parametrize("cls", ALL_CLASSES, ids=lambda c: c.__name__)
+def test_every_class_round_trips_through_yaml_and_json(cls: type[BaseParameters]):
+    params = cls.construct_test_params()
+    assert cls.from_yaml(params.to_yaml()) == params
+    assert cls.from_json(params.to_json()) == params
+
+
+def test_a_saved_file_loads_back_equal(tmp_path):
+    params = HyperParameters(
+        interaction_protocol="mnip",
+        seed=7,
+        agents={"verifier": PureTextAgentParameters(temperature=0.3)},
+    )
+    for name in ("run.yaml", "run.json"):
+        path = params.save(tmp_path / name)
+        assert HyperParameters.load(path) == params
+
+
+def test_from_dict_does_not_modify_its_input():
+    data = HyperParameters().to_dict()
+    snapshot = json.loads(json.dumps(data))
+    HyperParameters.from_dict(data)
+    assert data == snapshot
+
+
+def test_the_type_tag_rebuilds_the_right_update_schedule():
+    params = PureTextAgentParameters(
+        update_schedule=AlternatingPeriodicUpdateSchedule(period=3, first_on=False)
+    )
+    rebuilt = PureTextAgentParameters.from_dict(params.to_dict())
+    assert isinstance(rebuilt.update_schedule, AlternatingPeriodicUpdateSchedule)
+    assert rebuilt == params
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    temperature=st.one_of(st.none(), st.floats(0.0, 2.0)),
+    lora_rank=st.integers(1, 256),
+    lora_dropout=st.floats(0.0, 0.99),
+    dpo_beta=st.one_of(st.none(), st.floats(0.01, 2.0)),
+    provider=st.sampled_from(["OpenAI", "SelfHosted", "OpenRouter", "Local"]),
+    supervisor=st.sampled_from(["none", "all", "first", "all_but_first"]),
+    group=st.one_of(st.none(), st.text(min_size=1, max_size=12)),
+)
+def test_any_valid_agent_parameters_round_trip(
+    temperature, lora_rank, lora_dropout, dpo_beta, provider, supervisor, group
+):
+    params = PureTextAgentParameters(
+        temperature=temperature,
+        lora_rank=lora_rank,
+        lora_dropout=lora_dropout,
+        dpo_beta=dpo_beta,
+        model_provider=provider,
+        use_supervisor_message=supervisor,
+        shared_model_group=group,
+    )
+    assert PureTextAgentParameters.from_dict(params.to_dict()) == params
+    assert PureTextAgentParameters.from_yaml(params.to_yaml()) == params
+
+
+def test_saved_hyper_parameters_carry_a_version_stamp():
+    data = HyperParameters().to_dict()
+    assert data["_schema_version"] == "1.0"
+    assert "_nip_version" in data
+
+
+def test_a_different_major_schema_version_is_incompatible():
+    data = HyperParameters().to_dict()
+    data["_schema_version"] = "2.0"
+    with pytest.raises(IncompatibleParametersError, match=r"schema 2\.0"):
+        check_compatibility(data)
+
+
+def test_a_different_minor_schema_version_loads_with_a_warning():
+    data = HyperParameters().to_dict()
+    data["_schema_version"] = "1.7"
+    with pytest.warns(UserWarning, match="1.7"):
+        check_compatibility(data)
+
+
+def test_the_current_schema_version_is_compatible_without_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_compatibility(HyperParameters().to_dict())
+
+
+# ----------------------------------------------------------------------------- lookup
+def test_get_follows_a_dotted_address():
+    params = HyperParameters(agents={"verifier": PureTextAgentParameters(temperature=0.5)})
+    assert params.get("agents.verifier.temperature") == 0.5
+    assert params.get("pure_text_malt.num_responses_per_timestep") == 2
+    assert params.get("rl") == params.rl
+
+
+def test_get_raises_key_error_for_an_unknown_name():
+    with pytest.raises(KeyError, match="no parameter 'tempreature'"):
+        HyperParameters().get("agents.verifier.tempreature")
+
+
+def test_get_raises_key_error_for_an_address_past_a_value():
+    with pytest.raises(KeyError, match="is a value"):
+        HyperParameters().get("seed.something")
+
+
+# -------------------------------------------------------------------------- bad input
+def test_a_wrong_literal_names_the_field_the_value_and_the_choices():
+    with pytest.raises(InvalidParameterError) as info:
+        PureTextAgentParameters(model_provider="Anthropic")
+    error = info.value
+    assert error.field == "model_provider"
+    assert error.value == "Anthropic"
+    assert "'OpenAI'" in str(error) and "'Local'" in str(error)
+
+
+def test_an_unknown_protocol_is_rejected_with_the_choices():
+    with pytest.raises(InvalidParameterError, match=r"interaction_protocol='socratic'.*'debate'"):
+        HyperParameters(interaction_protocol="socratic")
+
+
+def test_setting_both_temperature_and_top_p_is_an_error():
+    with pytest.raises(InvalidParameterError, match="only one"):
+        PureTextAgentParameters(temperature=0.7, top_p=0.9)
+
+
+@pytest.mark.parametrize(
+    ("lora_alpha", "lora_alpha_scale"), [(16, 1.0), (None, None)], ids=["both", "neither"]
+)
+def test_exactly_one_of_lora_alpha_and_its_scale_must_be_set(lora_alpha, lora_alpha_scale):
+    with pytest.raises(InvalidParameterError, match="lora_alpha"):
+        PureTextAgentParameters(lora_alpha=lora_alpha, lora_alpha_scale=lora_alpha_scale)
+
+
+@pytest.mark.parametrize("beta", [0.0, -0.1, 2.5])
+def test_dpo_beta_must_lie_in_zero_to_two(beta):
+    with pytest.raises(InvalidParameterError, match="dpo_beta"):
+        PureTextAgentParameters(dpo_beta=beta)
+
+
+def test_a_negative_number_of_rounds_is_rejected_with_the_full_address():
+    with pytest.raises(InvalidParameterError) as info:
+        HyperParameters.from_dict({"nip_protocol": {"max_message_rounds": -3}})
+    assert info.value.field == "nip_protocol.max_message_rounds"
+    assert ">= 1" in str(info.value)
+
+
+def test_a_bad_nested_agent_value_is_reported_with_its_address():
+    with pytest.raises(InvalidParameterError) as info:
+        HyperParameters.from_dict({"agents": {"verifier": {"top_p": 3.0}}})
+    assert info.value.field == "agents.verifier.top_p"
+
+
+def test_an_agent_the_protocol_does_not_have_is_an_error():
+    with pytest.raises(InvalidParameterError, match="'nip' has no agent 'prover0'"):
+        HyperParameters(agents={"prover0": PureTextAgentParameters()})
+
+
+def test_a_wrong_type_is_an_error():
+    with pytest.raises(InvalidParameterError, match="max_response_words='many'"):
+        PureTextAgentParameters(max_response_words="many")
+    with pytest.raises(InvalidParameterError, match="use_lora"):
+        PureTextAgentParameters(use_lora="yes")
+
+
+def test_unknown_keys_are_an_error_unless_ignored():
+    data = {"temperature": 0.2, "temprature": 0.3}
+    with pytest.raises(UnknownKeyError, match="temprature"):
+        PureTextAgentParameters.from_dict(data)
+    params = PureTextAgentParameters.from_dict(data, ignore_extra_keys=True)
+    assert params.temperature == 0.2
+
+
+def test_assigning_a_bad_value_raises_and_keeps_the_old_one():
+    params = PureTextAgentParameters(temperature=0.5)
+    with pytest.raises(InvalidParameterError):
+        params.temperature = 7.0
+    assert params.temperature == 0.5
+    with pytest.raises(InvalidParameterError, match="only one"):
+        params.top_p = 0.9
+    assert params.top_p is None
+
+
+def test_assigning_a_good_value_is_validated_and_converted():
+    params = PureTextAgentParameters()
+    params.temperature = 1
+    assert params.temperature == 1.0 and isinstance(params.temperature, float)
+
+
+def test_malt_initial_ei_iterations_cannot_exceed_the_run():
+    with pytest.raises(InvalidParameterError, match="num_initial_ei_iterations"):
+        HyperParameters(
+            trainer="pure_text_malt",
+            rl=RlParameters(num_iterations=2),
+            pure_text_malt=PureTextMaltParameters(num_initial_ei_iterations=3),
+        )
+
+
+def test_malt_needs_at_least_two_responses_per_node():
+    with pytest.raises(InvalidParameterError, match="num_responses_per_timestep"):
+        PureTextMaltParameters(num_responses_per_timestep=1)
+
+
+# ---------------------------------------------------------------------- update schedules
+def test_update_schedules_say_which_iterations_train():
+    assert all(ConstantUpdateSchedule().is_update_iteration(i) for i in range(5))
+    contiguous = ContiguousPeriodicUpdateSchedule(period=3, update_iterations=2, start=1)
+    assert [contiguous.is_update_iteration(i) for i in range(7)] == [
+        False, True, True, False, True, True, False,
+    ]  # fmt: skip
+    alternating = AlternatingPeriodicUpdateSchedule(period=2, first_on=False)
+    assert [alternating.is_update_iteration(i) for i in range(6)] == [
+        False, False, True, True, False, False,
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- display
+def test_parameters_render_as_an_html_table_with_docs():
+    html = HyperParameters(seed=1)._repr_html_()
+    assert "<table>" in html and "seed" in html
+    assert "Seed of every random choice" in html
