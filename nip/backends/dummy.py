@@ -55,6 +55,8 @@ _WORDS = [
     "last",
 ]
 _HEADER = re.compile(r"Question for [A-Za-z0-9_]+:")
+# Phrases of the built-in prompts that tell the verifier this turn is its last.
+_MUST_DECIDE = re.compile(r"must now decide|decide at once|then decide\.", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,13 @@ class DummyPolicy:
             return "Answer: " + self._sentence(rng) + "."
         turn = 1 + sum(1 for m in request.messages if m["role"] == "assistant")
         can_decide = meta.get("can_decide", True)
-        if can_decide and self._decides(rng, turn):
+        last_turn = meta.get("last_turn")
+        if last_turn is None:
+            last_turn = any(
+                m["role"] == "system" and _MUST_DECIDE.search(m["content"])
+                for m in request.messages
+            )
+        if can_decide and (last_turn or self._decides(rng, turn)):
             return "Decision: " + rng.choice(("accept", "reject"))
         headers = meta.get("channel_headers")
         header_list = (

@@ -1,0 +1,357 @@
+"""Text agents (seed: ``PureTextWholeAgent`` / ``OpenAiWholeAgent``).
+
+An agent turns a transcript into a prompt, asks its backend for a completion, and parses it,
+retrying when the completion cannot be used. Which backend answers (OpenAI, OpenRouter, a
+self-hosted vLLM, the embedded model, or the dummy) is configuration: the agent only knows the
+:class:`~nip.backends.ChatBackend` interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from nip.agents.parsing import ParsedResponse, parse_response
+from nip.agents.prompt_builder import build_chat_prompt
+from nip.backends import ChatBackend, ChatMessage, Completion, GenerationRequest
+from nip.errors import (
+    ContentFilterError,
+    GenerationError,
+    InvalidResponseError,
+    UnknownFinishReasonError,
+)
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.prompts import load_system_template
+from nip.protocols import Decision, ProtocolHandler, build_protocol_handler
+from nip.rollouts.records import AgentTurn, ChannelMessage, Transcript
+from nip.settings import ExperimentSettings
+from nip.utils.seeding import derive_seed
+
+_STANCE_WORDS = {0: "reject", 1: "accept"}
+
+
+class AgentNotActiveInChannelError(InvalidResponseError):
+    """A fine-tuning example would contain no message of the agent."""
+
+
+class PureTextWholeAgent:
+    """A text agent of a protocol, generating with a :class:`ChatBackend`.
+
+    Args:
+        hyper_params: The experiment's parameters.
+        settings: Runtime settings (run directory, cache...). Optional.
+        agent_name: Which of the protocol's agents this is.
+        protocol_handler: The protocol (built from ``hyper_params`` when omitted).
+        backend: Where completions come from; needed only to generate.
+    """
+
+    def __init__(
+        self,
+        hyper_params: HyperParameters,
+        settings: ExperimentSettings | None = None,
+        agent_name: str = "verifier",
+        protocol_handler: ProtocolHandler | None = None,
+        *,
+        backend: ChatBackend | None = None,
+    ):
+        self.hyper_params = hyper_params
+        self.settings = settings or ExperimentSettings()
+        self.agent_name = agent_name
+        self.protocol_handler = protocol_handler or build_protocol_handler(hyper_params)
+        self.agent_spec = self.protocol_handler.agent(agent_name)
+        self.agent_params: PureTextAgentParameters = hyper_params.agents[agent_name]
+        self.system_prompt_template = load_system_template(
+            self.protocol_handler.name, agent_name, self.agent_params.system_prompt_template_path
+        )
+        self.backend = backend
+        self.base_model_name = self.agent_params.model_name
+        #: The model generating now: the base model or the latest fine-tuned one.
+        self.model_name = self.base_model_name
+
+    # ---------------------------------------------------------------- attributes
+    @property
+    def agent_id(self) -> int:
+        """The agent's index in the protocol's agent order."""
+        return self.protocol_handler.agent_names.index(self.agent_name)
+
+    @property
+    def is_verifier(self) -> bool:
+        return self.agent_spec.is_verifier
+
+    @property
+    def is_prover(self) -> bool:
+        return self.agent_spec.is_prover
+
+    @property
+    def max_message_rounds(self) -> int:
+        return self.protocol_handler.num_rounds()
+
+    @property
+    def shared_model_group(self) -> str:
+        """The group whose model this agent uses (its own name when not set)."""
+        return self.agent_params.shared_model_group or self.agent_name
+
+    @property
+    def visible_message_channel_names(self) -> tuple[str, ...]:
+        return self.protocol_handler.visible_channels(self.agent_name)
+
+    @property
+    def visible_message_channel_indices(self) -> tuple[int, ...]:
+        names = self.protocol_handler.channel_names
+        return tuple(names.index(c) for c in self.visible_message_channel_names)
+
+    @property
+    def visible_message_channel_mask(self) -> tuple[bool, ...]:
+        visible = set(self.visible_message_channel_names)
+        return tuple(c in visible for c in self.protocol_handler.channel_names)
+
+    @property
+    def num_visible_message_channels(self) -> int:
+        return len(self.visible_message_channel_names)
+
+    # ------------------------------------------------------------------- prompts
+    def system_prompt(self, transcript: Transcript) -> str:
+        """The agent's system prompt for the dialogue's datapoint."""
+        handler = self.protocol_handler
+        stance = transcript.stances.get(self.agent_name)
+        return self.system_prompt_template.render(
+            question=transcript.datapoint.question,
+            solution=transcript.datapoint.solution,
+            max_questions=max(handler.max_verifier_questions - 1, 0),
+            max_response_words=self.agent_params.max_response_words,
+            agent_stance_string=_STANCE_WORDS.get(stance, "accept"),
+            agent_name=self.agent_spec.human_name,
+        )
+
+    def build_chat_prompt(
+        self, transcript: Transcript, round_id: int, *, include_supervisor: bool = True
+    ) -> list[ChatMessage]:
+        """The exact messages this agent is prompted with in ``round_id`` of ``transcript``."""
+        params = self.agent_params
+        return build_chat_prompt(
+            self.protocol_handler,
+            self.agent_name,
+            transcript,
+            round_id,
+            system_prompt=self.system_prompt(transcript),
+            use_supervisor_message=params.use_supervisor_message if include_supervisor else "none",
+            supervisor_name=params.supervisor_name,
+            max_response_words=params.max_response_words,
+        )
+
+    #: The original's name for :meth:`build_chat_prompt`.
+    _build_chat_messages_prompt = build_chat_prompt
+
+    def make_request(
+        self, transcript: Transcript, round_id: int, *, attempt: int = 0, n: int = 1,
+        sample_index: int = 0,
+    ) -> GenerationRequest:  # fmt: skip
+        """The request for this agent's turn; its seed is derived from the dialogue's seed,
+        the round, the agent, the attempt and the sample index, so runs are reproducible."""
+        params = self.agent_params
+        handler = self.protocol_handler
+        channels = handler.speakers(round_id, transcript.seed).get(self.agent_name, ())
+        headers = "\n".join(self.agent_spec.response_channel_headers.get(c, "") for c in channels)
+        return GenerationRequest(
+            model=self.model_name,
+            messages=tuple(self.build_chat_prompt(transcript, round_id)),
+            max_tokens=params.effective_max_tokens_per_message,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            repetition_penalty=params.repetition_penalty,
+            n=n,
+            seed=derive_seed(
+                self.hyper_params.seed,
+                transcript.seed,
+                round_id,
+                self.agent_name,
+                attempt,
+                sample_index,
+            ),
+            metadata={
+                "agent": self.agent_name,
+                "round": round_id,
+                "is_verifier": self.is_verifier,
+                "can_decide": self.is_verifier and handler.can_decide(round_id, transcript.seed),
+                "last_turn": handler.is_last_turn(self.agent_name, round_id),
+                "channel_headers": headers if len(channels) > 1 else None,
+            },
+        )
+
+    # ---------------------------------------------------------------- generation
+    def parse_completion(
+        self, completion: Completion, transcript: Transcript, round_id: int
+    ) -> ParsedResponse:
+        """Check the finish reason and parse the text.
+
+        Raises:
+            ContentFilterError, UnknownFinishReasonError, InvalidResponseError (and its
+            subclasses): the completion cannot be used.
+        """
+        if completion.finish_reason == "content_filter":
+            raise ContentFilterError("the provider's content filter blocked the response")
+        if completion.finish_reason not in ("stop", "length"):
+            raise UnknownFinishReasonError(f"unexpected finish reason {completion.finish_reason!r}")
+        handler = self.protocol_handler
+        channels = handler.speakers(round_id, transcript.seed).get(self.agent_name, ())
+        return parse_response(
+            completion.text,
+            spec=self.agent_spec,
+            channels=channels,
+            can_decide=self.is_verifier and handler.can_decide(round_id, transcript.seed),
+        )
+
+    def turn_from_text(
+        self, text: str, transcript: Transcript, round_id: int, **turn_fields: Any
+    ) -> tuple[AgentTurn, list[ChannelMessage]]:
+        """Parse ``text`` as this agent's turn (used for overrides and cached samples)."""
+        parsed = self.parse_completion(Completion(text, "stop"), transcript, round_id)
+        return self._turn(parsed, text, round_id, **turn_fields)
+
+    def _turn(
+        self, parsed: ParsedResponse, text: str, round_id: int, **turn_fields: Any
+    ) -> tuple[AgentTurn, list[ChannelMessage]]:
+        turn = AgentTurn(
+            round=round_id,
+            agent=self.agent_name,
+            raw_text=text,
+            decision=parsed.decision,
+            channels=tuple(parsed.channel_messages),
+            **turn_fields,
+        )
+        messages = [
+            ChannelMessage(round_id, channel, self.agent_name, content)
+            for channel, content in parsed.channel_messages.items()
+        ]
+        return turn, messages
+
+    async def generate_turn(
+        self, transcript: Transcript, round_id: int, *, sample_index: int = 0
+    ) -> tuple[AgentTurn, list[ChannelMessage]]:
+        """Generate, parse and (on failure) retry this agent's turn in ``round_id``.
+
+        After ``num_invalid_generation_retries`` failed retries the turn is recorded as
+        invalid (it writes nothing and makes no decision) and the dialogue goes on; errors of
+        the backend itself (unreachable, no credits, unknown model) propagate.
+        """
+        if self.backend is None:
+            raise GenerationError(f"agent {self.agent_name!r} has no backend to generate with")
+        retries = self.agent_params.num_invalid_generation_retries
+        last_error: GenerationError | None = None
+        for attempt in range(retries + 1):
+            request = self.make_request(
+                transcript, round_id, attempt=attempt, sample_index=sample_index
+            )
+            result = await self.backend.generate(request)
+            completion = result.completions[0]
+            try:
+                parsed = self.parse_completion(completion, transcript, round_id)
+            except (InvalidResponseError, ContentFilterError, UnknownFinishReasonError) as error:
+                last_error = error
+                continue
+            return self._turn(
+                parsed,
+                completion.text or "",
+                round_id,
+                retries=attempt,
+                token_limit=completion.finish_reason == "length",
+                error=str(last_error) if last_error else None,
+                model=result.model or request.model,
+                prompt_tokens=result.usage.prompt_tokens,
+                completion_tokens=result.usage.completion_tokens,
+                latency_s=result.latency_s,
+                cached=result.cached,
+                sample_index=sample_index,
+            )
+        invalid = AgentTurn(
+            round=round_id,
+            agent=self.agent_name,
+            raw_text="",
+            retries=retries,
+            valid=False,
+            error=f"{type(last_error).__name__}: {last_error}",
+            model=self.model_name,
+            sample_index=sample_index,
+        )
+        return invalid, []
+
+    #: The original's name for :meth:`generate_turn`.
+    _generate_next_message_and_decision = generate_turn
+
+    # -------------------------------------------------------------- fine-tuning
+    def build_fine_tune_dataset(
+        self,
+        transcripts: Iterable[Transcript],
+        ensure_last_message_is_assistant: bool = True,
+        replace_verifier_guess_with_true_label: bool = False,
+    ) -> list[dict[str, list[ChatMessage]]]:
+        """Supervised fine-tuning examples, one per transcript in which this agent spoke.
+
+        Each example is ``{"messages": [...]}`` (the format of the OpenAI fine-tuning API and
+        of TRL's conversational SFT): the conversation from this agent's point of view up to
+        and including its last message. Supervisor messages are never included.
+
+        Args:
+            transcripts: The dialogues to learn from.
+            ensure_last_message_is_assistant: End each example at the agent's last message.
+                (Examples always end there; False is accepted for the original's API.)
+            replace_verifier_guess_with_true_label: For the verifier, rewrite its final
+                message as the correct ``Decision: accept|reject``.
+        """
+        examples = []
+        for transcript in transcripts:
+            try:
+                examples.append(
+                    {
+                        "messages": self.fine_tune_messages(
+                            transcript, replace_verifier_guess_with_true_label
+                        )
+                    }
+                )
+            except AgentNotActiveInChannelError:
+                continue
+        return examples
+
+    def fine_tune_messages(
+        self, transcript: Transcript, replace_verifier_guess_with_true_label: bool = False
+    ) -> list[ChatMessage]:
+        """One SFT conversation ending with this agent's last valid message.
+
+        Raises:
+            AgentNotActiveInChannelError: The agent wrote nothing valid in this dialogue.
+        """
+        own = [t for t in transcript.turns_of(self.agent_name) if t.valid]
+        if not own:
+            raise AgentNotActiveInChannelError(f"{self.agent_name} did not speak")
+        last = own[-1]
+        messages = self.build_chat_prompt(transcript, last.round, include_supervisor=False)
+        content = last.raw_text
+        if replace_verifier_guess_with_true_label and self.is_verifier:
+            content = f"Decision: {_STANCE_WORDS[transcript.datapoint.y]}"
+        messages.append({"role": "assistant", "content": content})
+        return messages
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle and copy without the backend (which holds clients and keys)."""
+        state = dict(self.__dict__)
+        state["backend"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(agent_name={self.agent_name!r}, "
+            f"protocol={self.protocol_handler.name!r}, model={self.model_name!r}, "
+            f"provider={self.agent_params.model_provider!r}, "
+            f"backend={type(self.backend).__name__ if self.backend else None})"
+        )
+
+
+class OpenAiWholeAgent(PureTextWholeAgent):
+    """The original's name for a text agent. The backend is chosen by ``model_provider``
+    (OpenAI, OpenRouter, SelfHosted or Local), not by the class."""
+
+
+def decision_word(decision: Decision) -> str:
+    """'accept', 'reject' or 'none'."""
+    return {Decision.ACCEPT: "accept", Decision.REJECT: "reject"}.get(decision, "none")

@@ -1,0 +1,93 @@
+"""Turning a completion into channel messages and a decision.
+
+Only the verifier decides: a prover that writes "Decision: accept" keeps its whole message
+(the original parsed decisions from every agent and dropped such a prover's message).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nip.errors import (
+    InvalidDecisionError,
+    InvalidResponseError,
+    NotAllActiveChannelsInResponseError,
+)
+from nip.protocols import AgentSpec, Decision
+
+_DECISION = re.compile(r"decision\s*\**\s*:\s*\**\s*([A-Za-z]*)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParsedResponse:
+    """A completion split into per-channel messages, or a decision."""
+
+    channel_messages: dict[str, str]
+    decision: Decision = Decision.NONE
+
+
+def parse_response(
+    text: str | None,
+    *,
+    spec: AgentSpec,
+    channels: Sequence[str],
+    can_decide: bool,
+) -> ParsedResponse:
+    """Parse ``text`` written by the agent ``spec`` in a round where it writes to ``channels``.
+
+    Raises:
+        InvalidResponseError: Empty text, or a verifier decision in a round where it may not.
+        InvalidDecisionError: ``Decision:`` followed by something other than accept/reject.
+        NotAllActiveChannelsInResponseError: A multi-channel response misses a header.
+    """
+    if text is None or not text.strip():
+        raise InvalidResponseError("the response is empty")
+    if spec.is_verifier:
+        match = _DECISION.search(text)
+        if match is not None:
+            if not can_decide:
+                raise InvalidResponseError("the verifier may not decide in this round")
+            word = match.group(1).lower()
+            if word.startswith("accept"):
+                return ParsedResponse({}, Decision.ACCEPT)
+            if word.startswith("reject"):
+                return ParsedResponse({}, Decision.REJECT)
+            raise InvalidDecisionError(
+                f"'Decision:' must be followed by accept or reject, not {match.group(1)!r}"
+            )
+    if len(channels) == 1:
+        return ParsedResponse({channels[0]: text.strip()})
+    return ParsedResponse(_split_by_headers(text, spec, channels))
+
+
+def _split_by_headers(text: str, spec: AgentSpec, channels: Sequence[str]) -> dict[str, str]:
+    lowered = text.lower()
+    positions: list[tuple[int, int, str]] = []
+    missing = []
+    for channel in channels:
+        header = spec.response_channel_headers.get(channel)
+        if header is None:
+            raise AssertionError(f"{spec.name} has no header for channel {channel!r}")
+        start = lowered.find(header.lower())
+        if start < 0:
+            missing.append(header)
+        else:
+            positions.append((start, start + len(header), channel))
+    if missing:
+        raise NotAllActiveChannelsInResponseError(
+            f"the response must contain {' and '.join(repr(h) for h in missing)}"
+        )
+    positions.sort()
+    parts = {}
+    for i, (start, end, channel) in enumerate(positions):
+        stop = positions[i + 1][0] if i + 1 < len(positions) else len(text)
+        # Keep the header: a reader of both channels needs to know whom a question is for.
+        parts[channel] = text[start:stop].strip()
+        if not text[end:stop].strip():
+            parts[channel] = ""
+    empty = [c for c, content in parts.items() if not content]
+    if empty:
+        raise NotAllActiveChannelsInResponseError(f"empty message for channel(s) {empty}")
+    return parts

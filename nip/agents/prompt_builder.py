@@ -1,0 +1,92 @@
+"""Building the exact chat prompt an agent sees at a round of a dialogue.
+
+1. The system prompt, rendered from the agent's template.
+2. Round by round: the agent's own earlier completion as ``assistant``; then, for each channel
+   it can read, in its channel order for that round, the other agents' messages as ``user``
+   with the sender's ``name`` — and the sender's name at the start of the text too, because
+   many open-model chat templates drop ``name`` (anonymous senders stay unnamed).
+3. On the verifier's last turn (when it could ask questions before), a system message telling
+   it to decide, unless supervisor messages are on.
+4. Optionally a supervisor message with this turn's instructions (``use_supervisor_message``).
+"""
+
+from __future__ import annotations
+
+from nip.backends import ChatMessage
+from nip.prompts import LAST_TURN_SYSTEM_MESSAGE, supervisor_message
+from nip.protocols import VERIFIER, ProtocolHandler
+from nip.rollouts.records import ChannelMessage, Transcript
+
+
+def _user_message(handler: ProtocolHandler, message: ChannelMessage) -> ChatMessage:
+    sender = handler.agent(message.sender)
+    if sender.anonymous:
+        return {"role": "user", "content": message.content}
+    return {
+        "role": "user",
+        "name": sender.human_name,
+        "content": f"{sender.human_name}: {message.content}",
+    }
+
+
+def history_messages(
+    handler: ProtocolHandler, agent_name: str, transcript: Transcript, round_id: int
+) -> list[ChatMessage]:
+    """The conversation before ``round_id`` from ``agent_name``'s point of view."""
+    messages: list[ChatMessage] = []
+    for r in range(min(round_id, transcript.num_rounds)):
+        own = transcript.turn(agent_name, r)
+        if own is not None and own.valid:
+            messages.append({"role": "assistant", "content": own.raw_text})
+        for channel in handler.channel_order(agent_name, r, transcript.seed):
+            for message in transcript.messages_in(r, channel):
+                if message.sender != agent_name:
+                    messages.append(_user_message(handler, message))
+    return messages
+
+
+def supervisor_enabled(mode: str, turn_index: int) -> bool:
+    """Whether ``use_supervisor_message=mode`` adds a message on the agent's n-th turn."""
+    return (
+        mode == "all"
+        or (mode == "first" and turn_index == 0)
+        or (mode == "all_but_first" and turn_index > 0)
+    )
+
+
+def build_chat_prompt(
+    handler: ProtocolHandler,
+    agent_name: str,
+    transcript: Transcript,
+    round_id: int,
+    *,
+    system_prompt: str,
+    use_supervisor_message: str = "none",
+    supervisor_name: str = "Supervisor",
+    max_response_words: int = 150,
+) -> list[ChatMessage]:
+    """The exact messages ``agent_name`` is prompted with in ``round_id``."""
+    messages: list[ChatMessage] = [{"role": "system", "content": system_prompt}]
+    messages += history_messages(handler, agent_name, transcript, round_id)
+    turn_index = sum(1 for t in transcript.turns if t.agent == agent_name and t.round < round_id)
+    is_verifier = agent_name == VERIFIER
+    questions_left = handler.max_verifier_questions - 1 - turn_index
+    with_supervisor = supervisor_enabled(use_supervisor_message, turn_index)
+    if (
+        is_verifier
+        and not with_supervisor
+        and handler.max_verifier_questions > 1
+        and handler.is_last_turn(agent_name, round_id)
+    ):
+        messages.append({"role": "system", "content": LAST_TURN_SYSTEM_MESSAGE})
+    if with_supervisor:
+        text = supervisor_message(
+            is_verifier=is_verifier,
+            turn_index=turn_index,
+            questions_left=questions_left,
+            can_decide=handler.can_decide(round_id, transcript.seed),
+            verifier_name=handler.agent(VERIFIER).human_name,
+            max_response_words=max_response_words,
+        )
+        messages.append({"role": "user", "name": supervisor_name, "content": text})
+    return messages

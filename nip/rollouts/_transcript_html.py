@@ -1,0 +1,61 @@
+"""A transcript as a chat: one column per channel, one row per round."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING
+
+from nip.protocols import Decision
+
+if TYPE_CHECKING:
+    from nip.rollouts.records import Transcript
+
+_COLOURS = {"verifier": "#e8f0fe", "prover": "#fef7e0", "prover0": "#fce8e6", "prover1": "#e6f4ea"}
+_VERDICT = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
+
+
+def _bubble(sender: str, text: str, note: str = "") -> str:
+    colour = _COLOURS.get(sender, "#f1f3f4")
+    note_html = f" <span style='color:#777'>{html.escape(note)}</span>" if note else ""
+    return (
+        f"<div style='background:{colour};border-radius:8px;padding:4px 8px;margin:2px 0;"
+        f"white-space:pre-wrap;text-align:left'><b>{html.escape(sender)}</b>{note_html}<br>"
+        f"{html.escape(text)}</div>"
+    )
+
+
+def transcript_to_html(transcript: Transcript) -> str:
+    """Render ``transcript`` for a notebook: channels side by side, decision, label, rewards."""
+    channels = list(dict.fromkeys(m.channel for m in transcript.messages)) or ["main"]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in channels)
+    rows = []
+    for r in range(transcript.num_rounds):
+        cells = []
+        for channel in channels:
+            bubbles = "".join(
+                _bubble(m.sender, m.content) for m in transcript.messages_in(r, channel)
+            )
+            cells.append(f"<td style='vertical-align:top'>{bubbles}</td>")
+        for turn in transcript.turns:
+            if turn.round == r and turn.decision is not Decision.NONE:
+                cells = [
+                    f"<td colspan='{len(channels)}'>"
+                    + _bubble(turn.agent, turn.raw_text, f"decides: {_VERDICT[turn.decision]}")
+                    + "</td>"
+                ]
+            elif turn.round == r and not turn.valid:
+                cells.append(f"<td style='color:#b00'>{html.escape(turn.agent)}: invalid</td>")
+        rows.append(f"<tr><td>{r}</td>{''.join(cells)}</tr>")
+    label = "correct" if transcript.datapoint.y == 1 else "incorrect"
+    verdict = _VERDICT[transcript.decision]
+    outcome = "right" if transcript.correct else "wrong"
+    rewards = ", ".join(f"{a}: {v:+g}" for a, v in transcript.episode_rewards.items())
+    status = " (terminated: no decision)" if transcript.terminated else ""
+    return (
+        f"<div><b>{html.escape(transcript.protocol)}</b> &middot; datapoint "
+        f"<code>{html.escape(transcript.datapoint.id)}</code> &middot; the solution is "
+        f"<b>{label}</b> &middot; verifier: <b>{verdict}</b> ({outcome}){status} &middot; "
+        f"rewards: {html.escape(rewards)}"
+        f"<table style='width:100%;table-layout:fixed'><tr><th style='width:3em'>round</th>"
+        f"{head}</tr>{''.join(rows)}</table></div>"
+    )

@@ -1,0 +1,135 @@
+"""Running many dialogues at once.
+
+Every dialogue advances on its own coroutine, and agents acting in the same round generate
+together, so in every round each request that does not depend on another is in flight at
+the same time; only the backends' concurrency limits bound it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nip.rollouts.dialogue import Dialogue
+from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
+
+
+async def run_dialogues_async(
+    dialogues: Sequence[Dialogue], *, show_progress: bool = True, description: str = "dialogues"
+) -> list[Transcript]:
+    """Play every dialogue to its end, all at once; returns their transcripts in order.
+
+    If one dialogue fails (say the backend is unreachable), the others are cancelled and the
+    error propagates.
+    """
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(dialogues), desc=description, disable=not show_progress or None)
+
+    async def play(dialogue: Dialogue) -> Transcript:
+        transcript = await dialogue.run_async()
+        bar.update(1)
+        return transcript
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(play(d)) for d in dialogues]
+    finally:
+        bar.close()
+    return [task.result() for task in tasks]
+
+
+@dataclass
+class RolloutBatch:
+    """The transcripts of a batch of dialogues, with summaries and exports."""
+
+    transcripts: list[Transcript]
+
+    def __len__(self) -> int:
+        return len(self.transcripts)
+
+    def __iter__(self) -> Iterator[Transcript]:
+        return iter(self.transcripts)
+
+    def __getitem__(self, index: int) -> Transcript:
+        return self.transcripts[index]
+
+    # ---------------------------------------------------------------- summaries
+    @property
+    def accuracy(self) -> float:
+        """Share of dialogues where the verifier decided correctly (no decision is wrong)."""
+        if not self.transcripts:
+            return float("nan")
+        return sum(t.correct for t in self.transcripts) / len(self.transcripts)
+
+    def mean_episode_reward(self, agent: str) -> float:
+        if not self.transcripts:
+            return float("nan")
+        return sum(t.episode_reward(agent) for t in self.transcripts) / len(self.transcripts)
+
+    def summary(self) -> dict[str, Any]:
+        """Headline numbers: count, accuracy, mean rounds, retries, tokens, mean rewards."""
+        n = len(self.transcripts)
+        agents = sorted({a for t in self.transcripts for a in t.episode_rewards})
+        rows = [t.summary() for t in self.transcripts]
+        summary: dict[str, Any] = {
+            "dialogues": n,
+            "accuracy": self.accuracy,
+            "no_decision_rate": sum(t.decision == 2 for t in self.transcripts) / n if n else 0.0,
+            "mean_rounds": sum(r["rounds"] for r in rows) / n if n else 0.0,
+            "retries": sum(r["retries"] for r in rows),
+            "invalid_turns": sum(r["invalid_turns"] for r in rows),
+            "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
+            "completion_tokens": sum(r["completion_tokens"] for r in rows),
+        }
+        for agent in agents:
+            summary[f"{agent}.mean_episode_reward"] = self.mean_episode_reward(agent)
+        return summary
+
+    # ------------------------------------------------------------------ exports
+    def to_dataframe(self):
+        """One row per dialogue (see :meth:`Transcript.summary`)."""
+        import pandas as pd
+
+        return pd.DataFrame([t.summary() for t in self.transcripts])
+
+    def messages_dataframe(self):
+        """One row per agent turn, with the dialogue's id and label."""
+        import pandas as pd
+
+        rows = []
+        for t in self.transcripts:
+            for turn in t.turns:
+                rows.append({"dialogue": t.id, "y": t.datapoint.y, **turn.to_dict()})
+        return pd.DataFrame(rows)
+
+    def to_jsonl(self, path: str | Path | None = None) -> str:
+        """The transcripts as JSON lines; also written to ``path`` when given."""
+        text = transcripts_to_jsonl(self.transcripts)
+        if path is not None:
+            Path(path).write_text(text, encoding="utf-8")
+        return text
+
+    @classmethod
+    def from_jsonl(cls, path_or_text: str | Path) -> RolloutBatch:
+        """Load transcripts written by :meth:`to_jsonl` (a path or the text itself)."""
+        candidate = Path(path_or_text) if not str(path_or_text).lstrip().startswith("{") else None
+        text = candidate.read_text(encoding="utf-8") if candidate else str(path_or_text)
+        return cls(transcripts_from_jsonl(text))
+
+    # ------------------------------------------------------------------ display
+    def __repr__(self) -> str:
+        return f"RolloutBatch({json.dumps(self.summary(), default=str)})"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><td>{k}</td><td>{v:.3g}</td></tr>"
+            if isinstance(v, float)
+            else f"<tr><td>{k}</td><td>{v}</td></tr>"
+            for k, v in self.summary().items()
+        )
+        return f"<b>RolloutBatch</b><table>{rows}</table>"

@@ -1,0 +1,174 @@
+"""A session: a protocol, its agents and their backends, ready to run dialogues.
+
+::
+
+    session = Session(HyperParameters.construct_test_params())
+    batch = session.rollouts(n=8)            # or: await session.rollouts_async(n=8)
+    batch.accuracy, batch.to_dataframe()
+    dialogue = session.dialogue(session.datapoints(n=1)[0])   # step through one
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nip.agents.agent import PureTextWholeAgent
+from nip.backends.pool import BackendPool
+from nip.parameters import HyperParameters
+from nip.protocols import build_protocol_handler
+from nip.rollouts.dialogue import Dialogue
+from nip.rollouts.engine import RolloutBatch, run_dialogues_async
+from nip.rollouts.records import Datapoint
+from nip.settings import ExperimentSettings
+from nip.utils.seeding import derive_seed
+from nip.utils.sync import run_sync
+
+
+def to_datapoint(item: Any) -> Datapoint:
+    """A :class:`Datapoint` from a dataset item (record with id/question/solution/y) or dict."""
+    if isinstance(item, Datapoint):
+        return item
+    get = item.get if isinstance(item, Mapping) else lambda k, d=None: getattr(item, k, d)
+    from nip.protocols import datapoint_stance
+
+    solution = get("solution")
+    stance = get("prover_stance")
+    return Datapoint(
+        id=str(get("id")),
+        question=get("question"),
+        solution=solution,
+        y=int(get("y")),
+        stance=int(stance) if stance is not None else datapoint_stance(solution),
+    )
+
+
+class Session:
+    """Runs dialogues under one configuration.
+
+    Args:
+        hyper_params: The experiment's parameters.
+        settings: Runtime settings (cache, concurrency, progress bars).
+        backends: A pool of backends to share with other sessions (made if omitted).
+    """
+
+    def __init__(
+        self,
+        hyper_params: HyperParameters,
+        settings: ExperimentSettings | None = None,
+        *,
+        backends: BackendPool | None = None,
+    ):
+        self.hyper_params = hyper_params
+        self.settings = settings or ExperimentSettings()
+        self.handler = build_protocol_handler(hyper_params)
+        self.backends = backends or BackendPool(self.settings)
+        self.agents: dict[str, PureTextWholeAgent] = {
+            name: PureTextWholeAgent(
+                hyper_params,
+                self.settings,
+                name,
+                self.handler,
+                backend=self.backends.backend_for(hyper_params.agents[name]),
+            )
+            for name in self.handler.agent_names
+        }
+        self._datasets: dict[str, Any] = {}
+
+    # -------------------------------------------------------------------- data
+    def dataset(self, split: str = "train"):
+        """The configured dataset's ``split`` (loaded once)."""
+        if split not in self._datasets:
+            from nip.data import load_code_validation_dataset
+
+            options = self.hyper_params.code_validation
+            max_size = options.max_train_size if split == "train" else options.max_test_size
+            self._datasets[split] = load_code_validation_dataset(
+                self.hyper_params.dataset,
+                split=split,
+                difficulty=options.difficulty,
+                max_size=max_size,
+                seed=self.hyper_params.seed,
+            )
+        return self._datasets[split]
+
+    def datapoints(
+        self, n: int | None = None, *, split: str = "train", iteration: int = 0
+    ) -> list[Datapoint]:
+        """``n`` datapoints of ``split`` (all when None), walking through it by iteration."""
+        items = list(self.dataset(split))
+        if not items:
+            return []
+        if n is None:
+            return [to_datapoint(i) for i in items]
+        start = (iteration * n) % len(items)
+        return [to_datapoint(items[(start + k) % len(items)]) for k in range(n)]
+
+    # --------------------------------------------------------------- dialogues
+    def dialogue(
+        self, item: Any, *, seed: int | None = None, iteration: int = 0, index: int = 0
+    ) -> Dialogue:
+        """A new dialogue about ``item``, ready to step through."""
+        seed = (
+            derive_seed(self.hyper_params.seed, "dialogue", iteration, index)
+            if seed is None
+            else seed
+        )
+        return Dialogue.start(
+            self.handler,
+            self.agents,
+            to_datapoint(item),
+            seed=seed,
+            iteration=iteration,
+            dialogue_id=f"it{iteration}-{index:05d}",
+        )
+
+    async def rollouts_async(
+        self,
+        items: Sequence[Any] | None = None,
+        *,
+        n: int | None = None,
+        split: str = "train",
+        iteration: int = 0,
+        description: str | None = None,
+    ) -> RolloutBatch:
+        """Play a batch of dialogues concurrently.
+
+        Args:
+            items: The datapoints; when omitted, ``n`` items of ``split``
+                (default ``rl.rollouts_per_iteration``).
+            n: How many dialogues when ``items`` is omitted.
+            split: Which split to draw from.
+            iteration: Seeds and dialogue ids depend on it.
+            description: Progress-bar label.
+        """
+        if items is None:
+            items = self.datapoints(
+                n or self.hyper_params.rl.rollouts_per_iteration, split=split, iteration=iteration
+            )
+        dialogues = [
+            self.dialogue(item, iteration=iteration, index=i) for i, item in enumerate(items)
+        ]
+        transcripts = await run_dialogues_async(
+            dialogues,
+            show_progress=self.settings.show_progress,
+            description=description or f"{self.handler.name} dialogues",
+        )
+        return RolloutBatch(transcripts)
+
+    def rollouts(self, items: Sequence[Any] | None = None, **kwargs: Any) -> RolloutBatch:
+        """Sync :meth:`rollouts_async` (works in scripts and inside Jupyter)."""
+        return run_sync(self.rollouts_async(items, **kwargs))
+
+    async def aclose(self) -> None:
+        """Close the backends."""
+        await self.backends.aclose()
+
+    def close(self) -> None:
+        run_sync(self.aclose())
+
+    def __repr__(self) -> str:
+        agents = ", ".join(
+            f"{n}: {a.agent_params.model_provider}/{a.model_name}" for n, a in self.agents.items()
+        )
+        return f"Session(protocol={self.handler.name!r}, agents={{{agents}}})"

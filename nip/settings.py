@@ -1,0 +1,42 @@
+"""Runtime settings of an experiment: where things go and how they run, not what is studied."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+CacheMode = Literal["auto", "on", "off"]
+
+
+@dataclass
+class ExperimentSettings:
+    """Settings that do not change results (unlike :class:`~nip.parameters.HyperParameters`).
+
+    Attributes:
+        run_dir: Where the run's state, rollouts and metrics are saved (None: not saved).
+        cache: The response cache: "on", "off", or "auto" (on for every backend but dummy).
+            Requests carry explicit seeds, so a cached response is the one the same request
+            would reproduce.
+        cache_path: The cache's SQLite file (None: ``<user cache dir>/nip/responses.sqlite``).
+        max_concurrency: Override every backend's limit on requests in flight.
+        show_progress: Show progress bars (they are also off when TQDM_DISABLE is set).
+        dummy_latency_s: Simulated latency of the dummy backend.
+        extra: Free-form settings for extensions.
+    """
+
+    run_dir: Path | None = None
+    cache: CacheMode = "auto"
+    cache_path: Path | None = None
+    max_concurrency: int | None = None
+    show_progress: bool = True
+    dummy_latency_s: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.run_dir is not None:
+            self.run_dir = Path(self.run_dir)
+        if self.cache_path is not None:
+            self.cache_path = Path(self.cache_path)
+        if self.cache not in ("auto", "on", "off"):
+            raise ValueError(f"cache={self.cache!r}: expected 'auto', 'on' or 'off'")

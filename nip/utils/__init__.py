@@ -1,0 +1,1 @@
+"""Small utilities: seeding and running coroutines from sync code."""
