@@ -38,6 +38,13 @@ async def run_dialogues_async(
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(play(d)) for d in dialogues]
+    except BaseExceptionGroup as failures:
+        # Raise the first failure itself, so callers can catch its type (e.g. a backend
+        # error) rather than an ExceptionGroup.
+        first = failures.exceptions[0]
+        if len(failures.exceptions) > 1:
+            first.add_note(f"{len(failures.exceptions) - 1} other dialogue(s) failed too")
+        raise first from None
     finally:
         bar.close()
     return [task.result() for task in tasks]
