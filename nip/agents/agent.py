@@ -278,6 +278,48 @@ class PureTextWholeAgent:
     #: The original's name for :meth:`generate_turn`.
     _generate_next_message_and_decision = generate_turn
 
+    async def generate_samples(
+        self, transcript: Transcript, round_id: int, n: int
+    ) -> list[tuple[AgentTurn, list[ChannelMessage]]]:
+        """``n`` independent turns for ``round_id``, asked for in one request (``n``-sampling).
+
+        Samples that cannot be parsed, or that a backend without ``n`` support did not
+        return, are generated again one by one (with retries) under fresh sample indices.
+        """
+        if self.backend is None:
+            raise GenerationError(f"agent {self.agent_name!r} has no backend to generate with")
+        request = self.make_request(transcript, round_id, n=n)
+        result = await self.backend.generate(request)
+        share = result.usage.completion_tokens // max(len(result.completions), 1)
+        samples: list[tuple[AgentTurn, list[ChannelMessage]] | None] = []
+        for i in range(n):
+            completion = result.completions[i] if i < len(result.completions) else None
+            try:
+                if completion is None:
+                    raise InvalidResponseError("the backend returned fewer samples than asked")
+                parsed = self.parse_completion(completion, transcript, round_id)
+            except (InvalidResponseError, ContentFilterError, UnknownFinishReasonError):
+                samples.append(None)
+                continue
+            samples.append(
+                self._turn(
+                    parsed,
+                    completion.text or "",
+                    round_id,
+                    token_limit=completion.finish_reason == "length",
+                    model=result.model or request.model,
+                    prompt_tokens=result.usage.prompt_tokens if i == 0 else 0,
+                    completion_tokens=share,
+                    latency_s=result.latency_s,
+                    cached=result.cached,
+                    sample_index=i,
+                )
+            )
+        for i, sample in enumerate(samples):
+            if sample is None:
+                samples[i] = await self.generate_turn(transcript, round_id, sample_index=n + i)
+        return [s for s in samples if s is not None]
+
     # -------------------------------------------------------------- fine-tuning
     def build_fine_tune_dataset(
         self,

@@ -1,0 +1,1 @@
+"""Training agents on their own dialogues: Expert Iteration and MALT."""

@@ -1,0 +1,232 @@
+"""MALT: grow response trees, score their nodes, and pick DPO preference pairs.
+
+Trees for all datapoints grow breadth-first together: at each level every open node of every
+tree asks, for each agent acting in the next round, for ``num_responses_per_timestep``
+samples in **one** request (``n``-sampling), and all those requests are in flight at once.
+The original grew each tree's nodes one after another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nip.agents import PureTextWholeAgent
+from nip.backends import ChatMessage
+from nip.parameters import PureTextMaltParameters
+from nip.protocols import ProtocolHandler
+from nip.rollouts.dialogue import Dialogue
+from nip.rollouts.records import Datapoint
+from nip.training.malt_tree import PreferencePair, ResponseTree, TreeNode
+from nip.utils.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class DpoExample:
+    """One preference pair as training data.
+
+    Attributes:
+        prompt: The agent's chat prompt at the branch point.
+        chosen / rejected: The preferred and non-preferred assistant messages.
+    """
+
+    prompt: tuple[ChatMessage, ...]
+    chosen: str
+    rejected: str
+
+    def to_trl(self) -> dict:
+        """TRL's conversational preference format."""
+        return {
+            "prompt": list(self.prompt),
+            "chosen": [{"role": "assistant", "content": self.chosen}],
+            "rejected": [{"role": "assistant", "content": self.rejected}],
+        }
+
+    def to_openai(self) -> dict:
+        """The OpenAI fine-tuning API's DPO line format."""
+        return {
+            "input": {"messages": list(self.prompt)},
+            "preferred_output": [{"role": "assistant", "content": self.chosen}],
+            "non_preferred_output": [{"role": "assistant", "content": self.rejected}],
+        }
+
+
+async def _expand(
+    tree: ResponseTree,
+    node: TreeNode,
+    handler: ProtocolHandler,
+    agents: dict[str, PureTextWholeAgent],
+    malt: PureTextMaltParameters,
+    frozen: frozenset[str],
+) -> list[TreeNode]:
+    transcript = tree.transcript_at(node.id)
+    round_id = transcript.num_rounds
+    speakers = handler.active_agents(round_id, tree.seed)
+    k = malt.num_responses_per_timestep
+    if malt.frozen_agents_generate_one_response and all(s in frozen for s in speakers):
+        k = 1
+    samples = await asyncio.gather(
+        *(agents[s].generate_samples(transcript, round_id, k) for s in speakers)
+    )
+    children = []
+    for i in range(k):
+        turns = [per_agent[i][0] for per_agent in samples]
+        messages = [m for per_agent in samples for m in per_agent[i][1]]
+        dialogue = Dialogue(handler, agents, transcript.truncated(round_id))
+        dialogue.apply_round(turns, messages)
+        played = dialogue.transcript
+        children.append(
+            tree.add_child(
+                node,
+                i,
+                round=round_id,
+                turns=tuple(turns),
+                messages=tuple(messages),
+                rewards=dict(played.rewards[-1]),
+                done=played.done,
+                terminated=played.terminated,
+                decision=played.decision,
+            )
+        )
+    return children
+
+
+async def build_trees_async(
+    handler: ProtocolHandler,
+    agents: dict[str, PureTextWholeAgent],
+    datapoints: Sequence[Datapoint],
+    *,
+    malt: PureTextMaltParameters,
+    seed: int,
+    iteration: int = 0,
+    frozen_agents: frozenset[str] = frozenset(),
+) -> list[ResponseTree]:
+    """Grow one response tree per datapoint, score every node and select pairs."""
+    trees = []
+    for index, datapoint in enumerate(datapoints):
+        tree_seed = derive_seed(seed, "malt-tree", iteration, index)
+        stances = {p: handler.prover_stance(p, datapoint.stance) for p in handler.prover_names}
+        trees.append(
+            ResponseTree.new(
+                f"it{iteration}-t{index:05d}",
+                handler.name,
+                datapoint,
+                tree_seed,
+                stances,
+                iteration,
+            )
+        )
+    frontier = [(tree, tree.root) for tree in trees]
+    while frontier:
+        grown = await asyncio.gather(
+            *(_expand(t, n, handler, agents, malt, frozen_agents) for t, n in frontier)
+        )
+        frontier = [
+            (tree, child)
+            for (tree, _), children in zip(frontier, grown, strict=True)
+            for child in children
+            if not child.done
+        ]
+    for tree in trees:
+        tree.compute_expected_rewards(handler.agent_names)
+        select_pairs(tree, handler, malt, seed=seed)
+    return trees
+
+
+def select_pairs(
+    tree: ResponseTree, handler: ProtocolHandler, malt: PureTextMaltParameters, *, seed: int
+) -> list[PreferencePair]:
+    """Choose, for each node and agent, at most one preference pair among its children.
+
+    * ``positive_negative``: a child whose expected reward (for that agent) is at least the
+      agent's reward mid-point against one below it, drawn at random among such children.
+    * ``interval``: a pair whose expected rewards differ by more than
+      ``interval_threshold_proportion`` of the agent's reward range, drawn at random; the
+      higher one is preferred.
+
+    Only children in which the agent acted count. Pairs are stored on the tree and their
+    nodes are marked (``pair_role``).
+    """
+    import numpy as np
+
+    tree.pairs = []
+    for node in tree.nodes.values():
+        if len(node.children) < 2:
+            continue
+        children = [tree.nodes[c] for c in node.children]
+        for agent in handler.agent_names:
+            acting = [c for c in children if c.acted(agent)]
+            if len(acting) < 2:
+                continue
+            rng = np.random.default_rng(derive_seed(seed, "malt-pair", node.id, agent))
+            pair = _pick_pair(acting, agent, handler, malt, rng)
+            if pair is None:
+                continue
+            chosen, rejected = pair
+            chosen.pair_role[agent] = "positive"
+            rejected.pair_role[agent] = "negative"
+            tree.pairs.append(
+                PreferencePair(
+                    tree_id=tree.tree_id,
+                    agent=agent,
+                    parent_id=node.id,
+                    chosen_id=chosen.id,
+                    rejected_id=rejected.id,
+                    chosen_reward=chosen.expected_reward[agent],
+                    rejected_reward=rejected.expected_reward[agent],
+                )
+            )
+    return tree.pairs
+
+
+def _pick_pair(acting, agent, handler, malt, rng) -> tuple[TreeNode, TreeNode] | None:
+    if malt.pair_selection_method == "positive_negative":
+        mid = handler.reward_mid_point(agent)
+        positive = [c for c in acting if c.expected_reward[agent] >= mid]
+        negative = [c for c in acting if c.expected_reward[agent] < mid]
+        if not positive or not negative:
+            return None
+        return positive[rng.integers(len(positive))], negative[rng.integers(len(negative))]
+    span = handler.max_reward(agent) - handler.min_reward(agent)
+    threshold = malt.interval_threshold_proportion * span
+    candidates = [
+        (a, b)
+        for i, a in enumerate(acting)
+        for b in acting[i + 1 :]
+        if abs(a.expected_reward[agent] - b.expected_reward[agent]) > threshold
+    ]
+    if not candidates:
+        return None
+    a, b = candidates[rng.integers(len(candidates))]
+    return (a, b) if a.expected_reward[agent] > b.expected_reward[agent] else (b, a)
+
+
+def dpo_examples(trees: Sequence[ResponseTree], agent: PureTextWholeAgent) -> list[DpoExample]:
+    """The preference pairs of ``agent`` as DPO examples (prompt = its view at the branch)."""
+    examples = []
+    for tree in trees:
+        for pair in tree.pairs:
+            if pair.agent != agent.agent_name:
+                continue
+            chosen = tree.nodes[pair.chosen_id]
+            rejected = tree.nodes[pair.rejected_id]
+            parent_transcript = tree.transcript_at(pair.parent_id)
+            prompt = agent.build_chat_prompt(
+                parent_transcript, chosen.round, include_supervisor=False
+            )
+            examples.append(
+                DpoExample(
+                    prompt=tuple(prompt),
+                    chosen=chosen.turn_of(agent.agent_name).raw_text,
+                    rejected=rejected.turn_of(agent.agent_name).raw_text,
+                )
+            )
+    return examples
+
+
+def build_trees(*args, **kwargs) -> list[ResponseTree]:
+    """Sync :func:`build_trees_async`."""
+    from nip.utils.sync import run_sync
+
+    return run_sync(build_trees_async(*args, **kwargs))

@@ -1,0 +1,112 @@
+"""Expert Iteration's choice of rollouts to fine-tune on, per agent.
+
+* ``threshold``: keep the dialogues in which the agent's episode reward is at least
+  ``reward_threshold`` (by default: the dialogues it won).
+* ``weighted_sampling``: draw dialogues with probability growing with the agent's reward.
+  When every reward is equal the draw is uniform (the original divided 0 by 0 and crashed).
+* Verifier guess replacement: a share of the verifier's examples, chosen at random, have its
+  final message replaced by the true decision ("stabilised EI"); the share can decay over
+  iterations.
+
+All randomness comes from a generator seeded by (run seed, iteration, agent), derived with
+SHA-256, so the same run selects the same examples in every process (the original mixed in
+Python's salted ``hash`` of the agent name).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nip.parameters import PureTextEiParameters, TextRlParameters
+from nip.rollouts.records import Transcript
+from nip.utils.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The dialogues chosen to fine-tune one agent.
+
+    Attributes:
+        selected: Dialogues used as they are.
+        guess_replaced: Verifier dialogues whose final decision is replaced by the label.
+    """
+
+    selected: tuple[Transcript, ...]
+    guess_replaced: tuple[Transcript, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.selected) + len(self.guess_replaced)
+
+
+def guess_replacement_proportion(text_rl: TextRlParameters, iteration: int) -> float:
+    """The share of verifier examples whose guess is replaced in ``iteration``."""
+    p = text_rl.verifier_guess_replacement_proportion
+    rate = text_rl.verifier_guess_replacement_annealing_rate
+    schedule = text_rl.verifier_guess_replacement_annealing
+    if schedule == "linear":
+        return max(p - iteration * rate, 0.0)
+    if schedule == "exponential":
+        return p * (1.0 - rate) ** iteration
+    return p
+
+
+def weighted_sample_indices(
+    rewards: Sequence[float], ei: PureTextEiParameters, seed: int
+) -> list[int]:
+    """Indices drawn with weights growing with reward (see the module docstring)."""
+    import numpy as np
+
+    n = len(rewards)
+    if n == 0:
+        return []
+    values = np.asarray(rewards, dtype=float)
+    minimum = ei.weighting_minimum if ei.weighting_minimum is not None else float(values.min())
+    weights = np.maximum(values, minimum) - minimum
+    total = weights.sum()
+    weights = weights / total if total > 0 else np.full(n, 1.0 / n)
+    weights = weights + ei.weighting_epsilon / n
+    weights = weights / weights.sum()
+    size = round(n * ei.weighting_sample_size_factor)
+    if not ei.weighting_use_replacement:
+        size = min(size, int(np.count_nonzero(weights)))
+    rng = np.random.default_rng(seed)
+    drawn = rng.choice(n, size=size, replace=ei.weighting_use_replacement, p=weights)
+    return sorted(int(i) for i in drawn)
+
+
+def select_rollouts(
+    transcripts: Sequence[Transcript],
+    agent_name: str,
+    *,
+    ei: PureTextEiParameters,
+    text_rl: TextRlParameters,
+    is_verifier: bool,
+    iteration: int,
+    seed: int,
+) -> Selection:
+    """Choose ``agent_name``'s fine-tuning dialogues from ``transcripts``.
+
+    Only dialogues in which the agent wrote a valid message are candidates.
+    """
+    import numpy as np
+
+    candidates = [t for t in transcripts if any(x.valid for x in t.turns_of(agent_name))]
+    agent_seed = derive_seed(seed, "ei-selection", iteration, agent_name)
+    replaced: list[Transcript] = []
+    if is_verifier:
+        proportion = guess_replacement_proportion(text_rl, iteration)
+        count = math.floor(proportion * len(candidates))
+        if count:
+            order = np.random.default_rng(agent_seed).permutation(len(candidates))
+            replaced = [candidates[i] for i in order[:count]]
+            keep = sorted(order[count:])
+            candidates = [candidates[i] for i in keep]
+    rewards = [t.episode_reward(agent_name) for t in candidates]
+    if ei.rollout_selection_method == "threshold":
+        selected = [t for t, r in zip(candidates, rewards, strict=True) if r >= ei.reward_threshold]
+    else:
+        indices = weighted_sample_indices(rewards, ei, derive_seed(agent_seed, "weights"))
+        selected = [candidates[i] for i in indices]
+    return Selection(tuple(selected), tuple(replaced))
