@@ -29,10 +29,14 @@ def measure(protocol: str, dialogues: int) -> tuple[float, int, float]:
     for agent in session.agents.values():
         agent.backend = backend
     items = [
-        Datapoint(id=str(i), question="Return the sum of a list. " * 20,
-                  solution="def f(xs):\n    return sum(xs[1:])\n" * 5, y=i % 2)
+        Datapoint(
+            id=str(i),
+            question="Return the sum of a list. " * 20,
+            solution="def f(xs):\n    return sum(xs[1:])\n" * 5,
+            y=i % 2,
+        )
         for i in range(dialogues)
-    ]  # fmt: skip
+    ]
     started_cpu, started = time.process_time(), time.perf_counter()
     batch = session.rollouts(items)
     cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started

@@ -335,12 +335,23 @@ def test_update_schedules_say_which_iterations_train():
     assert all(ConstantUpdateSchedule().is_update_iteration(i) for i in range(5))
     contiguous = ContiguousPeriodicUpdateSchedule(period=3, update_iterations=2, start=1)
     assert [contiguous.is_update_iteration(i) for i in range(7)] == [
-        False, True, True, False, True, True, False,
-    ]  # fmt: skip
+        False,
+        True,
+        True,
+        False,
+        True,
+        True,
+        False,
+    ]
     alternating = AlternatingPeriodicUpdateSchedule(period=2, first_on=False)
     assert [alternating.is_update_iteration(i) for i in range(6)] == [
-        False, False, True, True, False, False,
-    ]  # fmt: skip
+        False,
+        False,
+        True,
+        True,
+        False,
+        False,
+    ]
 
 
 # ---------------------------------------------------------------------------- display

@@ -176,9 +176,13 @@ def test_solo_verifier_sees_only_the_problem():
 # ---------------------------------------------------------------- supervisor messages
 @pytest.mark.parametrize(
     ("mode", "first", "second"),
-    [("none", False, False), ("all", True, True), ("first", True, False),
-     ("all_but_first", False, True)],
-)  # fmt: skip
+    [
+        ("none", False, False),
+        ("all", True, True),
+        ("first", True, False),
+        ("all_but_first", False, True),
+    ],
+)
 def test_supervisor_messages_follow_use_supervisor_message(mode, first, second):
     dialogue = make_dialogue(
         "nip", verifier={"use_supervisor_message": mode, "supervisor_name": "Boss"}

@@ -37,9 +37,15 @@ def turns(handler, seed: int = 0) -> list[dict[str, tuple[str, ...]]]:
 # ------------------------------------------------------------------ the paper's table
 @pytest.mark.parametrize(
     ("name", "rounds"),
-    [("adp", 2), ("merlin_arthur", 2), ("solo_verifier", 1), ("nip", 9), ("debate", 9),
-     ("mnip", 9)],
-)  # fmt: skip
+    [
+        ("adp", 2),
+        ("merlin_arthur", 2),
+        ("solo_verifier", 1),
+        ("nip", 9),
+        ("debate", 9),
+        ("mnip", 9),
+    ],
+)
 def test_episode_lengths_follow_the_protocol_table(name, rounds):
     """adp and MAC have 2 rounds; nip, debate and mnip have T (default 9) rounds."""
     assert build_protocol_handler(HyperParameters(interaction_protocol=name)).num_rounds() == rounds
@@ -53,9 +59,9 @@ def test_t_round_protocols_take_their_length_from_the_parameters(rounds):
         mnip_protocol=MnipProtocolParameters(max_message_rounds=rounds),
     )
     for name in ("nip", "debate", "mnip"):
-        handler = build_protocol_handler(HyperParameters.from_dict(
-            {**hp.to_dict(), "interaction_protocol": name, "agents": {}}
-        ))  # fmt: skip
+        handler = build_protocol_handler(
+            HyperParameters.from_dict({**hp.to_dict(), "interaction_protocol": name, "agents": {}})
+        )
         assert handler.num_rounds() == rounds
 
 
@@ -127,8 +133,9 @@ def test_simultaneous_debate_verifier_questions_both_then_both_provers_answer():
     ]
 
 
-@pytest.mark.parametrize(("prover0_first", "order"), [(True, ("prover0", "prover1")),
-                                                      (False, ("prover1", "prover0"))])  # fmt: skip
+@pytest.mark.parametrize(
+    ("prover0_first", "order"), [(True, ("prover0", "prover1")), (False, ("prover1", "prover0"))]
+)
 def test_sequential_debate_is_a_three_round_cycle(prover0_first, order):
     handler = DebateProtocol(
         params=DebateProtocolParameters(
@@ -337,9 +344,13 @@ def test_the_datapoint_stance_is_a_deterministic_hash_of_the_solution():
 # -------------------------------------------------------------------- reward ranges
 @pytest.mark.parametrize(
     ("name", "agent", "low", "mid", "high"),
-    [("nip", "verifier", -1.0, 0.0, 1.0), ("nip", "prover", 0.0, 0.5, 1.0),
-     ("debate", "prover0", 0.0, 0.5, 1.0), ("solo_verifier", "verifier", -1.0, 0.0, 1.0)],
-)  # fmt: skip
+    [
+        ("nip", "verifier", -1.0, 0.0, 1.0),
+        ("nip", "prover", 0.0, 0.5, 1.0),
+        ("debate", "prover0", 0.0, 0.5, 1.0),
+        ("solo_verifier", "verifier", -1.0, 0.0, 1.0),
+    ],
+)
 def test_reward_ranges_and_mid_points_with_default_rewards(name, agent, low, mid, high):
     handler = build_protocol_handler(HyperParameters(interaction_protocol=name))
     assert (handler.min_reward(agent), handler.reward_mid_point(agent)) == (low, mid)

@@ -143,9 +143,14 @@ class PureTextWholeAgent:
     _build_chat_messages_prompt = build_chat_prompt
 
     def make_request(
-        self, transcript: Transcript, round_id: int, *, attempt: int = 0, n: int = 1,
+        self,
+        transcript: Transcript,
+        round_id: int,
+        *,
+        attempt: int = 0,
+        n: int = 1,
         sample_index: int = 0,
-    ) -> GenerationRequest:  # fmt: skip
+    ) -> GenerationRequest:
         """The request for this agent's turn; its seed is derived from the dialogue's seed,
         the round, the agent, the attempt and the sample index, so runs are reproducible."""
         params = self.agent_params

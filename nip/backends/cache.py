@@ -113,11 +113,17 @@ class CachedBackend:
         result = await self.inner.generate(request)
         # Only completions worth replaying are stored; failures are retried next time.
         rows = [
-            (key, c.text, c.finish_reason, result.usage.prompt_tokens if i == 0 else 0,
-             result.usage.completion_tokens // max(len(result.completions), 1), result.model)
+            (
+                key,
+                c.text,
+                c.finish_reason,
+                result.usage.prompt_tokens if i == 0 else 0,
+                result.usage.completion_tokens // max(len(result.completions), 1),
+                result.model,
+            )
             for i, (key, c) in enumerate(zip(keys, result.completions, strict=False))
             if c.finish_reason in ("stop", "length") and c.text
-        ]  # fmt: skip
+        ]
         if rows:
             await asyncio.to_thread(self.cache.put_many, rows)
         return result
