@@ -106,3 +106,30 @@ class InvalidDecisionError(InvalidResponseError):
 
 class NotAllActiveChannelsInResponseError(InvalidResponseError):
     """A multi-channel response is missing the header of a channel it must write to."""
+
+
+# --------------------------------------------------------------------- fine-tuning
+class FineTuneError(NipError):
+    """A fine-tuning job could not be created, or its backend refused a request."""
+
+
+class FineTuneJobFailed(FineTuneError):
+    """A fine-tuning job ended in failure.
+
+    Attributes:
+        job_id: The job.
+        error: The backend's description of what went wrong.
+    """
+
+    def __init__(self, job_id: str, error: str):
+        self.job_id = job_id
+        self.error = error
+        super().__init__(f"fine-tuning job {job_id} failed: {error}")
+
+
+class FineTuneJobNotFoundError(FineTuneError):
+    """The backend does not know the job (for example a server that lost its state)."""
+
+
+class SharedModelGroupError(NipError, ValueError):
+    """Agents in one shared model group disagree on a setting that defines the model."""
