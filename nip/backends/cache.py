@@ -131,6 +131,12 @@ class CachedBackend:
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+    def __getattr__(self, name: str):
+        # Everything else (register_adapter, wait_for_ready, stats...) is the inner backend's.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     def __repr__(self) -> str:
         return (
             f"CachedBackend({self.inner!r}, path={str(self.cache.path)!r}, "

@@ -103,6 +103,9 @@ class HyperParameters(BaseParameters):
                     f"agents of {self.interaction_protocol!r}: {', '.join(agent_names)}",
                     reason=f"{self.interaction_protocol!r} has no agent {name!r}",
                 )
+        from nip.parameters.groups import check_group_agreement
+
+        check_group_agreement(self)
         malt = self.pure_text_malt
         if (
             self.trainer == "pure_text_malt"

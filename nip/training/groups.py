@@ -1,0 +1,339 @@
+"""Shared model groups (seed: ``PureTextSharedModelGroup`` / ``OpenAiSharedModelGroup``).
+
+Agents with the same ``shared_model_group`` share one model, and it is fine-tuned on the union
+of their examples. The group owns the fine-tuning job and, once it succeeds, switches its
+agents to the new model (for the local backend: loads the new LoRA adapter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from nip.agents import PureTextWholeAgent
+from nip.errors import FineTuneError, FineTuneJobFailed, SharedModelGroupError
+from nip.jobs import FineTuneBackend, FineTuneJob, FineTuneSpec, JobStatus
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.parameters.groups import check_group_agreement
+from nip.protocols import ProtocolHandler
+from nip.rollouts.records import Transcript
+from nip.settings import ExperimentSettings
+
+JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled"]
+
+
+@dataclass
+class PureTextSharedModelGroupState:
+    """What a group must remember across a restart.
+
+    Attributes:
+        fine_tune_job_id: The latest job (None when none was submitted).
+        fine_tuned_model_name: The model the group generates with (None: the base model).
+        adapter_path: The latest local LoRA adapter, if any.
+        last_job_outcome: What happened at the last fine-tuning step: "submitted",
+            "frozen" (the group is never trained), "insufficient_data" (too few examples),
+            "not_scheduled" (its update schedule skipped the iteration), or "none".
+        model_history: Every model the group has generated with, oldest first.
+    """
+
+    fine_tune_job_id: str | None = None
+    fine_tuned_model_name: str | None = None
+    adapter_path: str | None = None
+    last_job_outcome: JobOutcome = "none"
+    model_history: list[str] = field(default_factory=list)
+
+
+class PureTextSharedModelGroup:
+    """A group of agents sharing one model, and that model's fine-tuning.
+
+    Args:
+        hyper_params: The experiment's parameters.
+        settings: Runtime settings.
+        protocol_handler: The protocol.
+        agent_wholes: The member agents, by name.
+        group_name: The group's name.
+        fine_tune_backend: Where jobs run (chosen from the members' provider when omitted).
+    """
+
+    def __init__(
+        self,
+        hyper_params: HyperParameters,
+        settings: ExperimentSettings | None,
+        protocol_handler: ProtocolHandler,
+        agent_wholes: Mapping[str, PureTextWholeAgent] | Iterable[PureTextWholeAgent],
+        group_name: str,
+        *,
+        fine_tune_backend: FineTuneBackend | None = None,
+    ):
+        if not isinstance(agent_wholes, Mapping):
+            agent_wholes = {a.agent_name: a for a in agent_wholes}
+        if not agent_wholes:
+            raise SharedModelGroupError(f"group {group_name!r} has no agents")
+        self.hyper_params = hyper_params
+        self.settings = settings or ExperimentSettings()
+        self.protocol_handler = protocol_handler
+        self.agent_wholes: dict[str, PureTextWholeAgent] = dict(agent_wholes)
+        self.group_name = group_name
+        check_group_agreement(hyper_params)
+        self.params: PureTextAgentParameters = next(iter(self.agent_wholes.values())).agent_params
+        if fine_tune_backend is None:
+            from nip.jobs.factory import fine_tune_backend_for
+
+            fine_tune_backend = fine_tune_backend_for(self.params, self.settings)
+        self.fine_tune_backend = fine_tune_backend
+        self.state = PureTextSharedModelGroupState()
+
+    # ---------------------------------------------------------------- attributes
+    def agent_ids_and_names(self) -> Iterator[tuple[int, str]]:
+        """(agent id, agent name) for each member."""
+        for name, agent in self.agent_wholes.items():
+            yield agent.agent_id, name
+
+    @property
+    def is_trainable(self) -> bool:
+        return not self.params.freeze_agent
+
+    @property
+    def lora_alpha(self) -> float:
+        """The computed LoRA alpha value for the group."""
+        return self.params.computed_lora_alpha
+
+    @property
+    def max_message_rounds(self) -> int:
+        return self.protocol_handler.num_rounds()
+
+    @property
+    def base_model_name(self) -> str:
+        return self.params.model_name
+
+    @property
+    def model_name(self) -> str:
+        """The model generating now: the latest fine-tune, or the base model."""
+        return self.state.fine_tuned_model_name or self.base_model_name
+
+    @property
+    def num_epochs(self) -> int:
+        return self.params.num_epochs or self.hyper_params.rl.num_epochs
+
+    @property
+    def rl_learning_rate(self) -> float:
+        return self.hyper_params.rl.lr
+
+    # ------------------------------------------------------------- fine-tuning
+    def _spec(self, method: str, examples: list[dict[str, Any]], job_name: str | None):
+        params = self.params
+        from_scratch = params.fine_tune_from_scratch
+        return FineTuneSpec(
+            base_model=self.base_model_name if from_scratch else self.model_name,
+            method=method,  # type: ignore[arg-type]
+            examples=tuple(examples),
+            job_name=job_name,
+            num_epochs=self.num_epochs,
+            learning_rate=self.rl_learning_rate,
+            batch_size=params.per_device_train_batch_size,
+            dpo_beta=params.dpo_beta,
+            use_lora=params.use_lora,
+            lora_rank=params.lora_rank,
+            lora_alpha=self.lora_alpha,
+            lora_dropout=params.lora_dropout,
+            previous_adapter=None if from_scratch else self.state.adapter_path,
+            stack_lora_adapters=params.stack_lora_adapters,
+            seed=self.hyper_params.seed,
+        )
+
+    def supervised_examples(
+        self,
+        rollouts_per_agent: Mapping[str, Sequence[Transcript]],
+        guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The SFT lines the group would train on (for previews and the job itself)."""
+        examples: list[dict[str, Any]] = []
+        for name, agent in self.agent_wholes.items():
+            examples += agent.build_fine_tune_dataset(rollouts_per_agent.get(name, ()))
+            examples += agent.build_fine_tune_dataset(
+                (guess_replaced_rollouts or {}).get(name, ()),
+                replace_verifier_guess_with_true_label=True,
+            )
+        return examples
+
+    async def _submit(self, method: str, examples: list[dict[str, Any]], job_name: str | None):
+        if not self.is_trainable:
+            self.state.last_job_outcome = "frozen"
+            return None
+        minimum = self.hyper_params.text_rl.min_fine_tune_examples
+        if len(examples) < minimum:
+            warnings.warn(
+                f"group {self.group_name!r}: {len(examples)} {method} example(s), fewer than "
+                f"text_rl.min_fine_tune_examples={minimum}; the model is not fine-tuned "
+                "this iteration",
+                stacklevel=3,
+            )
+            self.state.last_job_outcome = "insufficient_data"
+            return None
+        job_id = await self.fine_tune_backend.create_job(self._spec(method, examples, job_name))
+        self.state.fine_tune_job_id = job_id
+        self.state.last_job_outcome = "submitted"
+        return job_id
+
+    async def create_supervised_fine_tune_job(
+        self,
+        rollouts_per_agent: Mapping[str, Sequence[Transcript]],
+        guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
+        job_name: str | None = None,
+    ) -> str | None:
+        """Submit an SFT job on the members' selected dialogues.
+
+        Args:
+            rollouts_per_agent: Dialogues to learn from, by agent name.
+            guess_replaced_rollouts: Verifier dialogues whose final decision is replaced by
+                the true label.
+            job_name: A readable name for the job.
+
+        Returns:
+            The job id, or None when the group is frozen or has too few examples (see
+            ``state.last_job_outcome``; a warning says why).
+        """
+        examples = self.supervised_examples(rollouts_per_agent, guess_replaced_rollouts)
+        return await self._submit("supervised", examples, job_name)
+
+    async def create_dpo_fine_tune_job(
+        self,
+        positive_examples_per_agent: Mapping[str, Sequence[Any]],
+        negative_examples_per_agent: Mapping[str, Sequence[Any]] | None = None,
+        job_name: str | None = None,
+    ) -> str | None:
+        """Submit a DPO job on the members' preference pairs.
+
+        Args:
+            positive_examples_per_agent: :class:`~nip.training.malt.DpoExample` pairs by
+                agent name; each pair carries its preferred and non-preferred message.
+            negative_examples_per_agent: Kept for the original's signature, where the two
+                halves of a pair came separately; leave it None.
+            job_name: A readable name for the job.
+        """
+        if negative_examples_per_agent:
+            raise FineTuneError(
+                "pass DpoExample pairs in positive_examples_per_agent; each holds both sides"
+            )
+        lines = [
+            example.to_openai()
+            for name in self.agent_wholes
+            for example in positive_examples_per_agent.get(name, ())
+        ]
+        return await self._submit("dpo", lines, job_name)
+
+    async def _job(self) -> FineTuneJob | None:
+        if self.state.fine_tune_job_id is None:
+            return None
+        return await self.fine_tune_backend.get_job(self.state.fine_tune_job_id)
+
+    async def get_fine_tune_job_status(self) -> JobStatus:
+        """pending, running, succeeded, failed, cancelled or not_found."""
+        job = await self._job()
+        return "not_found" if job is None else job.status
+
+    async def fine_tune_job_failed(self) -> bool:
+        return await self.get_fine_tune_job_status() == "failed"
+
+    async def get_fine_tune_job_error_repr(self) -> str:
+        job = await self._job()
+        if job is None:
+            return "no fine-tuning job"
+        return job.error or f"no error (status {job.status})"
+
+    async def wait_for_fine_tune_job(
+        self, poll_interval_s: float = 2.0, timeout_s: float | None = None
+    ) -> FineTuneJob:
+        """Poll until the job ends (never blocking the event loop).
+
+        Raises:
+            FineTuneJobFailed: The job failed, was cancelled, or the backend lost it.
+            TimeoutError: ``timeout_s`` passed first.
+        """
+        started = time.monotonic()
+        while True:
+            job = await self._job()
+            if job is None:
+                raise FineTuneError(f"group {self.group_name!r} has no fine-tuning job")
+            if job.status == "succeeded":
+                return job
+            if job.done:
+                raise FineTuneJobFailed(job.id, job.error or job.status)
+            if timeout_s is not None and time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"fine-tuning job {job.id} still {job.status}")
+            await asyncio.sleep(poll_interval_s)
+
+    async def switch_to_next_model(self) -> str:
+        """Generate with the model the (succeeded) job produced; returns its name."""
+        job = await self._job()
+        if job is None or job.status != "succeeded" or not job.fine_tuned_model:
+            status = "no job" if job is None else job.status
+            raise FineTuneError(f"group {self.group_name!r}: cannot switch models ({status})")
+        if job.adapter_path:
+            for agent in self.agent_wholes.values():
+                register = getattr(agent.backend, "register_adapter", None)
+                if register is not None:
+                    register(job.fine_tuned_model, job.adapter_path)
+        self.state.fine_tuned_model_name = job.fine_tuned_model
+        self.state.adapter_path = job.adapter_path
+        self.state.model_history.append(job.fine_tuned_model)
+        self._apply_model_name()
+        return job.fine_tuned_model
+
+    def _apply_model_name(self) -> None:
+        for agent in self.agent_wholes.values():
+            agent.model_name = self.model_name
+
+    async def wait_for_ready(self, timeout: float = 300.0) -> None:
+        """Wait until the members' backends can generate (e.g. a server has started).
+
+        Raises:
+            TimeoutError: Not ready within ``timeout`` seconds.
+        """
+        backends = {id(a.backend): a.backend for a in self.agent_wholes.values() if a.backend}
+        for backend in backends.values():
+            ready = getattr(backend, "wait_for_ready", None)
+            if ready is not None:
+                await asyncio.wait_for(ready(), timeout)
+
+    async def eval(self) -> None:
+        """Switch to evaluation mode (nothing to do for API and embedded models)."""
+
+    async def train(self) -> None:
+        """Switch to training mode (nothing to do for API and embedded models)."""
+
+    # ------------------------------------------------------------------- state
+    def get_state(self) -> PureTextSharedModelGroupState:
+        return self.state
+
+    def get_state_dict(self) -> dict[str, Any]:
+        return asdict(self.state)
+
+    def set_state(self, checkpoint: PureTextSharedModelGroupState | Mapping[str, Any]) -> None:
+        """Restore from :meth:`get_state` or :meth:`get_state_dict` (re-registering the
+        latest adapter with the local backend)."""
+        if isinstance(checkpoint, Mapping):
+            checkpoint = PureTextSharedModelGroupState(**checkpoint)
+        self.state = checkpoint
+        if checkpoint.adapter_path and checkpoint.fine_tuned_model_name:
+            for agent in self.agent_wholes.values():
+                register = getattr(agent.backend, "register_adapter", None)
+                if register is not None:
+                    register(checkpoint.fine_tuned_model_name, checkpoint.adapter_path)
+        self._apply_model_name()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.group_name!r}, agents={list(self.agent_wholes)}, "
+            f"model={self.model_name!r}, trainable={self.is_trainable}, "
+            f"fine_tune_backend={self.fine_tune_backend!r})"
+        )
+
+
+class OpenAiSharedModelGroup(PureTextSharedModelGroup):
+    """The original's name for a shared model group; the fine-tuning backend is chosen by
+    ``model_provider`` (OpenAI API, a self-hosted server, local LoRA or dummy)."""
