@@ -32,6 +32,67 @@ def _cmd_protocols(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace):
+    from nip.settings import ExperimentSettings
+
+    return ExperimentSettings(
+        run_dir=args.run_dir,
+        cache=args.cache,
+        dummy_latency_s=args.dummy_latency,
+        show_progress=not args.quiet,
+    )
+
+
+def _print_metrics(trainer) -> None:
+    rows = trainer.run_dir.metrics_records()
+    keys = ["accuracy", "precision", "recall", "no_decision_rate", "verifier.mean_episode_reward"]
+    print(f"\n{'split':<7}{'iter':>5}" + "".join(f"{k.split('.')[-1][:18]:>20}" for k in keys))
+    for row in rows:
+        cells = "".join(
+            f"{row[k]:>20.3f}" if isinstance(row.get(k), float) else f"{'-':>20}" for k in keys
+        )
+        print(f"{row['split']:<7}{row['iteration']:>5}{cells}")
+    print(f"\nrun directory: {trainer.run_dir.path}")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from nip.parameters import HyperParameters
+    from nip.training.trainer import build_trainer
+
+    hyper_params = HyperParameters.load(args.config)
+    trainer = build_trainer(hyper_params, _settings(args), overwrite=args.overwrite)
+    trainer.train()
+    _print_metrics(trainer)
+    return 0
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    from nip.training.trainer import PureTextEiTrainer
+
+    args.run_dir = args.run_dir_positional
+    trainer = PureTextEiTrainer.resume(args.run_dir, _settings(args), force=args.force)
+    print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
+    trainer.train()
+    _print_metrics(trainer)
+    return 0
+
+
+def _add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="The response cache (default: on for every backend but dummy).",
+    )
+    parser.add_argument(
+        "--dummy-latency",
+        type=float,
+        default=0.0,
+        help="Simulated latency of the dummy backend, in seconds.",
+    )
+    parser.add_argument("--quiet", action="store_true", help="No progress bars.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nip", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -39,6 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
     protocols.add_argument("names", nargs="*", help="Protocols to show (default: all).")
     protocols.add_argument("--seed", type=int, default=0, help="Dialogue seed.")
     protocols.set_defaults(func=_cmd_protocols)
+
+    run = sub.add_parser("run", help="Run an experiment from a YAML or JSON config.")
+    run.add_argument("config", help="HyperParameters saved as YAML or JSON.")
+    run.add_argument("--run-dir", help="Where to save the run (default: runs/<time>).")
+    run.add_argument("--overwrite", action="store_true", help="Replace a run in --run-dir.")
+    _add_run_options(run)
+    run.set_defaults(func=_cmd_run)
+
+    resume = sub.add_parser("resume", help="Continue a run from its directory.")
+    resume.add_argument("run_dir_positional", metavar="RUN_DIR")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="Resume even if the run was saved by an incompatible nip.",
+    )
+    _add_run_options(resume)
+    resume.set_defaults(func=_cmd_resume)
     return parser
 
 

@@ -1,0 +1,90 @@
+"""Per-iteration metrics of a batch of dialogues (and of MALT trees).
+
+Undefined ratios (precision with no accepts, say) are ``None``, never a crash or a NaN.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from nip.protocols import Decision
+from nip.rollouts.records import Transcript
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def _std(values: Sequence[float]) -> float:
+    return statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def rollout_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
+    """Accuracy, precision/recall (accept = positive), per-class accuracy, rewards, rates.
+
+    "accuracy" counts a dialogue without a decision as wrong.
+    """
+    n = len(transcripts)
+    metrics: dict[str, Any] = {"num_dialogues": n}
+    if n == 0:
+        return metrics
+    decisions = [t.decision for t in transcripts]
+    labels = [t.datapoint.y for t in transcripts]
+    correct = [t.correct for t in transcripts]
+    tp = sum(d is Decision.ACCEPT and y == 1 for d, y in zip(decisions, labels, strict=True))
+    fp = sum(d is Decision.ACCEPT and y == 0 for d, y in zip(decisions, labels, strict=True))
+    fn = sum(d is not Decision.ACCEPT and y == 1 for d, y in zip(decisions, labels, strict=True))
+    metrics.update(
+        accuracy=sum(correct) / n,
+        std_accuracy=_std([float(c) for c in correct]),
+        precision=_ratio(tp, tp + fp),
+        recall=_ratio(tp, tp + fn),
+        accuracy_on_correct_solutions=_ratio(
+            sum(c for c, y in zip(correct, labels, strict=True) if y == 1), labels.count(1)
+        ),
+        accuracy_on_incorrect_solutions=_ratio(
+            sum(c for c, y in zip(correct, labels, strict=True) if y == 0), labels.count(0)
+        ),
+        accept_rate=decisions.count(Decision.ACCEPT) / n,
+        no_decision_rate=decisions.count(Decision.NONE) / n,
+        mean_episode_length=statistics.fmean(t.num_rounds for t in transcripts),
+        std_episode_length=_std([t.num_rounds for t in transcripts]),
+    )
+    turns = [turn for t in transcripts for turn in t.turns]
+    agents = sorted({turn.agent for turn in turns} | {a for t in transcripts for a in t.stances})
+    for agent in agents + ["verifier"] * ("verifier" not in agents):
+        rewards = [t.episode_reward(agent) for t in transcripts]
+        mine = [turn for turn in turns if turn.agent == agent]
+        metrics[f"{agent}.mean_episode_reward"] = statistics.fmean(rewards)
+        metrics[f"{agent}.std_episode_reward"] = _std(rewards)
+        metrics[f"{agent}.retry_proportion"] = _ratio(sum(x.retries > 0 for x in mine), len(mine))
+        metrics[f"{agent}.mean_retries"] = _ratio(sum(x.retries for x in mine), len(mine))
+        metrics[f"{agent}.token_limit_proportion"] = _ratio(
+            sum(x.token_limit for x in mine), len(mine)
+        )
+        metrics[f"{agent}.invalid_proportion"] = _ratio(sum(not x.valid for x in mine), len(mine))
+    metrics["prompt_tokens"] = sum(x.prompt_tokens for x in turns)
+    metrics["completion_tokens"] = sum(x.completion_tokens for x in turns)
+    metrics["cached_proportion"] = _ratio(sum(x.cached for x in turns), len(turns))
+    return metrics
+
+
+def malt_metrics(trees: Sequence[Any]) -> dict[str, Any]:
+    """Node and preference-pair counts of MALT trees."""
+    if not trees:
+        return {}
+    nodes = [len(t.nodes) - 1 for t in trees]
+    open_nodes = [sum(1 for n in t.nodes.values() if n.children) for t in trees]
+    metrics: dict[str, Any] = {
+        "malt_trees": len(trees),
+        "mean_malt_nodes": statistics.fmean(nodes),
+        "mean_non_terminal_malt_nodes": statistics.fmean(open_nodes),
+    }
+    agents = sorted({p.agent for t in trees for p in t.pairs})
+    for agent in agents:
+        pairs = [sum(p.agent == agent for p in t.pairs) for t in trees]
+        metrics[f"{agent}.mean_malt_pairs"] = statistics.fmean(pairs)
+        metrics[f"{agent}.malt_pairs"] = sum(pairs)
+    return metrics

@@ -1,0 +1,109 @@
+"""A run's directory: parameters, state, rollouts, trees, datasets and metrics on disk.
+
+Everything is JSON or JSONL (no pickles) and every file is written atomically (a temporary
+file renamed into place), so a run killed at any moment leaves either the old file or the
+new one, never half of one.
+
+Layout::
+
+    hyper_params.json          the parameters, with their schema version
+    meta.json                  nip version, creation time
+    state.json                 iteration, stage, shared model groups
+    rollouts/train_it0003.jsonl, rollouts/test_it0003.jsonl
+    malt/trees_it0003.jsonl
+    fine_tune/it0003_<group>.jsonl
+    metrics/train_it0003.json, metrics/test_it0003.json
+    jobs/                      local LoRA jobs (adapters, logs)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class RunDirectory:
+    """Reads and writes the files of one run (see the module docstring for the layout)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    # ----------------------------------------------------------------- generic
+    def write_json(self, relative: str, data: Any) -> Path:
+        path = self.path / relative
+        atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        return path
+
+    def read_json(self, relative: str) -> Any:
+        return json.loads((self.path / relative).read_text(encoding="utf-8"))
+
+    def exists(self, relative: str) -> bool:
+        return (self.path / relative).exists()
+
+    def write_jsonl(self, relative: str, rows: Iterable[Any]) -> Path:
+        path = self.path / relative
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        return path
+
+    def read_jsonl(self, relative: str) -> list[Any]:
+        text = (self.path / relative).read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    # ---------------------------------------------------------------- rollouts
+    @staticmethod
+    def rollouts_name(split: str, iteration: int) -> str:
+        return f"rollouts/{split}_it{iteration:04d}.jsonl"
+
+    def save_rollouts(self, split: str, iteration: int, transcripts: Iterable[Transcript]) -> Path:
+        path = self.path / self.rollouts_name(split, iteration)
+        atomic_write_text(path, transcripts_to_jsonl(transcripts))
+        return path
+
+    def load_rollouts(self, split: str, iteration: int) -> list[Transcript]:
+        path = self.path / self.rollouts_name(split, iteration)
+        return transcripts_from_jsonl(path.read_text(encoding="utf-8"))
+
+    def has_rollouts(self, split: str, iteration: int) -> bool:
+        return self.exists(self.rollouts_name(split, iteration))
+
+    # ----------------------------------------------------------------- metrics
+    def save_metrics(self, split: str, iteration: int, metrics: dict[str, Any]) -> Path:
+        return self.write_json(f"metrics/{split}_it{iteration:04d}.json", metrics)
+
+    def metrics_records(self) -> list[dict[str, Any]]:
+        """Every saved metrics file as a row with ``split`` and ``iteration``."""
+        rows = []
+        for path in sorted((self.path / "metrics").glob("*_it*.json")):
+            split, _, number = path.stem.rpartition("_it")
+            rows.append({"split": split, "iteration": int(number), **json.loads(path.read_text())})
+        return rows
+
+    def metrics_dataframe(self):
+        """The run's metrics, one row per (split, iteration)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.metrics_records())

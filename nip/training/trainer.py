@@ -1,0 +1,399 @@
+"""The resumable training loop: Expert Iteration (``pure_text_ei``) and MALT.
+
+Each iteration goes through explicit stages, and the state is saved after every one::
+
+    sample_rollouts -> log_stats -> test -> create_fine_tune_jobs -> await_fine_tune_jobs
+    -> switch_models -> (next iteration)
+
+The last iteration stops after ``test``. Every stage can be repeated safely, so a run killed
+at any point (even ``kill -9``) resumes from its directory with :meth:`Trainer.resume`,
+without lost or duplicated rollouts: a stage's output is written atomically before the state
+moves on, and sampling is deterministic given the seed (and free, with the response cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from nip.errors import IncompatibleParametersError
+from nip.jobs import FineTuneBackend
+from nip.parameters import HyperParameters, check_compatibility
+from nip.parameters.groups import group_members
+from nip.rollouts.records import Transcript
+from nip.session import Session
+from nip.settings import ExperimentSettings
+from nip.training.groups import PureTextSharedModelGroup
+from nip.training.metrics import malt_metrics, rollout_metrics
+from nip.training.run_dir import RunDirectory
+from nip.training.selection import select_rollouts
+from nip.utils.sync import run_sync
+
+Stage = Literal[
+    "sample_rollouts",
+    "log_stats",
+    "test",
+    "create_fine_tune_jobs",
+    "await_fine_tune_jobs",
+    "switch_models",
+    "done",
+]
+_NEXT: dict[str, str] = {
+    "sample_rollouts": "log_stats",
+    "log_stats": "test",
+    "test": "create_fine_tune_jobs",
+    "create_fine_tune_jobs": "await_fine_tune_jobs",
+    "await_fine_tune_jobs": "switch_models",
+    "switch_models": "sample_rollouts",
+}
+
+
+class RunDirectoryError(IncompatibleParametersError):
+    """The run directory cannot be used as asked (exists already, or holds another run)."""
+
+
+@dataclass
+class TrainerState:
+    """Where a run stands: its iteration, the next stage, and each group's state."""
+
+    iteration: int = 0
+    stage: Stage = "sample_rollouts"
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stages_completed: int = 0
+
+
+class PureTextEiTrainer:
+    """Expert Iteration: sample dialogues, keep those each agent won, fine-tune, repeat.
+
+    Args:
+        hyper_params: The experiment (``trainer`` is ``pure_text_ei`` or ``pure_text_malt``).
+        settings: Runtime settings; ``settings.run_dir`` is where the run is saved.
+        fine_tune_backends: Backends to use for given groups (by group name), e.g. a local
+            server's; by default chosen from each group's provider.
+        overwrite: Start afresh even if ``run_dir`` holds a run.
+    """
+
+    def __init__(
+        self,
+        hyper_params: HyperParameters,
+        settings: ExperimentSettings | None = None,
+        *,
+        fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
+        overwrite: bool = False,
+        _resuming: bool = False,
+    ):
+        settings = settings or ExperimentSettings()
+        if settings.run_dir is None:
+            settings.run_dir = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+        self.hyper_params = hyper_params
+        self.settings = settings
+        self.run_dir = RunDirectory(settings.run_dir)
+        if not _resuming:
+            if self.run_dir.exists("state.json") and not overwrite:
+                raise RunDirectoryError(
+                    f"{self.run_dir.path} already holds a run; resume it with "
+                    "Trainer.resume(run_dir) (nip resume), or pass overwrite=True"
+                )
+            self.run_dir.write_json("hyper_params.json", hyper_params.to_dict())
+            from nip import __version__
+
+            self.run_dir.write_json(
+                "meta.json", {"nip_version": __version__, "created": time.time()}
+            )
+        self.session = Session(hyper_params, settings)
+        backends = dict(fine_tune_backends or {})
+        self.groups: dict[str, PureTextSharedModelGroup] = {
+            name: PureTextSharedModelGroup(
+                hyper_params,
+                settings,
+                self.session.handler,
+                {a: self.session.agents[a] for a in members},
+                name,
+                fine_tune_backend=backends.get(name),
+            )
+            for name, members in group_members(hyper_params).items()
+        }
+        self.state = TrainerState()
+        self.poll_interval_s = 2.0
+
+    # ------------------------------------------------------------------ resume
+    @classmethod
+    def resume(
+        cls,
+        run_dir: str | Path,
+        settings: ExperimentSettings | None = None,
+        *,
+        force: bool = False,
+        fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
+    ) -> PureTextEiTrainer:
+        """Continue the run saved in ``run_dir`` from the stage it had reached.
+
+        Raises:
+            IncompatibleParametersError: The run was saved by an incompatible nip (pass
+                ``force=True`` to try anyway).
+        """
+        directory = RunDirectory(run_dir)
+        saved = directory.read_json("hyper_params.json")
+        try:
+            check_compatibility(saved)
+        except IncompatibleParametersError:
+            if not force:
+                raise
+        hyper_params = HyperParameters.from_dict(saved, ignore_extra_keys=force)
+        settings = settings or ExperimentSettings()
+        settings.run_dir = directory.path
+        trainer_cls = PureTextMaltTrainer if hyper_params.trainer == "pure_text_malt" else cls
+        trainer = trainer_cls(
+            hyper_params, settings, fine_tune_backends=fine_tune_backends, _resuming=True
+        )
+        if directory.exists("state.json"):
+            state = directory.read_json("state.json")
+            trainer.state = TrainerState(**state)
+            for name, group_state in trainer.state.groups.items():
+                trainer.groups[name].set_state(group_state)
+        return trainer
+
+    def _save_state(self) -> None:
+        self.state.groups = {n: g.get_state_dict() for n, g in self.groups.items()}
+        self.run_dir.write_json("state.json", asdict(self.state))
+
+    # --------------------------------------------------------------------- loop
+    @property
+    def finished(self) -> bool:
+        return self.state.stage == "done"
+
+    async def train_async(self, max_stages: int | None = None) -> TrainerState:
+        """Run stages until the run is finished (or ``max_stages`` stages were run)."""
+        stages_run = 0
+        while not self.finished and (max_stages is None or stages_run < max_stages):
+            stage = self.state.stage
+            await getattr(self, f"_stage_{stage}")()
+            self.state.stage = self._next_stage(stage)  # type: ignore[assignment]
+            if stage == "switch_models":
+                self.state.iteration += 1
+            self.state.stages_completed += 1
+            self._save_state()
+            stages_run += 1
+        return self.state
+
+    def train(self, max_stages: int | None = None) -> TrainerState:
+        """Sync :meth:`train_async` (works in scripts and inside Jupyter)."""
+        return run_sync(self.train_async(max_stages))
+
+    def _next_stage(self, stage: str) -> str:
+        last = self.state.iteration >= self.hyper_params.rl.num_iterations - 1
+        if stage == "test" and last:
+            return "done"
+        return _NEXT[stage]
+
+    # ------------------------------------------------------------------ stages
+    @property
+    def _iteration(self) -> int:
+        return self.state.iteration
+
+    async def _stage_sample_rollouts(self) -> None:
+        if self.run_dir.has_rollouts("train", self._iteration):
+            return  # sampled before a restart
+        batch = await self.session.rollouts_async(
+            n=self.hyper_params.rl.rollouts_per_iteration,
+            split="train",
+            iteration=self._iteration,
+            description=f"iteration {self._iteration}",
+        )
+        self.run_dir.save_rollouts("train", self._iteration, batch.transcripts)
+
+    async def _stage_log_stats(self) -> None:
+        transcripts = self.run_dir.load_rollouts("train", self._iteration)
+        metrics = rollout_metrics(transcripts) | self._extra_metrics()
+        self.run_dir.save_metrics("train", self._iteration, metrics)
+
+    def _extra_metrics(self) -> dict[str, Any]:
+        return {}
+
+    def _test_now(self) -> bool:
+        scheme = self.hyper_params.text_rl.test_scheme
+        first, last = (
+            self._iteration == 0,
+            self._iteration == self.hyper_params.rl.num_iterations - 1,
+        )
+        return {
+            "none": False,
+            "all": True,
+            "last": last,
+            "first_and_last": first or last,
+        }[scheme]
+
+    async def _stage_test(self) -> None:
+        if not self._test_now() or self.run_dir.has_rollouts("test", self._iteration):
+            return
+        hp = self.hyper_params
+        size = None if hp.text_rl.test_on_whole_dataset else hp.rl.rollouts_per_iteration
+        items = self.session.datapoints(size, split="test")
+        transcripts: list[Transcript] = []
+        for repeat in range(hp.rl.num_test_iterations):
+            batch = await self.session.rollouts_async(
+                items, iteration=10_000 + repeat, description=f"test {self._iteration}"
+            )
+            transcripts += batch.transcripts
+        self.run_dir.save_rollouts("test", self._iteration, transcripts)
+        self.run_dir.save_metrics("test", self._iteration, rollout_metrics(transcripts))
+
+    def _training_transcripts(self) -> list[Transcript]:
+        iterations = (
+            range(self._iteration + 1)
+            if self.hyper_params.text_rl.fine_tune_on_all_previous_rollouts
+            else [self._iteration]
+        )
+        return [t for i in iterations for t in self.run_dir.load_rollouts("train", i)]
+
+    def _scheduled(self, group: PureTextSharedModelGroup) -> bool:
+        return group.params.update_schedule.is_update_iteration(self._iteration)
+
+    async def _stage_create_fine_tune_jobs(self) -> None:
+        transcripts = self._training_transcripts()
+        hp = self.hyper_params
+        for name, group in self.groups.items():
+            if group.is_trainable and not self._scheduled(group):
+                group.state.last_job_outcome = "not_scheduled"
+                continue
+            selected, replaced = {}, {}
+            for agent_name, agent in group.agent_wholes.items():
+                selection = select_rollouts(
+                    transcripts,
+                    agent_name,
+                    ei=hp.pure_text_ei,
+                    text_rl=hp.text_rl,
+                    is_verifier=agent.is_verifier,
+                    iteration=self._iteration,
+                    seed=hp.seed,
+                )
+                selected[agent_name], replaced[agent_name] = (
+                    selection.selected,
+                    selection.guess_replaced,
+                )
+            examples = group.supervised_examples(selected, replaced)
+            self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", examples)
+            await group.create_supervised_fine_tune_job(selected, replaced, self._job_name(name))
+
+    def _job_name(self, group: str) -> str:
+        return f"{group}-it{self._iteration}"
+
+    def _submitted(self) -> list[PureTextSharedModelGroup]:
+        return [g for g in self.groups.values() if g.state.last_job_outcome == "submitted"]
+
+    async def _stage_await_fine_tune_jobs(self) -> None:
+        await asyncio.gather(
+            *(g.wait_for_fine_tune_job(self.poll_interval_s) for g in self._submitted())
+        )
+
+    async def _stage_switch_models(self) -> None:
+        for group in self._submitted():
+            if group.state.model_history[-1:] != [await self._finished_model(group)]:
+                await group.switch_to_next_model()
+            group.state.last_job_outcome = "none"
+
+    async def _finished_model(self, group: PureTextSharedModelGroup) -> str | None:
+        job = await group.fine_tune_backend.get_job(group.state.fine_tune_job_id or "")
+        return job.fine_tuned_model
+
+    # ----------------------------------------------------------------- results
+    def metrics_dataframe(self):
+        """The run's metrics so far, one row per (split, iteration)."""
+        return self.run_dir.metrics_dataframe()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(run_dir={str(self.run_dir.path)!r}, "
+            f"iteration={self.state.iteration}, stage={self.state.stage!r}, "
+            f"groups={list(self.groups)})"
+        )
+
+
+class PureTextMaltTrainer(PureTextEiTrainer):
+    """MALT: grow response trees, pick sibling preference pairs, fine-tune with DPO.
+
+    The first ``num_initial_ei_iterations`` iterations are Expert Iteration.
+    """
+
+    def _malt_now(self) -> bool:
+        return self._iteration >= self.hyper_params.pure_text_malt.num_initial_ei_iterations
+
+    def _frozen_agents(self) -> frozenset[str]:
+        return frozenset(
+            agent
+            for group in self.groups.values()
+            if not group.is_trainable or not self._scheduled(group)
+            for agent in group.agent_wholes
+        )
+
+    def _trees_name(self) -> str:
+        return f"malt/trees_it{self._iteration:04d}.jsonl"
+
+    async def _stage_sample_rollouts(self) -> None:
+        if not self._malt_now():
+            await super()._stage_sample_rollouts()
+            return
+        if self.run_dir.has_rollouts("train", self._iteration):
+            return
+        from nip.training.malt import build_trees_async
+
+        hp = self.hyper_params
+        datapoints = self.session.datapoints(
+            hp.rl.rollouts_per_iteration, split="train", iteration=self._iteration
+        )
+        trees = await build_trees_async(
+            self.session.handler,
+            self.session.agents,
+            datapoints,
+            malt=hp.pure_text_malt,
+            seed=hp.seed,
+            iteration=self._iteration,
+            frozen_agents=self._frozen_agents(),
+        )
+        self.run_dir.write_jsonl(self._trees_name(), [t.to_dict() for t in trees])
+        leaves = [t.transcript_at(leaf.id) for t in trees for leaf in t.leaves()]
+        self.run_dir.save_rollouts("train", self._iteration, leaves)
+
+    def load_trees(self, iteration: int | None = None):
+        """The MALT trees of ``iteration`` (default: the current one)."""
+        from nip.training.malt_tree import ResponseTree
+
+        if iteration is not None:
+            name = f"malt/trees_it{iteration:04d}.jsonl"
+        else:
+            name = self._trees_name()
+        return [ResponseTree.from_dict(row) for row in self.run_dir.read_jsonl(name)]
+
+    def _extra_metrics(self) -> dict[str, Any]:
+        if not self._malt_now() or not self.run_dir.exists(self._trees_name()):
+            return {}
+        return malt_metrics(self.load_trees())
+
+    async def _stage_create_fine_tune_jobs(self) -> None:
+        if not self._malt_now():
+            await super()._stage_create_fine_tune_jobs()
+            return
+        from nip.training.malt import dpo_examples
+
+        trees = self.load_trees()
+        for name, group in self.groups.items():
+            if group.is_trainable and not self._scheduled(group):
+                group.state.last_job_outcome = "not_scheduled"
+                continue
+            pairs = {a: dpo_examples(trees, agent) for a, agent in group.agent_wholes.items()}
+            lines = [p.to_openai() for examples in pairs.values() for p in examples]
+            self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", lines)
+            await group.create_dpo_fine_tune_job(pairs, job_name=self._job_name(name))
+
+
+def build_trainer(
+    hyper_params: HyperParameters, settings: ExperimentSettings | None = None, **kwargs: Any
+) -> PureTextEiTrainer:
+    """The trainer ``hyper_params.trainer`` names."""
+    if hyper_params.trainer == "pure_text_malt":
+        return PureTextMaltTrainer(hyper_params, settings, **kwargs)
+    return PureTextEiTrainer(hyper_params, settings, **kwargs)

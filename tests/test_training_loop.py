@@ -1,0 +1,293 @@
+"""The training loop: Expert Iteration and MALT end to end, groups, and resuming after a kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nip.errors import IncompatibleParametersError, SharedModelGroupError
+from nip.parameters import (
+    HyperParameters,
+    NipProtocolParameters,
+    PureTextAgentParameters,
+    PureTextMaltParameters,
+    RlParameters,
+    TextRlParameters,
+)
+from nip.settings import ExperimentSettings
+from nip.training.groups import PureTextSharedModelGroup
+from nip.training.trainer import (
+    PureTextEiTrainer,
+    PureTextMaltTrainer,
+    RunDirectoryError,
+    build_trainer,
+)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    """A small dataset file: 12 train and 4 test items, half of them correct."""
+    path = tmp_path_factory.mktemp("data") / "tiny.jsonl"
+    rows = [
+        {
+            "id": f"item{i}",
+            "question": f"Return {i} plus the argument.",
+            "solution": f"def f(x):\n    return x + {i + i % 2}\n",
+            "y": 1 - i % 2,
+            "split": "train" if i < 12 else "test",
+            "source_task_id": f"task{i}",
+        }
+        for i in range(16)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def params(dataset: Path, trainer: str = "pure_text_ei", **overrides) -> HyperParameters:
+    agents = {
+        "prover": PureTextAgentParameters(use_dummy_api=True),
+        "verifier": PureTextAgentParameters(use_dummy_api=True),
+    }
+    values = dict(
+        trainer=trainer,
+        dataset=str(dataset),
+        agents=agents,
+        nip_protocol=NipProtocolParameters(max_message_rounds=5),
+        rl=RlParameters(num_iterations=2, rollouts_per_iteration=12),
+        text_rl=TextRlParameters(min_fine_tune_examples=1, test_scheme="all"),
+        pure_text_ei={"reward_threshold": 0.5},
+    )
+    values.update(overrides)
+    return HyperParameters(**values)
+
+
+def settings(run_dir: Path) -> ExperimentSettings:
+    return ExperimentSettings(run_dir=run_dir, show_progress=False)
+
+
+# ------------------------------------------------------------------ end to end
+def test_expert_iteration_runs_two_iterations_end_to_end(dataset, tmp_path):
+    trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+    state = trainer.train()
+    assert state.stage == "done" and state.iteration == 1
+    files = {p.relative_to(tmp_path / "run").as_posix() for p in (tmp_path / "run").rglob("*")}
+    assert {
+        "hyper_params.json",
+        "state.json",
+        "rollouts/train_it0000.jsonl",
+        "rollouts/train_it0001.jsonl",
+        "rollouts/test_it0001.jsonl",
+        "metrics/train_it0000.json",
+        "metrics/test_it0001.json",
+        "fine_tune/it0000_verifier.jsonl",
+        "fine_tune/it0000_prover.jsonl",
+    } <= files
+    verifier = trainer.groups["verifier"]
+    assert verifier.model_name == "gpt-4o-mini-2024-07-18:ft-verifier-it0"
+    assert trainer.session.agents["verifier"].model_name == verifier.model_name
+    frame = trainer.metrics_dataframe()
+    assert set(frame["split"]) == {"train", "test"} and "accuracy" in frame
+
+
+def test_the_fine_tune_dataset_holds_the_dialogues_each_agent_won(dataset, tmp_path):
+    trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+    trainer.train()
+    won = [
+        t for t in trainer.run_dir.load_rollouts("train", 0) if t.episode_reward("verifier") >= 0.5
+    ]
+    lines = trainer.run_dir.read_jsonl("fine_tune/it0000_verifier.jsonl")
+    assert len(lines) == len(won) > 0
+    assert all(line["messages"][-1]["role"] == "assistant" for line in lines)
+
+
+def test_malt_grows_trees_and_trains_with_dpo(dataset, tmp_path):
+    hp = params(
+        dataset,
+        trainer="pure_text_malt",
+        rl=RlParameters(num_iterations=2, rollouts_per_iteration=4),
+        pure_text_malt=PureTextMaltParameters(num_responses_per_timestep=2),
+    )
+    trainer = build_trainer(hp, settings(tmp_path / "run"))
+    assert isinstance(trainer, PureTextMaltTrainer)
+    trainer.train()
+    trees = trainer.load_trees(0)
+    assert len(trees) == 4
+    lines = trainer.run_dir.read_jsonl("fine_tune/it0000_verifier.jsonl")
+    assert lines and set(lines[0]) == {"input", "preferred_output", "non_preferred_output"}
+    metrics = trainer.run_dir.read_json("metrics/train_it0000.json")
+    assert metrics["mean_malt_nodes"] > 4 and metrics["verifier.malt_pairs"] == len(lines)
+
+
+def test_malt_starts_with_expert_iteration_when_asked(dataset, tmp_path):
+    hp = params(
+        dataset,
+        trainer="pure_text_malt",
+        pure_text_malt=PureTextMaltParameters(num_initial_ei_iterations=1),
+    )
+    trainer = build_trainer(hp, settings(tmp_path / "run"))
+    trainer.train()
+    assert not trainer.run_dir.exists("malt/trees_it0000.jsonl")
+    assert trainer.run_dir.exists("malt/trees_it0001.jsonl")
+    assert "messages" in trainer.run_dir.read_jsonl("fine_tune/it0000_verifier.jsonl")[0]
+
+
+def test_a_frozen_agent_is_never_fine_tuned(dataset, tmp_path):
+    hp = params(dataset)
+    hp.agents["prover"] = PureTextAgentParameters(use_dummy_api=True, freeze_agent=True)
+    trainer = PureTextEiTrainer(hp, settings(tmp_path / "run"))
+    trainer.train()
+    prover = trainer.groups["prover"]
+    assert prover.model_name == prover.base_model_name
+    assert prover.state.model_history == []
+
+
+def test_too_few_examples_skip_fine_tuning_with_a_warning(dataset, tmp_path):
+    hp = params(dataset, text_rl=TextRlParameters(min_fine_tune_examples=1000))
+    trainer = PureTextEiTrainer(hp, settings(tmp_path / "run"))
+    with pytest.warns(UserWarning, match="fewer than text_rl.min_fine_tune_examples=1000"):
+        trainer.train(max_stages=4)
+    assert trainer.groups["verifier"].state.last_job_outcome == "insufficient_data"
+
+
+def test_the_same_seed_gives_the_same_run(dataset, tmp_path):
+    for name in ("a", "b"):
+        PureTextEiTrainer(params(dataset), settings(tmp_path / name)).train()
+    for relative in ("rollouts/train_it0001.jsonl", "fine_tune/it0000_verifier.jsonl"):
+        assert (tmp_path / "a" / relative).read_text() == (tmp_path / "b" / relative).read_text()
+
+
+# ----------------------------------------------------------------------- groups
+def test_agents_sharing_a_group_are_fine_tuned_together(dataset, tmp_path):
+    hp = params(
+        dataset,
+        interaction_protocol="debate",
+        agents={
+            "prover0": PureTextAgentParameters(use_dummy_api=True, shared_model_group="provers"),
+            "prover1": PureTextAgentParameters(use_dummy_api=True, shared_model_group="provers"),
+            "verifier": PureTextAgentParameters(use_dummy_api=True),
+        },
+        debate_protocol={"max_message_rounds": 3},
+    )
+    trainer = PureTextEiTrainer(hp, settings(tmp_path / "run"))
+    assert set(trainer.groups) == {"provers", "verifier"}
+    assert sorted(n for _, n in trainer.groups["provers"].agent_ids_and_names()) == [
+        "prover0",
+        "prover1",
+    ]
+    trainer.train()
+    lines = trainer.run_dir.read_jsonl("fine_tune/it0000_provers.jsonl")
+    systems = {line["messages"][0]["content"][:12] for line in lines}
+    assert systems == {"You are Expe"}
+    assert len({line["messages"][0]["content"].split(".")[0] for line in lines}) == 2
+
+
+def test_a_group_whose_members_disagree_is_rejected():
+    with pytest.raises(SharedModelGroupError, match="differ in lora_rank"):
+        HyperParameters(
+            interaction_protocol="mnip",
+            agents={
+                "prover0": PureTextAgentParameters(shared_model_group="p", lora_rank=8),
+                "prover1": PureTextAgentParameters(shared_model_group="p", lora_rank=16),
+            },
+        )
+
+
+def test_a_group_reports_the_seed_attributes(dataset, tmp_path):
+    trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+    group: PureTextSharedModelGroup = trainer.groups["verifier"]
+    assert group.is_trainable and group.lora_alpha == 64.0
+    assert group.max_message_rounds == 5 and group.num_epochs == 1
+    assert group.rl_learning_rate == trainer.hyper_params.rl.lr
+
+
+# ----------------------------------------------------------------------- resume
+def test_stopping_after_any_stage_and_resuming_gives_the_uninterrupted_run(dataset, tmp_path):
+    PureTextEiTrainer(params(dataset), settings(tmp_path / "straight")).train()
+    PureTextEiTrainer(params(dataset), settings(tmp_path / "stepped")).train(max_stages=1)
+    while True:
+        trainer = PureTextEiTrainer.resume(tmp_path / "stepped", settings(tmp_path / "stepped"))
+        if trainer.finished:
+            break
+        trainer.train(max_stages=1)
+    for relative in (
+        "rollouts/train_it0001.jsonl",
+        "fine_tune/it0000_prover.jsonl",
+        "metrics/test_it0001.json",
+    ):
+        straight = (tmp_path / "straight" / relative).read_text()
+        assert (tmp_path / "stepped" / relative).read_text() == straight
+
+
+def test_starting_over_an_existing_run_is_refused(dataset, tmp_path):
+    PureTextEiTrainer(params(dataset), settings(tmp_path / "run")).train(max_stages=1)
+    with pytest.raises(RunDirectoryError, match="resume"):
+        PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+
+
+def test_resuming_a_run_from_an_incompatible_version_needs_force(dataset, tmp_path):
+    PureTextEiTrainer(params(dataset), settings(tmp_path / "run")).train(max_stages=1)
+    saved = json.loads((tmp_path / "run" / "hyper_params.json").read_text())
+    saved["_schema_version"] = "9.0"
+    (tmp_path / "run" / "hyper_params.json").write_text(json.dumps(saved))
+    with pytest.raises(IncompatibleParametersError, match=r"schema 9\.0"):
+        PureTextEiTrainer.resume(tmp_path / "run")
+    assert PureTextEiTrainer.resume(tmp_path / "run", force=True).state.iteration == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_kill_minus_nine_at_random_moments_loses_and_duplicates_nothing(dataset, tmp_path):
+    """Kill the `nip run` process with SIGKILL at random points, at least 10 times, resuming
+    each time; the result must equal an uninterrupted run's."""
+    hp = params(dataset, rl=RlParameters(num_iterations=3, rollouts_per_iteration=12))
+    config = tmp_path / "config.yaml"
+    hp.save(config)
+    nip = [sys.executable, "-m", "nip.cli"]
+    common = ["--quiet", "--dummy-latency", "0.3"]  # about 10 s for the whole run
+    subprocess.run(
+        [*nip, "run", str(config), "--run-dir", str(tmp_path / "straight"), *common],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    rng = random.Random(0)
+    killed_dir = tmp_path / "killed"
+    kills = 0
+    command = [*nip, "run", str(config), "--run-dir", str(killed_dir), *common]
+    log = tmp_path / "stderr.log"
+    while True:
+        with log.open("wb") as stderr:
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+            try:
+                process.wait(timeout=rng.uniform(0.6, 2.0) if kills < 14 else 300)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+                kills += 1
+                if (killed_dir / "state.json").exists():
+                    command = [*nip, "resume", str(killed_dir), *common]
+                else:  # killed before the first stage ended: start again
+                    command = [*command, "--overwrite"] if "run" in command else command
+                continue
+        assert process.returncode == 0, log.read_text()[-2000:]
+        break
+    assert kills >= 10
+    state = json.loads((killed_dir / "state.json").read_text())
+    assert state["stage"] == "done"
+    for path in sorted((tmp_path / "straight").rglob("*.jsonl")):
+        relative = path.relative_to(tmp_path / "straight")
+        assert (killed_dir / relative).read_text() == path.read_text(), relative
+    ids = [
+        json.loads(line)["id"]
+        for line in (killed_dir / "rollouts/train_it0001.jsonl").read_text().splitlines()
+    ]
+    assert len(ids) == len(set(ids)) == 12
+    assert time.time()  # the run finished within the time-out
