@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 CacheMode = Literal["auto", "on", "off"]
+WandbMode = Literal["auto", "online", "offline", "disabled"]
 
 
 @dataclass
@@ -22,6 +23,9 @@ class ExperimentSettings:
         max_concurrency: Override every backend's limit on requests in flight.
         show_progress: Show progress bars (they are also off when TQDM_DISABLE is set).
         dummy_latency_s: Simulated latency of the dummy backend.
+        wandb_mode: Weights & Biases logging: "auto" (online with a key, else offline),
+            "online", "offline" or "disabled". ``WANDB_MODE`` overrides it.
+        wandb_project: The W&B project.
         extra: Free-form settings for extensions.
     """
 
@@ -31,6 +35,8 @@ class ExperimentSettings:
     max_concurrency: int | None = None
     show_progress: bool = True
     dummy_latency_s: float = 0.0
+    wandb_mode: WandbMode = "auto"
+    wandb_project: str = "nip"
     extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -291,3 +291,25 @@ def test_kill_minus_nine_at_random_moments_loses_and_duplicates_nothing(dataset,
     ]
     assert len(ids) == len(set(ids)) == 12
     assert time.time()  # the run finished within the time-out
+
+
+# ------------------------------------------------------------------------ W&B
+@pytest.mark.timeout(120)
+def test_metrics_go_to_an_offline_wandb_run_without_a_key(dataset, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    run_settings = settings(tmp_path / "run")
+    run_settings.wandb_mode = "auto"
+    trainer = PureTextEiTrainer(params(dataset), run_settings)
+    trainer.train()
+    offline_runs = list((tmp_path / "run" / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 1
+    assert list(offline_runs[0].glob("*.wandb"))
+
+
+def test_wandb_disabled_writes_nothing(dataset, tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run_settings = settings(tmp_path / "run")
+    run_settings.wandb_mode = "disabled"
+    PureTextEiTrainer(params(dataset), run_settings).train()
+    assert not (tmp_path / "run" / "wandb").exists()

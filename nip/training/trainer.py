@@ -119,6 +119,7 @@ class PureTextEiTrainer:
         }
         self.state = TrainerState()
         self.poll_interval_s = 2.0
+        self._logger = None
 
     # ------------------------------------------------------------------ resume
     @classmethod
@@ -169,6 +170,8 @@ class PureTextEiTrainer:
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
         """Run stages until the run is finished (or ``max_stages`` stages were run)."""
         stages_run = 0
+        if self._logger is None and not self.finished:
+            self._logger = self._make_logger()
         while not self.finished and (max_stages is None or stages_run < max_stages):
             stage = self.state.stage
             await getattr(self, f"_stage_{stage}")()
@@ -178,7 +181,27 @@ class PureTextEiTrainer:
             self.state.stages_completed += 1
             self._save_state()
             stages_run += 1
+        if self.finished and self._logger is not None:
+            self._logger.finish()
+            self._logger = None
         return self.state
+
+    def _make_logger(self):
+        from nip.training.logging import NullLogger, WandbLogger, resolve_mode
+
+        if resolve_mode(self.settings.wandb_mode) == "disabled":
+            return NullLogger()
+        return WandbLogger(
+            self.run_dir.path,
+            self.hyper_params.to_dict(),
+            mode=self.settings.wandb_mode,
+            project=self.settings.wandb_project,
+            run_name=self.run_dir.path.name,
+        )
+
+    def _log(self, metrics: dict[str, Any], prefix: str = "") -> None:
+        if self._logger is not None:
+            self._logger.log({f"{prefix}{k}": v for k, v in metrics.items()}, self._iteration)
 
     def train(self, max_stages: int | None = None) -> TrainerState:
         """Sync :meth:`train_async` (works in scripts and inside Jupyter)."""
@@ -210,6 +233,7 @@ class PureTextEiTrainer:
         transcripts = self.run_dir.load_rollouts("train", self._iteration)
         metrics = rollout_metrics(transcripts) | self._extra_metrics()
         self.run_dir.save_metrics("train", self._iteration, metrics)
+        self._log(metrics)
 
     def _extra_metrics(self) -> dict[str, Any]:
         return {}
@@ -240,7 +264,9 @@ class PureTextEiTrainer:
             )
             transcripts += batch.transcripts
         self.run_dir.save_rollouts("test", self._iteration, transcripts)
-        self.run_dir.save_metrics("test", self._iteration, rollout_metrics(transcripts))
+        metrics = rollout_metrics(transcripts)
+        self.run_dir.save_metrics("test", self._iteration, metrics)
+        self._log(metrics, prefix="test_")
 
     def _training_transcripts(self) -> list[Transcript]:
         iterations = (

@@ -1,0 +1,110 @@
+"""Where metrics go besides the run directory: Weights & Biases, if wanted.
+
+The mode is "auto" by default: online when ``WANDB_API_KEY`` is set, offline (files under the
+run directory, synced later with ``wandb sync``) when it is not; "disabled" turns W&B off,
+and the ``WANDB_MODE`` environment variable overrides everything. Starting W&B never hangs a
+run: init has a time-out, and a failure falls back to offline with a warning. The API key
+is never written anywhere by nip.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+WandbMode = Literal["auto", "online", "offline", "disabled"]
+
+
+class StatLogger(Protocol):
+    """Receives each iteration's metrics."""
+
+    def log(self, metrics: dict[str, Any], step: int) -> None: ...
+
+    def finish(self) -> None: ...
+
+
+class NullLogger:
+    """Logs nothing (metrics are in the run directory anyway)."""
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+
+def resolve_mode(mode: WandbMode) -> str:
+    """The W&B mode to use, from the setting, the environment and the presence of a key."""
+    forced = os.environ.get("WANDB_MODE")
+    if forced:
+        return forced
+    if mode == "auto":
+        return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    return mode
+
+
+class WandbLogger:
+    """Logs metrics and the run's configuration to a W&B run.
+
+    Args:
+        run_dir: The run directory; offline runs are written under it.
+        config: The hyper-parameters (as a dict) to record.
+        mode: See the module docstring.
+        project / run_name: W&B project and run name.
+        init_timeout_s: How long to wait for W&B to start before going offline.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        config: dict[str, Any],
+        *,
+        mode: WandbMode = "auto",
+        project: str = "nip",
+        run_name: str | None = None,
+        init_timeout_s: float = 30.0,
+    ):
+        import wandb
+
+        self.mode = resolve_mode(mode)
+        self._run = None
+        if self.mode == "disabled":
+            return
+        kwargs = dict(
+            project=project,
+            name=run_name,
+            id=run_name,
+            resume="allow",
+            config=config,
+            dir=str(run_dir),
+        )
+        try:
+            self._run = wandb.init(
+                mode=self.mode,
+                settings=wandb.Settings(init_timeout=init_timeout_s, silent=True),
+                **kwargs,
+            )
+        except Exception as error:  # W&B must never stop a run
+            if self.mode == "offline":
+                warnings.warn(
+                    f"W&B could not start ({error}); metrics stay in the run directory",
+                    stacklevel=2,
+                )
+                return
+            warnings.warn(f"W&B could not start online ({error}); logging offline", stacklevel=2)
+            self.mode = "offline"
+            self._run = wandb.init(mode="offline", settings=wandb.Settings(silent=True), **kwargs)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        if self._run is not None:
+            self._run.log({k: v for k, v in metrics.items() if v is not None}, step=step)
+
+    def finish(self) -> None:
+        if self._run is not None:
+            self._run.finish()
+            self._run = None
+
+    def __repr__(self) -> str:
+        return f"WandbLogger(mode={self.mode!r})"
