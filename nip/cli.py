@@ -77,6 +77,21 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_analyse(args: argparse.Namespace) -> int:
+    from nip.parameters import PureTextAgentParameters
+    from nip.training.analysis import ANALYSERS
+    from nip.training.trainer import PureTextEiTrainer
+
+    trainer = PureTextEiTrainer.resume(args.run_dir_positional, _settings(args))
+    judge = PureTextAgentParameters(
+        model_provider=args.provider, model_name=args.model, use_dummy_api=args.dummy
+    )
+    summary = trainer.analyse(judge, analysers=args.analysers or tuple(ANALYSERS))
+    for key, value in summary.items():
+        print(f"{key:<50} {'-' if value is None else f'{value:.3f}'}")
+    return 0
+
+
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache",
@@ -117,6 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
+
+    analyse = sub.add_parser("analyse", help="Judge a run's dialogues with an LLM.")
+    analyse.add_argument("run_dir_positional", metavar="RUN_DIR")
+    analyse.add_argument(
+        "--provider", default="OpenAI", choices=["OpenAI", "OpenRouter", "SelfHosted", "Local"]
+    )
+    analyse.add_argument("--model", default="gpt-4o-mini-2024-07-18", help="The judge model.")
+    analyse.add_argument("--dummy", action="store_true", help="A dummy judge (for trying out).")
+    analyse.add_argument("--analysers", nargs="*", help="Which analysers (default: all).")
+    _add_run_options(analyse)
+    analyse.set_defaults(func=_cmd_analyse, run_dir=None)
     return parser
 
 

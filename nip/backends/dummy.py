@@ -81,6 +81,9 @@ class DummyPolicy:
         """The response to ``request`` (sample ``sample_index`` of ``request.n``)."""
         rng = random.Random(f"{self.seed}:{request.cache_key(sample_index)}")
         meta = request.metadata
+        last = request.messages[-1]["content"] if request.messages else ""
+        if meta.get("expects") == "yes_no" or last.rstrip().endswith("Answer Yes or No."):
+            return rng.choice(("Yes", "No"))
         system = next((m["content"] for m in request.messages if m["role"] == "system"), "")
         is_verifier = meta.get("is_verifier")
         if is_verifier is None:

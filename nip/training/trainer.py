@@ -327,6 +327,50 @@ class PureTextEiTrainer:
         return job.fine_tuned_model
 
     # ----------------------------------------------------------------- results
+    async def analyse_async(
+        self, judge, *, analysers=None, split: str = "train"
+    ) -> dict[str, float | None]:
+        """Judge every saved dialogue of ``split`` with the ``judge`` model's parameters
+        (:class:`~nip.parameters.PureTextAgentParameters`), store the judgements under
+        ``analysis/`` and return the share of "yes" per analyser and agent."""
+        from nip.training.analysis import ANALYSERS, analyse_async, summarise
+
+        backend = self.session.backends.backend_for(judge)
+        summary: dict[str, float | None] = {}
+        for iteration in range(self.state.iteration + 1):
+            if not self.run_dir.has_rollouts(split, iteration):
+                continue
+            results = await analyse_async(
+                self.run_dir.load_rollouts(split, iteration),
+                self.session.handler,
+                backend,
+                model=judge.model_name,
+                analysers=tuple(analysers or ANALYSERS),
+                seed=self.hyper_params.seed,
+            )
+            self.run_dir.write_jsonl(
+                f"analysis/{split}_it{iteration:04d}.jsonl", [r.to_dict() for r in results]
+            )
+            iteration_summary = summarise(results)
+            self.run_dir.write_json(
+                f"analysis/{split}_it{iteration:04d}_summary.json", iteration_summary
+            )
+            summary = iteration_summary
+        return summary
+
+    def analyse(self, judge, **kwargs) -> dict[str, float | None]:
+        """Sync :meth:`analyse_async`."""
+        return run_sync(self.analyse_async(judge, **kwargs))
+
+    def analysis_dataframe(self, split: str = "train"):
+        """Every stored judgement, one row each."""
+        import pandas as pd
+
+        rows = []
+        for path in sorted((self.run_dir.path / "analysis").glob(f"{split}_it*[0-9].jsonl")):
+            rows += self.run_dir.read_jsonl(path.relative_to(self.run_dir.path).as_posix())
+        return pd.DataFrame(rows)
+
     def metrics_dataframe(self):
         """The run's metrics so far, one row per (split, iteration)."""
         return self.run_dir.metrics_dataframe()
