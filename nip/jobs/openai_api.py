@@ -1,0 +1,185 @@
+"""Fine-tuning through the OpenAI API — or any server that speaks it, such as ``nip serve``.
+
+Jobs upload a JSONL file (``purpose="fine-tune"``) and create a job with
+``method={"type": "supervised" | "dpo", ...}``. W&B integration is optional
+(``wandb_project``). Note that OpenAI is winding down self-serve fine-tuning for new users:
+this backend is supported, but the self-hosted path (``nip serve``) is the one nip centres on.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from typing import Any
+
+from nip.errors import FineTuneError
+from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec, JobStatus
+from nip.parameters import PureTextAgentParameters
+
+#: OpenAI job statuses and what nip calls them.
+STATUS_MAP: dict[str, JobStatus] = {
+    "validating_files": "pending",
+    "queued": "pending",
+    "running": "running",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "cancelled": "cancelled",
+}
+
+
+def spec_to_jsonl(spec: FineTuneSpec) -> bytes:
+    """The training file: one example per line."""
+    return "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in spec.examples).encode()
+
+
+def spec_to_method(spec: FineTuneSpec) -> dict[str, Any]:
+    """The ``method`` argument of ``fine_tuning.jobs.create``."""
+    hyperparameters: dict[str, Any] = {
+        "n_epochs": spec.num_epochs,
+        "batch_size": spec.batch_size,
+        "learning_rate_multiplier": "auto",
+    }
+    if spec.method == "dpo":
+        hyperparameters["beta"] = spec.dpo_beta if spec.dpo_beta is not None else "auto"
+        return {"type": "dpo", "dpo": {"hyperparameters": hyperparameters}}
+    return {"type": "supervised", "supervised": {"hyperparameters": hyperparameters}}
+
+
+class OpenAIFineTuneBackend:
+    """Fine-tuning jobs on the OpenAI API or a compatible server.
+
+    Args:
+        base_url: The API's base URL (None: OpenAI's).
+        api_key: The key (never shown in reprs or errors).
+        wandb_project: Report jobs to this W&B project through OpenAI's integration.
+        extra_body: Extra fields for job creation (``nip serve`` reads its LoRA settings here).
+    """
+
+    name = "openai-fine-tuning"
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        wandb_project: str | None = None,
+        send_lora_settings: bool = False,
+    ):
+        self.base_url = base_url
+        self._api_key = api_key
+        self.wandb_project = wandb_project
+        self.send_lora_settings = send_lora_settings
+        self._client = None
+
+    @classmethod
+    def from_agent_params(cls, params: PureTextAgentParameters) -> OpenAIFineTuneBackend:
+        """OpenAI for ``OpenAI``; the language-model server for ``SelfHosted``."""
+        if params.model_provider == "SelfHosted":
+            base = f"{params.language_model_server_scheme_host}:{params.language_model_server_port}"
+            key = os.environ.get("NIP_SERVER_TOKEN", "EMPTY")
+            return cls(f"{base}/v1", key, send_lora_settings=True)
+        key = os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise FineTuneError("fine-tuning with OpenAI needs the OPENAI_API_KEY variable")
+        return cls(None, key, wandb_project=os.environ.get("WANDB_OPENAI_FINETUNE_PROJECT"))
+
+    @property
+    def client(self):
+        if self._client is None:
+            from openai import AsyncOpenAI
+
+            self._client = AsyncOpenAI(base_url=self.base_url, api_key=self._api_key or "EMPTY")
+        return self._client
+
+    async def create_job(self, spec: FineTuneSpec) -> str:
+        import openai
+
+        try:
+            upload = await self.client.files.create(
+                file=("train.jsonl", io.BytesIO(spec_to_jsonl(spec))), purpose="fine-tune"
+            )
+            extra: dict[str, Any] = {}
+            if self.wandb_project:
+                extra["integrations"] = [
+                    {"type": "wandb", "wandb": {"project": self.wandb_project}}
+                ]
+            body: dict[str, Any] | None = None
+            if self.send_lora_settings:
+                body = {
+                    "lora": {
+                        "use_lora": spec.use_lora,
+                        "rank": spec.lora_rank,
+                        "alpha": spec.lora_alpha,
+                        "dropout": spec.lora_dropout,
+                        "stack": spec.stack_lora_adapters,
+                        "previous_adapter": spec.previous_adapter,
+                    },
+                    "learning_rate": spec.learning_rate,
+                }
+            job = await self.client.fine_tuning.jobs.create(
+                model=spec.base_model,
+                training_file=upload.id,
+                method=spec_to_method(spec),
+                suffix=(spec.job_name or None) and spec.job_name[:64],
+                seed=spec.seed,
+                extra_body=body,
+                **extra,
+            )
+        except openai.APIStatusError as error:
+            raise FineTuneError(f"the fine-tuning API refused the job: {_message(error)}") from None
+        return job.id
+
+    async def get_job(self, job_id: str) -> FineTuneJob:
+        import openai
+
+        try:
+            job = await self.client.fine_tuning.jobs.retrieve(job_id)
+        except openai.NotFoundError:
+            return FineTuneJob(id=job_id, status="not_found")
+        error = None
+        if job.error is not None and (job.error.message or job.error.code):
+            error = f"{job.error.code}: {job.error.message}" + (
+                f" (param {job.error.param})" if job.error.param else ""
+            )
+        return FineTuneJob(
+            id=job.id,
+            status=STATUS_MAP.get(job.status, "pending"),
+            fine_tuned_model=job.fine_tuned_model,
+            error=error,
+            trained_tokens=job.trained_tokens,
+        )
+
+    async def cancel_job(self, job_id: str) -> None:
+        await self.client.fine_tuning.jobs.cancel(job_id)
+
+    async def list_events(self, job_id: str) -> list[FineTuneEvent]:
+        page = await self.client.fine_tuning.jobs.list_events(job_id, limit=100)
+        events = [
+            FineTuneEvent(
+                created_at=float(e.created_at or time.time()),
+                level=e.level,
+                message=e.message,
+                data=dict(e.data or {}) if isinstance(e.data, dict) else {},
+            )
+            for e in page.data
+        ]
+        return sorted(events, key=lambda e: e.created_at)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_client": None, "_api_key": None}
+
+    def __repr__(self) -> str:
+        return f"OpenAIFineTuneBackend(base_url={self.base_url!r})"
+
+
+def _message(error: Exception) -> str:
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+        if isinstance(body.get("detail"), str):
+            return body["detail"]
+    return str(getattr(error, "message", error))

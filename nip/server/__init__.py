@@ -1,0 +1,1 @@
+"""The language-model server: OpenAI-compatible fine-tuning (and, with vLLM, inference)."""

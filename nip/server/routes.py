@@ -1,0 +1,183 @@
+"""FastAPI routes for files and fine-tuning jobs (see :mod:`nip.server.fine_tuning`)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nip.jobs import FineTuneBackend
+from nip.server.fine_tuning import (
+    FineTuneQueue,
+    RequestError,
+    parse_training_file,
+    validate_job_request,
+)
+from nip.server.store import ServerStore
+
+#: Largest upload accepted, in bytes.
+MAX_FILE_BYTES = 512 * 1024 * 1024
+
+
+def _error(error: RequestError):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(
+        status_code=error.status,
+        content={
+            "error": {
+                "message": str(error),
+                "type": "invalid_request_error",
+                "param": error.param,
+                "code": None,
+            }
+        },
+    )
+
+
+def add_fine_tuning_routes(
+    app,
+    store: ServerStore,
+    queue: FineTuneQueue,
+    *,
+    is_known_model: Callable[[str], bool] = lambda name: True,
+) -> None:
+    """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``."""
+    from fastapi import File, Form, Request, UploadFile
+    from fastapi.responses import Response
+
+    @app.post("/v1/files")
+    async def upload_file(file: UploadFile = File(...), purpose: str = Form(...)):  # noqa: B008
+        if purpose != "fine-tune":
+            return _error(RequestError(f"purpose={purpose!r}: only 'fine-tune' is supported"))
+        content = await file.read(MAX_FILE_BYTES + 1)
+        if len(content) > MAX_FILE_BYTES:
+            return _error(RequestError("the file is larger than 512 MiB", status=413))
+        try:
+            # Either format is fine at upload; the job's method decides which is required.
+            try:
+                parse_training_file(content, "supervised")
+            except RequestError:
+                parse_training_file(content, "dpo")
+        except RequestError as error:
+            return _error(error)
+        return store.add_file(file.filename or "upload.jsonl", purpose, content)
+
+    @app.get("/v1/files")
+    async def list_files():
+        return {"object": "list", "data": store.list_files()}
+
+    @app.get("/v1/files/{file_id}")
+    async def retrieve_file(file_id: str):
+        found = store.get_file(file_id)
+        return found or _error(RequestError(f"no file {file_id}", status=404))
+
+    @app.get("/v1/files/{file_id}/content")
+    async def file_content(file_id: str):
+        content = store.file_content(file_id)
+        if content is None:
+            return _error(RequestError(f"no file {file_id}", status=404))
+        return Response(content, media_type="application/jsonl")
+
+    @app.delete("/v1/files/{file_id}")
+    async def delete_file(file_id: str):
+        if not store.delete_file(file_id):
+            return _error(RequestError(f"no file {file_id}", status=404))
+        return {"object": "file", "id": file_id, "deleted": True}
+
+    @app.post("/v1/fine_tuning/jobs")
+    async def create_job(request: Request):
+        try:
+            body: dict[str, Any] = await request.json()
+        except json.JSONDecodeError:
+            return _error(RequestError("the request body is not JSON"))
+        try:
+            method, extra = validate_job_request(body)
+            if not is_known_model(body["model"]):
+                raise RequestError(
+                    f"model {body['model']!r} is not available for fine-tuning here",
+                    param="model",
+                )
+            content = store.file_content(body["training_file"])
+            if content is None:
+                raise RequestError(f"no file {body['training_file']}", param="training_file")
+            parse_training_file(content, method["type"])
+        except RequestError as error:
+            return _error(error)
+        job = store.add_job(
+            body["model"],
+            body["training_file"],
+            method,
+            body.get("suffix"),
+            body.get("seed"),
+            extra,
+        )
+        queue.wake()
+        return job.to_openai()
+
+    @app.get("/v1/fine_tuning/jobs")
+    async def list_jobs(limit: int = 20, after: str | None = None):
+        jobs = [j.to_openai() for j in store.list_jobs()][::-1]
+        if after is not None:
+            ids = [j["id"] for j in jobs]
+            jobs = jobs[ids.index(after) + 1 :] if after in ids else []
+        return {"object": "list", "data": jobs[:limit], "has_more": len(jobs) > limit}
+
+    @app.get("/v1/fine_tuning/jobs/{job_id}")
+    async def retrieve_job(job_id: str):
+        job = store.get_job(job_id)
+        if job is None:
+            return _error(RequestError(f"no fine-tuning job {job_id}", status=404))
+        return job.to_openai()
+
+    @app.post("/v1/fine_tuning/jobs/{job_id}/cancel")
+    async def cancel_job(job_id: str):
+        try:
+            return (await queue.cancel(job_id)).to_openai()
+        except RequestError as error:
+            return _error(error)
+
+    @app.get("/v1/fine_tuning/jobs/{job_id}/events")
+    async def job_events(job_id: str, limit: int = 20):
+        if store.get_job(job_id) is None:
+            return _error(RequestError(f"no fine-tuning job {job_id}", status=404))
+        events = store.events(job_id)
+        return {"object": "list", "data": events[:limit], "has_more": len(events) > limit}
+
+
+def create_fine_tuning_app(
+    root: str | Path,
+    backend: FineTuneBackend,
+    *,
+    max_concurrent: int = 1,
+    poll_interval_s: float = 0.2,
+    is_known_model: Callable[[str], bool] = lambda name: True,
+):
+    """A FastAPI app serving only the files and fine-tuning endpoints (its queue runs while
+    the app does)."""
+    import asyncio
+
+    from fastapi import FastAPI
+
+    store = ServerStore(root)
+    queue = FineTuneQueue(
+        store, backend, max_concurrent=max_concurrent, poll_interval_s=poll_interval_s
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        task = asyncio.create_task(queue.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            store.close()
+
+    app = FastAPI(title="nip fine-tuning", lifespan=lifespan)
+    app.state.store, app.state.queue = store, queue
+    add_fine_tuning_routes(app, store, queue, is_known_model=is_known_model)
+    return app
