@@ -1,0 +1,147 @@
+"""Local LoRA fine-tuning: each job is a training process (TRL + PEFT) with its own folder.
+
+A job's folder (``<jobs_dir>/<job id>``) holds ``spec.json``, ``status.json``,
+``events.jsonl``, ``log.txt`` and, once it succeeds, ``adapter/``. The backend keeps no state
+in memory, so a resumed run (or a restarted server) finds its jobs again; creating a job whose
+folder already exists returns the existing job rather than training twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from nip.errors import FineTuneError
+from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec
+from nip.training.run_dir import atomic_write_text
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:80] or "job"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A finished child that nobody waited for is a zombie: not alive.
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return waited == 0
+
+
+class LocalLoraFineTuneBackend:
+    """Trains LoRA adapters on this machine (CPU or GPU), one process per job.
+
+    Args:
+        jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
+        python: The interpreter that runs the training process.
+    """
+
+    name = "local-lora"
+
+    def __init__(self, jobs_dir: str | Path, python: str | None = None):
+        self.jobs_dir = Path(jobs_dir)
+        self.python = python or sys.executable
+
+    def _dir(self, job_id: str) -> Path:
+        path = (self.jobs_dir / job_id).resolve()
+        if path.parent != self.jobs_dir.resolve():
+            raise FineTuneError(f"invalid job id {job_id!r}")
+        return path
+
+    async def create_job(self, spec: FineTuneSpec) -> str:
+        if not spec.examples:
+            raise FineTuneError("a fine-tuning job needs at least one example")
+        job_id = _slug(spec.job_name or f"{spec.method}-{int(time.time())}")
+        job_dir = self._dir(job_id)
+        if (job_dir / "status.json").exists():
+            return job_id  # submitted before a restart: do not train twice
+        job_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(job_dir / "spec.json", json.dumps(spec.to_dict()))
+        # Written before the process starts; from then on only the process writes it.
+        atomic_write_text(
+            job_dir / "status.json", json.dumps({"status": "pending", "updated": time.time()})
+        )
+        with (job_dir / "log.txt").open("ab") as log:
+            process = subprocess.Popen(
+                [self.python, "-m", "nip.jobs.lora_train", str(job_dir)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={
+                    **os.environ,
+                    "HF_HUB_OFFLINE": "1",
+                    "TRANSFORMERS_OFFLINE": "1",
+                    "TOKENIZERS_PARALLELISM": "false",
+                },
+            )
+        atomic_write_text(job_dir / "pid", str(process.pid))
+        return job_id
+
+    async def get_job(self, job_id: str) -> FineTuneJob:
+        job_dir = self._dir(job_id)
+        try:
+            status = json.loads((job_dir / "status.json").read_text())
+        except FileNotFoundError:
+            return FineTuneJob(id=job_id, status="not_found")
+        state = status["status"]
+        if state in ("pending", "running"):
+            pid = self._pid(job_dir)
+            if pid is not None and not _alive(pid):
+                # The process ended without saying so (killed, out of memory...).
+                again = json.loads((job_dir / "status.json").read_text())
+                if again["status"] in ("pending", "running"):
+                    tail = (job_dir / "log.txt").read_text(errors="replace")[-1500:]
+                    return FineTuneJob(
+                        id=job_id, status="failed", error=f"the training process died:\n{tail}"
+                    )
+                status, state = again, again["status"]
+        return FineTuneJob(
+            id=job_id,
+            status=state,
+            fine_tuned_model=job_id if state == "succeeded" else None,
+            adapter_path=status.get("adapter_path"),
+            error=status.get("error"),
+            trained_tokens=status.get("trained_tokens"),
+            training_loss=status.get("training_loss"),
+        )
+
+    def _pid(self, job_dir: Path) -> int | None:
+        try:
+            return int((job_dir / "pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    async def cancel_job(self, job_id: str) -> None:
+        job_dir = self._dir(job_id)
+        try:
+            status = json.loads((job_dir / "status.json").read_text())
+        except FileNotFoundError:
+            return
+        pid = self._pid(job_dir)
+        if status["status"] in ("pending", "running") and pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+        atomic_write_text(job_dir / "status.json", json.dumps({**status, "status": "cancelled"}))
+
+    async def list_events(self, job_id: str) -> list[FineTuneEvent]:
+        path = self._dir(job_id) / "events.jsonl"
+        if not path.exists():
+            return []
+        return [FineTuneEvent(**json.loads(line)) for line in path.read_text().splitlines()]
+
+    def __repr__(self) -> str:
+        return f"LocalLoraFineTuneBackend(jobs_dir={str(self.jobs_dir)!r})"

@@ -1,0 +1,183 @@
+"""The training process of a local LoRA job: ``python -m nip.jobs.lora_train JOB_DIR``.
+
+Reads ``spec.json`` (a :class:`~nip.jobs.FineTuneSpec`), trains a LoRA adapter with TRL
+(``SFTTrainer`` or ``DPOTrainer``) and PEFT, writes it to ``JOB_DIR/adapter``, and reports
+through ``status.json`` (pending, running, succeeded, failed) and ``events.jsonl`` (losses).
+
+SFT computes the loss on the trained agent's own turns only (its ``assistant`` messages):
+chat templates without TRL's ``{% generation %}`` markers, such as SmolLM2's ChatML, get a
+marked ChatML training template.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: ChatML with the assistant's content (and its end token) marked for the loss.
+CHATML_TRAINING_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ message['content'] + '<|im_end|>' }}"
+    "{% endgeneration %}{{ '\\n' }}"
+    "{%- else %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def write_status(job_dir: Path, status: str, **fields: Any) -> None:
+    """Replace ``status.json`` atomically."""
+    from nip.training.run_dir import atomic_write_text
+
+    data = {"status": status, "updated": time.time(), **fields}
+    atomic_write_text(job_dir / "status.json", json.dumps(data))
+
+
+def add_event(job_dir: Path, message: str, level: str = "info", **data: Any) -> None:
+    line = {"created_at": time.time(), "level": level, "message": message, "data": data}
+    with (job_dir / "events.jsonl").open("a", encoding="utf-8") as file:
+        file.write(json.dumps(line) + "\n")
+
+
+def _sft_rows(examples: list[dict]) -> list[dict]:
+    return [
+        {"messages": [{"role": m["role"], "content": m["content"]} for m in e["messages"]]}
+        for e in examples
+    ]
+
+
+def _dpo_rows(examples: list[dict]) -> list[dict]:
+    def strip(messages):
+        return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+    return [
+        {
+            "prompt": strip(e["input"]["messages"]),
+            "chosen": strip(e["preferred_output"]),
+            "rejected": strip(e["non_preferred_output"]),
+        }
+        for e in examples
+    ]
+
+
+def train(job_dir: Path) -> None:
+    """Run the job described in ``job_dir/spec.json``."""
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    from nip.backends.local import ensure_local_model
+
+    spec = json.loads((job_dir / "spec.json").read_text())
+    write_status(job_dir, "running")
+    add_event(job_dir, f"Training started: {spec['method']} on {len(spec['examples'])} examples.")
+    model_dir = ensure_local_model(spec["base_model"])
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    cuda = torch.cuda.is_available()
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, local_files_only=True, dtype=torch.bfloat16 if cuda else torch.float32
+    )
+    lora = LoraConfig(
+        r=spec["lora_rank"],
+        lora_alpha=spec["lora_alpha"],
+        lora_dropout=spec["lora_dropout"],
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    peft_config: LoraConfig | None = lora
+    previous = spec.get("previous_adapter")
+    if previous:
+        if spec.get("stack_lora_adapters"):
+            # Fold the previous adapter into the weights, then train a new one on top.
+            model = PeftModel.from_pretrained(model, previous).merge_and_unload()
+        else:
+            model = PeftModel.from_pretrained(model, previous, is_trainable=True)
+            peft_config = None
+    output = job_dir / "trainer"
+
+    class Progress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs:
+                add_event(
+                    job_dir,
+                    f"step {state.global_step}: {json.dumps(logs)}",
+                    step=state.global_step,
+                    **logs,
+                )
+
+    common = dict(
+        output_dir=str(output),
+        num_train_epochs=spec["num_epochs"],
+        learning_rate=spec["learning_rate"],
+        per_device_train_batch_size=spec["batch_size"],
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=spec["seed"],
+        use_cpu=not cuda,
+        bf16=cuda,
+        max_length=1024,
+    )
+    if spec["method"] == "supervised":
+        from trl import SFTConfig, SFTTrainer
+        from trl.chat_template_utils import has_generation_markers
+
+        if not has_generation_markers(tokenizer.chat_template or ""):
+            tokenizer.chat_template = CHATML_TRAINING_TEMPLATE
+        trainer = SFTTrainer(
+            model=model,
+            args=SFTConfig(assistant_only_loss=True, **common),
+            train_dataset=Dataset.from_list(_sft_rows(spec["examples"])),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[Progress()],
+        )
+    else:
+        from trl import DPOConfig, DPOTrainer
+
+        trainer = DPOTrainer(
+            model=model,
+            args=DPOConfig(beta=spec.get("dpo_beta") or 0.1, **common),
+            train_dataset=Dataset.from_list(_dpo_rows(spec["examples"])),
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=[Progress()],
+        )
+    result = trainer.train()
+    adapter_dir = job_dir / "adapter"
+    trainer.model.save_pretrained(str(adapter_dir))
+    write_status(
+        job_dir,
+        "succeeded",
+        adapter_path=str(adapter_dir),
+        training_loss=float(result.training_loss),
+        trained_tokens=None,
+    )
+    add_event(job_dir, f"Training finished: loss {result.training_loss:.4f}.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = argv if argv is not None else sys.argv[1:]
+    job_dir = Path(args[0])
+    try:
+        train(job_dir)
+    except BaseException as error:
+        message = f"{type(error).__name__}: {error}"
+        write_status(job_dir, "failed", error=message, traceback=traceback.format_exc())
+        add_event(job_dir, f"Training failed: {message}", level="error")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
