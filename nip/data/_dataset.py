@@ -1,0 +1,127 @@
+""":class:`CodeValidationDataset`: an immutable sequence of items with a readable summary."""
+
+from __future__ import annotations
+
+import html
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, overload
+
+from nip.data._records import CodeValidationItem
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+class CodeValidationDataset(Sequence[CodeValidationItem]):
+    """The items of a code-validation dataset, in a fixed order.
+
+    Args:
+        items: The items.
+        name: Where they come from (a shipped dataset's name or a file path).
+        split: The split they were loaded for.
+        difficulty: The difficulty tier they were loaded for.
+
+    Example:
+        >>> from nip.data import load_code_validation_dataset
+        >>> dataset = load_code_validation_dataset(split="test", max_size=10)
+        >>> len(dataset), sorted({item.y for item in dataset})
+        (10, [0, 1])
+    """
+
+    def __init__(
+        self,
+        items: Sequence[CodeValidationItem],
+        *,
+        name: str = "",
+        split: str = "all",
+        difficulty: str = "all",
+    ):
+        self._items = tuple(items)
+        self.name = name
+        self.split = split
+        self.difficulty = difficulty
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> CodeValidationItem: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> CodeValidationDataset: ...
+
+    def __getitem__(self, index: int | slice) -> CodeValidationItem | CodeValidationDataset:
+        if isinstance(index, slice):
+            return CodeValidationDataset(
+                self._items[index], name=self.name, split=self.split, difficulty=self.difficulty
+            )
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[CodeValidationItem]:
+        return iter(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CodeValidationDataset):
+            return NotImplemented
+        return self._items == other._items
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def label_counts(self) -> dict[str, int]:
+        """How many items are correct (``y=1``) and incorrect (``y=0``)."""
+        counts = Counter(item.y for item in self._items)
+        return {"correct": counts[1], "incorrect": counts[0]}
+
+    def tier_counts(self) -> dict[tuple[str, int], int]:
+        """How many items there are per ``(difficulty, y)``."""
+        return dict(sorted(Counter((i.difficulty, i.y) for i in self._items).items()))
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per item; mutation and counterexample fields are flattened (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame([item.to_row() for item in self._items])
+
+    def __repr__(self) -> str:
+        labels = self.label_counts()
+        tiers = Counter(item.difficulty for item in self._items)
+        tier_text = ", ".join(f"{tier} {n}" for tier, n in sorted(tiers.items()))
+        return (
+            f"CodeValidationDataset({self.name!r}, split={self.split!r}, "
+            f"difficulty={self.difficulty!r}: {len(self)} items, {labels['correct']} correct, "
+            f"{labels['incorrect']} incorrect; {tier_text or 'empty'})"
+        )
+
+    def _repr_html_(self, max_rows: int = 5) -> str:
+        esc = html.escape
+        tiers = sorted({item.difficulty for item in self._items})
+        counts = self.tier_counts()
+        header = "".join(f"<th>{esc(t)}</th>" for t in tiers)
+        body = "".join(
+            f"<tr><th>{label}</th>"
+            + "".join(f"<td>{counts.get((t, y), 0)}</td>" for t in tiers)
+            + "</tr>"
+            for label, y in (("correct (y=1)", 1), ("incorrect (y=0)", 0))
+        )
+        rows = "".join(
+            "<tr>"
+            f"<td>{esc(item.id)}</td><td>{item.y}</td><td>{esc(item.difficulty)}</td>"
+            f"<td>{esc(item.mutation.operator if item.mutation else '')}</td>"
+            f"<td><code>{esc(_first_line(item.question))}</code></td>"
+            "</tr>"
+            for item in self._items[:max_rows]
+        )
+        return (
+            f"<div><b>{esc(repr(self))}</b>"
+            f"<table><tr><th></th>{header}</tr>{body}</table>"
+            "<table><tr><th>id</th><th>y</th><th>difficulty</th><th>mutation</th>"
+            f"<th>question</th></tr>{rows}</table></div>"
+        )
+
+
+def _first_line(text: str, limit: int = 80) -> str:
+    """The first line that says something (skipping imports and blank lines)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    chosen = next((line for line in lines if not line.startswith(("import", "from"))), "")
+    return chosen if len(chosen) <= limit else chosen[: limit - 3] + "..."

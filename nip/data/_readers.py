@@ -1,0 +1,176 @@
+"""Read code-validation items from JSONL or parquet files, checking every field.
+
+Two row layouts are understood:
+
+- *flat*: one row per solution, with ``question``, ``solution`` and ``y`` (1 correct,
+  0 incorrect), optionally ``id``, ``split``, ``difficulty``, ``source_task_id``,
+  ``entry_point``, ``mutation``, ``counterexample``, ``passes_visible_examples``;
+- *grouped* (Buggy-APPS): one row per problem, with ``question`` and list columns
+  ``solutions`` (correct) and ``buggy_solutions`` (incorrect), whose elements are code
+  strings or dicts with a ``solution`` key. Each list becomes one item per element.
+
+Rows without a ``split`` are assigned one from a hash of their problem, so that all
+solutions of one problem land in the same split.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import numbers
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from nip.data._errors import DatasetFormatError
+from nip.data._records import CodeValidationItem, Counterexample, Mutation
+from nip.protocols import datapoint_stance
+
+SPLITS = ("train", "test")
+TRAIN_FRACTION = 0.8
+
+
+def read_items(path: Path) -> list[CodeValidationItem]:
+    """All items in a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file.
+
+    Raises:
+        DatasetFormatError: A row is malformed; the message names the file, row and field.
+    """
+    items: list[CodeValidationItem] = []
+    for number, row in _rows(path):
+        if not isinstance(row, Mapping):
+            raise DatasetFormatError(path, "expected an object per row", row=number)
+        items.extend(_items_from_row(path, number, row))
+    ids = [item.id for item in items]
+    if len(set(ids)) != len(ids):
+        duplicate = next(i for i in ids if ids.count(i) > 1)
+        raise DatasetFormatError(path, f"id {duplicate!r} appears more than once", field="id")
+    return items
+
+
+def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+    name = path.name.lower()
+    if name.endswith(".parquet"):
+        yield from _parquet_rows(path)
+    elif name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
+        opener = gzip.open if name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as file:
+            for number, line in enumerate(file, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise DatasetFormatError(
+                        path, f"invalid JSON ({error.msg})", row=number
+                    ) from None
+    else:
+        raise DatasetFormatError(path, "unknown file type: expected .jsonl, .jsonl.gz or .parquet")
+
+
+def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        import pandas as pd
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "reading parquet needs pandas and pyarrow: pip install nip[notebook] pyarrow"
+        ) from error
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as error:
+        raise DatasetFormatError(path, f"not a readable parquet file ({error})") from None
+    yield from enumerate(frame.to_dict("records"), start=1)
+
+
+def _items_from_row(path: Path, number: int, row: Mapping[str, Any]) -> list[CodeValidationItem]:
+    def fail(field: str, message: str) -> DatasetFormatError:
+        return DatasetFormatError(path, message, row=number, field=field)
+
+    question = row.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise fail("question", "missing, or not a non-empty string")
+    task = row.get("source_task_id", row.get("original_problem_id", row.get("problem_id")))
+    task = str(task) if task is not None and not _is_missing(task) else _digest(question)
+    split = row.get("split")
+    if split is None or _is_missing(split):
+        split = "train" if int(_digest(task), 16) % 100 < TRAIN_FRACTION * 100 else "test"
+    elif split not in SPLITS:
+        raise fail("split", f"{split!r} is not one of {', '.join(SPLITS)}")
+    difficulty = row.get("difficulty")
+    difficulty = "unknown" if difficulty is None or _is_missing(difficulty) else str(difficulty)
+    base_id = str(row["id"]) if row.get("id") is not None else f"{path.stem}-{number}"
+    common = {
+        "question": question,
+        "split": split,
+        "difficulty": difficulty,
+        "source_task_id": task,
+    }
+
+    if "solutions" in row or "buggy_solutions" in row:
+        items = []
+        for field, y in (("solutions", 1), ("buggy_solutions", 0)):
+            values = row.get(field)
+            if values is None or _is_missing(values):
+                values = []
+            if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
+                raise fail(field, "expected a list of solutions")
+            # Each list is walked over its own length (the original used len(solutions) for both).
+            for k in range(len(values)):
+                code = _solution_text(values[k])
+                if code is None:
+                    raise fail(
+                        f"{field}[{k}]", "expected code, or an object with a 'solution' string"
+                    )
+                label = "correct" if y else "buggy"
+                items.append(_item(f"{base_id}/{label}/{k}", code, y, common, {}))
+        return items
+
+    solution = row.get("solution")
+    if not isinstance(solution, str):
+        raise fail("solution", "missing, or not a string")
+    y = row.get("y")
+    if isinstance(y, bool) or not isinstance(y, numbers.Integral) or int(y) not in (0, 1):
+        raise fail("y", f"expected 0 or 1 (an integer), got {y!r}")
+    extras = {}
+    try:
+        if isinstance(row.get("mutation"), Mapping):
+            extras["mutation"] = Mutation(**row["mutation"])
+        if isinstance(row.get("counterexample"), Mapping):
+            extras["counterexample"] = Counterexample(**row["counterexample"])
+    except TypeError as error:
+        raise fail(
+            "mutation" if "mutation" not in extras else "counterexample", str(error)
+        ) from None
+    for field in ("entry_point", "passes_visible_examples"):
+        if row.get(field) is not None and not _is_missing(row[field]):
+            extras[field] = row[field]
+    return [_item(base_id, solution, int(y), common, extras)]
+
+
+def _item(item_id: str, solution: str, y: int, common: dict, extras: dict) -> CodeValidationItem:
+    return CodeValidationItem(
+        id=item_id,
+        solution=solution,
+        y=y,
+        prover_stance=datapoint_stance(solution),
+        **common,
+        **extras,
+    )
+
+
+def _solution_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("solution"), str):
+        return value["solution"]
+    return None
+
+
+def _is_missing(value: Any) -> bool:
+    """``None`` or a float NaN (how pandas fills gaps)."""
+    return value is None or (isinstance(value, float) and value != value)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()

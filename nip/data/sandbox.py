@@ -1,0 +1,227 @@
+"""Run untrusted Python code in a separate, resource-limited subprocess.
+
+:func:`run_in_sandbox` is the one entry point. Each call gets a fresh temporary directory
+as its working directory and a fresh interpreter with:
+
+- CPU-time, address-space (memory), file-size and core-dump limits (``resource``, applied
+  in the child before it starts);
+- a wall-clock timeout, after which the whole process group is killed;
+- a network namespace of its own, with no interfaces, where the OS allows (``unshare -rn``);
+- an audit hook (see ``_sandbox_boot.py``) that ends the process when the code tries to
+  start a process, fork, open a socket, or write outside its directory.
+
+It contains accidents and resource abuse (infinite loops, memory bombs, stray writes,
+``os.system``). It is not a security boundary against code written to escape: run code
+from a hostile source in a container or VM as well.
+
+Example:
+    >>> result = run_in_sandbox("print(6 * 7)", timeout_s=5)
+    >>> result.status, result.stdout
+    ('ok', '42\\n')
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+SandboxStatus = Literal["ok", "error", "timeout", "memory", "violation", "killed"]
+"""How a sandboxed run ended.
+
+- ``ok``: the code ran to the end (exit status 0).
+- ``error``: it raised an exception or exited with a non-zero status.
+- ``timeout``: it ran past the wall-clock or CPU-time limit and was killed.
+- ``memory``: it ran out of the memory it was allowed (``MemoryError`` or killed).
+- ``violation``: it tried a forbidden operation (process, socket, write outside its directory).
+- ``killed``: it was ended by a signal for another reason (e.g. the file-size limit).
+"""
+
+_BOOT_FILE = Path(__file__).with_name("_sandbox_boot.py")
+_VIOLATION_EXIT_CODE = 97  # kept equal to _sandbox_boot.VIOLATION_EXIT_CODE
+_VIOLATION_MARK = "nip-sandbox-violation:"
+_MAX_CAPTURE_CHARS = 1_000_000
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What happened to one sandboxed run.
+
+    Attributes:
+        status: How the run ended (see :data:`SandboxStatus`).
+        reason: One human-readable line explaining ``status`` (empty when ``ok``).
+        returncode: The child's exit status; negative for a signal; ``None`` if unknown.
+        stdout: What the code printed (at most about 1 MB is kept).
+        stderr: What the code wrote to stderr, tracebacks included (same cap).
+        wall_s: Wall-clock seconds the child ran.
+    """
+
+    status: SandboxStatus
+    reason: str
+    returncode: int | None
+    stdout: str
+    stderr: str
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Whether the code ran to the end without error."""
+        return self.status == "ok"
+
+
+def run_in_sandbox(
+    code: str,
+    *,
+    timeout_s: float = 10.0,
+    cpu_s: float | None = None,
+    memory_mb: int = 512,
+    max_file_mb: int = 16,
+    files: Mapping[str, str | bytes] | None = None,
+    hash_seed: int | None = 0,
+    site_packages: bool = False,
+    isolate_network: bool = True,
+) -> SandboxResult:
+    """Run ``code`` as the main script of a fresh, confined Python process.
+
+    Args:
+        code: Python source to run. It is compiled as ``<sandbox>``.
+        timeout_s: Wall-clock limit; the process group is killed when it is reached.
+        cpu_s: CPU-time limit in seconds (defaults to ``timeout_s``).
+        memory_mb: Address-space limit of the child, in MiB.
+        max_file_mb: Largest file the child may write, stdout and stderr included, in MiB.
+        files: Extra files to place in the working directory first (name -> content).
+        hash_seed: ``PYTHONHASHSEED`` of the child, so that set and dict orders of strings
+            are reproducible; ``None`` for random hashing.
+        site_packages: Whether the child may import installed third-party packages.
+        isolate_network: Give the child an empty network namespace when the OS allows.
+
+    Returns:
+        A :class:`SandboxResult`; this function does not raise for anything the code does.
+    """
+    cpu_limit = max(1, round(cpu_s if cpu_s is not None else timeout_s))
+    with tempfile.TemporaryDirectory(prefix="nip-sandbox-") as tmp:
+        workdir = Path(tmp)
+        shutil.copyfile(_BOOT_FILE, workdir / "_nip_boot.py")
+        (workdir / "_nip_code.py").write_text(code, encoding="utf-8")
+        for name, content in (files or {}).items():
+            target = workdir / name
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content, encoding="utf-8")
+        command = [sys.executable, "-s", "-P", "-B"]
+        if not site_packages:
+            command.append("-S")
+        command.append("_nip_boot.py")
+        if isolate_network and _network_isolation_available():
+            command = ["unshare", "-rn", *command]
+        env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "HOME": tmp}
+        env["PYTHONHASHSEED"] = "random" if hash_seed is None else str(hash_seed)
+        limits = _Limits(cpu_limit, memory_mb * 2**20, max_file_mb * 2**20)
+        out_path, err_path = workdir / "_nip_stdout", workdir / "_nip_stderr"
+        with open(out_path, "wb") as out, open(err_path, "wb") as err:
+            start = time.perf_counter()
+            process = subprocess.Popen(
+                command,
+                cwd=tmp,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                preexec_fn=limits.apply,
+            )
+            timed_out = False
+            try:
+                returncode = process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                _kill_group(process.pid)
+                returncode = process.wait()
+            else:
+                _kill_group(process.pid)  # leftovers, should any exist
+            wall_s = time.perf_counter() - start
+        stdout = _read_capped(out_path)
+        stderr = _read_capped(err_path)
+    status, reason = _classify(returncode, stderr, timed_out, timeout_s, cpu_limit, memory_mb)
+    return SandboxResult(status, reason, returncode, stdout, stderr, wall_s)
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """Resource limits applied in the child between ``fork`` and ``exec``."""
+
+    cpu_s: int
+    address_space: int
+    file_size: int
+
+    def apply(self) -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size, self.file_size))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # No effect for root, but stops fork bombs for ordinary users.
+        resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
+
+
+def _classify(
+    returncode: int,
+    stderr: str,
+    timed_out: bool,
+    timeout_s: float,
+    cpu_s: int,
+    memory_mb: int,
+) -> tuple[SandboxStatus, str]:
+    """Map how the child ended to a status and a one-line reason."""
+    if timed_out:
+        return "timeout", f"wall-clock limit of {timeout_s:g} s reached"
+    if returncode == _VIOLATION_EXIT_CODE and _VIOLATION_MARK in stderr:
+        line = stderr[stderr.rindex(_VIOLATION_MARK) :].splitlines()[0]
+        return "violation", "blocked " + line[len(_VIOLATION_MARK) :].strip()
+    if returncode == 0:
+        return "ok", ""
+    if returncode in (-signal.SIGXCPU, -signal.SIGKILL) and "MemoryError" not in stderr:
+        return "timeout", f"CPU-time limit of {cpu_s} s reached"
+    if "MemoryError" in stderr:
+        return "memory", f"memory limit of {memory_mb} MiB reached"
+    if returncode == -signal.SIGXFSZ:
+        return "killed", "file-size limit reached (output too large)"
+    if returncode < 0:
+        return "killed", f"killed by signal {signal.Signals(-returncode).name}"
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    return "error", last[:300] or f"exit status {returncode}"
+
+
+def _kill_group(pid: int) -> None:
+    """Kill the process group of ``pid`` (the child and anything it left behind)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _read_capped(path: Path) -> str:
+    with open(path, "rb") as file:
+        data = file.read(_MAX_CAPTURE_CHARS)
+    return data.decode("utf-8", "replace")
+
+
+@functools.cache
+def _network_isolation_available() -> bool:
+    """Whether ``unshare -rn`` works here (user and network namespaces); checked once."""
+    if shutil.which("unshare") is None:
+        return False
+    try:
+        probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
