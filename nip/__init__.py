@@ -28,6 +28,37 @@ from nip.parameters import (
 )
 from nip.protocols import PROTOCOLS, Decision, ProtocolHandler, build_protocol_handler
 
+# Loaded on first use, so that `import nip` stays fast.
+_LAZY = {
+    "Session": "nip.session",
+    "ExperimentSettings": "nip.settings",
+    "Dialogue": "nip.rollouts.dialogue",
+    "RolloutBatch": "nip.rollouts.engine",
+    "Transcript": "nip.rollouts.records",
+    "Datapoint": "nip.rollouts.records",
+    "PureTextWholeAgent": "nip.agents.agent",
+    "OpenAiWholeAgent": "nip.agents.agent",
+    "PureTextSharedModelGroup": "nip.training.groups",
+    "OpenAiSharedModelGroup": "nip.training.groups",
+    "PureTextEiTrainer": "nip.training.trainer",
+    "PureTextMaltTrainer": "nip.training.trainer",
+    "build_trainer": "nip.training.trainer",
+    "load_code_validation_dataset": "nip.data",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'nip' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "PROTOCOLS",
     "CodeValidationParameters",
@@ -50,4 +81,5 @@ __all__ = [
     "UnknownProtocolError",
     "__version__",
     "build_protocol_handler",
+    *_LAZY,
 ]

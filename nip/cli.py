@@ -55,11 +55,26 @@ def _print_metrics(trainer) -> None:
     print(f"\nrun directory: {trainer.run_dir.path}")
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _load_config(name_or_path: str):
+    """A config file, or the name of a preset shipped in ``nip/configs`` (e.g. quickstart)."""
+    from importlib import resources
+    from pathlib import Path
+
     from nip.parameters import HyperParameters
+
+    path = Path(name_or_path)
+    if not path.exists():
+        preset = resources.files("nip.configs") / f"{name_or_path}.yaml"
+        if not preset.is_file():
+            raise SystemExit(f"nip: no config file or preset named {name_or_path!r}")
+        return HyperParameters.from_yaml(preset.read_text(encoding="utf-8"))
+    return HyperParameters.load(path)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     from nip.training.trainer import build_trainer
 
-    hyper_params = HyperParameters.load(args.config)
+    hyper_params = _load_config(args.config)
     trainer = build_trainer(hyper_params, _settings(args), overwrite=args.overwrite)
     trainer.train()
     _print_metrics(trainer)
@@ -117,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     protocols.set_defaults(func=_cmd_protocols)
 
     run = sub.add_parser("run", help="Run an experiment from a YAML or JSON config.")
-    run.add_argument("config", help="HyperParameters saved as YAML or JSON.")
+    run.add_argument("config", help="HyperParameters as YAML/JSON, or a preset (quickstart).")
     run.add_argument("--run-dir", help="Where to save the run (default: runs/<time>).")
     run.add_argument("--overwrite", action="store_true", help="Replace a run in --run-dir.")
     _add_run_options(run)

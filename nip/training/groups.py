@@ -127,8 +127,11 @@ class PureTextSharedModelGroup:
     def _spec(self, method: str, examples: list[dict[str, Any]], job_name: str | None):
         params = self.params
         from_scratch = params.fine_tune_from_scratch
+        # A local adapter continues as base model + previous adapter; an API fine-tune
+        # continues from the fine-tuned model's name.
+        continue_by_name = not from_scratch and self.state.adapter_path is None
         return FineTuneSpec(
-            base_model=self.base_model_name if from_scratch else self.model_name,
+            base_model=self.model_name if continue_by_name else self.base_model_name,
             method=method,  # type: ignore[arg-type]
             examples=tuple(examples),
             job_name=job_name,
