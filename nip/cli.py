@@ -45,11 +45,19 @@ def _settings(args: argparse.Namespace):
 
 def _print_metrics(trainer) -> None:
     rows = trainer.run_dir.metrics_records()
-    keys = ["accuracy", "precision", "recall", "no_decision_rate", "verifier.mean_episode_reward"]
-    print(f"\n{'split':<7}{'iter':>5}" + "".join(f"{k.split('.')[-1][:18]:>20}" for k in keys))
+    columns = {
+        "accuracy": "accuracy",
+        "precision": "precision",
+        "recall": "recall",
+        "no_decision_rate": "no decision",
+        "verifier.mean_episode_reward": "verifier reward",
+        "prover.mean_episode_reward": "prover reward",
+    }
+    columns = {k: v for k, v in columns.items() if any(k in row for row in rows)}
+    print(f"\n{'split':<7}{'iter':>5}" + "".join(f"{label:>17}" for label in columns.values()))
     for row in rows:
         cells = "".join(
-            f"{row[k]:>20.3f}" if isinstance(row.get(k), float) else f"{'-':>20}" for k in keys
+            f"{row[k]:>17.3f}" if isinstance(row.get(k), float) else f"{'-':>17}" for k in columns
         )
         print(f"{row['split']:<7}{row['iteration']:>5}{cells}")
     print(f"\nrun directory: {trainer.run_dir.path}")
