@@ -1,0 +1,53 @@
+"""The README's main job, end to end, with the real embedded model and real LoRA training."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from nip.cli import _load_config
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_quickstart_experiment_trains_both_agents_and_tests_them(tmp_path):
+    """The quickstart preset, shrunk to 4 dialogues per iteration to save CI time."""
+    params = _load_config("quickstart")
+    params.rl.rollouts_per_iteration = 4
+    for agent in params.agents.values():
+        agent.max_response_words = 25
+    params.text_rl.min_fine_tune_examples = 1
+    params.pure_text_ei.reward_threshold = -10.0  # keep every dialogue: both agents train
+    config = params.save(tmp_path / "quickstart.yaml")
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nip.cli",
+            "run",
+            str(config),
+            "--run-dir",
+            str(run_dir),
+            "--quiet",
+            "--cache",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=880,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "accuracy" in result.stdout and "test" in result.stdout
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["stage"] == "done"
+    for group in ("prover", "verifier"):
+        assert state["groups"][group]["model_history"] == [f"{group}-it0"]
+        assert (run_dir / "jobs" / f"{group}-it0" / "adapter" / "adapter_config.json").exists()
+    second = [json.loads(line) for line in (run_dir / "rollouts/train_it0001.jsonl").open()]
+    models = {turn["model"] for t in second for turn in t["turns"]}
+    assert models == {"prover-it0", "verifier-it0"}  # iteration 1 generated with the adapters
+    assert (run_dir / "metrics" / "test_it0001.json").exists()
