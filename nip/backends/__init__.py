@@ -11,7 +11,28 @@ from nip.backends._types import (
 )
 from nip.backends.dummy import DummyBackend, DummyPolicy
 
+_LAZY = {
+    "OpenAIBackend": "nip.backends.openai_compatible",
+    "OpenAIBackendConfig": "nip.backends.openai_compatible",
+    "BackendStats": "nip.backends.openai_compatible",
+    "MissingAPIKeyError": "nip.backends.openai_compatible",
+    "LocalBackend": "nip.backends.local",
+    "CachedBackend": "nip.backends.cache",
+    "ResponseCache": "nip.backends.cache",
+    "BackendPool": "nip.backends.pool",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'nip.backends' has no attribute {name!r}")
+
+
 __all__ = [
+    *_LAZY,
     "ChatBackend",
     "ChatMessage",
     "Completion",

@@ -6,6 +6,7 @@ connection pool. Which class serves a provider is decided here and nowhere else.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from nip.backends._types import ChatBackend
@@ -66,11 +67,8 @@ class BackendPool:
 
         backend = OpenAIBackend.from_agent_params(params)
         if settings.max_concurrency is not None:
-            backend = OpenAIBackend(
-                backend.config.__class__(
-                    **{**backend.config.__dict__, "max_concurrency": settings.max_concurrency}
-                )
-            )
+            config = dataclasses.replace(backend.config, max_concurrency=settings.max_concurrency)
+            backend = OpenAIBackend(config)
         return backend
 
     def _cached(self, backend: ChatBackend, key: str) -> ChatBackend:

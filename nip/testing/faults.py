@@ -1,0 +1,192 @@
+"""Which requests the test server makes fail, and how: a seeded, reproducible fault plan.
+
+A :class:`FaultPlan` answers one question, "what happens to the k-th chat request?", from a
+fixed schedule ("the 1st and 3rd requests get a 429") and/or seeded probabilities per kind.
+The answer depends only on the plan and k, so a test run replays exactly.
+
+Examples:
+    >>> FaultPlan.first("rate_limit", 2).fault_for(2)
+    'rate_limit'
+    >>> FaultPlan(schedule={3: "drop"}).fault_for(1) is None
+    True
+"""
+
+from __future__ import annotations
+
+import html
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from nip.backends._types import Completion
+from nip.errors import InvalidParameterError
+
+FaultKind = Literal[
+    "rate_limit",
+    "server_error",
+    "timeout",
+    "drop",
+    "malformed",
+    "content_filter",
+    "length",
+    "insufficient_credits",
+]
+"""What an injected fault does to a chat request.
+
+* ``rate_limit``: HTTP 429 with a ``Retry-After`` header.
+* ``server_error``: HTTP 500.
+* ``timeout``: the server holds the request (longer than the client waits) until the client
+  disconnects or ``timeout_hold_s`` passes, then answers normally.
+* ``drop``: the server sends the status line and closes the connection without a body.
+* ``malformed``: HTTP 200 with a truncated, unparsable JSON body.
+* ``content_filter``: a normal response whose completions have ``finish_reason
+  "content_filter"`` and no content.
+* ``length``: a normal response whose completions are cut short, ``finish_reason "length"``.
+* ``insufficient_credits``: HTTP 402.
+"""
+
+FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+
+#: Faults a client is expected to retry through (the kinds ``--fault-rate`` spreads over).
+TRANSIENT_FAULTS: tuple[FaultKind, ...] = ("rate_limit", "server_error", "drop", "malformed")
+
+#: The HTTP status of each kind that is an error response (408 only when in the body).
+ERROR_CODES: dict[FaultKind, int] = {
+    "rate_limit": 429,
+    "server_error": 500,
+    "timeout": 408,
+    "insufficient_credits": 402,
+}
+
+#: A truncated JSON body, what the ``malformed`` fault sends.
+MALFORMED_BODY = b'{"id": "chatcmpl-broken", "choices": [{"ind'
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Which chat requests the test server makes fail, and how.
+
+    Request numbers count ``POST /v1/chat/completions`` calls from 1, since the server started
+    or its stats were last reset.
+
+    Attributes:
+        schedule: ``{request number: kind}``; a scheduled request always gets that fault.
+        probabilities: ``{kind: p}``; any other request fails with a kind drawn with these
+            probabilities (their sum must be at most 1).
+        seed: Seeds the draws; the same seed gives the same faults for the same numbers.
+        retry_after_s: The ``Retry-After`` sent with a 429 (whole seconds are sent as an
+            integer, fractions as a decimal).
+        timeout_hold_s: The longest a ``timeout`` fault holds a request.
+        in_body_errors: Report ``rate_limit``, ``server_error``, ``timeout`` and
+            ``insufficient_credits`` as OpenRouter does: HTTP 200 with an ``error`` object
+            (``code`` 429/500/408/402) in the body.
+    """
+
+    schedule: Mapping[int, FaultKind] = field(default_factory=dict)
+    probabilities: Mapping[FaultKind, float] = field(default_factory=dict)
+    seed: int = 0
+    retry_after_s: float = 1.0
+    timeout_hold_s: float = 30.0
+    in_body_errors: bool = False
+
+    def __post_init__(self) -> None:
+        allowed = ", ".join(FAULT_KINDS)
+        for number, kind in self.schedule.items():
+            if kind not in FAULT_KINDS:
+                raise InvalidParameterError(f"schedule[{number}]", kind, allowed)
+            if number < 1:
+                raise InvalidParameterError("schedule", number, "request numbers from 1")
+        for kind, p in self.probabilities.items():
+            if kind not in FAULT_KINDS:
+                raise InvalidParameterError("probabilities", kind, allowed)
+            if not 0.0 <= p <= 1.0:
+                raise InvalidParameterError(f"probabilities[{kind}]", p, "0 <= p <= 1")
+        total = sum(self.probabilities.values())
+        if total > 1.0 + 1e-9:
+            raise InvalidParameterError("probabilities", total, "a total of at most 1")
+        if self.retry_after_s < 0 or self.timeout_hold_s < 0:
+            raise InvalidParameterError(
+                "retry_after_s/timeout_hold_s", (self.retry_after_s, self.timeout_hold_s), ">= 0"
+            )
+
+    @classmethod
+    def first(cls, kind: FaultKind, count: int = 1, **options: Any) -> FaultPlan:
+        """The first ``count`` requests fail with ``kind``; later ones succeed.
+
+        Args:
+            kind: The fault.
+            count: How many requests fail.
+            **options: Other fields (``retry_after_s``, ``in_body_errors``...).
+        """
+        return cls(schedule=dict.fromkeys(range(1, count + 1), kind), **options)
+
+    @classmethod
+    def always(cls, kind: FaultKind, **options: Any) -> FaultPlan:
+        """Every request fails with ``kind`` (``options`` as in :meth:`first`)."""
+        return cls(probabilities={kind: 1.0}, **options)
+
+    @classmethod
+    def random(
+        cls, rate: float, kinds: tuple[FaultKind, ...] = TRANSIENT_FAULTS, seed: int = 0
+    ) -> FaultPlan:
+        """A fraction ``rate`` of requests fail, spread evenly over ``kinds``."""
+        return cls(probabilities=dict.fromkeys(kinds, rate / len(kinds)), seed=seed)
+
+    def fault_for(self, request_number: int) -> FaultKind | None:
+        """The fault of request ``request_number`` (1-based), or None if it succeeds."""
+        if request_number in self.schedule:
+            return self.schedule[request_number]
+        if not self.probabilities:
+            return None
+        draw = random.Random(f"{self.seed}:{request_number}").random()
+        for kind, p in self.probabilities.items():
+            if draw < p:
+                return kind
+            draw -= p
+        return None
+
+    def retry_after_header(self) -> str:
+        """The ``Retry-After`` value sent with a 429."""
+        seconds = self.retry_after_s
+        return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{name}</th>"
+            f"<td style='text-align:left'>{html.escape(repr(getattr(self, name)))}</td></tr>"
+            for name in self.__dataclass_fields__
+        )
+        return f"<table><caption>FaultPlan</caption>{rows}</table>"
+
+
+def error_response(
+    fault: FaultKind, plan: FaultPlan
+) -> tuple[int, dict[str, Any], dict[str, str]] | None:
+    """Status, JSON body and headers of a fault that is an error response, else None.
+
+    With ``plan.in_body_errors`` the status is 200 and the error sits in the body, with its
+    HTTP code as ``error.code`` (OpenRouter's way). A 429 always carries ``Retry-After``.
+    """
+    if fault not in ERROR_CODES or (fault == "timeout" and not plan.in_body_errors):
+        return None
+    code = ERROR_CODES[fault]
+    headers = {"retry-after": plan.retry_after_header()} if fault == "rate_limit" else {}
+    error = {"message": f"injected fault: {fault}", "code": code}
+    if plan.in_body_errors:
+        return 200, {"error": {**error, "metadata": {}}}, headers
+    kind = {429: "rate_limit_error", 402: "billing_error"}.get(code, "server_error")
+    return code, {"error": {**error, "type": kind}}, headers
+
+
+def apply_to_completions(
+    fault: FaultKind | None, completions: list[Completion]
+) -> list[Completion]:
+    """The completions as a ``content_filter`` (no content) or ``length`` (cut short) fault
+    returns them; other faults leave them as they are."""
+    if fault == "content_filter":
+        return [Completion(text=None, finish_reason="content_filter") for _ in completions]
+    if fault == "length":
+        cut = [(c.text or "").split() for c in completions]
+        return [Completion(" ".join(w[: max(1, len(w) // 2)]), "length") for w in cut]
+    return completions
