@@ -424,9 +424,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fault-rate", type=float, default=0.0, help="share of failing requests")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
     parser.add_argument("--model", action="append", help="serve only these model names")
+    parser.add_argument(
+        "--decide-on-turn",
+        type=int,
+        default=None,
+        help="the dummy verifier decides on exactly this turn (fixed dialogue lengths)",
+    )
     args = parser.parse_args(argv)
     faults = FaultPlan.random(args.fault_rate, seed=args.seed) if args.fault_rate > 0 else None
-    app = create_app(latency_s=args.latency, faults=faults, model_names=args.model)
+    from nip.backends.dummy import DummyBackend, DummyPolicy
+
+    backend = DummyBackend(DummyPolicy(decide_on_turn=args.decide_on_turn))
+    app = create_app(backend, latency_s=args.latency, faults=faults, model_names=args.model)
     running = serve(app, args.host, args.port)
     print(f"nip test server listening on {running.base_url}", flush=True)
     try:
