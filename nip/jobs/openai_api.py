@@ -8,10 +8,12 @@ this backend is supported, but the self-hosted path (``nip serve``) is the one n
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
 import time
+import weakref
 from typing import Any
 
 from nip.errors import FineTuneError
@@ -71,7 +73,9 @@ class OpenAIFineTuneBackend:
         self._api_key = api_key
         self.wandb_project = wandb_project
         self.send_lora_settings = send_lora_settings
-        self._client = None
+        # One client per event loop: an httpx client cannot outlive the loop it was made in
+        # (sync wrappers and notebooks may use several).
+        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_agent_params(cls, params: PureTextAgentParameters) -> OpenAIFineTuneBackend:
@@ -87,11 +91,17 @@ class OpenAIFineTuneBackend:
 
     @property
     def client(self):
-        if self._client is None:
+        """The client of the running event loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
             from openai import AsyncOpenAI
 
-            self._client = AsyncOpenAI(base_url=self.base_url, api_key=self._api_key or "EMPTY")
-        return self._client
+            client = AsyncOpenAI(
+                base_url=self.base_url, api_key=self._api_key or "EMPTY", max_retries=3
+            )
+            self._clients[loop] = client
+        return client
 
     async def create_job(self, spec: FineTuneSpec) -> str:
         import openai
@@ -168,7 +178,11 @@ class OpenAIFineTuneBackend:
         return sorted(events, key=lambda e: e.created_at)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_client": None, "_api_key": None}
+        return {**self.__dict__, "_clients": None, "_api_key": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._clients = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"OpenAIFineTuneBackend(base_url={self.base_url!r})"

@@ -1,12 +1,17 @@
-"""FastAPI routes for files and fine-tuning jobs (see :mod:`nip.server.fine_tuning`)."""
+"""FastAPI routes for files and fine-tuning jobs (see :mod:`nip.server.fine_tuning`).
 
-from __future__ import annotations
+FastAPI reads the route functions' annotations at run time, so this module imports FastAPI's
+names at the top (it is only imported by the server, never by ``import nip``).
+"""
 
 import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from fastapi import File, Form, Request, UploadFile
+from fastapi.responses import JSONResponse, Response
 
 from nip.jobs import FineTuneBackend
 from nip.server.fine_tuning import (
@@ -21,9 +26,7 @@ from nip.server.store import ServerStore
 MAX_FILE_BYTES = 512 * 1024 * 1024
 
 
-def _error(error: RequestError):
-    from fastapi.responses import JSONResponse
-
+def _error(error: RequestError) -> JSONResponse:
     return JSONResponse(
         status_code=error.status,
         content={
@@ -45,8 +48,6 @@ def add_fine_tuning_routes(
     is_known_model: Callable[[str], bool] = lambda name: True,
 ) -> None:
     """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``."""
-    from fastapi import File, Form, Request, UploadFile
-    from fastapi.responses import Response
 
     @app.post("/v1/files")
     async def upload_file(file: UploadFile = File(...), purpose: str = Form(...)):  # noqa: B008

@@ -393,7 +393,7 @@ def serve(
         backlog=4096,
         limit_concurrency=None,
         timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
-        lifespan="off",
+        lifespan="auto",  # apps with a lifespan (the fine-tuning queue) need it
         ws="none",
     )
     server = uvicorn.Server(config)

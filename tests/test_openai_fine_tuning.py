@@ -1,0 +1,173 @@
+"""Fine-tuning through the OpenAI API, against the project's own server over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from nip.errors import FineTuneError, FineTuneJobFailed
+from nip.jobs import FineTuneEvent, FineTuneJob, FineTuneSpec
+from nip.jobs.openai_api import OpenAIFineTuneBackend
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.rollouts import Datapoint
+from nip.server.routes import create_fine_tuning_app
+from nip.session import Session
+from nip.settings import ExperimentSettings
+from nip.testing.server import serve
+from nip.training.groups import PureTextSharedModelGroup
+
+pytestmark = pytest.mark.timeout(120)
+
+
+class QuickTrainer:
+    """Trains nothing, after a short pause; a job whose name contains "fail" fails."""
+
+    name = "quick"
+
+    def __init__(self):
+        self.specs: dict[str, FineTuneSpec] = {}
+        self.started: dict[str, float] = {}
+
+    async def create_job(self, spec: FineTuneSpec) -> str:
+        job_id = f"quick-{len(self.specs)}"
+        self.specs[job_id], self.started[job_id] = spec, time.monotonic()
+        return job_id
+
+    async def get_job(self, job_id: str) -> FineTuneJob:
+        if job_id not in self.specs:
+            return FineTuneJob(job_id, "not_found")
+        if time.monotonic() - self.started[job_id] < 0.3:
+            return FineTuneJob(job_id, "running")
+        if "fail" in (self.specs[job_id].job_name or ""):
+            return FineTuneJob(job_id, "failed", error="CUDA out of memory (simulated)")
+        return FineTuneJob(
+            job_id, "succeeded", fine_tuned_model=f"ft:{self.specs[job_id].job_name}"
+        )
+
+    async def cancel_job(self, job_id: str) -> None:
+        return None
+
+    async def list_events(self, job_id: str) -> list[FineTuneEvent]:
+        return []
+
+
+@pytest.fixture
+def server(tmp_path):
+    trainer = QuickTrainer()
+    app = create_fine_tuning_app(
+        tmp_path / "server",
+        trainer,
+        poll_interval_s=0.05,
+        is_known_model=lambda name: name != "unknown-model",
+    )
+    running = serve(app)
+    try:
+        yield running, trainer
+    finally:
+        running.stop()
+
+
+def group_for(server_url: str, **agent) -> tuple[PureTextSharedModelGroup, Session]:
+    hp = HyperParameters(
+        agents={
+            "prover": PureTextAgentParameters(use_dummy_api=True, freeze_agent=True),
+            "verifier": PureTextAgentParameters(use_dummy_api=True, **agent),
+        },
+        text_rl={"min_fine_tune_examples": 1},
+    )
+    session = Session(hp, ExperimentSettings(show_progress=False))
+    backend = OpenAIFineTuneBackend(server_url, "test-key")
+    group = PureTextSharedModelGroup(
+        hp,
+        None,
+        session.handler,
+        {"verifier": session.agents["verifier"]},
+        "verifier",
+        fine_tune_backend=backend,
+    )
+    return group, session
+
+
+ITEMS = [Datapoint(id=f"d{i}", question="q", solution=f"s{i}", y=i % 2) for i in range(6)]
+
+
+def test_an_sft_job_goes_from_upload_to_a_new_model(server):
+    running, trainer = server
+    group, session = group_for(running.base_url)
+    batch = session.rollouts(ITEMS)
+
+    async def lifecycle():
+        job_id = await group.create_supervised_fine_tune_job(
+            {"verifier": batch.transcripts}, job_name="verifier-it0"
+        )
+        assert await group.get_fine_tune_job_status() in ("pending", "running")
+        job = await group.wait_for_fine_tune_job(poll_interval_s=0.05, timeout_s=30)
+        return job_id, job, await group.switch_to_next_model()
+
+    job_id, job, model = asyncio.run(lifecycle())
+    assert job_id.startswith("ftjob-") and job.status == "succeeded"
+    assert model == "ft:verifier-it0" and session.agents["verifier"].model_name == model
+    (spec,) = trainer.specs.values()
+    assert spec.method == "supervised" and len(spec.examples) == len(ITEMS)
+    assert spec.examples[0]["messages"][-1]["role"] == "assistant"
+
+
+def test_a_failed_job_reports_its_error(server):
+    running, _ = server
+    group, session = group_for(running.base_url)
+    batch = session.rollouts(ITEMS)
+
+    async def lifecycle():
+        await group.create_supervised_fine_tune_job(
+            {"verifier": batch.transcripts}, job_name="will-fail"
+        )
+        with pytest.raises(FineTuneJobFailed, match="CUDA out of memory"):
+            await group.wait_for_fine_tune_job(poll_interval_s=0.05, timeout_s=30)
+        return await group.fine_tune_job_failed(), await group.get_fine_tune_job_error_repr()
+
+    failed, error = asyncio.run(lifecycle())
+    assert failed and "CUDA out of memory (simulated)" in error
+
+
+def test_an_unknown_job_is_not_found(server):
+    running, _ = server
+    backend = OpenAIFineTuneBackend(running.base_url, "test-key")
+    assert asyncio.run(backend.get_job("ftjob-does-not-exist")).status == "not_found"
+
+
+def test_dpo_lines_in_the_current_format_are_accepted(server):
+    running, trainer = server
+    backend = OpenAIFineTuneBackend(running.base_url, "test-key")
+    line = {
+        "input": {"messages": [{"role": "user", "content": "Is it correct?"}]},
+        "preferred_output": [{"role": "assistant", "content": "Decision: accept"}],
+        "non_preferred_output": [{"role": "assistant", "content": "Decision: reject"}],
+    }
+    spec = FineTuneSpec("base", "dpo", (line,), job_name="dpo", dpo_beta=0.3)
+    job_id = asyncio.run(backend.create_job(spec))
+    deadline = time.monotonic() + 20
+    while (job := asyncio.run(backend.get_job(job_id))).status != "succeeded":
+        assert time.monotonic() < deadline, job
+        time.sleep(0.05)
+    (received,) = trainer.specs.values()
+    assert received.method == "dpo" and received.dpo_beta == 0.3
+    events = asyncio.run(backend.list_events(job_id))
+    assert any("succeeded" in e.message for e in events)
+
+
+def test_the_server_refuses_an_sft_file_for_a_dpo_job(server):
+    running, _ = server
+    backend = OpenAIFineTuneBackend(running.base_url, "test-key")
+    line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    with pytest.raises(FineTuneError, match=r"line 1: each line must be \{\"input\""):
+        asyncio.run(backend.create_job(FineTuneSpec("base", "dpo", (line,))))
+
+
+def test_the_server_refuses_an_unknown_model(server):
+    running, _ = server
+    backend = OpenAIFineTuneBackend(running.base_url, "test-key")
+    line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    with pytest.raises(FineTuneError, match="'unknown-model' is not available"):
+        asyncio.run(backend.create_job(FineTuneSpec("unknown-model", "supervised", (line,))))
