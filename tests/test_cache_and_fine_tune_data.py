@@ -144,3 +144,60 @@ def test_fine_tune_examples_never_contain_supervisor_messages():
     for name in names:
         for example in session.agents[name].build_fine_tune_dataset(batch.transcripts):
             assert all(m.get("name") != "Supervisor" for m in example["messages"])
+
+
+def scripted_nip_dialogue():
+    """A 5-round nip dialogue in which the verifier asks twice, then rejects."""
+    hp = HyperParameters(
+        nip_protocol={"max_message_rounds": 5},
+        agents={n: PureTextAgentParameters(use_dummy_api=True) for n in ("prover", "verifier")},
+    )
+    session = Session(hp, ExperimentSettings(show_progress=False))
+    dialogue = session.dialogue(ITEMS[0])
+    for text in (
+        "Question: a?",
+        "Answer: one.",
+        "Question: b?",
+        "Answer: two.",
+        "Decision: reject",
+    ):
+        dialogue.step(overrides={dialogue.next_speakers[0]: text})
+    return session, dialogue.transcript
+
+
+def test_the_verifiers_example_replays_the_decide_now_notice_it_saw():
+    session, transcript = scripted_nip_dialogue()
+    (example,) = session.agents["verifier"].build_fine_tune_dataset([transcript])
+    roles = [(m["role"], m["content"][:12]) for m in example["messages"]]
+    assert roles[-2:] == [("system", "You cannot a"), ("assistant", "Decision: re")]
+    verifier = session.agents["verifier"]
+    assert example["messages"][:-1] == verifier.build_chat_prompt(transcript, 4)
+
+
+def test_an_example_can_keep_what_others_said_after_the_agents_last_message():
+    session, transcript = scripted_nip_dialogue()
+    prover = session.agents["prover"]
+    (trimmed,) = prover.build_fine_tune_dataset([transcript])
+    (full,) = prover.build_fine_tune_dataset([transcript], ensure_last_message_is_assistant=False)
+    assert trimmed["messages"][-1] == {"role": "assistant", "content": "Answer: two."}
+    assert full["messages"] == trimmed["messages"]  # the verifier's decision is not a message
+
+
+def test_a_prompt_trimmed_to_the_agents_last_message_needs_one():
+    import pytest
+
+    from nip.agents import AgentNotActiveInChannelError
+
+    session, transcript = scripted_nip_dialogue()
+    with pytest.raises(AgentNotActiveInChannelError):
+        session.agents["prover"].build_chat_prompt(
+            transcript, 1, ensure_last_message_is_assistant=True
+        )
+    prompt = session.agents["verifier"].build_chat_prompt(
+        transcript,
+        2,
+        ensure_last_message_is_assistant=True,
+        replace_last_message_with_true_label=True,
+    )
+    assert prompt[-1] == {"role": "assistant", "content": "Decision: reject"}  # y = 0
+    assert prompt[-2]["role"] == "system"  # "Question: a?" was its only message

@@ -124,20 +124,53 @@ class PureTextWholeAgent:
         )
 
     def build_chat_prompt(
-        self, transcript: Transcript, round_id: int, *, include_supervisor: bool = True
+        self,
+        transcript: Transcript,
+        round_id: int,
+        *,
+        include_supervisor: bool = True,
+        ensure_last_message_is_assistant: bool = False,
+        replace_last_message_with_true_label: bool = False,
     ) -> list[ChatMessage]:
-        """The exact messages this agent is prompted with in ``round_id`` of ``transcript``."""
+        """The exact messages this agent is prompted with in ``round_id`` of ``transcript``.
+
+        Args:
+            transcript: The dialogue so far.
+            round_id: The round about to be played (or any earlier one).
+            include_supervisor: Add the supervisor message (``use_supervisor_message``).
+            ensure_last_message_is_assistant: Drop trailing messages that are not this
+                agent's, so the prompt ends with its own last message (fine-tuning).
+            replace_last_message_with_true_label: With the above, for the verifier: replace
+                that last message by the correct ``Decision: accept|reject``.
+
+        Raises:
+            AgentNotActiveInChannelError: ``ensure_last_message_is_assistant`` and the agent
+                has no message before ``round_id``.
+        """
         params = self.agent_params
-        return build_chat_prompt(
+        messages = build_chat_prompt(
             self.protocol_handler,
             self.agent_name,
             transcript,
             round_id,
             system_prompt=self.system_prompt(transcript),
-            use_supervisor_message=params.use_supervisor_message if include_supervisor else "none",
+            use_supervisor_message=params.use_supervisor_message,
+            include_supervisor=include_supervisor,
             supervisor_name=params.supervisor_name,
             max_response_words=params.max_response_words,
         )
+        if not ensure_last_message_is_assistant:
+            return messages
+        while messages and messages[-1]["role"] != "assistant":
+            messages.pop()
+        if not messages:
+            raise AgentNotActiveInChannelError(
+                f"{self.agent_name} has no message before round {round_id}"
+            )
+        if replace_last_message_with_true_label and self.is_verifier:
+            label = _STANCE_WORDS[transcript.datapoint.y]
+            messages[-1] = {"role": "assistant", "content": f"Decision: {label}"}
+        return messages
 
     #: The original's name for :meth:`build_chat_prompt`.
     _build_chat_messages_prompt = build_chat_prompt
@@ -335,48 +368,53 @@ class PureTextWholeAgent:
         """Supervised fine-tuning examples, one per transcript in which this agent spoke.
 
         Each example is ``{"messages": [...]}`` (the format of the OpenAI fine-tuning API and
-        of TRL's conversational SFT): the conversation from this agent's point of view up to
-        and including its last message. Supervisor messages are never included.
+        of TRL's conversational SFT): the whole conversation from this agent's point of view,
+        without supervisor messages.
 
         Args:
             transcripts: The dialogues to learn from.
-            ensure_last_message_is_assistant: End each example at the agent's last message.
-                (Examples always end there; False is accepted for the original's API.)
+            ensure_last_message_is_assistant: End each example at the agent's last message
+                (what SFT needs); otherwise include what others said after it.
             replace_verifier_guess_with_true_label: For the verifier, rewrite its final
-                message as the correct ``Decision: accept|reject``.
+                message as the correct ``Decision: accept|reject`` (needs the above).
         """
         examples = []
         for transcript in transcripts:
             try:
-                examples.append(
-                    {
-                        "messages": self.fine_tune_messages(
-                            transcript, replace_verifier_guess_with_true_label
-                        )
-                    }
+                messages = self.fine_tune_messages(
+                    transcript,
+                    replace_verifier_guess_with_true_label,
+                    ensure_last_message_is_assistant=ensure_last_message_is_assistant,
                 )
             except AgentNotActiveInChannelError:
                 continue
+            examples.append({"messages": messages})
         return examples
 
     def fine_tune_messages(
-        self, transcript: Transcript, replace_verifier_guess_with_true_label: bool = False
+        self,
+        transcript: Transcript,
+        replace_verifier_guess_with_true_label: bool = False,
+        *,
+        ensure_last_message_is_assistant: bool = True,
     ) -> list[ChatMessage]:
-        """One SFT conversation ending with this agent's last valid message.
+        """One SFT conversation: this agent's view of ``transcript``.
+
+        The agent's own messages are exactly the completions it generated (the prompt it saw
+        at each turn is rebuilt from the transcript).
 
         Raises:
             AgentNotActiveInChannelError: The agent wrote nothing valid in this dialogue.
         """
-        own = [t for t in transcript.turns_of(self.agent_name) if t.valid]
-        if not own:
+        if not any(t.valid for t in transcript.turns_of(self.agent_name)):
             raise AgentNotActiveInChannelError(f"{self.agent_name} did not speak")
-        last = own[-1]
-        messages = self.build_chat_prompt(transcript, last.round, include_supervisor=False)
-        content = last.raw_text
-        if replace_verifier_guess_with_true_label and self.is_verifier:
-            content = f"Decision: {_STANCE_WORDS[transcript.datapoint.y]}"
-        messages.append({"role": "assistant", "content": content})
-        return messages
+        return self.build_chat_prompt(
+            transcript,
+            transcript.num_rounds,
+            include_supervisor=False,
+            ensure_last_message_is_assistant=ensure_last_message_is_assistant,
+            replace_last_message_with_true_label=replace_verifier_guess_with_true_label,
+        )
 
     # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:

@@ -29,22 +29,6 @@ def _user_message(handler: ProtocolHandler, message: ChannelMessage) -> ChatMess
     }
 
 
-def history_messages(
-    handler: ProtocolHandler, agent_name: str, transcript: Transcript, round_id: int
-) -> list[ChatMessage]:
-    """The conversation before ``round_id`` from ``agent_name``'s point of view."""
-    messages: list[ChatMessage] = []
-    for r in range(min(round_id, transcript.num_rounds)):
-        own = transcript.turn(agent_name, r)
-        if own is not None and own.valid:
-            messages.append({"role": "assistant", "content": own.raw_text})
-        for channel in handler.channel_order(agent_name, r, transcript.seed):
-            for message in transcript.messages_in(r, channel):
-                if message.sender != agent_name:
-                    messages.append(_user_message(handler, message))
-    return messages
-
-
 def supervisor_enabled(mode: str, turn_index: int) -> bool:
     """Whether ``use_supervisor_message=mode`` adds a message on the agent's n-th turn."""
     return (
@@ -52,6 +36,51 @@ def supervisor_enabled(mode: str, turn_index: int) -> bool:
         or (mode == "first" and turn_index == 0)
         or (mode == "all_but_first" and turn_index > 0)
     )
+
+
+def shows_decide_notice(
+    handler: ProtocolHandler, agent_name: str, round_id: int, turn_index: int, mode: str
+) -> bool:
+    """Whether the verifier's prompt in ``round_id`` ends with the "decide now" notice: on
+    its last turn, when it could ask questions before, and no supervisor message replaces it."""
+    return (
+        agent_name == VERIFIER
+        and handler.max_verifier_questions > 1
+        and handler.is_last_turn(agent_name, round_id)
+        and not supervisor_enabled(mode, turn_index)
+    )
+
+
+def history_messages(
+    handler: ProtocolHandler,
+    agent_name: str,
+    transcript: Transcript,
+    round_id: int,
+    *,
+    use_supervisor_message: str = "none",
+) -> list[ChatMessage]:
+    """The conversation before ``round_id`` from ``agent_name``'s point of view.
+
+    The "decide now" notice the verifier saw on its last turn is replayed before its answer,
+    so fine-tuning examples match what it was prompted with (earlier supervisor messages are
+    not replayed, as in the original).
+    """
+    messages: list[ChatMessage] = []
+    turn_index = 0
+    for r in range(min(round_id, transcript.num_rounds)):
+        own = transcript.turn(agent_name, r)
+        if own is not None:
+            notice = shows_decide_notice(handler, agent_name, r, turn_index, use_supervisor_message)
+            turn_index += 1
+            if own.valid:
+                if notice:
+                    messages.append({"role": "system", "content": LAST_TURN_SYSTEM_MESSAGE})
+                messages.append({"role": "assistant", "content": own.raw_text})
+        for channel in handler.channel_order(agent_name, r, transcript.seed):
+            for message in transcript.messages_in(r, channel):
+                if message.sender != agent_name:
+                    messages.append(_user_message(handler, message))
+    return messages
 
 
 def build_chat_prompt(
@@ -62,28 +91,30 @@ def build_chat_prompt(
     *,
     system_prompt: str,
     use_supervisor_message: str = "none",
+    include_supervisor: bool = True,
     supervisor_name: str = "Supervisor",
     max_response_words: int = 150,
 ) -> list[ChatMessage]:
-    """The exact messages ``agent_name`` is prompted with in ``round_id``."""
+    """The exact messages ``agent_name`` is prompted with in ``round_id``.
+
+    Args:
+        use_supervisor_message: The agent's setting (none, all, first, all_but_first).
+        include_supervisor: Append this turn's supervisor message when the setting asks for
+            one (False for fine-tuning examples, which never contain them).
+    """
     messages: list[ChatMessage] = [{"role": "system", "content": system_prompt}]
-    messages += history_messages(handler, agent_name, transcript, round_id)
+    messages += history_messages(
+        handler, agent_name, transcript, round_id, use_supervisor_message=use_supervisor_message
+    )
     turn_index = sum(1 for t in transcript.turns if t.agent == agent_name and t.round < round_id)
-    is_verifier = agent_name == VERIFIER
-    questions_left = handler.max_verifier_questions - 1 - turn_index
-    with_supervisor = supervisor_enabled(use_supervisor_message, turn_index)
-    if (
-        is_verifier
-        and not with_supervisor
-        and handler.max_verifier_questions > 1
-        and handler.is_last_turn(agent_name, round_id)
-    ):
+    if shows_decide_notice(handler, agent_name, round_id, turn_index, use_supervisor_message):
         messages.append({"role": "system", "content": LAST_TURN_SYSTEM_MESSAGE})
-    if with_supervisor:
+    if include_supervisor and supervisor_enabled(use_supervisor_message, turn_index):
+        is_verifier = agent_name == VERIFIER
         text = supervisor_message(
             is_verifier=is_verifier,
             turn_index=turn_index,
-            questions_left=questions_left,
+            questions_left=handler.max_verifier_questions - 1 - turn_index,
             can_decide=handler.can_decide(round_id, transcript.seed),
             verifier_name=handler.agent(VERIFIER).human_name,
             max_response_words=max_response_words,
