@@ -51,6 +51,18 @@ class UnknownKeyError(NipError, KeyError):
         return str(self.args[0])
 
 
+class ConfigFileError(NipError, ValueError):
+    """A configuration file (or text) is not valid YAML or JSON.
+
+    Attributes:
+        path: The file, when the text came from one.
+    """
+
+    def __init__(self, message: str, *, path: Any = None):
+        self.path = path
+        super().__init__(message)
+
+
 class IncompatibleParametersError(NipError):
     """Saved parameters come from an incompatible version of the parameter schema."""
 

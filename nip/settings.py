@@ -45,4 +45,6 @@ class ExperimentSettings:
         if self.cache_path is not None:
             self.cache_path = Path(self.cache_path)
         if self.cache not in ("auto", "on", "off"):
-            raise ValueError(f"cache={self.cache!r}: expected 'auto', 'on' or 'off'")
+            from nip.errors import InvalidParameterError
+
+            raise InvalidParameterError("cache", self.cache, "'auto', 'on' or 'off'")

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
-from nip.errors import InvalidParameterError, UnknownKeyError
+from nip.errors import ConfigFileError, InvalidParameterError, UnknownKeyError
 
 _MISSING = dataclasses.MISSING
 
@@ -253,6 +253,35 @@ class BaseParameters:
             object.__setattr__(self, name, old)
             raise
 
+    def update(self, **changes: Any) -> None:
+        """Assign several fields at once, validated together; on an error nothing changes.
+
+        For fields that constrain each other (``lora_alpha`` and ``lora_alpha_scale``, a
+        protocol and its agents), where assigning them one at a time would pass through a
+        state that ``validate`` rejects.
+
+        Raises:
+            UnknownKeyError: A name matches no field.
+            InvalidParameterError: A value, or the combination, is not allowed.
+        """
+        unknown = set(changes) - self._field_names()
+        if unknown:
+            raise UnknownKeyError(type(self).__name__, unknown, self._field_names())
+        infos = {i.name: i for i in self.fields_info() if i.name in changes}
+        converted = {}
+        for name, value in changes.items():
+            converted[name] = _convert_field(infos[name].type, value, name, False)
+            _check_bounds(infos[name], converted[name], name)
+        old = {name: getattr(self, name) for name in converted}
+        for name, value in converted.items():
+            object.__setattr__(self, name, value)
+        try:
+            self.validate()
+        except Exception:
+            for name, value in old.items():
+                object.__setattr__(self, name, value)
+            raise
+
     @classmethod
     def _field_names(cls) -> frozenset[str]:
         return frozenset(f.name for f in dataclasses.fields(cls))
@@ -344,15 +373,30 @@ class BaseParameters:
 
     @classmethod
     def from_json(cls, text: str, ignore_extra_keys: bool = False) -> Self:
-        """Parse JSON text made by :meth:`to_json`."""
-        return cls.from_dict(json.loads(text), ignore_extra_keys=ignore_extra_keys)
+        """Parse JSON text made by :meth:`to_json`.
+
+        Raises:
+            ConfigFileError: The text is not JSON.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigFileError(f"not valid JSON: {error}") from None
+        return cls.from_dict(data, ignore_extra_keys=ignore_extra_keys)
 
     @classmethod
     def from_yaml(cls, text: str, ignore_extra_keys: bool = False) -> Self:
-        """Parse YAML text made by :meth:`to_yaml` (or written by hand)."""
+        """Parse YAML text made by :meth:`to_yaml` (or written by hand).
+
+        Raises:
+            ConfigFileError: The text is not YAML.
+        """
         import yaml
 
-        loaded = yaml.safe_load(text) or {}
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise ConfigFileError(f"not valid YAML: {error}") from None
         return cls.from_dict(loaded, ignore_extra_keys=ignore_extra_keys)
 
     def save(self, path: str | Path) -> Path:
@@ -367,9 +411,11 @@ class BaseParameters:
         """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix)."""
         path = Path(path)
         text = path.read_text(encoding="utf-8")
-        if path.suffix in {".yaml", ".yml"}:
-            return cls.from_yaml(text, ignore_extra_keys=ignore_extra_keys)
-        return cls.from_json(text, ignore_extra_keys=ignore_extra_keys)
+        parse = cls.from_yaml if path.suffix in {".yaml", ".yml"} else cls.from_json
+        try:
+            return parse(text, ignore_extra_keys=ignore_extra_keys)
+        except ConfigFileError as error:
+            raise ConfigFileError(f"{path}: {error}", path=path) from None
 
     # --------------------------------------------------------------------- lookup
     def get(self, address: str) -> Any:
@@ -403,6 +449,15 @@ class BaseParameters:
         return cls()
 
     # -------------------------------------------------------------------- display
+    def widget(self, **options: Any) -> Any:
+        """An ipywidgets form that edits this object in place (needs ``nip[notebook]``).
+
+        See :class:`nip.widgets.ParametersForm` for the ``options``.
+        """
+        from nip.widgets import ParametersForm
+
+        return ParametersForm(self, **options)
+
     def _repr_html_(self) -> str:
         from nip.parameters._display import parameters_to_html
 

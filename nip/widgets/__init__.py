@@ -1,0 +1,34 @@
+"""Notebook widgets (ipywidgets 8): configuration forms, the prompt inspector, the dialogue
+step-through controller and the fine-tuning launcher.
+
+::
+
+    form = params.widget()                         # ParametersForm(params)
+    PromptInspector(dialogue)                      # the exact messages an agent is sent
+    DialogueController(dialogue)                   # Next round / Regenerate / Branch / Run
+    FineTuneLauncher(group, transcripts)           # preview, launch, watch, switch
+
+Needs the ``notebook`` extra (``pip install 'nip[notebook]'``); ``import nip`` never loads it.
+"""
+
+try:
+    import ipywidgets as _ipywidgets  # noqa: F401
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError("nip.widgets needs ipywidgets 8: pip install 'nip[notebook]'") from error
+
+from nip.widgets._controls import OptionalControl
+from nip.widgets.config_form import ParametersForm, agents_for_protocol
+from nip.widgets.job_monitor import FineTuneLauncher, job_loss, job_progress
+from nip.widgets.prompt_inspector import PromptInspector
+from nip.widgets.step_controller import DialogueController
+
+__all__ = [
+    "DialogueController",
+    "FineTuneLauncher",
+    "OptionalControl",
+    "ParametersForm",
+    "PromptInspector",
+    "agents_for_protocol",
+    "job_loss",
+    "job_progress",
+]

@@ -1,0 +1,67 @@
+"""What the widgets share for display: HTML snippets (chat messages, errors, notes) and a
+plain-text repr for notebooks."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+_ROLE_COLOURS = {"system": "#f1f3f4", "user": "#e8f0fe", "assistant": "#fef7e0"}
+
+#: Style of the name column of forms, so that controls line up.
+LABEL_WIDTH = "16em"
+
+
+def escape(text: Any) -> str:
+    """``text`` as HTML-safe text."""
+    return html.escape(str(text))
+
+
+def error_html(message: str) -> str:
+    """A red line of text (empty input gives an empty string, which hides nothing)."""
+    if not message:
+        return ""
+    return f"<span style='color:#c5221f;white-space:pre-wrap'>{escape(message)}</span>"
+
+
+def note_html(text: str) -> str:
+    """A grey, small line of text."""
+    return f"<span style='color:#666;font-size:90%'>{escape(text)}</span>"
+
+
+def bubble_html(title: str, content: str, colour: str = "#f1f3f4", note: str = "") -> str:
+    """A rounded box with a bold title, an optional grey note and pre-wrapped content."""
+    note_part = f" {note_html(note)}" if note else ""
+    return (
+        f"<div style='background:{colour};border-radius:8px;padding:4px 8px;margin:3px 0;"
+        f"white-space:pre-wrap;text-align:left;font-family:inherit'><b>{escape(title)}</b>"
+        f"{note_part}<br>{escape(content)}</div>"
+    )
+
+
+def messages_html(messages: Iterable[Mapping[str, Any]]) -> str:
+    """Chat messages as boxes, in order: role (and sender name), then the content."""
+    parts = []
+    for message in messages:
+        role = str(message.get("role", "?"))
+        title = f"{role} · {message['name']}" if message.get("name") else role
+        parts.append(
+            bubble_html(title, str(message.get("content", "")), _ROLE_COLOURS.get(role, "#fff"))
+        )
+    return "".join(parts) or "<i>no messages</i>"
+
+
+def pre_html(text: str) -> str:
+    """Preformatted text (selectable, for copying)."""
+    return f"<pre style='white-space:pre-wrap;margin:0'>{escape(text)}</pre>"
+
+
+class PlainTextRepr:
+    """Mixin for widgets: ``text/plain`` is the widget's own ``repr`` in full (ipywidgets
+    cuts it at 110 characters), next to the usual widget view."""
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
+        bundle = super()._repr_mimebundle_(**kwargs) or {}  # type: ignore[misc]
+        bundle["text/plain"] = repr(self)
+        return bundle

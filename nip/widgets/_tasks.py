@@ -1,0 +1,65 @@
+"""Running a button's coroutine: on Jupyter's loop when there is one, else to completion.
+
+In a notebook, widget callbacks run on the kernel's event-loop thread, with the loop running:
+blocking there would freeze the kernel, so the coroutine becomes a task on that loop and the
+callback returns at once. From a plain script (no running loop) the coroutine simply runs to
+completion before ``click()`` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import traceback
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import ipywidgets
+
+from nip.utils.sync import run_sync
+
+
+def start(
+    coroutine: Coroutine[Any, Any, Any],
+    *,
+    on_error: Callable[[BaseException], None],
+    on_done: Callable[[], None],
+) -> asyncio.Task | None:
+    """Run ``coroutine``; report an exception to ``on_error``; call ``on_done`` at the end.
+
+    Returns:
+        The task when it was scheduled on a running loop (await it to wait for the action),
+        None when it already ran.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None:
+        try:
+            run_sync(coroutine)
+        except Exception as error:
+            on_error(error)
+        finally:
+            on_done()
+        return None
+    task = loop.create_task(coroutine)
+
+    def finished(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            on_error(task.exception())  # type: ignore[arg-type]
+        on_done()
+
+    task.add_done_callback(finished)
+    return task
+
+
+def show_error(output: ipywidgets.Output, error: BaseException) -> None:
+    """Append ``error`` and its traceback to ``output`` (shown in the notebook, kept in
+    ``output.outputs`` when there is no kernel)."""
+    text = "".join(traceback.format_exception(error))
+    output.append_stderr(text)
+
+
+def error_text(output: ipywidgets.Output) -> str:
+    """Everything written to ``output``'s stderr, as one string."""
+    return "".join(o.get("text", "") for o in output.outputs if o.get("name") == "stderr")

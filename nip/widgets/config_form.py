@@ -1,0 +1,309 @@
+"""A form generated from a parameters dataclass, editing the live object.
+
+::
+
+    params = HyperParameters.construct_test_params()
+    form = params.widget()                       # or ParametersForm(params)
+    form.controls["rl.num_iterations"].value = 5 # what a user's edit does
+    params.rl.num_iterations                     # 5
+    form.save("debate.yaml")                     # HyperParameters.load(...) == params
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import ipywidgets
+
+from nip.errors import NipError
+from nip.parameters import BaseParameters, FieldInfo, HyperParameters, PureTextAgentParameters
+from nip.protocols import VERIFIER, protocol_class
+from nip.widgets._controls import Look, control_for, field_row
+from nip.widgets._html import PlainTextRepr, error_html, note_html, pre_html
+
+
+def agents_for_protocol(
+    params: HyperParameters, protocol: str
+) -> dict[str, PureTextAgentParameters]:
+    """The agents ``params`` would have under ``protocol``.
+
+    Agents the protocol shares with the current one keep their parameters; a new agent
+    starts as a copy of an agent with the same role (verifier or prover), or from defaults.
+    """
+    agents = {}
+    for name in protocol_class(protocol).agent_names:
+        if name in params.agents:
+            agents[name] = params.agents[name]
+            continue
+        same_role = [a for n, a in params.agents.items() if (n == VERIFIER) == (name == VERIFIER)]
+        agents[name] = copy.deepcopy(same_role[0]) if same_role else PureTextAgentParameters()
+    return agents
+
+
+def _is_params_class(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseParameters)
+
+
+def _is_params_mapping(tp: Any) -> bool:
+    return get_origin(tp) in (dict, Mapping) and _is_params_class(get_args(tp)[1])
+
+
+def _subclass_choices(declared: type[BaseParameters], current: type) -> list[type]:
+    """The classes a nested field may hold: the declared class's descendants (the declared
+    class itself only when it has none, as for an abstract schedule), plus the current one."""
+    found: list[type] = []
+    stack = list(declared.__subclasses__())
+    while stack:
+        cls = stack.pop(0)
+        found.append(cls)
+        stack.extend(cls.__subclasses__())
+    choices = found or [declared]
+    return choices if current in choices else [current, *choices]
+
+
+class ParametersForm(PlainTextRepr, ipywidgets.VBox):
+    """Edit a parameters object in place: a control per field, nested groups in an
+    accordion, the agents in tabs, a YAML preview and a save button.
+
+    A change assigns the field at once, validated by the class (and by every enclosing
+    object, so agents of one shared model group stay in agreement). A value that is rejected
+    stays in its control with the reason in red beside it, and the object keeps its old value;
+    it is applied as soon as a later change to the same object makes the two valid together
+    (tick ``lora_alpha``, then untick ``lora_alpha_scale``). Changing ``interaction_protocol``
+    gives the agents of the new protocol (see :func:`agents_for_protocol`) and rebuilds their
+    tabs. Edits made to the object in code show after :meth:`refresh`.
+
+    Args:
+        params: The object to edit.
+        save_path: Where :meth:`save` writes (YAML for ``.yaml``/``.yml``, else JSON).
+
+    Attributes:
+        controls: Each field's control by dotted address (``"agents.verifier.top_p"``);
+            setting its ``value`` is what a user's edit does.
+        notes: The HTML beside each control: the field's doc, or the error in red.
+    """
+
+    def __init__(self, params: BaseParameters, *, save_path: str | Path = "params.yaml"):
+        super().__init__()
+        self.params = params
+        self.controls: dict[str, ipywidgets.DOMWidget] = {}
+        self.notes: dict[str, ipywidgets.HTML] = {}
+        self._docs: dict[str, str] = {}
+        self._errors: dict[str, str] = {}
+        self._pending: dict[str, dict[str, Any]] = {}  # object address -> rejected values
+        # mapping address -> (its signature now, rebuild its tabs, the signature it was built at)
+        self._mappings: dict[str, tuple[Callable[[], tuple], Callable[[], None], tuple]] = {}
+        self._look = Look()
+        self._body = ipywidgets.VBox()
+        self.yaml_preview = ipywidgets.HTML()
+        self.save_path = ipywidgets.Text(value=str(save_path), description="save to")
+        self.save_button = ipywidgets.Button(description="Save", icon="save")
+        self.save_status = ipywidgets.HTML()
+        self.save_button.on_click(lambda _: self.save())
+        preview = ipywidgets.Accordion([self.yaml_preview], titles=("YAML",))
+        self.children = [
+            self._body,
+            preview,
+            ipywidgets.HBox([self.save_path, self.save_button, self.save_status]),
+        ]
+        self.refresh()
+
+    # ----------------------------------------------------------------- public
+    def refresh(self) -> None:
+        """Rebuild every control from the object's current values (forgets rejected ones)."""
+        self._forget("")
+        self._body.children = [self._object_form(self.params, [], "")]
+        self._update_preview()
+
+    def error(self, address: str) -> str:
+        """The error shown beside the field at ``address`` ("" when its value was accepted)."""
+        return self._errors.get(address, "")
+
+    @property
+    def rejected(self) -> dict[str, Any]:
+        """Values shown in the form that the object did not accept, by dotted address."""
+        return {p + n: v for p, values in self._pending.items() for n, v in values.items()}
+
+    def save(self, path: str | Path | None = None) -> Path | None:
+        """Write the object to ``path`` (default: the "save to" box); None if it failed."""
+        target = Path(path if path is not None else self.save_path.value).expanduser()
+        try:
+            written = self.params.save(target)
+        except OSError as error:
+            self.save_status.value = error_html(f"not saved: {error}")
+            return None
+        message = f"saved to {written}"
+        if self.rejected:
+            message += f" (without the {len(self.rejected)} rejected value(s) in red)"
+        self.save_status.value = note_html(message)
+        return written
+
+    # ------------------------------------------------------------- building
+    def _forget(self, prefix: str) -> None:
+        for table in (self.controls, self.notes, self._docs, self._errors, self._mappings):
+            for key in [k for k in table if k.startswith(prefix)]:
+                del table[key]
+        for key in [k for k in self._pending if k.startswith(prefix)]:
+            del self._pending[key]
+
+    def _object_form(
+        self, obj: BaseParameters, ancestors: list[BaseParameters], prefix: str
+    ) -> ipywidgets.VBox:
+        rows: list[ipywidgets.Widget] = []
+        groups: list[tuple[str, ipywidgets.Widget]] = []
+        for info in obj.fields_info():
+            address = prefix + info.name
+            if _is_params_class(info.type):
+                groups.append((info.name, self._nested_form(obj, ancestors, prefix, info)))
+            elif _is_params_mapping(info.type):
+                groups.append((info.name, self._mapping_form(obj, ancestors, info.name, address)))
+            else:
+                control = control_for(info, getattr(obj, info.name), self._look)
+                control.observe(partial(self._changed, obj, ancestors, prefix, info.name), "value")
+                rows.append(self._register(address, info.doc, control))
+        if groups:
+            titles = tuple(title for title, _ in groups)
+            rows.append(ipywidgets.Accordion([w for _, w in groups], titles=titles))
+        return self._look.make(ipywidgets.VBox, children=rows)
+
+    def _register(self, address: str, doc: str, control: ipywidgets.DOMWidget) -> ipywidgets.HBox:
+        row, note = field_row(address.rsplit(".", 1)[-1], doc, control, self._look)
+        self.controls[address], self.notes[address], self._docs[address] = control, note, doc
+        return row
+
+    def _nested_form(
+        self,
+        parent: BaseParameters,
+        ancestors: list[BaseParameters],
+        prefix: str,
+        info: FieldInfo,
+    ) -> ipywidgets.VBox:
+        address = prefix + info.name
+        box = ipywidgets.VBox()
+        choices = _subclass_choices(info.type, type(getattr(parent, info.name)))
+
+        def build() -> None:
+            child = getattr(parent, info.name)
+            self._forget(address + ".")
+            form = self._object_form(child, [*ancestors, parent], address + ".")
+            if len(choices) == 1:
+                box.children = [form]
+                return
+            picker = ipywidgets.Dropdown(
+                options=[(c.__name__, c) for c in choices], value=type(child)
+            )
+            picker.observe(pick, "value")
+            box.children = [self._register(address, "Which kind.", picker), form]
+
+        def pick(change: Any) -> None:
+            if self._assign(parent, ancestors, prefix, info.name, change["new"]()):
+                build()
+
+        build()
+        return box
+
+    def _mapping_form(
+        self, parent: BaseParameters, ancestors: list[BaseParameters], name: str, address: str
+    ) -> ipywidgets.Tab:
+        tab = ipywidgets.Tab()
+
+        def signature() -> tuple:
+            mapping = getattr(parent, name)
+            return tuple(mapping), tuple(id(v) for v in mapping.values())
+
+        def build() -> None:
+            mapping = getattr(parent, name)
+            self._forget(address + ".")
+            tab.children = [
+                self._object_form(value, [*ancestors, parent], f"{address}.{key}.")
+                for key, value in mapping.items()
+            ]
+            tab.titles = tuple(str(key) for key in mapping)
+            self._mappings[address] = (signature, build, signature())
+
+        build()
+        return tab
+
+    # -------------------------------------------------------------- changes
+    def _changed(
+        self,
+        obj: BaseParameters,
+        ancestors: list[BaseParameters],
+        prefix: str,
+        name: str,
+        change: Any,
+    ) -> None:
+        self._assign(obj, ancestors, prefix, name, change["new"])
+
+    def _assign(
+        self,
+        obj: BaseParameters,
+        ancestors: list[BaseParameters],
+        prefix: str,
+        name: str,
+        value: Any,
+    ) -> bool:
+        """Assign ``obj.name = value`` (with the object's rejected values if together they
+        are valid); show the error if it is rejected. Returns whether it was accepted."""
+        pending = self._pending.setdefault(prefix, {})
+        pending.pop(name, None)
+        attempts = [{**pending, name: value}, {name: value}] if pending else [{name: value}]
+        error: Exception | None = None
+        for changes in attempts:
+            try:
+                _apply(obj, ancestors, changes)
+            except NipError as rejected:
+                error = rejected
+                continue
+            for field in changes:
+                pending.pop(field, None)
+                self._show_error(prefix + field, "")
+            self._sync_mappings()
+            self._update_preview()
+            return True
+        pending[name] = value
+        self._show_error(prefix + name, str(error))
+        return False
+
+    def _show_error(self, address: str, message: str) -> None:
+        if message:
+            self._errors[address] = message
+        else:
+            self._errors.pop(address, None)
+        note = self.notes.get(address)
+        if note is not None:
+            doc = note_html(self._docs.get(address, ""))
+            note.value = f"{error_html(message)}<br>{doc}" if message else doc
+
+    def _sync_mappings(self) -> None:
+        for address, (signature, build, seen) in list(self._mappings.items()):
+            if address in self._mappings and signature() != seen:
+                build()
+
+    def _update_preview(self) -> None:
+        self.yaml_preview.value = pre_html(self.params.to_yaml())
+
+    def __repr__(self) -> str:
+        return (
+            f"ParametersForm({type(self.params).__name__}, fields={len(self.controls)}, "
+            f"rejected={len(self.rejected)})"
+        )
+
+
+def _apply(obj: BaseParameters, ancestors: list[BaseParameters], changes: dict[str, Any]) -> None:
+    """Assign ``changes`` to ``obj`` together; undo them if an enclosing object objects."""
+    changes = dict(changes)
+    if isinstance(obj, HyperParameters) and "interaction_protocol" in changes:
+        changes.setdefault("agents", agents_for_protocol(obj, changes["interaction_protocol"]))
+    old = {name: getattr(obj, name) for name in changes}
+    obj.update(**changes)
+    try:
+        for ancestor in reversed(ancestors):
+            ancestor.validate()
+    except Exception:
+        obj.update(**old)
+        raise
