@@ -1,0 +1,62 @@
+"""Plotly figures of nip's results: MALT trees, accuracy with confidence intervals, protocols.
+
+``import nip`` never loads plotly or pandas; importing ``nip.viz`` does. The tree viewer
+(ipywidgets) loads on first use.
+
+::
+
+    from nip.viz import load_run, plot_tree, TreeViewer
+
+    run = load_run("runs/exp1")
+    run.plot_accuracy()
+    plot_tree(run.trees(0)[0], agent="verifier")
+"""
+
+from nip.viz.compare import (
+    compare_protocols,
+    comparison_table,
+    run_protocols,
+    run_protocols_async,
+)
+from nip.viz.confusion import confusion_matrix, plot_confusion
+from nip.viz.intervals import wilson_interval
+from nip.viz.results import (
+    RunResults,
+    accuracy_table,
+    load_run,
+    plot_accuracy,
+    plot_rewards,
+)
+from nip.viz.tree_layout import NodePosition, tree_layout
+from nip.viz.tree_plot import plot_tree
+from nip.viz.tree_summary import plot_trees_summary
+
+__all__ = [
+    "NodePosition",
+    "RunResults",
+    "TreeViewer",
+    "accuracy_table",
+    "compare_protocols",
+    "comparison_table",
+    "confusion_matrix",
+    "figure_widget_available",
+    "load_run",
+    "plot_accuracy",
+    "plot_confusion",
+    "plot_rewards",
+    "plot_tree",
+    "plot_trees_summary",
+    "run_protocols",
+    "run_protocols_async",
+    "tree_layout",
+    "wilson_interval",
+]
+
+
+def __getattr__(name: str):
+    # The viewer needs ipywidgets (and anywidget for clicks): load it only when asked for.
+    if name in ("TreeViewer", "figure_widget_available"):
+        from nip.viz import tree_viewer
+
+        return getattr(tree_viewer, name)
+    raise AttributeError(f"module 'nip.viz' has no attribute {name!r}")

@@ -1,0 +1,83 @@
+"""The verifier's decisions against the true labels: a confusion matrix with counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from nip.protocols import Decision
+from nip.rollouts.records import Transcript
+from nip.viz import _style
+
+LABELS = {1: "correct solution", 0: "incorrect solution"}
+DECISIONS = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
+
+
+def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
+    """How often the verifier accepted, rejected or did not decide, per true label.
+
+    Args:
+        transcripts: Finished dialogues (a list, a ``RolloutBatch``...).
+
+    Returns:
+        Integer counts; rows "correct solution" and "incorrect solution" (the true label),
+        columns "accept", "reject" and "no decision".
+    """
+    counts = pd.DataFrame(
+        0, index=list(LABELS.values()), columns=list(DECISIONS.values()), dtype=int
+    )
+    for transcript in transcripts:
+        counts.loc[LABELS[transcript.datapoint.y], DECISIONS[transcript.decision]] += 1
+    counts.index.name = "true label"
+    counts.columns.name = "verifier decision"
+    return counts
+
+
+def plot_confusion(transcripts: Iterable[Transcript], *, title: str | None = None) -> go.Figure:
+    """A heatmap of :func:`confusion_matrix`, each cell showing its count and row share.
+
+    The right decisions are accept on a correct solution and reject on an incorrect one;
+    "no decision" counts as wrong in the accuracy.
+
+    Args:
+        transcripts: Finished dialogues.
+        title: The figure's title.
+
+    Returns:
+        A figure with one ``go.Heatmap`` whose ``z`` holds the counts.
+    """
+    counts = confusion_matrix(transcripts)
+    totals = counts.sum(axis=1)
+    text = [
+        [
+            f"{count}<br>({count / totals[label]:.0%})" if totals[label] else "0"
+            for count in counts.loc[label]
+        ]
+        for label in counts.index
+    ]
+    figure = go.Figure(
+        go.Heatmap(
+            z=counts.to_numpy().tolist(),
+            x=list(counts.columns),
+            y=list(counts.index),
+            text=text,
+            texttemplate="%{text}",
+            textfont=dict(size=15),
+            colorscale="Blues",
+            showscale=False,
+            xgap=2,
+            ygap=2,
+            hovertemplate="true label: %{y}<br>verifier: %{x}<br>%{z} dialogues<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        template=_style.TEMPLATE,
+        title=dict(text=title or f"Verifier decisions ({int(totals.sum())} dialogues)"),
+        xaxis=dict(title=dict(text="verifier decision"), side="bottom"),
+        yaxis=dict(title=dict(text="true label"), autorange="reversed"),
+        width=560,
+        height=380,
+    )
+    return figure

@@ -1,0 +1,226 @@
+"""A MALT response tree as a node-link figure, coloured by one agent's expected reward.
+
+Traces, always in this order (so a widget can restyle them in place)::
+
+    edges, pair links, preferred rings, non-preferred rings, nodes, one legend entry per speaker
+
+Each trace's ``meta`` names its role ("edges", "pair_links", "preferred", "non_preferred",
+"nodes", "speaker"); the node trace's ``customdata`` holds the node ids, so a click handler
+can find the node that was clicked.
+"""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from nip.training.malt_tree import ResponseTree
+from nip.viz import _style
+from nip.viz._text import ROOT_LABEL, label_name, node_hover, speaker_label
+from nip.viz.tree_layout import NodePosition, tree_layout
+
+NODE_SIZE = 15
+RING_SIZE = 27
+LEGEND_OUTLINE = dict(color=_style.NODE_OUTLINE, width=1.5)
+
+
+def tree_agents(tree: ResponseTree) -> list[str]:
+    """The agents the tree has expected rewards for, the verifier first."""
+    names = {a for node in tree.nodes.values() for a in node.expected_reward}
+    return sorted(names, key=lambda a: (a != "verifier", a))
+
+
+def expected_rewards(tree: ResponseTree, agent: str) -> dict[str, float]:
+    """Each node's expected reward for ``agent``.
+
+    Raises:
+        ValueError: The tree has no expected rewards for ``agent``.
+    """
+    available = tree_agents(tree)
+    if agent not in available:
+        hint = (
+            f"it has them for: {', '.join(available)}"
+            if available
+            else "call tree.compute_expected_rewards(agent_names) first"
+        )
+        raise ValueError(f"tree {tree.tree_id!r} has no expected rewards for {agent!r}; {hint}")
+    return {node_id: node.expected_reward.get(agent, 0.0) for node_id, node in tree.nodes.items()}
+
+
+def colour_range(
+    values: list[float], reward_range: tuple[float, float] | None
+) -> tuple[float, float]:
+    """``reward_range`` if given, else the values' range (widened when they are all equal)."""
+    if reward_range is not None:
+        return reward_range
+    low, high = min(values), max(values)
+    return (low - 0.5, high + 0.5) if low == high else (low, high)
+
+
+def plot_tree(
+    tree: ResponseTree,
+    agent: str = "verifier",
+    *,
+    reward_range: tuple[float, float] | None = None,
+    max_chars: int = 300,
+    title: str | None = None,
+) -> go.Figure:
+    """Draw ``tree`` level by level, nodes coloured by ``agent``'s expected reward.
+
+    Node symbols show who spoke; ``agent``'s preference pairs are ringed (green: preferred,
+    magenta: non-preferred) and joined by a dashed line. Hovering a node shows its message
+    (truncated), decision, expected and round rewards.
+
+    Args:
+        tree: A tree whose expected rewards have been computed (as MALT does).
+        agent: Whose expected reward colours the nodes and whose pairs are marked.
+        reward_range: The colour scale's ends (e.g. the agent's min and max reward); by
+            default the range of the values in this tree.
+        max_chars: Longest message shown on hover.
+        title: The figure's title (a default names the tree, datapoint and agent).
+
+    Returns:
+        The figure; ``figure.data`` with ``meta == "nodes"`` carries node ids in
+        ``customdata``.
+    """
+    rewards = expected_rewards(tree, agent)
+    layout = tree_layout(tree)
+    ids = list(layout)
+    speakers = [speaker_label(tree.nodes[i]) for i in ids]
+    symbols = {ROOT_LABEL: _style.ROOT_SYMBOL}
+    symbols.update(_style.speaker_symbols([s for s in speakers if s != ROOT_LABEL]))
+    colours = [rewards[i] for i in ids]
+    cmin, cmax = colour_range(colours, reward_range)
+
+    pairs = [p for p in tree.pairs if p.agent == agent]
+    traces = [
+        _edges(tree, layout),
+        _pair_links(pairs, layout, agent),
+        _rings([p.chosen_id for p in pairs], layout, "preferred", agent),
+        _rings([p.rejected_id for p in pairs], layout, "non_preferred", agent),
+        go.Scatter(
+            x=[layout[i].x for i in ids],
+            y=[layout[i].depth for i in ids],
+            mode="markers",
+            meta="nodes",
+            name="nodes",
+            showlegend=False,
+            customdata=ids,
+            hovertext=[node_hover(tree, tree.nodes[i], agent, max_chars) for i in ids],
+            hovertemplate="%{hovertext}<extra></extra>",
+            marker=dict(
+                size=NODE_SIZE,
+                color=colours,
+                cmin=cmin,
+                cmax=cmax,
+                colorscale=_style.REWARD_COLORSCALE,
+                symbol=[symbols[s] for s in speakers],
+                line=dict(color=_style.NODE_OUTLINE, width=1),
+                colorbar=dict(title=dict(text=f"{agent}<br>expected<br>reward"), thickness=14),
+            ),
+        ),
+    ]
+    traces += [
+        go.Scatter(
+            x=[None],
+            y=[None],
+            mode="markers",
+            meta="speaker",
+            name=ROOT_LABEL if speaker == ROOT_LABEL else f"{speaker} spoke",
+            legendgroup="speakers",
+            marker=dict(symbol=symbol, size=11, color="#ffffff", line=LEGEND_OUTLINE),
+        )
+        for speaker, symbol in symbols.items()
+        if speaker in speakers
+    ]
+    figure = go.Figure(traces)
+    depths = sorted({p.depth for p in layout.values()})
+    round_at = {layout[i].depth: tree.nodes[i].round for i in ids}
+    figure.update_layout(
+        template=_style.TEMPLATE,
+        title=dict(text=title or _default_title(tree, agent)),
+        height=220 + 80 * len(depths),
+        hovermode="closest",
+        hoverlabel=dict(align="left"),
+        legend=dict(orientation="h", yanchor="top", y=-0.02, xanchor="left", x=0),
+        xaxis=dict(visible=False),
+        yaxis=dict(
+            title=dict(text="round"),
+            autorange="reversed",
+            tickmode="array",
+            tickvals=depths,
+            ticktext=[ROOT_LABEL if d == 0 else f"round {round_at[d]}" for d in depths],
+            showgrid=False,
+            zeroline=False,
+        ),
+        margin=dict(l=70, r=30, t=80, b=60),
+    )
+    return figure
+
+
+def _default_title(tree: ResponseTree, agent: str) -> str:
+    return (
+        f"MALT tree {tree.tree_id}: {agent}'s expected reward<br><sup>{tree.protocol} · "
+        f"datapoint {tree.datapoint.id} ({label_name(tree.datapoint.y)} solution) · "
+        f"{len(tree.leaves())} leaves · {len(tree.pairs)} preference pairs</sup>"
+    )
+
+
+def _edges(tree: ResponseTree, layout: dict[str, NodePosition]) -> go.Scatter:
+    x: list[float | None] = []
+    y: list[float | None] = []
+    for node_id, position in layout.items():
+        parent = tree.nodes[node_id].parent_id
+        if parent is not None:
+            x += [layout[parent].x, position.x, None]
+            y += [layout[parent].depth, position.depth, None]
+    return go.Scatter(
+        x=x,
+        y=y,
+        mode="lines",
+        meta="edges",
+        name="edges",
+        showlegend=False,
+        hoverinfo="skip",
+        line=dict(color=_style.EDGE_COLOUR, width=1.5),
+    )
+
+
+def _pair_links(pairs, layout: dict[str, NodePosition], agent: str) -> go.Scatter:
+    x: list[float | None] = []
+    y: list[float | None] = []
+    for pair in pairs:
+        chosen, rejected = layout[pair.chosen_id], layout[pair.rejected_id]
+        x += [chosen.x, rejected.x, None]
+        y += [chosen.depth, rejected.depth, None]
+    return go.Scatter(
+        x=x,
+        y=y,
+        mode="lines",
+        meta="pair_links",
+        name=f"preference pair ({agent})",
+        legendgroup="pairs",
+        showlegend=bool(pairs),
+        hoverinfo="skip",
+        line=dict(color=_style.PAIR_LINK_COLOUR, width=1.5, dash="dash"),
+    )
+
+
+def _rings(node_ids: list[str], layout: dict[str, NodePosition], role: str, agent: str):
+    preferred = role == "preferred"
+    return go.Scatter(
+        x=[layout[i].x for i in node_ids],
+        y=[layout[i].depth for i in node_ids],
+        mode="markers",
+        meta=role,
+        name=f"{'preferred' if preferred else 'non-preferred'} ({agent})",
+        legendgroup="pairs",
+        showlegend=bool(node_ids),
+        customdata=node_ids,
+        hoverinfo="skip",  # hovering or clicking reaches the node underneath
+        marker=dict(
+            symbol="circle-open",
+            size=RING_SIZE,
+            color=_style.PREFERRED_COLOUR if preferred else _style.NON_PREFERRED_COLOUR,
+            line=dict(width=3),
+        ),
+    )

@@ -1,0 +1,207 @@
+"""Browse a MALT tree in Jupyter: click a node to read its prompt and the dialogue so far.
+
+The figure is a ``go.FigureWidget`` when ``anywidget`` is installed (plotly 6+ needs it for
+widgets); otherwise the static figure is shown and nodes are chosen from the drop-down only.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from nip.rollouts._transcript_html import transcript_to_html
+from nip.training.malt_tree import ResponseTree
+from nip.viz._text import VERDICTS, format_rewards, speaker_label
+from nip.viz.tree_plot import plot_tree, tree_agents
+
+
+def figure_widget_available() -> bool:
+    """Whether plotly can make a ``FigureWidget`` here (plotly 6+ needs ``anywidget``)."""
+    try:
+        go.FigureWidget()
+    except ImportError:
+        return False
+    return True
+
+
+class TreeViewer(widgets.VBox):
+    """A tree figure, an agent chooser that recolours it, and a panel for the chosen node.
+
+    Args:
+        tree: The tree to browse (expected rewards computed).
+        agent: Whose expected reward colours the nodes at first.
+        agents: The dialogue's agents by name (e.g. ``session.agents``): when given, the panel
+            shows the exact chat prompt behind each message.
+        interactive: Use a clickable ``FigureWidget``; by default when ``anywidget`` is
+            installed.
+        plot_options: Passed on to :func:`~nip.viz.plot_tree`.
+
+    Example::
+
+        TreeViewer(trainer.load_trees(0)[0], agents=trainer.session.agents)
+    """
+
+    def __init__(
+        self,
+        tree: ResponseTree,
+        agent: str = "verifier",
+        *,
+        agents: Mapping[str, Any] | None = None,
+        interactive: bool | None = None,
+        **plot_options: Any,
+    ):
+        self.tree = tree
+        self.agents = dict(agents or {})
+        self._plot_options = plot_options
+        figure = plot_tree(tree, agent, **plot_options)
+        self.interactive = figure_widget_available() if interactive is None else interactive
+        self.agent_picker = widgets.Dropdown(
+            options=tree_agents(tree), value=agent, description="colour by"
+        )
+        node_ids = figure.data[_index(figure, "nodes")].customdata
+        self.node_picker = widgets.Dropdown(
+            options=[(self._node_option(i), i) for i in node_ids],
+            value=tree.tree_id,
+            description="node",
+            layout=widgets.Layout(width="32em"),
+        )
+        self.details = widgets.HTML()
+        if self.interactive:
+            self.figure = go.FigureWidget(figure)
+            self.figure.data[_index(figure, "nodes")].on_click(self._on_click)
+            plot: widgets.Widget = self.figure
+        else:
+            self.figure = figure
+            plot = widgets.Output()
+            _show_in(plot, figure)
+        self.agent_picker.observe(self._on_agent, names="value")
+        self.node_picker.observe(self._on_node, names="value")
+        super().__init__([widgets.HBox([self.agent_picker, self.node_picker]), plot, self.details])
+        self.select(tree.tree_id)
+
+    # ---------------------------------------------------------------- actions
+    @property
+    def agent(self) -> str:
+        return self.agent_picker.value
+
+    @property
+    def selected(self) -> str:
+        """The id of the node shown in the panel."""
+        return self.node_picker.value
+
+    def select(self, node_id: str) -> None:
+        """Show ``node_id`` in the panel (as a click on it does)."""
+        if self.node_picker.value == node_id:
+            self.details.value = self.node_html(node_id)
+        else:
+            self.node_picker.value = node_id  # its observer fills the panel
+
+    def recolour(self, agent: str) -> None:
+        """Colour the nodes by ``agent``'s expected reward and mark its pairs."""
+        self.agent_picker.value = agent
+
+    def node_html(self, node_id: str) -> str:
+        """The panel for ``node_id``: its messages in full, their prompts, the dialogue."""
+        tree, node = self.tree, self.tree.nodes[node_id]
+        roles = ", ".join(
+            f"{'preferred' if role == 'positive' else 'non-preferred'} for {html.escape(a)}"
+            for a, role in sorted(node.pair_role.items())
+        )
+        parts = [
+            f"<h4 style='margin:4px 0'>{html.escape(speaker_label(node))} · "
+            f"<code>{html.escape(node_id)}</code></h4>",
+            f"<div>round {node.round} · decision: {VERDICTS[node.decision]} · leaves below: "
+            f"{node.num_leaves}{' · ' + roles if roles else ''}</div>",
+            f"<div>expected reward: {format_rewards(node.expected_reward, self.agent)}</div>",
+        ]
+        for turn in node.turns:
+            parts.append(f"<h5 style='margin:6px 0 2px'>{html.escape(turn.agent)} wrote</h5>")
+            parts.append(_pre(turn.raw_text if turn.valid else f"(invalid turn) {turn.error}"))
+            parts.append(self._prompt_html(node_id, turn.agent))
+        if node.parent_id is not None and not self.agents:
+            parts.append(
+                "<p style='color:#777'>Pass <code>agents=session.agents</code> to see the exact "
+                "prompts.</p>"
+            )
+        parts.append("<h5 style='margin:6px 0 2px'>The dialogue up to here</h5>")
+        parts.append(transcript_to_html(tree.transcript_at(node_id)))
+        return "".join(parts)
+
+    # -------------------------------------------------------------- internals
+    def _prompt_html(self, node_id: str, agent_name: str) -> str:
+        agent = self.agents.get(agent_name)
+        node = self.tree.nodes[node_id]
+        if agent is None or node.parent_id is None:
+            return ""
+        try:
+            prompt = agent.build_chat_prompt(self.tree.transcript_at(node.parent_id), node.round)
+        except Exception as error:  # a widget callback must not fail silently into a log
+            reason = html.escape(str(error))
+            return f"<p style='color:#b00'>Could not rebuild the prompt: {reason}</p>"
+        messages = "".join(
+            f"<div style='margin:2px 0'><b>{html.escape(m['role'])}"
+            f"{' (' + html.escape(m['name']) + ')' if m.get('name') else ''}</b>"
+            f"{_pre(m['content'])}</div>"
+            for m in prompt
+        )
+        return (
+            f"<details><summary>{html.escape(agent_name)}'s prompt ({len(prompt)} messages)"
+            f"</summary>{messages}</details>"
+        )
+
+    def _node_option(self, node_id: str) -> str:
+        node = self.tree.nodes[node_id]
+        reward = node.expected_reward
+        values = ", ".join(f"{a} {reward[a]:+.2f}" for a in tree_agents(self.tree) if a in reward)
+        return f"{node_id} · {speaker_label(node)} · {values}"
+
+    def _on_click(self, trace, points, _state) -> None:
+        if points.point_inds:
+            self.select(trace.customdata[points.point_inds[0]])
+
+    def _on_node(self, change: dict) -> None:
+        self.details.value = self.node_html(change["new"])
+
+    def _on_agent(self, change: dict) -> None:
+        figure = plot_tree(self.tree, change["new"], **self._plot_options)
+        if self.interactive:
+            # Same traces in the same order: restyle in place, keeping the click handler.
+            with self.figure.batch_update():
+                for old, new in zip(self.figure.data, figure.data, strict=True):
+                    old.update(new.to_plotly_json(), overwrite=True)
+                self.figure.layout.update(figure.layout.to_plotly_json(), overwrite=True)
+        else:
+            self.figure = figure
+            _show_in(self.children[1], figure)
+        self.details.value = self.node_html(self.selected)
+
+    def __repr__(self) -> str:
+        return (
+            f"TreeViewer(tree={self.tree.tree_id!r}, agent={self.agent!r}, "
+            f"nodes={len(self.tree.nodes)}, selected={self.selected!r})"
+        )
+
+
+def _show_in(output: widgets.Output, figure: go.Figure) -> None:
+    from IPython import get_ipython
+
+    if get_ipython() is None:  # not in a kernel: nowhere to display it
+        return
+    output.clear_output()
+    with output:
+        figure.show()
+
+
+def _index(figure: go.Figure, role: str) -> int:
+    return next(i for i, trace in enumerate(figure.data) if trace.meta == role)
+
+
+def _pre(text: str) -> str:
+    return (
+        "<pre style='white-space:pre-wrap;margin:2px 0;padding:4px;background:#f6f8fa'>"
+        f"{html.escape(text)}</pre>"
+    )
