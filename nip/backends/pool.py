@@ -32,8 +32,9 @@ def endpoint_key(params: PureTextAgentParameters) -> str:
     provider = params.model_provider
     if provider == "Local":
         return f"local:{params.model_name}"
-    if provider == "SelfHosted":
-        return f"selfhosted:{params.language_model_server_scheme_host}:{params.vllm_server_port}"
+    if provider == "SelfHosted":  # chat goes through the language-model server
+        host = params.language_model_server_scheme_host
+        return f"selfhosted:{host}:{params.language_model_server_port}"
     return provider.lower()
 
 
@@ -65,10 +66,15 @@ class BackendPool:
             return LocalBackend(params.model_name)
         from nip.backends.openai_compatible import OpenAIBackend
 
-        backend = OpenAIBackend.from_agent_params(params)
+        cls = OpenAIBackend
+        if params.model_provider == "SelfHosted":
+            from nip.server.client import SelfHostedBackend
+
+            cls = SelfHostedBackend
+        backend = cls.from_agent_params(params)
         if settings.max_concurrency is not None:
             config = dataclasses.replace(backend.config, max_concurrency=settings.max_concurrency)
-            backend = OpenAIBackend(config)
+            backend = cls(config)
         return backend
 
     def _cached(self, backend: ChatBackend, key: str) -> ChatBackend:

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from nip.errors import FineTuneError
@@ -48,13 +49,39 @@ class LocalLoraFineTuneBackend:
     Args:
         jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
         python: The interpreter that runs the training process.
+        processes: Training processes per job; above 1 (or with ``accelerate_config``) the
+            job runs under ``accelerate launch`` (data parallel over several GPUs).
+        accelerate_config: An accelerate config file (FSDP, DeepSpeed, several machines...).
+        env: Extra environment variables of the training process (``CUDA_VISIBLE_DEVICES``).
     """
 
     name = "local-lora"
 
-    def __init__(self, jobs_dir: str | Path, python: str | None = None):
+    def __init__(
+        self,
+        jobs_dir: str | Path,
+        python: str | None = None,
+        *,
+        processes: int = 1,
+        accelerate_config: str | None = None,
+        env: Mapping[str, str] | None = None,
+    ):
         self.jobs_dir = Path(jobs_dir)
         self.python = python or sys.executable
+        self.processes = processes
+        self.accelerate_config = accelerate_config
+        self.env = dict(env or {})
+
+    def command(self, job_dir: Path) -> list[str]:
+        """The command line of a job's training process."""
+        launch: list[str] = [self.python]
+        if self.processes > 1 or self.accelerate_config:
+            launch += ["-m", "accelerate.commands.launch", "--num_processes", str(self.processes)]
+            if self.processes > 1:
+                launch.append("--multi_gpu")
+            if self.accelerate_config:
+                launch += ["--config_file", self.accelerate_config]
+        return [*launch, "-m", "nip.jobs.lora_train", str(job_dir)]
 
     def _dir(self, job_id: str) -> Path:
         path = (self.jobs_dir / job_id).resolve()
@@ -77,7 +104,7 @@ class LocalLoraFineTuneBackend:
         )
         with (job_dir / "log.txt").open("ab") as log:
             process = subprocess.Popen(
-                [self.python, "-m", "nip.jobs.lora_train", str(job_dir)],
+                self.command(job_dir),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -86,6 +113,7 @@ class LocalLoraFineTuneBackend:
                     "HF_HUB_OFFLINE": "1",
                     "TRANSFORMERS_OFFLINE": "1",
                     "TOKENIZERS_PARALLELISM": "false",
+                    **self.env,
                 },
             )
         atomic_write_text(job_dir / "pid", str(process.pid))

@@ -12,6 +12,7 @@ marked ChatML training template.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import traceback
@@ -32,15 +33,24 @@ CHATML_TRAINING_TEMPLATE = (
 )
 
 
+def is_main_process() -> bool:
+    """Whether this is the process that reports (rank 0 under ``accelerate launch``)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 def write_status(job_dir: Path, status: str, **fields: Any) -> None:
-    """Replace ``status.json`` atomically."""
+    """Replace ``status.json`` atomically (from the main process only)."""
     from nip.training.run_dir import atomic_write_text
 
+    if not is_main_process():
+        return
     data = {"status": status, "updated": time.time(), **fields}
     atomic_write_text(job_dir / "status.json", json.dumps(data))
 
 
 def add_event(job_dir: Path, message: str, level: str = "info", **data: Any) -> None:
+    if not is_main_process():
+        return
     line = {"created_at": time.time(), "level": level, "message": message, "data": data}
     with (job_dir / "events.jsonl").open("a", encoding="utf-8") as file:
         file.write(json.dumps(line) + "\n")
@@ -155,7 +165,8 @@ def train(job_dir: Path) -> None:
         )
     result = trainer.train()
     adapter_dir = job_dir / "adapter"
-    trainer.model.save_pretrained(str(adapter_dir))
+    if is_main_process():
+        trainer.model.save_pretrained(str(adapter_dir))
     write_status(
         job_dir,
         "succeeded",

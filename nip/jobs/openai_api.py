@@ -56,7 +56,8 @@ class OpenAIFineTuneBackend:
         base_url: The API's base URL (None: OpenAI's).
         api_key: The key (never shown in reprs or errors).
         wandb_project: Report jobs to this W&B project through OpenAI's integration.
-        extra_body: Extra fields for job creation (``nip serve`` reads its LoRA settings here).
+        send_lora_settings: Send the spec's LoRA settings and learning rate along (``nip serve``
+            reads them; OpenAI would refuse them).
     """
 
     name = "openai-fine-tuning"
@@ -81,9 +82,9 @@ class OpenAIFineTuneBackend:
     def from_agent_params(cls, params: PureTextAgentParameters) -> OpenAIFineTuneBackend:
         """OpenAI for ``OpenAI``; the language-model server for ``SelfHosted``."""
         if params.model_provider == "SelfHosted":
-            base = f"{params.language_model_server_scheme_host}:{params.language_model_server_port}"
-            key = os.environ.get("NIP_SERVER_TOKEN", "EMPTY")
-            return cls(f"{base}/v1", key, send_lora_settings=True)
+            from nip.jobs.self_hosted import SelfHostedFineTuneBackend
+
+            return SelfHostedFineTuneBackend.from_agent_params(params)
         key = os.environ.get("OPENAI_API_KEY")
         if not key:
             raise FineTuneError("fine-tuning with OpenAI needs the OPENAI_API_KEY variable")

@@ -54,9 +54,19 @@ class PureTextAgentParameters(BaseParameters):
         "http://localhost", doc="Scheme and host of the self-hosted language-model server."
     )
     language_model_server_port: int = param(
-        5000, doc="Port of the self-hosted language-model server.", ge=1, le=65535
+        5000,
+        doc="Port of the self-hosted language-model server (nip serve); SelfHosted chat and "
+        "fine-tuning requests go there.",
+        ge=1,
+        le=65535,
     )
-    vllm_server_port: int = param(8000, doc="Port of the vLLM server.", ge=1, le=65535)
+    vllm_server_port: int = param(
+        8000,
+        doc="Port of the vLLM process behind the server (nip serve --vllm-port); it listens "
+        "on the server's loopback only.",
+        ge=1,
+        le=65535,
+    )
     use_dummy_api: bool = param(
         False, doc="Answer with deterministic dummy responses instead of calling a model."
     )

@@ -1,1 +1,35 @@
-"""The language-model server: OpenAI-compatible fine-tuning (and, with vLLM, inference)."""
+"""The language-model server (``nip serve``): LoRA fine-tuning jobs and inference with vLLM
+(or, on a CPU, the transformers fallback) behind one OpenAI-compatible API.
+
+Clients (``SelfHosted`` agents) need only :mod:`nip.server.client` and
+:mod:`nip.server.compat`; the server parts load FastAPI when first used.
+"""
+
+_LAZY = {
+    "ServerConfig": "nip.server.config",
+    "InsecureServerError": "nip.server.config",
+    "check_exposure": "nip.server.config",
+    "API_VERSION": "nip.server.compat",
+    "IncompatibleServerError": "nip.server.compat",
+    "ServerVersionWarning": "nip.server.compat",
+    "InferenceEngine": "nip.server.engine",
+    "EngineStatus": "nip.server.engine",
+    "EngineError": "nip.server.engine",
+    "VllmEngine": "nip.server.vllm_engine",
+    "TransformersEngine": "nip.server.local_engine",
+    "create_server_app": "nip.server.app",
+    "run_server": "nip.server.app",
+    "SelfHostedBackend": "nip.server.client",
+    "wait_for_server": "nip.server.client",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'nip.server' has no attribute {name!r}")
+
+
+__all__ = list(_LAZY)

@@ -11,17 +11,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable
+import logging
+import re
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import replace
 from typing import Any
 
 from nip.jobs import FineTuneBackend, FineTuneSpec
 from nip.server.store import JobRow, ServerStore
+
+log = logging.getLogger(__name__)
 
 _SFT_HINT = 'each line must be {"messages": [{"role": ..., "content": ...}, ...]}'
 _DPO_HINT = (
     'each line must be {"input": {"messages": [...]}, "preferred_output": [...], '
     '"non_preferred_output": [...]}'
 )
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:64] or "model"
 
 
 class RequestError(ValueError):
@@ -157,12 +166,21 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
 class FineTuneQueue:
     """Runs queued jobs on a :class:`FineTuneBackend`, ``max_concurrent`` at a time.
 
+    Each job gets a fresh model name: its suffix (``verifier-it3``), or the suffix with a
+    number added when another job already has that name; a restarted server reuses it.
+
     Args:
         store: Where jobs live.
         backend: What trains.
         max_concurrent: Jobs running at once (1: one GPU).
         poll_interval_s: How often running jobs are polled.
-        on_succeeded: Called with each job that succeeds (e.g. to load its adapter into vLLM).
+        on_succeeded: Called with each job that succeeds, after ``after_training`` (e.g. to
+            load its adapter into the inference engine).
+        resolve_model: Maps a job's ``model`` to (base model to train, adapter to continue
+            from); None trains the name as given.
+        reserved_names: Names no job may take (the base model's).
+        before_training / after_training: Called when training starts while no job was
+            training, and when the last running job ends (to pause and resume inference).
     """
 
     def __init__(
@@ -173,14 +191,24 @@ class FineTuneQueue:
         max_concurrent: int = 1,
         poll_interval_s: float = 0.5,
         on_succeeded: Callable[[JobRow], Awaitable[None]] | None = None,
+        resolve_model: Callable[[str], tuple[str, str | None]] | None = None,
+        reserved_names: Collection[str] = (),
+        before_training: Callable[[], Awaitable[None]] | None = None,
+        after_training: Callable[[], Awaitable[None]] | None = None,
     ):
         self.store = store
         self.backend = backend
         self.max_concurrent = max_concurrent
         self.poll_interval_s = poll_interval_s
         self.on_succeeded = on_succeeded
+        self.resolve_model = resolve_model
+        self.reserved_names = frozenset(reserved_names)
+        self.before_training = before_training
+        self.after_training = after_training
         self._wake = asyncio.Event()
         self._running: dict[str, asyncio.Task] = {}
+        self._training_jobs = 0
+        self._hook_lock = asyncio.Lock()
 
     def wake(self) -> None:
         self._wake.set()
@@ -188,14 +216,15 @@ class FineTuneQueue:
     async def run(self) -> None:
         """Serve the queue until cancelled (resuming jobs that were running)."""
         for job in self.store.list_jobs("running"):
-            self._running[job.id] = asyncio.create_task(self._monitor(job.id))
+            self._running[job.id] = asyncio.create_task(self._run(job.id, start=False))
         try:
             while True:
                 self._running = {k: t for k, t in self._running.items() if not t.done()}
                 for job in self.store.list_jobs("queued"):
                     if len(self._running) >= self.max_concurrent:
                         break
-                    self._running[job.id] = asyncio.create_task(self._start(job))
+                    self.store.update_job(job.id, status="running")
+                    self._running[job.id] = asyncio.create_task(self._run(job.id, start=True))
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
@@ -203,28 +232,84 @@ class FineTuneQueue:
             for task in self._running.values():
                 task.cancel()
 
-    async def _start(self, job: JobRow) -> None:
-        self.store.update_job(job.id, status="running")
+    async def _run(self, job_id: str, *, start: bool) -> None:
+        async with self._training():
+            row = await (self._start(job_id) if start else self._monitor(job_id))
+        if row is not None and self.on_succeeded is not None:
+            try:
+                await self.on_succeeded(row)
+            except Exception as error:
+                message = f"The model could not be loaded for inference: {error}"
+                self.store.add_event(job_id, "error", message)
+        self.wake()
+
+    @contextlib.asynccontextmanager
+    async def _training(self):
+        """Call the hooks when training begins and when the last training job ends."""
+        self._training_jobs += 1
+        try:
+            if self._training_jobs == 1:
+                await self._hook(self.before_training)
+            else:
+                async with self._hook_lock:  # let a pause in progress finish first
+                    pass
+            yield
+        finally:
+            self._training_jobs -= 1
+            if self._training_jobs == 0:
+                await self._hook(self.after_training)
+
+    async def _hook(self, hook: Callable[[], Awaitable[None]] | None) -> None:
+        if hook is None:
+            return
+        async with self._hook_lock:
+            try:
+                await hook()
+            except Exception:
+                log.exception("a training hook failed; training goes on")
+
+    def _model_name(self, job: JobRow) -> str:
+        """The job's fresh model name, chosen once and kept in the job's record."""
+        if job.extra.get("name"):
+            return job.extra["name"]
+        base = _slug(job.suffix or f"{job.model}-ft")
+        taken = set(self.reserved_names)
+        taken |= {j.extra.get("name") for j in self.store.list_jobs() if j.id != job.id}
+        name, number = base, 1
+        while name in taken:
+            number += 1
+            name = f"{base}-{number}"
+        self.store.update_job(job.id, extra=json.dumps({**job.extra, "name": name}))
+        return name
+
+    async def _start(self, job_id: str) -> JobRow | None:
+        job = self.store.get_job(job_id)
+        if job is None or job.status != "running":
+            return None
         self.store.add_event(job.id, "info", "Training started.")
         try:
             content = self.store.file_content(job.training_file) or b""
             spec = build_spec(job, parse_training_file(content, job.method["type"]))
+            spec = replace(spec, job_name=self._model_name(job))
+            if self.resolve_model is not None:
+                base, previous = self.resolve_model(job.model)
+                spec = replace(spec, base_model=base, previous_adapter=previous)
             backend_id = await self.backend.create_job(spec)
         except Exception as error:
             self._fail(job.id, f"{type(error).__name__}: {error}")
-            return
+            return None
         self.store.update_job(job.id, backend_job_id=backend_id)
-        await self._monitor(job.id)
+        return await self._monitor(job.id)
 
-    async def _monitor(self, job_id: str) -> None:
+    async def _monitor(self, job_id: str) -> JobRow | None:
+        """Poll the job until it ends; returns its row if it succeeded."""
         while True:
             row = self.store.get_job(job_id)
             if row is None or row.status != "running":
-                return
+                return None
             if row.backend_job_id is None:  # the server stopped before training began
                 self.store.update_job(job_id, status="queued")
-                self.wake()
-                return
+                return None
             state = await self.backend.get_job(row.backend_job_id)
             if state.status == "succeeded":
                 self.store.update_job(
@@ -235,19 +320,15 @@ class FineTuneQueue:
                     trained_tokens=state.trained_tokens,
                 )
                 self.store.add_event(job_id, "info", f"Job succeeded: {state.fine_tuned_model}.")
-                if self.on_succeeded is not None:
-                    await self.on_succeeded(self.store.get_job(job_id))  # type: ignore[arg-type]
-                self.wake()
-                return
+                return self.store.get_job(job_id)
             if state.status in ("failed", "not_found", "cancelled"):
                 self._fail(job_id, state.error or f"the training job ended as {state.status}")
-                return
+                return None
             await asyncio.sleep(self.poll_interval_s)
 
     def _fail(self, job_id: str, error: str) -> None:
         self.store.update_job(job_id, status="failed", error=error)
         self.store.add_event(job_id, "error", f"Job failed: {error}")
-        self.wake()
 
     async def cancel(self, job_id: str) -> JobRow:
         row = self.store.get_job(job_id)

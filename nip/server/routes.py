@@ -46,8 +46,12 @@ def add_fine_tuning_routes(
     queue: FineTuneQueue,
     *,
     is_known_model: Callable[[str], bool] = lambda name: True,
+    check_job: Callable[[dict[str, Any]], None] | None = None,
 ) -> None:
-    """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``."""
+    """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``.
+
+    ``check_job`` may refuse a job-creation body with a :class:`RequestError`.
+    """
 
     @app.post("/v1/files")
     async def upload_file(file: UploadFile = File(...), purpose: str = Form(...)):  # noqa: B008
@@ -96,6 +100,8 @@ def add_fine_tuning_routes(
             return _error(RequestError("the request body is not JSON"))
         try:
             method, extra = validate_job_request(body)
+            if check_job is not None:
+                check_job(body)
             if not is_known_model(body["model"]):
                 raise RequestError(
                     f"model {body['model']!r} is not available for fine-tuning here",

