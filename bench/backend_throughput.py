@@ -7,7 +7,7 @@ could overlap), and the client's CPU time per request. The server runs in its ow
 Each size runs once to open the connections, then ``--repeats`` times; medians are shown.
 
     .venv/bin/python bench/backend_throughput.py [--latency 0.2] [--repeats 3] \
-        [--sizes 32 256 1000]
+        [--sizes 32 256 1000] [--client auto|lean|sdk]
 """
 
 from __future__ import annotations
@@ -63,8 +63,11 @@ async def one_round(backend: OpenAIBackend, size: int) -> tuple[float, float]:
     return wall, cpu
 
 
-async def measure(base_url: str, sizes: list[int], repeats: int, latency_s: float) -> None:
-    backend = OpenAIBackend(OpenAIBackendConfig(base_url=base_url, max_concurrency=max(sizes)))
+async def measure(
+    base_url: str, sizes: list[int], repeats: int, latency_s: float, client: str
+) -> None:
+    config = OpenAIBackendConfig(base_url=base_url, max_concurrency=max(sizes), http_client=client)
+    backend = OpenAIBackend(config)
     server_url = base_url.removesuffix("/v1")
     print(f"{'concurrent':>10} {'wall s':>8} {'x ideal':>8} {'CPU ms/req':>11} {'server max':>11}")
     async with httpx.AsyncClient(base_url=server_url) as admin:
@@ -87,10 +90,11 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 1000])
+    parser.add_argument("--client", choices=["auto", "lean", "sdk"], default="auto")
     args = parser.parse_args()
     process, base_url = start_server(args.latency)
     try:
-        asyncio.run(measure(base_url, args.sizes, args.repeats, args.latency))
+        asyncio.run(measure(base_url, args.sizes, args.repeats, args.latency, args.client))
     finally:
         process.terminate()
         process.wait(timeout=10)

@@ -1,23 +1,34 @@
 """Rollouts over real HTTP against the latency test server: wall time relative to ideal.
 
-The nip protocol with the verifier deciding on its third turn: 5 dependent calls per dialogue
-at 200 ms each, so the ideal wall time of a batch is 1.0 s whatever its size. The server runs
-in its own process; the client is nip's OpenAI backend (AsyncOpenAI) with a concurrency limit
-of 1,000. Also reports the client's CPU time per request (the original: 5.8 ms per request;
-18-34 x ideal for 32 dialogues).
+The verifier decides on its third turn, so a nip dialogue is 5 dependent calls of 200 ms and
+the ideal wall time of a batch is 1.0 s whatever its size (debate and mnip: the provers of a
+round speak at once, so their ideal is also rounds x 200 ms). The server runs in its own
+process (``python -m nip.testing.server``); the client is nip's ``OpenAIBackend`` with no
+concurrency limit in the way and the response cache off. Reports the client's and the
+server's CPU time per request. Each figure is the median of ``--repeats`` batches.
 
-    .venv/bin/python bench/rollouts_http.py [--sizes 32 256 1000] [--protocol nip]
+    .venv/bin/python bench/rollouts_http.py [--sizes 32 256 1000 4000] \
+        [--protocols nip debate mnip] [--client auto|lean|sdk] [--server-engine auto|uvicorn] \
+        [--repeats 3]
+
+``--client sdk --server-engine uvicorn`` is the stack before issue 8 (the OpenAI SDK's HTTP
+client against FastAPI on uvicorn). ``--bare`` replaces each dialogue by 5 dependent requests
+sent straight to the backend, without nip's protocols, prompts and records: what the HTTP
+stack alone allows.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
-import socket
+import statistics
 import subprocess
 import sys
 import time
 
+from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
+from nip.backends.pool import BackendPool
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.rollouts import Datapoint
 from nip.session import Session
@@ -26,75 +37,127 @@ from nip.settings import ExperimentSettings
 LATENCY_S = 0.2
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_server(port: int) -> subprocess.Popen:
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "nip.testing.server",
-            "--port",
-            str(port),
-            "--latency",
-            str(LATENCY_S),
-            "--decide-on-turn",
-            "3",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+def start_server(*options: str) -> tuple[subprocess.Popen[str], str]:
+    """``python -m nip.testing.server`` on a free port; the process and its base URL."""
+    command = [sys.executable, "-m", "nip.testing.server", "--port", "0", *options]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert process.stdout is not None
     line = process.stdout.readline()
-    if "listening" not in line:
+    if "listening on" not in line:
         process.kill()
         raise RuntimeError(f"the test server did not start: {line!r}")
-    return process
+    return process, line.split()[-1]
 
 
-def session(protocol: str, port: int) -> Session:
-    os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
-    os.environ.setdefault("OPENAI_API_KEY", "not-needed")
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (``/proc/<pid>/stat``)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def session(protocol: str, base_url: str, client: str) -> Session:
+    """A session whose agents all use one backend pointing at the test server."""
     names = HyperParameters(interaction_protocol=protocol).agent_names
     hp = HyperParameters(
         interaction_protocol=protocol,
         agents={n: PureTextAgentParameters(model_name="dummy") for n in names},
     )
-    settings = ExperimentSettings(show_progress=False, cache="off", max_concurrency=1000)
-    return Session(hp, settings)
+    config = OpenAIBackendConfig(base_url=base_url, max_concurrency=100_000, http_client=client)
+    settings = ExperimentSettings(show_progress=False, cache="off")
+    backends = BackendPool(settings, overrides={"openai": OpenAIBackend(config)})
+    return Session(hp, settings, backends=backends)
 
 
-def run(protocol: str, size: int, port: int) -> tuple[float, float, int]:
-    s = session(protocol, port)
-    items = [
+def items(size: int) -> list[Datapoint]:
+    return [
         Datapoint(id=str(i), question="Add.", solution=f"def f(a): return a + {i}", y=i % 2)
         for i in range(size)
     ]
-    s.rollouts(items[:4])  # warm-up: connections, imports
+
+
+def one_batch(s: Session, size: int, server_pid: int) -> dict[str, float]:
+    """Wall, ideal, requests and CPU per request (client, server) of one batch."""
+    batch_items = items(size)
+    server_cpu = cpu_seconds(server_pid)
     cpu, wall = time.process_time(), time.perf_counter()
-    batch = s.rollouts(items)
+    batch = s.rollouts(batch_items)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    server_cpu = cpu_seconds(server_pid) - server_cpu
     requests = sum(len(t.turns) for t in batch)
-    rounds = max(t.num_rounds for t in batch)
-    return wall / (rounds * LATENCY_S), cpu / requests * 1000, requests
+    ideal = max(t.num_rounds for t in batch) * LATENCY_S
+    return {
+        "ratio": ideal / wall,
+        "wall": wall,
+        "requests": requests,
+        "client_ms": cpu / requests * 1000,
+        "server_ms": server_cpu / requests * 1000,
+    }
+
+
+def bare_batch(backend: OpenAIBackend, size: int, server_pid: int) -> dict[str, float]:
+    """Like :func:`one_batch`, but each "dialogue" is 5 dependent bare requests."""
+    from nip.backends import GenerationRequest
+
+    system = {"role": "system", "content": "You are the prover. " + "Explain the code. " * 40}
+    requests = [
+        GenerationRequest("dummy", (system, {"role": "user", "content": f"Question {i}?"}))
+        for i in range(size)
+    ]
+
+    async def dialogue(request: GenerationRequest) -> None:
+        for _ in range(5):
+            await backend.generate(request)
+
+    async def batch() -> None:
+        await asyncio.gather(*(dialogue(r) for r in requests))
+        await backend.aclose()
+
+    server_cpu = cpu_seconds(server_pid)
+    cpu, wall = time.process_time(), time.perf_counter()
+    asyncio.run(batch())
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    server_cpu = cpu_seconds(server_pid) - server_cpu
+    requests_sent = 5 * size
+    return {
+        "ratio": 5 * LATENCY_S / wall,
+        "wall": wall,
+        "requests": requests_sent,
+        "client_ms": cpu / requests_sent * 1000,
+        "server_ms": server_cpu / requests_sent * 1000,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sizes", type=int, nargs="*", default=[32, 256, 1000])
-    parser.add_argument("--protocol", default="nip")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 1000, 4000])
+    parser.add_argument("--protocols", nargs="+", default=["nip", "debate", "mnip"])
+    parser.add_argument("--client", choices=["auto", "lean", "sdk"], default="auto")
+    parser.add_argument("--server-engine", choices=["auto", "lean", "uvicorn"], default="auto")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bare", action="store_true", help="HTTP only, no nip dialogues")
     args = parser.parse_args()
-    port = free_port()
-    server = start_server(port)
+    server, base_url = start_server(
+        *("--latency", str(LATENCY_S), "--decide-on-turn", "3", "--engine", args.server_engine)
+    )
+    header = ("protocol", "dialogues", "requests", "wall s", "ideal/wall", "client ms", "server ms")
+    print("".join(f"{h:>11}" for h in header), flush=True)
     try:
-        header = ("dialogues", "requests", "wall/ideal", "ideal/wall", "CPU ms/req")
-        print("".join(f"{h:>12}" for h in header))
-        for size in args.sizes:
-            ratio, cpu_ms, requests = run(args.protocol, size, port)
-            print(f"{size:>12}{requests:>12}{ratio:>12.2f}{1 / ratio:>12.2f}{cpu_ms:>12.2f}")
+        for protocol in ["bare"] if args.bare else args.protocols:
+            s = session("nip" if args.bare else protocol, base_url, args.client)
+            backend = s.backends.backends["openai"]
+            s.rollouts(items(8))  # warm-up: imports, first connections
+            for size in args.sizes:
+                if args.bare:
+                    runs = [bare_batch(backend, size, server.pid) for _ in range(args.repeats)]
+                else:
+                    runs = [one_batch(s, size, server.pid) for _ in range(args.repeats)]
+                row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                print(
+                    f"{protocol:>11}{size:>11}{row['requests']:>11.0f}{row['wall']:>11.2f}"
+                    f"{row['ratio']:>11.2f}{row['client_ms']:>11.3f}{row['server_ms']:>11.3f}",
+                    flush=True,
+                )
     finally:
         server.terminate()
         server.wait(10)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -9,11 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import pytest
 
 from nip.errors import IncompatibleParametersError, SharedModelGroupError
+from nip.jobs.dummy import DummyFineTuneBackend
 from nip.parameters import (
     HyperParameters,
     NipProtocolParameters,
@@ -24,6 +27,7 @@ from nip.parameters import (
 )
 from nip.settings import ExperimentSettings
 from nip.training.groups import PureTextSharedModelGroup
+from nip.training.run_dir import RunDirectory
 from nip.training.trainer import (
     PureTextEiTrainer,
     PureTextMaltTrainer,
@@ -291,6 +295,142 @@ def test_kill_minus_nine_at_random_moments_loses_and_duplicates_nothing(dataset,
     ]
     assert len(ids) == len(set(ids)) == 12
     assert time.time()  # the run finished within the time-out
+
+
+STAGES = (
+    "sample_rollouts",
+    "log_stats",
+    "test",
+    "create_fine_tune_jobs",
+    "await_fine_tune_jobs",
+    "switch_models",
+)
+
+
+class SlowDummyFineTuning(DummyFineTuneBackend):
+    """The dummy fine-tuning backend, with a few milliseconds per call, so a kill can land
+    between writing a fine-tune dataset and submitting its job, or while a job is polled."""
+
+    async def create_job(self, spec):
+        await asyncio.sleep(0.02)
+        return await super().create_job(spec)
+
+    async def get_job(self, job_id):
+        await asyncio.sleep(0.02)
+        return await super().get_job(job_id)
+
+
+def _train_in_child(hp: HyperParameters, run_dir: Path, resume: bool, error_log: Path) -> int:
+    """Fork a process that starts or resumes the run; its pid. Every stage is padded with
+    short sleeps, so a kill may land before, during or after the stage's work (and before
+    the state is saved)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 0
+    try:
+        backends = {name: SlowDummyFineTuning() for name in ("prover", "verifier")}
+        run_settings = ExperimentSettings(run_dir=run_dir, show_progress=False)
+        run_settings.dummy_latency_s = 0.005
+        if resume:
+            trainer = PureTextEiTrainer.resume(run_dir, run_settings, fine_tune_backends=backends)
+        else:
+            trainer = build_trainer(hp, run_settings, fine_tune_backends=backends, overwrite=True)
+        trainer.poll_interval_s = 0.01
+        for stage in STAGES:
+            work = getattr(trainer, f"_stage_{stage}")
+
+            async def padded(work=work):
+                await asyncio.sleep(0.04)
+                await work()
+                await asyncio.sleep(0.04)
+
+            setattr(trainer, f"_stage_{stage}", padded)
+        trainer.train()
+    except BaseException:
+        error_log.write_text(traceback.format_exc())
+        code = 1
+    os._exit(code)
+
+
+def _wait(pid: int, timeout_s: float = 60) -> int:
+    """The exit status of child ``pid``; killed (and a failure) after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail(f"the training process did not finish in {timeout_s} s")
+
+
+def _read_state(run_dir: Path) -> dict | None:
+    """The saved state, or None before the first stage has ended."""
+    try:
+        return json.loads((run_dir / "state.json").read_text())
+    except FileNotFoundError:
+        return None
+
+
+def _stage_running(run_dir: Path) -> tuple[int, str]:
+    """The iteration and stage the run is in (the state names the next stage to run)."""
+    state = _read_state(run_dir) or {"iteration": 0, "stage": "sample_rollouts"}
+    return state["iteration"], state["stage"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("trainer_name", ["pure_text_ei", "pure_text_malt"])
+def test_kill_minus_nine_in_every_stage_then_resume_equals_the_uninterrupted_run(
+    dataset, tmp_path, trainer_name
+):
+    """SIGKILL the training loop twice in each of the six stages (12+ kills), at a random
+    moment inside the stage, resuming each time: rollouts, MALT trees and fine-tune datasets
+    equal an uninterrupted run's, and no rollout is lost or duplicated."""
+    hp = params(
+        dataset,
+        trainer=trainer_name,
+        rl=RlParameters(num_iterations=3, rollouts_per_iteration=6),
+        pure_text_malt=PureTextMaltParameters(num_responses_per_timestep=2),
+        nip_protocol=NipProtocolParameters(max_message_rounds=3),
+    )
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    error_log = tmp_path / "child-error.txt"
+    rng = random.Random(0)
+    pid = _train_in_child(hp, straight, False, error_log)
+    assert _wait(pid) == 0, error_log.read_text() if error_log.exists() else ""
+
+    kills: list[tuple[int, str]] = []  # (iteration, stage) the run was in when killed
+    for target in [*STAGES, *STAGES]:  # iterations 0 and 1 go through all six
+        pid = _train_in_child(hp, killed, _read_state(killed) is not None, error_log)
+        try:
+            deadline = time.monotonic() + 30
+            while _stage_running(killed)[1] != target:
+                if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                    pytest.fail(f"the run ended before stage {target} (kills: {kills})")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"stage {target} never came")
+                time.sleep(0.002)
+            time.sleep(rng.uniform(0.0, 0.03))  # somewhere inside the stage (80 ms or more)
+            kills.append(_stage_running(killed))
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    pid = _train_in_child(hp, killed, True, error_log)
+    assert _wait(pid) == 0, error_log.read_text() if error_log.exists() else ""
+
+    assert len(kills) == 12
+    assert {stage for _, stage in kills} == set(STAGES)
+    assert _read_state(killed)["stage"] == "done"
+    straight_files = sorted(p.relative_to(straight) for p in straight.rglob("*.jsonl"))
+    assert any(p.parts[0] == "fine_tune" for p in straight_files)
+    assert straight_files == sorted(p.relative_to(killed) for p in killed.rglob("*.jsonl"))
+    for relative in straight_files:
+        assert (killed / relative).read_text() == (straight / relative).read_text(), relative
+    for iteration in range(3):
+        ids = [t.id for t in RunDirectory(killed).load_rollouts("train", iteration)]
+        assert len(ids) == len(set(ids)) > 0
 
 
 # ------------------------------------------------------------------------ W&B

@@ -128,10 +128,15 @@ class FaultPlan:
 
     @classmethod
     def random(
-        cls, rate: float, kinds: tuple[FaultKind, ...] = TRANSIENT_FAULTS, seed: int = 0
+        cls,
+        rate: float,
+        kinds: tuple[FaultKind, ...] = TRANSIENT_FAULTS,
+        seed: int = 0,
+        **options: Any,
     ) -> FaultPlan:
-        """A fraction ``rate`` of requests fail, spread evenly over ``kinds``."""
-        return cls(probabilities=dict.fromkeys(kinds, rate / len(kinds)), seed=seed)
+        """A fraction ``rate`` of requests fail, spread evenly over ``kinds`` (``options`` as
+        in :meth:`first`)."""
+        return cls(probabilities=dict.fromkeys(kinds, rate / len(kinds)), seed=seed, **options)
 
     def fault_for(self, request_number: int) -> FaultKind | None:
         """The fault of request ``request_number`` (1-based), or None if it succeeds."""

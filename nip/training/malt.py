@@ -1,9 +1,9 @@
 """MALT: grow response trees, score their nodes, and pick DPO preference pairs.
 
-Trees for all datapoints grow breadth-first together: at each level every open node of every
-tree asks, for each agent acting in the next round, for ``num_responses_per_timestep``
-samples in **one** request (``n``-sampling), and all those requests are in flight at once.
-The original grew each tree's nodes one after another.
+Trees for all datapoints grow together: every open node of every tree asks, for each agent
+acting in the next round, for ``num_responses_per_timestep`` samples in **one** request
+(``n``-sampling), as soon as its own parent has been sampled, so all independent requests
+are in flight at once. The original grew each tree's nodes one after another.
 """
 
 from __future__ import annotations
@@ -117,21 +117,45 @@ async def build_trees_async(
                 iteration,
             )
         )
-    frontier = [(tree, tree.root) for tree in trees]
-    while frontier:
-        grown = await asyncio.gather(
-            *(_expand(t, n, handler, agents, malt, frozen_agents) for t, n in frontier)
-        )
-        frontier = [
-            (tree, child)
-            for (tree, _), children in zip(frontier, grown, strict=True)
-            for child in children
-            if not child.done
-        ]
+    await _grow(trees, handler, agents, malt, frozen_agents)
     for tree in trees:
         tree.compute_expected_rewards(handler.agent_names)
         select_pairs(tree, handler, malt, seed=seed)
     return trees
+
+
+async def _grow(
+    trees: list[ResponseTree],
+    handler: ProtocolHandler,
+    agents: dict[str, PureTextWholeAgent],
+    malt: PureTextMaltParameters,
+    frozen: frozenset[str],
+) -> None:
+    """Expand every open node as soon as its parent's samples arrive.
+
+    No level waits for the slowest node of the level before it (a per-level barrier cost
+    about 0.3 s of 1.0 s ideal for 32 trees, k = 2). Nodes are then put back in
+    breadth-first order, so saved trees do not depend on the order responses arrived in.
+    """
+
+    async def expand(tree: ResponseTree, node: TreeNode) -> None:
+        for child in await _expand(tree, node, handler, agents, malt, frozen):
+            if not child.done:
+                group.create_task(expand(tree, child))
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for tree in trees:
+                group.create_task(expand(tree, tree.root))
+    except BaseExceptionGroup as failures:
+        raise failures.exceptions[0] from None  # the error itself, as the rollout engine does
+    for tree in trees:
+        tree.nodes = dict(sorted(tree.nodes.items(), key=lambda item: _bfs_key(tree, item[0])))
+
+
+def _bfs_key(tree: ResponseTree, node_id: str) -> tuple[int, tuple[int, ...]]:
+    path = tuple(int(i) for i in node_id[len(tree.tree_id) + 1 :].split(".") if i)
+    return len(path), path
 
 
 def select_pairs(

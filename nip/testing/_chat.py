@@ -1,0 +1,274 @@
+"""What the test server answers, independent of the HTTP server that carries it.
+
+Both carriers of :mod:`nip.testing.server` (the lean asyncio server and the FastAPI app) call
+:func:`respond` with the request's method, path, headers and body, and send back the
+:class:`Reply`. Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``,
+``POST /stats/reset`` and ``GET /health``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from nip.backends._types import ChatBackend, ChatMessage, GenerationRequest, GenerationResult
+from nip.errors import GenerationError, InsufficientCreditsError, ModelNotFoundError
+from nip.testing.faults import (
+    MALFORMED_BODY,
+    FaultKind,
+    FaultPlan,
+    apply_to_completions,
+    error_response,
+)
+
+#: Waits until the client disconnects or ``timeout_s`` passes, whichever comes first.
+WaitForDisconnect = Callable[[float], Awaitable[None]]
+
+
+@dataclass
+class ServerStats:
+    """What the test server has seen since it started or was reset (``GET /stats``).
+
+    Attributes:
+        requests: Chat requests received (every ``POST /v1/chat/completions``).
+        completed: Chat requests answered with completions.
+        in_flight: Chat requests being handled now.
+        max_in_flight: The most chat requests ever handled at once.
+        faults: Injected faults, by kind.
+    """
+
+    requests: int = 0
+    completed: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def _repr_html_(self) -> str:
+        rows = "".join(
+            f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in asdict(self).items()
+        )
+        return f"<table><caption>ServerStats</caption>{rows}</table>"
+
+
+@dataclass
+class ChatState:
+    """Everything the server needs at request time (``app.state.nip``)."""
+
+    backend: ChatBackend
+    latency_s: float
+    faults: FaultPlan | None
+    model_names: tuple[str, ...] | None
+    api_key: str | None
+    stats: ServerStats = field(default_factory=ServerStats)
+
+    def snapshot(self) -> ServerStats:
+        return replace(self.stats, faults=dict(self.stats.faults))
+
+    def reset(self) -> None:
+        self.stats = ServerStats(in_flight=self.stats.in_flight, max_in_flight=self.stats.in_flight)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An HTTP response to send.
+
+    Attributes:
+        status: The HTTP status.
+        body: The body (JSON unless ``content_type`` says otherwise).
+        headers: Extra headers (lower-case names).
+        drop: Send the status line and headers promising a body, then close the connection.
+    """
+
+    status: int
+    body: bytes = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    drop: bool = False
+    content_type: str = "application/json"
+
+
+def json_reply(data: Any, status: int = 200, headers: tuple[tuple[str, str], ...] = ()) -> Reply:
+    return Reply(status, json.dumps(data, separators=(",", ":")).encode(), headers)
+
+
+def error_reply(status: int, message: str, *, code: str | int | None = None) -> Reply:
+    """An OpenAI-style error body."""
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    return json_reply({"error": {"message": message, "type": kind, "code": code or status}}, status)
+
+
+DROPPED = Reply(200, drop=True)
+
+
+async def respond(
+    state: ChatState,
+    method: str,
+    path: str,
+    headers: Mapping[str, str],
+    body: bytes,
+    wait_for_disconnect: WaitForDisconnect,
+) -> Reply:
+    """Route one request (header names lower-case) and produce its reply."""
+    path = path.split("?", 1)[0].rstrip("/") or "/"
+    if path == "/v1/chat/completions" and method == "POST":
+        return await chat(state, headers, body, wait_for_disconnect)
+    if path == "/v1/models" and method == "GET":
+        return json_reply(models(state))
+    if path == "/stats" and method == "GET":
+        return json_reply(state.snapshot().to_dict())
+    if path == "/stats/reset" and method == "POST":
+        state.reset()
+        return json_reply(state.snapshot().to_dict())
+    if path == "/health" and method == "GET":
+        return json_reply({"status": "ok"})
+    known = {"/v1/chat/completions", "/v1/models", "/stats", "/stats/reset", "/health"}
+    if path in known:
+        return error_reply(405, f"method {method} not allowed on {path}")
+    return error_reply(404, f"no route {path}")
+
+
+def models(state: ChatState) -> dict[str, Any]:
+    """The ``GET /v1/models`` body."""
+    listed = state.model_names if state.model_names is not None else (state.backend.name,)
+    data = [{"id": m, "object": "model", "created": 0, "owned_by": "nip"} for m in listed]
+    return {"object": "list", "data": data}
+
+
+async def chat(
+    state: ChatState,
+    headers: Mapping[str, str],
+    body: bytes,
+    wait_for_disconnect: WaitForDisconnect,
+) -> Reply:
+    """``POST /v1/chat/completions``, counted in the stats."""
+    stats = state.stats
+    stats.requests += 1
+    number = stats.requests
+    stats.in_flight += 1
+    stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+    try:
+        return await _chat(state, number, headers, body, wait_for_disconnect)
+    finally:
+        state.stats.in_flight -= 1  # state.stats, not stats: a reset may have replaced it
+
+
+async def _chat(
+    state: ChatState,
+    number: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    wait_for_disconnect: WaitForDisconnect,
+) -> Reply:
+    """Handle chat request ``number``: check it, inject its fault, or answer it."""
+    if state.api_key is not None:
+        sent = headers.get("authorization", "")
+        if sent != f"Bearer {state.api_key}":
+            # Repeats the key it got, unmasked (as OpenAI does), so tests can check that
+            # clients keep it out of their own errors.
+            return error_reply(401, f"Incorrect API key provided: {sent.removeprefix('Bearer ')}")
+    try:
+        generation_request = generation_request_from(json.loads(body))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        return error_reply(400, f"invalid request: {type(error).__name__}: {error}")
+    if state.model_names is not None and generation_request.model not in state.model_names:
+        message = f"The model `{generation_request.model}` does not exist"
+        return error_reply(404, message, code="model_not_found")
+    plan = state.faults
+    fault = plan.fault_for(number) if plan is not None else None
+    if plan is not None and fault is not None:
+        state.stats.faults[fault] = state.stats.faults.get(fault, 0) + 1
+        early = await _inject(fault, plan, wait_for_disconnect)
+        if early is not None:
+            return early
+    if state.latency_s > 0:
+        await asyncio.sleep(state.latency_s)
+    try:
+        result = await state.backend.generate(generation_request)
+    except ModelNotFoundError as error:
+        return error_reply(404, str(error), code="model_not_found")
+    except InsufficientCreditsError as error:
+        return error_reply(402, str(error))
+    except GenerationError as error:
+        return error_reply(500, f"backend failed: {error}")
+    state.stats.completed += 1
+    return json_reply(completion_json(number, generation_request, result, fault))
+
+
+async def _inject(
+    fault: FaultKind, plan: FaultPlan, wait_for_disconnect: WaitForDisconnect
+) -> Reply | None:
+    """The reply of an injected fault, or None to carry on and answer normally."""
+    error = error_response(fault, plan)
+    if error is not None:
+        status, body, headers = error
+        return json_reply(body, status, tuple(headers.items()))
+    if fault == "malformed":
+        return Reply(200, MALFORMED_BODY)
+    if fault == "drop":
+        return DROPPED
+    if fault == "timeout":
+        # Hold until the client gives up (then the answer goes nowhere) or the hold ends.
+        await wait_for_disconnect(plan.timeout_hold_s)
+    return None  # timeout (late), content_filter and length still produce completions
+
+
+def generation_request_from(body: dict[str, Any]) -> GenerationRequest:
+    """The :class:`GenerationRequest` a chat-completions body asks for."""
+    messages: list[ChatMessage] = []
+    for message in body["messages"]:
+        content = message.get("content") or ""
+        if isinstance(content, list):  # multi-part content: keep the text parts
+            content = "".join(part.get("text", "") for part in content)
+        entry: ChatMessage = {"role": message["role"], "content": str(content)}
+        if message.get("name"):
+            entry["name"] = str(message["name"])
+        messages.append(entry)
+    n = int(body.get("n") or 1)
+    if not 1 <= n <= 128:
+        raise ValueError(f"n={n} is outside 1..128")
+    return GenerationRequest(
+        model=str(body["model"]),
+        messages=tuple(messages),
+        max_tokens=body.get("max_completion_tokens", body.get("max_tokens")),
+        temperature=body.get("temperature"),
+        top_p=body.get("top_p"),
+        repetition_penalty=body.get("repetition_penalty"),
+        n=n,
+        seed=body.get("seed"),
+    )
+
+
+def completion_json(
+    number: int, request: GenerationRequest, result: GenerationResult, fault: FaultKind | None
+) -> dict[str, Any]:
+    """The ``chat.completion`` body of a result (after a ``content_filter``/``length`` fault)."""
+    completions = apply_to_completions(fault, list(result.completions))
+    usage = result.usage
+    return {
+        "id": f"chatcmpl-nip-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": result.model or request.model,
+        "system_fingerprint": None,
+        "choices": [
+            {
+                "index": i,
+                "message": {"role": "assistant", "content": c.text},
+                "finish_reason": c.finish_reason,
+                "logprobs": None,
+            }
+            for i, c in enumerate(completions)
+        ],
+        "usage": {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.total_tokens,
+        },
+    }
