@@ -239,7 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    from nip.errors import NipError
+
+    try:
+        return args.func(args)
+    except NipError as error:
+        # A typed error already says what is wrong and how to fix it: no traceback.
+        print(f"nip: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -40,3 +40,16 @@ def test_an_unknown_preset_is_a_clear_cli_error():
     )
     assert result.returncode != 0
     assert "no config file or preset named 'no-such-preset'" in result.stderr
+
+
+def test_a_bad_config_is_a_one_line_typed_cli_error_without_a_traceback(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("interaction_protocol: nope\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "nip.cli", "run", str(config), "--run-dir", str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "InvalidParameterError: interaction_protocol='nope' is not allowed" in result.stderr
+    assert "Traceback" not in result.stderr
