@@ -215,6 +215,66 @@ def test_the_current_schema_version_is_compatible_without_warnings():
         check_compatibility(HyperParameters().to_dict())
 
 
+def test_from_dict_refuses_a_different_major_schema_version():
+    data = HyperParameters().to_dict()
+    data["_schema_version"] = "2.0"
+    with pytest.raises(IncompatibleParametersError, match=r"schema 2\.0"):
+        HyperParameters.from_dict(data)
+
+
+def test_force_loads_a_different_major_schema_version_anyway():
+    data = HyperParameters(seed=3).to_dict()
+    data["_schema_version"] = "2.0"
+    assert HyperParameters.from_dict(data, force=True).seed == 3
+
+
+def test_from_dict_warns_about_a_different_minor_schema_version():
+    data = HyperParameters(seed=3).to_dict()
+    data["_schema_version"] = "1.7"
+    with pytest.warns(UserWarning, match="1.7"):
+        assert HyperParameters.from_dict(data).seed == 3
+
+
+def test_a_dict_without_a_version_stamp_loads_unchecked():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert HyperParameters.from_dict({"seed": 3}).seed == 3
+
+
+def test_load_checks_the_schema_version_of_a_saved_file(tmp_path):
+    data = HyperParameters().to_dict()
+    data["_schema_version"] = "2.0"
+    path = tmp_path / "params.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(IncompatibleParametersError, match=r"schema 2\.0"):
+        HyperParameters.load(path)
+    assert HyperParameters.load(path, force=True) == HyperParameters()
+
+
+# ------------------------------------------------------------- dicts from the original nip
+def test_the_originals_always_false_is_random_key_of_an_agent_is_dropped():
+    data = HyperParameters().to_dict()
+    data["agents"]["verifier"]["is_random"] = False
+    assert HyperParameters.from_dict(data) == HyperParameters()
+
+
+def test_a_random_agent_is_still_refused():
+    """Text agents are never random; an ``is_random: true`` agent is not silently changed."""
+    data = HyperParameters().to_dict()
+    data["agents"]["verifier"]["is_random"] = True
+    with pytest.raises(UnknownKeyError, match="is_random"):
+        HyperParameters.from_dict(data)
+
+
+def test_load_from_wandb_config_drops_keys_nip_has_no_field_for():
+    """A W&B config logged by the original holds tensor-agent fields text agents lack."""
+    config = {"temperature": 0.5, "agent_lr_factor": None, "is_random": False}
+    agent = PureTextAgentParameters.load_from_wandb_config(config)
+    assert agent == PureTextAgentParameters(temperature=0.5)
+    hyper = HyperParameters.load_from_wandb_config({"seed": 3, "agents": {"verifier": config}})
+    assert hyper.agents["verifier"].temperature == 0.5 and hyper.seed == 3
+
+
 # ----------------------------------------------------------------------------- lookup
 def test_get_follows_a_dotted_address():
     params = HyperParameters(agents={"verifier": PureTextAgentParameters(temperature=0.5)})
@@ -328,6 +388,59 @@ def test_malt_initial_ei_iterations_cannot_exceed_the_run():
 def test_malt_needs_at_least_two_responses_per_node():
     with pytest.raises(InvalidParameterError, match="num_responses_per_timestep"):
         PureTextMaltParameters(num_responses_per_timestep=1)
+
+
+# ------------------------------------------------- configs that would otherwise fail late
+def test_a_trainable_openrouter_agent_is_refused_before_any_sampling():
+    """OpenRouter cannot fine-tune; the job would fail only after an iteration of paid
+    sampling, so the configuration is refused, naming the agent's field and the fix."""
+    with pytest.raises(InvalidParameterError, match="freeze_agent=True") as caught:
+        HyperParameters(
+            agents={"prover": PureTextAgentParameters(model_provider="OpenRouter")},
+            rl=RlParameters(num_iterations=2),
+        )
+    assert caught.value.field == "agents.prover.freeze_agent"
+
+
+def test_a_frozen_openrouter_agent_is_allowed():
+    agent = PureTextAgentParameters(model_provider="OpenRouter", freeze_agent=True)
+    HyperParameters(agents={"prover": agent}, rl=RlParameters(num_iterations=2))
+
+
+def test_a_trainable_openrouter_agent_is_allowed_for_a_single_iteration():
+    """The last iteration submits no fine-tuning job, so one iteration never fine-tunes."""
+    agent = PureTextAgentParameters(model_provider="OpenRouter")
+    HyperParameters(agents={"prover": agent}, rl=RlParameters(num_iterations=1))
+
+
+def test_a_dataset_that_is_neither_shipped_nor_a_file_is_refused(tmp_path):
+    with pytest.raises(InvalidParameterError, match="no such shipped dataset or file") as caught:
+        HyperParameters(dataset=str(tmp_path / "missing.jsonl"))
+    assert caught.value.field == "dataset"
+
+
+def test_a_dataset_may_be_a_shipped_name_or_an_existing_file(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text("")
+    assert HyperParameters(dataset="humaneval_cv").dataset == "humaneval_cv"
+    assert HyperParameters(dataset=str(path)).dataset == str(path)
+
+
+def test_a_missing_system_prompt_template_is_refused(tmp_path):
+    missing = str(tmp_path / "verifier.txt")
+    with pytest.raises(InvalidParameterError, match="no such file") as caught:
+        HyperParameters(
+            agents={"verifier": PureTextAgentParameters(system_prompt_template_path=missing)}
+        )
+    assert caught.value.field == "agents.verifier.system_prompt_template_path"
+
+
+def test_the_shipped_presets_pass_validation():
+    from importlib import resources
+
+    preset = resources.files("nip.configs") / "quickstart.yaml"
+    HyperParameters.from_yaml(preset.read_text(encoding="utf-8"))
+    HyperParameters.construct_test_params()
 
 
 # ---------------------------------------------------------------------- update schedules

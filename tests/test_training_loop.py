@@ -453,3 +453,61 @@ def test_wandb_disabled_writes_nothing(dataset, tmp_path, monkeypatch):
     run_settings.wandb_mode = "disabled"
     PureTextEiTrainer(params(dataset), run_settings).train()
     assert not (tmp_path / "run" / "wandb").exists()
+
+
+# ------------------------------------------------------------ fine-tuning jobs are paid for once
+class CountingFineTuning(DummyFineTuneBackend):
+    """The dummy fine-tuning backend, recording every job it accepts in ``ledger`` (shared
+    across restarts, as a provider's billing is) and failing the ``fail_call``-th call
+    before it submits anything."""
+
+    def __init__(self, ledger: list[str], fail_call: int | None = None):
+        self.ledger = ledger
+        self.fail_call = fail_call
+        self.calls = 0
+
+    async def create_job(self, spec):
+        self.calls += 1
+        if self.calls == self.fail_call:
+            raise ConnectionError("the process dies here, after the first group's job")
+        job_id = await super().create_job(spec)
+        self.ledger.append(spec.job_name)
+        return job_id
+
+
+@pytest.mark.parametrize("trainer_name", ["pure_text_ei", "pure_text_malt"])
+def test_a_crash_after_the_first_groups_submission_does_not_submit_it_again(
+    dataset, tmp_path, trainer_name
+):
+    """The run dies between the first group's submission and the end of the stage; on
+    resume that job is found in the saved state, so each group pays for one job per
+    iteration."""
+    hp = params(
+        dataset,
+        trainer=trainer_name,
+        rl=RlParameters(num_iterations=3, rollouts_per_iteration=6),
+        pure_text_malt=PureTextMaltParameters(num_responses_per_timestep=2),
+        nip_protocol=NipProtocolParameters(max_message_rounds=3),
+    )
+    ledger: list[str] = []
+    crashing = CountingFineTuning(ledger, fail_call=2)
+    trainer = build_trainer(
+        hp, settings(tmp_path / "run"), fine_tune_backends=dict.fromkeys(hp.agents, crashing)
+    )
+    with pytest.raises(ConnectionError):
+        trainer.train()
+    first_group = next(iter(trainer.groups))
+    saved = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert saved["stage"] == "create_fine_tune_jobs"
+    assert saved["groups"][first_group]["fine_tune_job_id"] is not None
+    assert ledger == [f"{first_group}-it0"]
+
+    counting = CountingFineTuning(ledger)
+    resumed = PureTextEiTrainer.resume(
+        tmp_path / "run",
+        settings(tmp_path / "run"),
+        fine_tune_backends=dict.fromkeys(hp.agents, counting),
+    )
+    assert resumed.train().stage == "done"
+    assert sorted(ledger) == sorted(f"{g}-it{i}" for g in ("prover", "verifier") for i in (0, 1))
+    assert resumed.groups[first_group].model_name.endswith(f":ft-{first_group}-it1")

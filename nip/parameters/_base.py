@@ -361,6 +361,15 @@ class BaseParameters:
         }
         return target(**kwargs)  # type: ignore[return-value]
 
+    @classmethod
+    def load_from_wandb_config(cls, wandb_config: Mapping[str, Any]) -> Self:
+        """Build from a W&B run's config (e.g. ``run.config["agents"]["verifier"]``).
+
+        As :meth:`from_dict` with ``ignore_extra_keys=True``: a logged config may hold keys
+        this version has no field for (the original's tensor-agent fields, for instance).
+        """
+        return cls.from_dict(wandb_config, ignore_extra_keys=True)
+
     def to_json(self, indent: int | None = 2) -> str:
         """Serialise to JSON."""
         return json.dumps(self.to_dict(), indent=indent)
@@ -372,8 +381,8 @@ class BaseParameters:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
     @classmethod
-    def from_json(cls, text: str, ignore_extra_keys: bool = False) -> Self:
-        """Parse JSON text made by :meth:`to_json`.
+    def from_json(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
+        """Parse JSON text made by :meth:`to_json` (``options`` go to :meth:`from_dict`).
 
         Raises:
             ConfigFileError: The text is not JSON.
@@ -382,11 +391,12 @@ class BaseParameters:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise ConfigFileError(f"not valid JSON: {error}") from None
-        return cls.from_dict(data, ignore_extra_keys=ignore_extra_keys)
+        return cls.from_dict(data, ignore_extra_keys=ignore_extra_keys, **options)
 
     @classmethod
-    def from_yaml(cls, text: str, ignore_extra_keys: bool = False) -> Self:
-        """Parse YAML text made by :meth:`to_yaml` (or written by hand).
+    def from_yaml(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
+        """Parse YAML text made by :meth:`to_yaml` or by hand (``options`` go to
+        :meth:`from_dict`).
 
         Raises:
             ConfigFileError: The text is not YAML.
@@ -397,7 +407,7 @@ class BaseParameters:
             loaded = yaml.safe_load(text) or {}
         except yaml.YAMLError as error:
             raise ConfigFileError(f"not valid YAML: {error}") from None
-        return cls.from_dict(loaded, ignore_extra_keys=ignore_extra_keys)
+        return cls.from_dict(loaded, ignore_extra_keys=ignore_extra_keys, **options)
 
     def save(self, path: str | Path) -> Path:
         """Write to ``path`` as YAML (``.yaml``/``.yml``) or JSON (anything else)."""
@@ -407,13 +417,16 @@ class BaseParameters:
         return path
 
     @classmethod
-    def load(cls, path: str | Path, ignore_extra_keys: bool = False) -> Self:
-        """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix)."""
+    def load(cls, path: str | Path, ignore_extra_keys: bool = False, **options: Any) -> Self:
+        """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix).
+
+        ``options`` go to :meth:`from_dict` (``force=True`` for ``HyperParameters``).
+        """
         path = Path(path)
         text = path.read_text(encoding="utf-8")
         parse = cls.from_yaml if path.suffix in {".yaml", ".yml"} else cls.from_json
         try:
-            return parse(text, ignore_extra_keys=ignore_extra_keys)
+            return parse(text, ignore_extra_keys=ignore_extra_keys, **options)
         except ConfigFileError as error:
             raise ConfigFileError(f"{path}: {error}", path=path) from None
 

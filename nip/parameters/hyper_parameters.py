@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, Literal, Self
 
 from nip.errors import IncompatibleParametersError, InvalidParameterError
 from nip.parameters._base import BaseParameters, param
@@ -116,6 +118,48 @@ class HyperParameters(BaseParameters):
                 malt.num_initial_ei_iterations,
                 f"at most rl.num_iterations={self.rl.num_iterations}",
             )
+        self._check_fine_tunable()
+        self._check_files_exist()
+
+    def _check_fine_tunable(self) -> None:
+        """Reject trainable OpenRouter agents: they would fail only at job creation, after a
+        whole iteration of paid sampling."""
+        if self.rl.num_iterations <= 1:
+            return  # the last iteration submits no job
+        for name, agent in self.agents.items():
+            if agent.model_provider == "OpenRouter" and not agent.freeze_agent:
+                if agent.use_dummy_api:
+                    continue  # the dummy fine-tuning backend stands in
+                raise InvalidParameterError(
+                    f"agents.{name}.freeze_agent",
+                    False,
+                    "True for an OpenRouter agent when rl.num_iterations > 1",
+                    reason=(
+                        "OpenRouter cannot fine-tune models; set freeze_agent=True for "
+                        f"agent {name!r}, or use a provider that can (OpenAI, SelfHosted, Local)"
+                    ),
+                )
+
+    def _check_files_exist(self) -> None:
+        """Reject a dataset or prompt template that does not exist, before any sampling."""
+        from nip.data.loader import SHIPPED_DATASETS
+
+        if self.dataset not in SHIPPED_DATASETS and not Path(self.dataset).expanduser().is_file():
+            raise InvalidParameterError(
+                "dataset",
+                self.dataset,
+                f"one of {', '.join(map(repr, SHIPPED_DATASETS))}, or the path of a dataset file",
+                reason="no such shipped dataset or file",
+            )
+        for name, agent in self.agents.items():
+            path = agent.system_prompt_template_path
+            if path is not None and not Path(path).is_file():
+                raise InvalidParameterError(
+                    f"agents.{name}.system_prompt_template_path",
+                    path,
+                    "None (the built-in template) or the path of a template file",
+                    reason="no such file",
+                )
 
     @property
     def agent_names(self) -> tuple[str, ...]:
@@ -135,6 +179,41 @@ class HyperParameters(BaseParameters):
         }
 
     @classmethod
+    def from_dict(
+        cls,
+        params_dict: Mapping[str, Any],
+        ignore_extra_keys: bool = False,
+        *,
+        force: bool = False,
+    ) -> Self:
+        """As :meth:`BaseParameters.from_dict`, checking the ``_schema_version`` stamp.
+
+        Dicts written by the original ``nip`` load too: its ``is_random`` key of agent
+        parameters (always false for text agents) is dropped.
+
+        Args:
+            params_dict: The field values, such as a dict made by :meth:`to_dict`.
+            ignore_extra_keys: Drop keys that match no field instead of raising.
+            force: Load even when the stamp names an incompatible (major) schema version.
+
+        Raises:
+            IncompatibleParametersError: The stamp's major version differs from this nip's
+                (unless ``force``). A dict without a stamp is not checked.
+            UnknownKeyError: A key matches no field and ``ignore_extra_keys`` is False.
+            InvalidParameterError: A value is not allowed.
+
+        Warns:
+            UserWarning: The stamp's minor version differs.
+        """
+        if isinstance(params_dict, Mapping) and "_schema_version" in params_dict:
+            try:
+                check_compatibility(dict(params_dict))
+            except IncompatibleParametersError:
+                if not force:
+                    raise
+        return super().from_dict(_drop_is_random(params_dict), ignore_extra_keys)
+
+    @classmethod
     def construct_test_params(cls) -> HyperParameters:
         """Dummy-API agents and a tiny run: offline and fast."""
         from nip.protocols import protocol_class
@@ -146,6 +225,21 @@ class HyperParameters(BaseParameters):
             },
             rl=RlParameters(num_iterations=2, rollouts_per_iteration=4),
         )
+
+
+def _drop_is_random(params_dict: Any) -> Any:
+    """``params_dict`` without the original's ``agents.<name>.is_random: false`` keys."""
+    if not isinstance(params_dict, Mapping) or not isinstance(params_dict.get("agents"), Mapping):
+        return params_dict
+    agents = {
+        name: (
+            {k: v for k, v in agent.items() if not (k == "is_random" and v is False)}
+            if isinstance(agent, Mapping)
+            else agent
+        )
+        for name, agent in params_dict["agents"].items()
+    }
+    return {**params_dict, "agents": agents}
 
 
 def check_compatibility(saved: dict[str, Any], current: str = PARAMETERS_SCHEMA_VERSION) -> None:

@@ -9,6 +9,8 @@ The last iteration stops after ``test``. Every stage can be repeated safely, so 
 at any point (even ``kill -9``) resumes from its directory with :meth:`Trainer.resume`,
 without lost or duplicated rollouts: a stage's output is written atomically before the state
 moves on, and sampling is deterministic given the seed (and free, with the response cache).
+A fine-tuning job is recorded in the state the moment it is submitted, so a run killed
+mid-stage never pays for a group's job twice.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class TrainerState:
     stage: Stage = "sample_rollouts"
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     stages_completed: int = 0
+    #: The iteration each group's latest fine-tuning job was submitted in, by group name.
+    job_iterations: dict[str, int] = field(default_factory=dict)
 
 
 class PureTextEiTrainer:
@@ -139,12 +143,10 @@ class PureTextEiTrainer:
         """
         directory = RunDirectory(run_dir)
         saved = directory.read_json("hyper_params.json")
-        try:
-            check_compatibility(saved)
-        except IncompatibleParametersError:
-            if not force:
-                raise
-        hyper_params = HyperParameters.from_dict(saved, ignore_extra_keys=force)
+        if "_schema_version" not in saved and not force:
+            check_compatibility(saved)  # raises: the file was not written by nip
+        # from_dict checks the schema version stamp (an error, or a warning for a minor one).
+        hyper_params = HyperParameters.from_dict(saved, ignore_extra_keys=force, force=force)
         settings = settings or ExperimentSettings()
         settings.run_dir = directory.path
         trainer_cls = PureTextMaltTrainer if hyper_params.trainer == "pure_text_malt" else cls
@@ -283,6 +285,8 @@ class PureTextEiTrainer:
         transcripts = self._training_transcripts()
         hp = self.hyper_params
         for name, group in self.groups.items():
+            if self._job_submitted_this_iteration(name, group):
+                continue
             if group.is_trainable and not self._scheduled(group):
                 group.state.last_job_outcome = "not_scheduled"
                 continue
@@ -304,9 +308,24 @@ class PureTextEiTrainer:
             examples = group.supervised_examples(selected, replaced)
             self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", examples)
             await group.create_supervised_fine_tune_job(selected, replaced, self._job_name(name))
+            self._record_submission(name, group)
 
     def _job_name(self, group: str) -> str:
         return f"{group}-it{self._iteration}"
+
+    def _job_submitted_this_iteration(self, name: str, group: PureTextSharedModelGroup) -> bool:
+        """Whether the group's job of this iteration was submitted before a restart."""
+        return (
+            group.state.last_job_outcome == "submitted"
+            and self.state.job_iterations.get(name) == self._iteration
+        )
+
+    def _record_submission(self, name: str, group: PureTextSharedModelGroup) -> None:
+        """Save the state as soon as a job is submitted: a run killed before the stage ends
+        then finds the job on resume instead of paying for a second one."""
+        if group.state.last_job_outcome == "submitted":
+            self.state.job_iterations[name] = self._iteration
+            self._save_state()
 
     def _submitted(self) -> list[PureTextSharedModelGroup]:
         return [g for g in self.groups.values() if g.state.last_job_outcome == "submitted"]
@@ -451,6 +470,8 @@ class PureTextMaltTrainer(PureTextEiTrainer):
 
         trees = self.load_trees()
         for name, group in self.groups.items():
+            if self._job_submitted_this_iteration(name, group):
+                continue
             if group.is_trainable and not self._scheduled(group):
                 group.state.last_job_outcome = "not_scheduled"
                 continue
@@ -458,6 +479,7 @@ class PureTextMaltTrainer(PureTextEiTrainer):
             lines = [p.to_openai() for examples in pairs.values() for p in examples]
             self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", lines)
             await group.create_dpo_fine_tune_job(pairs, job_name=self._job_name(name))
+            self._record_submission(name, group)
 
 
 def build_trainer(
