@@ -147,3 +147,29 @@ def test_submitting_the_same_job_twice_trains_once(tiny_model, tmp_path):
 def test_an_unknown_job_is_not_found(tmp_path):
     backend = LocalLoraFineTuneBackend(tmp_path / "jobs")
     assert asyncio.run(backend.get_job("nothing")).status == "not_found"
+
+
+@pytest.mark.timeout(600)
+def test_a_stacked_job_records_the_adapters_it_sits_on(tiny_model, tmp_path):
+    from nip.backends.local.adapters import predecessors
+
+    backend = LocalLoraFineTuneBackend(tmp_path / "jobs")
+    first = run_job(backend, spec(tiny_model, name="verifier-it0"))
+    stacked = run_job(
+        backend,
+        spec(
+            tiny_model,
+            name="verifier-it1",
+            previous_adapter=first.adapter_path,
+            stack_lora_adapters=True,
+        ),
+    )
+    continued = run_job(
+        backend, spec(tiny_model, name="verifier-it2", previous_adapter=stacked.adapter_path)
+    )
+    assert first.status == stacked.status == continued.status == "succeeded", continued.error
+
+    assert predecessors(first.adapter_path) == []
+    assert predecessors(stacked.adapter_path) == [Path(first.adapter_path).resolve()]
+    # Training a stacked adapter further keeps it on the adapter beneath it.
+    assert predecessors(continued.adapter_path) == [Path(first.adapter_path).resolve()]

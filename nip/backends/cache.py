@@ -2,8 +2,11 @@
 
 Keyed by the whole request (model, messages, sampling settings, seed) plus the sample index
 and a namespace naming the backend, so re-running a notebook costs nothing and reproduces
-the same transcripts. Stored in SQLite (one file, safe across processes); reads and writes
-run in a worker thread so the event loop never waits on the disk.
+the same transcripts. A model name does not always name the same weights (local adapters are
+called ``verifier-it0`` in every run), so a backend that can tell them apart offers
+``model_fingerprint(model) -> str | None`` and its answer joins the key. Stored in SQLite
+(one file, safe across processes); reads and writes run in a worker thread so the event loop
+never waits on the disk.
 """
 
 from __future__ import annotations
@@ -95,7 +98,12 @@ class CachedBackend:
         self.misses = 0
 
     def _keys(self, request: GenerationRequest) -> list[str]:
-        return [f"{self.namespace}:{request.cache_key(i)}" for i in range(request.n)]
+        namespace = self.namespace
+        fingerprint = getattr(self.inner, "model_fingerprint", None)
+        weights = fingerprint(request.model) if fingerprint is not None else None
+        if weights is not None:  # e.g. a local adapter: the name alone is not its identity
+            namespace = f"{namespace}@{weights}"
+        return [f"{namespace}:{request.cache_key(i)}" for i in range(request.n)]
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         keys = self._keys(request)

@@ -7,6 +7,10 @@ through ``status.json`` (pending, running, succeeded, failed) and ``events.jsonl
 SFT computes the loss on the trained agent's own turns only (its ``assistant`` messages):
 chat templates without TRL's ``{% generation %}`` markers, such as SmolLM2's ChatML, get a
 marked ChatML training template.
+
+With ``stack_lora_adapters`` the previous adapter is merged into the weights and a new one is
+trained on top; the new adapter's folder lists the adapters beneath it (see
+:mod:`nip.backends.local.adapters`), so the local backend serves the whole stack.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ def train(job_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from nip.backends.local import ensure_local_model
+    from nip.backends.local.adapters import predecessors, write_predecessors
 
     spec = json.loads((job_dir / "spec.json").read_text())
     write_status(job_dir, "running")
@@ -106,10 +111,16 @@ def train(job_dir: Path) -> None:
     )
     peft_config: LoraConfig | None = lora
     previous = spec.get("previous_adapter")
+    beneath: list[Path] = []  # the adapters the new one sits on, oldest first
     if previous:
+        # A stacked previous adapter only means something on top of its own predecessors.
+        beneath = predecessors(previous)
+        for layer in beneath:
+            model = PeftModel.from_pretrained(model, str(layer)).merge_and_unload()
         if spec.get("stack_lora_adapters"):
             # Fold the previous adapter into the weights, then train a new one on top.
             model = PeftModel.from_pretrained(model, previous).merge_and_unload()
+            beneath.append(Path(previous))
         else:
             model = PeftModel.from_pretrained(model, previous, is_trainable=True)
             peft_config = None
@@ -167,6 +178,7 @@ def train(job_dir: Path) -> None:
     adapter_dir = job_dir / "adapter"
     if is_main_process():
         trainer.model.save_pretrained(str(adapter_dir))
+        write_predecessors(adapter_dir, beneath)
     write_status(
         job_dir,
         "succeeded",

@@ -2,6 +2,12 @@
 
 Everything that touches torch, the tokenizer or the (PEFT-wrapped) model lives here and is
 called from a single thread, so adapter switching never races with generation.
+
+Every adapter folder is loaded once into one PEFT model, keyed by the hash of its files. A
+stacked adapter is served by making its predecessors active together with it: LoRA updates
+add up, so on every linear layer that is ``W + delta_1 + ... + delta_k``, the same model as
+merging the predecessors into the weights and applying the top adapter, without a copy of
+the base model per stack. One ``model.generate`` still serves all requests for a name.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
 from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit, StopWhenSet
+from nip.backends.local.adapters import AdapterLayer, AdapterStack
 from nip.backends.local.model_store import ensure_local_model
 from nip.errors import GenerationError, ModelNotFoundError
 from nip.utils.seeding import derive_seed
@@ -105,7 +112,8 @@ class Engine:
         )
         self.base = base.to(self.device).eval()
         self.peft_model = None  # a PeftModel wrapping self.base once an adapter is loaded
-        self._adapter_keys: dict[str, tuple[str, Path]] = {}  # name -> (peft key, path)
+        self._layer_keys: dict[str, str] = {}  # adapter fingerprint -> peft key
+        self._name_layers: dict[str, tuple[str, ...]] = {}  # name -> fingerprints it uses
         self._adapter_counter = 0
         self.eos_ids = self._stop_token_ids()
         pad = self.tokenizer.pad_token_id
@@ -114,12 +122,14 @@ class Engine:
         self._entropy = random.SystemRandom()
 
     # ------------------------------------------------------------------ generation
-    def run(self, requests: list[GenerationRequest], adapters: Mapping[str, Path]) -> BatchReport:
+    def run(
+        self, requests: list[GenerationRequest], adapters: Mapping[str, AdapterStack]
+    ) -> BatchReport:
         """Generate every request, one ``model.generate`` per model or adapter.
 
         Args:
             requests: The batch; every ``model`` is a base name or a key of ``adapters``.
-            adapters: LoRA adapter folders by model name.
+            adapters: LoRA adapters (with the adapters they are stacked on) by model name.
 
         Returns:
             The results in request order, with counts for the backend's statistics.
@@ -273,23 +283,37 @@ class Engine:
 
     # ------------------------------------------------------------------ adapters
     @contextlib.contextmanager
-    def _activate(self, adapter: str | None, path: Path | None) -> Iterator[None]:
-        """Make the base model (``adapter`` None) or the named adapter generate."""
-        if adapter is None or path is None:
+    def _activate(self, adapter: str | None, stack: AdapterStack | None) -> Iterator[None]:
+        """Make the base model (``adapter`` None) or the named adapter (stack) generate."""
+        if adapter is None or stack is None:
             if self.peft_model is None:
                 yield
             else:
                 with self.peft_model.disable_adapter():
                     yield
             return
-        key = self._load_adapter(adapter, path)
-        self.peft_model.set_adapter(key)
+        keys = self._load_stack(adapter, stack)
+        # PeftModel keeps one "active" adapter for its config; the LoRA layers take a list.
+        self.peft_model.set_adapter(keys[-1], inference_mode=True)
+        self.peft_model.base_model.set_adapter(keys, inference_mode=True)
         yield
 
-    def _load_adapter(self, name: str, path: Path) -> str:
-        loaded = self._adapter_keys.get(name)
-        if loaded is not None and loaded[1] == path:
-            return loaded[0]
+    def _load_stack(self, name: str, stack: AdapterStack) -> list[str]:
+        """Load every layer of ``stack`` not loaded yet; returns their PEFT keys in order."""
+        keys = [self._load_layer(name, layer) for layer in stack.layers]
+        used = tuple(layer.fingerprint for layer in stack.layers)
+        before = self._name_layers.get(name, ())
+        self._name_layers[name] = used
+        # Re-registered with new weights: drop layers that no name uses any more.
+        still_used = {f for layers in self._name_layers.values() for f in layers}
+        for fingerprint in set(before) - still_used:
+            self.peft_model.delete_adapter(self._layer_keys.pop(fingerprint))
+        return keys
+
+    def _load_layer(self, name: str, layer: AdapterLayer) -> str:
+        key = self._layer_keys.get(layer.fingerprint)
+        if key is not None:
+            return key
         from peft import PeftModel
 
         self._adapter_counter += 1
@@ -297,16 +321,14 @@ class Engine:
         try:
             if self.peft_model is None:
                 self.peft_model = PeftModel.from_pretrained(
-                    self.base, str(path), adapter_name=key, is_trainable=False
+                    self.base, str(layer.path), adapter_name=key, is_trainable=False
                 )
                 self.peft_model.eval()
             else:
-                self.peft_model.load_adapter(str(path), adapter_name=key, is_trainable=False)
+                self.peft_model.load_adapter(str(layer.path), adapter_name=key, is_trainable=False)
         except Exception as error:
             raise ModelNotFoundError(
-                f"Could not load the LoRA adapter {name!r} from {path}: {error}"
+                f"Could not load the LoRA adapter {name!r} from {layer.path}: {error}"
             ) from error
-        if loaded is not None:  # re-registered with new weights: drop the old ones
-            self.peft_model.delete_adapter(loaded[0])
-        self._adapter_keys[name] = (key, path)
+        self._layer_keys[layer.fingerprint] = key
         return key

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local._batcher import MicroBatcher
+from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
 from nip.errors import GenerationError, ModelNotFoundError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
@@ -118,7 +119,7 @@ class LocalBackend:
         self._base_names = {self.model, Path(self.model).name}
         if (canonical := canonical_model_name(self.model)) is not None:
             self._base_names.add(canonical)
-        self._adapters: dict[str, Path] = {}
+        self._adapters: dict[str, AdapterStack] = {}
         self._engine: Engine | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nip-local")
         self._batcher: MicroBatcher[GenerationRequest, GenerationResult] = MicroBatcher(
@@ -144,17 +145,27 @@ class LocalBackend:
 
         The adapter is loaded onto the base model the first time a request asks for ``name``.
         Registering a name again replaces its weights (e.g. after another training round).
+        A stacked adapter (see :mod:`nip.backends.local.adapters`) is served together with
+        the adapters it was trained on top of. The files are hashed now, once: see
+        :meth:`model_fingerprint`.
 
         Raises:
-            ModelNotFoundError: ``path`` holds no ``adapter_config.json``.
+            ModelNotFoundError: ``path`` (or an adapter it is stacked on) holds no
+                ``adapter_config.json``.
             ValueError: ``name`` is the base model's name.
         """
-        folder = Path(path).expanduser().resolve()
-        if not (folder / "adapter_config.json").is_file():
-            raise ModelNotFoundError(f"{folder} is not a PEFT adapter (no adapter_config.json).")
         if name in self._base_names:
             raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
-        self._adapters[name] = folder
+        self._adapters[name] = read_adapter_stack(path)
+
+    def model_fingerprint(self, model: str) -> str | None:
+        """A hash of the weights behind an adapter name; None for the base model.
+
+        Adapter names such as ``verifier-it0`` recur in every run, so the response cache adds
+        this to its key: a name with other weights never gets another model's answers.
+        """
+        adapter = self._adapters.get(model)
+        return adapter.fingerprint if adapter is not None else None
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         """Generate ``request.n`` completions; waits for a batch slot, never blocks the loop.
@@ -205,7 +216,9 @@ class LocalBackend:
         )
         return report.results
 
-    def _work(self, requests: list[GenerationRequest], adapters: dict[str, Path]) -> BatchReport:
+    def _work(
+        self, requests: list[GenerationRequest], adapters: dict[str, AdapterStack]
+    ) -> BatchReport:
         """Worker thread: load the model if needed, then generate the batch."""
         from nip.backends.local._engine import BatchReport, Engine
 

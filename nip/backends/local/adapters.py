@@ -1,0 +1,97 @@
+"""What a LoRA adapter folder stands for: its own weights, plus the adapters it was stacked on.
+
+A stacked adapter (``stack_lora_adapters=True``) is trained on the base model with its
+predecessors merged in, so it means nothing on the bare base model. Its folder therefore lists
+those predecessors, oldest first, in :data:`STACK_FILE` next to ``adapter_config.json`` (paths
+relative to the folder, so a moved run directory still works). A folder without the file is a
+plain adapter on the base model.
+
+A :class:`AdapterStack` also carries a content hash of every layer, so that a model name
+(``verifier-it0`` is reused by every run) can be told apart from the same name with other
+weights, e.g. in the response cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from nip.errors import ModelNotFoundError
+
+STACK_FILE = "nip_adapter_stack.json"
+"""The file in an adapter folder listing the adapters it sits on (``{"predecessors": [...]}``)."""
+
+_HASHED_FILES = ("adapter_config.json", "adapter_model.safetensors", "adapter_model.bin")
+
+
+@dataclass(frozen=True)
+class AdapterLayer:
+    """One adapter folder and a content hash of its configuration and weights."""
+
+    path: Path
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class AdapterStack:
+    """The adapters a model name stands for: predecessors first, the named adapter last."""
+
+    layers: tuple[AdapterLayer, ...]
+
+    @property
+    def path(self) -> Path:
+        """The folder of the named (topmost) adapter."""
+        return self.layers[-1].path
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of every layer's weights, in order: the identity of the whole model."""
+        joined = "+".join(layer.fingerprint for layer in self.layers)
+        return hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+
+def predecessors(folder: str | os.PathLike[str]) -> list[Path]:
+    """The adapters the one in ``folder`` is stacked on, oldest first (empty if none)."""
+    folder = Path(folder)
+    try:
+        entries = json.loads((folder / STACK_FILE).read_text())["predecessors"]
+    except FileNotFoundError:
+        return []
+    return [(folder / entry).resolve() for entry in entries]
+
+
+def write_predecessors(folder: str | os.PathLike[str], stack: Sequence[Path]) -> None:
+    """Record that the adapter in ``folder`` sits on ``stack`` (oldest first); none: no file."""
+    if not stack:
+        return
+    folder = Path(folder).resolve()
+    entries = [os.path.relpath(Path(p).resolve(), folder) for p in stack]
+    (folder / STACK_FILE).write_text(json.dumps({"predecessors": entries}, indent=2) + "\n")
+
+
+def read_adapter_stack(folder: str | os.PathLike[str]) -> AdapterStack:
+    """Hash the adapter in ``folder`` and its predecessors.
+
+    Raises:
+        ModelNotFoundError: The folder, or one of its predecessors, is not a PEFT adapter.
+    """
+    top = Path(folder).expanduser().resolve()
+    return AdapterStack(tuple(_layer(path) for path in [*predecessors(top), top]))
+
+
+def _layer(folder: Path) -> AdapterLayer:
+    if not (folder / "adapter_config.json").is_file():
+        raise ModelNotFoundError(f"{folder} is not a PEFT adapter (no adapter_config.json).")
+    digest = hashlib.sha256()
+    for name in _HASHED_FILES:
+        path = folder / name
+        if path.is_file():
+            digest.update(f"{name}\0".encode())
+            with path.open("rb") as file:
+                for block in iter(lambda: file.read(1 << 20), b""):
+                    digest.update(block)
+    return AdapterLayer(folder, digest.hexdigest()[:32])
