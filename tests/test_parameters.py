@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nip.errors import IncompatibleParametersError, InvalidParameterError, UnknownKeyError
+from nip.errors import (
+    IncompatibleParametersError,
+    InvalidParameterError,
+    SharedModelGroupError,
+    UnknownKeyError,
+)
 from nip.parameters import (
     AlternatingPeriodicUpdateSchedule,
     BaseParameters,
@@ -472,3 +477,100 @@ def test_parameters_render_as_an_html_table_with_docs():
     html = HyperParameters(seed=1)._repr_html_()
     assert "<table>" in html and "seed" in html
     assert "Seed of every random choice" in html
+
+
+# ------------------------------------------------------------- more bad configurations
+@pytest.mark.parametrize(
+    ("cls", "key"),
+    [
+        (NipProtocolParameters, "nip_protocol"),
+        (DebateProtocolParameters, "debate_protocol"),
+        (MnipProtocolParameters, "mnip_protocol"),
+    ],
+)
+def test_min_message_rounds_may_not_exceed_max_message_rounds(cls, key):
+    with pytest.raises(InvalidParameterError) as info:
+        cls(min_message_rounds=6, max_message_rounds=5)
+    assert (info.value.field, info.value.value) == ("min_message_rounds", 6)
+    assert "at most max_message_rounds=5" in str(info.value)
+    with pytest.raises(InvalidParameterError, match=rf"{key}\.min_message_rounds=6"):
+        HyperParameters.from_dict({key: {"min_message_rounds": 6, "max_message_rounds": 5}})
+
+
+def test_min_message_rounds_equal_to_max_message_rounds_is_allowed():
+    assert NipProtocolParameters(min_message_rounds=5, max_message_rounds=5).min_message_rounds == 5
+
+
+def test_a_periodic_schedule_cannot_update_more_iterations_than_its_period():
+    with pytest.raises(InvalidParameterError) as info:
+        ContiguousPeriodicUpdateSchedule(period=2, update_iterations=3)
+    assert (info.value.field, info.value.value) == ("update_iterations", 3)
+    assert "at most period=2" in str(info.value)
+
+
+def test_a_bad_update_schedule_in_an_agent_is_reported_with_its_address():
+    schedule = {"_type": "ContiguousPeriodicUpdateSchedule", "period": 2, "update_iterations": 5}
+    with pytest.raises(InvalidParameterError) as info:
+        HyperParameters.from_dict({"agents": {"verifier": {"update_schedule": schedule}}})
+    assert info.value.field == "agents.verifier.update_schedule.update_iterations"
+
+
+@pytest.mark.parametrize(
+    ("cls", "type_name"),
+    [
+        (ContiguousPeriodicUpdateSchedule, "WeeklyUpdateSchedule"),
+        # a real class, but not the one asked for nor a subclass of it
+        (ContiguousPeriodicUpdateSchedule, "AlternatingPeriodicUpdateSchedule"),
+        (HyperParameters, "PureTextAgentParameters"),
+    ],
+)
+def test_a_type_tag_that_names_no_matching_class_is_an_error(cls, type_name):
+    with pytest.raises(InvalidParameterError) as info:
+        cls.from_dict({"_type": type_name})
+    assert (info.value.field, info.value.value) == ("_type", type_name)
+    assert f"{cls.__name__} or one of its subclasses" in str(info.value)
+
+
+def test_a_bad_type_tag_deep_in_a_config_is_reported_with_its_address():
+    agents = {"verifier": {"update_schedule": {"_type": "WeeklyUpdateSchedule"}}}
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"agents\.verifier\.update_schedule\._type='WeeklyUpdateSchedule'",
+    ):
+        HyperParameters.from_dict({"agents": agents})
+
+
+@pytest.mark.parametrize(
+    ("field", "first", "second"),
+    [
+        ("model_provider", "OpenAI", "SelfHosted"),
+        ("model_name", "gpt-4o-mini", "gpt-4o"),
+        ("freeze_agent", True, False),
+        ("lora_rank", 8, 16),
+        ("dpo_beta", 0.1, 0.5),
+    ],
+)
+def test_members_of_a_shared_model_group_must_agree_on_the_model(field, first, second):
+    with pytest.raises(SharedModelGroupError) as info:
+        HyperParameters(
+            interaction_protocol="debate",
+            agents={
+                "prover0": PureTextAgentParameters(shared_model_group="provers", **{field: first}),
+                "prover1": PureTextAgentParameters(shared_model_group="provers", **{field: second}),
+            },
+        )
+    message = str(info.value)
+    assert "'prover0' and 'prover1'" in message and "model group 'provers'" in message
+    assert f"differ in {field} ({first!r} vs {second!r})" in message
+
+
+def test_members_of_a_shared_model_group_may_sample_differently():
+    """Sampling settings are per agent, not part of the model."""
+    hp = HyperParameters(
+        interaction_protocol="debate",
+        agents={
+            "prover0": PureTextAgentParameters(shared_model_group="provers", temperature=0.2),
+            "prover1": PureTextAgentParameters(shared_model_group="provers", temperature=0.9),
+        },
+    )
+    assert hp.agents["prover1"].temperature == 0.9

@@ -20,6 +20,7 @@ from nip.protocols import (
     MerlinArthurProtocol,
     MnipProtocol,
     NipProtocol,
+    ProtocolHandler,
     SoloVerifierProtocol,
     build_protocol_handler,
     datapoint_stance,
@@ -32,6 +33,18 @@ ACCEPT, REJECT, NONE = Decision.ACCEPT, Decision.REJECT, Decision.NONE
 def turns(handler, seed: int = 0) -> list[dict[str, tuple[str, ...]]]:
     """Who writes to which channels, round by round."""
     return [dict(handler.speakers(r, seed)) for r in range(handler.num_rounds())]
+
+
+def build_handler(name: str, common: dict, protocol_params: dict) -> ProtocolHandler:
+    """The handler of protocol ``name`` with common and protocol-specific parameters set."""
+    hp = HyperParameters.from_dict(
+        {
+            "interaction_protocol": name,
+            "protocol_common": common,
+            **({f"{name}_protocol": protocol_params} if protocol_params else {}),
+        }
+    )
+    return build_protocol_handler(hp)
 
 
 # ------------------------------------------------------------------ the paper's table
@@ -172,17 +185,34 @@ def test_mnip_has_the_same_timing_as_debate():
 
 
 # ---------------------------------------------------------------------------- visibility
-def test_in_debate_everyone_reads_both_channels():
-    handler = DebateProtocol()
-    for agent in ("prover0", "prover1", "verifier"):
-        assert handler.visible_channels(agent) == ("prover0_channel", "prover1_channel")
+P0, P1 = "prover0_channel", "prover1_channel"
+
+#: Who reads which channel, as the paper describes each protocol.
+VISIBILITY_TABLE = [
+    # nip, adp: the verifier and its one prover share a single channel.
+    ("nip", {}, {"prover": ("main",), "verifier": ("main",)}),
+    ("adp", {}, {"prover": ("main",), "verifier": ("main",)}),
+    # MAC: whichever prover speaks writes where the verifier (and the other prover) can read.
+    ("merlin_arthur", {}, {"prover0": ("main",), "prover1": ("main",), "verifier": ("main",)}),
+    # solo verifier: nobody else is there.
+    ("solo_verifier", {}, {"verifier": ("main",)}),
+    # debate: a channel per prover, and everyone reads both (the debaters answer each other).
+    ("debate", {}, {"prover0": (P0, P1), "prover1": (P0, P1), "verifier": (P0, P1)}),
+    (
+        "debate",
+        {"sequential": True},
+        {"prover0": (P0, P1), "prover1": (P0, P1), "verifier": (P0, P1)},
+    ),
+    # mnip: each prover is questioned in private; only the verifier reads both channels.
+    ("mnip", {}, {"prover0": (P0,), "prover1": (P1,), "verifier": (P0, P1)}),
+    ("mnip", {"sequential": True}, {"prover0": (P0,), "prover1": (P1,), "verifier": (P0, P1)}),
+]
 
 
-def test_in_mnip_each_prover_reads_only_its_private_channel():
-    handler = MnipProtocol()
-    assert handler.visible_channels("prover0") == ("prover0_channel",)
-    assert handler.visible_channels("prover1") == ("prover1_channel",)
-    assert handler.visible_channels("verifier") == ("prover0_channel", "prover1_channel")
+@pytest.mark.parametrize(("name", "protocol_params", "visible"), VISIBILITY_TABLE)
+def test_who_reads_which_channel(name, protocol_params, visible):
+    handler = build_handler(name, {}, protocol_params)
+    assert {agent: handler.visible_channels(agent) for agent in handler.agent_names} == visible
 
 
 def test_a_debate_prover_reads_the_other_channel_first_and_its_own_last():
@@ -191,14 +221,21 @@ def test_a_debate_prover_reads_the_other_channel_first_and_its_own_last():
     assert handler.channel_order("prover1", 1) == ("prover0_channel", "prover1_channel")
 
 
-def test_the_verifiers_channel_order_is_shuffled_reproducibly_per_round():
-    handler = DebateProtocol()
-    orders = {handler.channel_order("verifier", r, seed=s) for s in range(10) for r in (0, 2)}
-    assert len(orders) == 2  # both orders occur
-    for seed in range(10):
-        assert handler.channel_order("verifier", 2, seed) == handler.channel_order(
-            "verifier", 2, seed
-        )
+#: The verifier's reading order, pinned: a change of seeding or shuffling would change which
+#: channel a verifier reads first in saved runs, so it must show up here.
+CHANNEL_ORDERS = [
+    # protocol, seed, order in rounds 0, 2 and 4
+    ("debate", 0, [(P0, P1), (P0, P1), (P1, P0)]),
+    ("debate", 1, [(P1, P0), (P0, P1), (P0, P1)]),
+    ("mnip", 0, [(P0, P1), (P1, P0), (P0, P1)]),
+    ("mnip", 2, [(P1, P0), (P0, P1), (P1, P0)]),
+]
+
+
+@pytest.mark.parametrize(("name", "seed", "orders"), CHANNEL_ORDERS)
+def test_the_verifiers_channel_order_is_shuffled_reproducibly_per_round(name, seed, orders):
+    handler = build_handler(name, {}, {})
+    assert [handler.channel_order("verifier", r, seed) for r in (0, 2, 4)] == orders
 
 
 def test_the_verifiers_channel_order_is_fixed_when_randomisation_is_off():
@@ -222,33 +259,91 @@ def test_agents_have_the_human_names_used_in_prompts():
 
 
 # --------------------------------------------------------------------- decision windows
-def test_the_verifier_may_decide_only_when_it_speaks():
-    handler = NipProtocol()
-    assert [handler.can_decide(r) for r in range(5)] == [True, False, True, False, True]
+#: When the verifier may decide, as the paper describes each protocol: in its own turns, from
+#: round ``min_message_rounds - 1`` on, and always in its last turn. ``rounds`` is the episode
+#: length: it ends after the verifier's last turn, so a prover's trailing message nobody
+#: would read is never generated.
+DECISION_WINDOWS = [
+    # name, common, protocol params, rounds, rounds in which the verifier may decide
+    pytest.param("nip", {}, {}, 9, [0, 2, 4, 6, 8], id="nip: every other round, T=9"),
+    pytest.param(
+        "nip",
+        {"verifier_first": False},
+        {"max_message_rounds": 5},
+        4,
+        [1, 3],
+        id="nip: prover first, T=5 ends on the verifier's turn",
+    ),
+    pytest.param(
+        "nip", {}, {"min_message_rounds": 4}, 9, [4, 6, 8], id="nip: no decision before round 3"
+    ),
+    pytest.param("adp", {}, {}, 2, [1], id="adp: one prover message, then the decision"),
+    pytest.param("merlin_arthur", {}, {}, 2, [1], id="mac: one prover message, then decision"),
+    pytest.param("solo_verifier", {}, {}, 1, [0], id="solo: decides at once"),
+    pytest.param("debate", {}, {}, 9, [0, 2, 4, 6, 8], id="debate simultaneous: 2-round cycle"),
+    pytest.param(
+        "debate", {}, {"sequential": True}, 7, [0, 3, 6], id="debate sequential: 3-round cycle"
+    ),
+    pytest.param(
+        "debate",
+        {"verifier_first": False},
+        {"sequential": True, "max_message_rounds": 7},
+        6,
+        [2, 5],
+        id="debate sequential, provers first",
+    ),
+    pytest.param(
+        "debate",
+        {},
+        {"sequential": True, "min_message_rounds": 5},
+        7,
+        [6],
+        id="debate sequential: min rounds leave only the last turn",
+    ),
+    pytest.param("mnip", {}, {}, 9, [0, 2, 4, 6, 8], id="mnip simultaneous: 2-round cycle"),
+    pytest.param(
+        "mnip", {}, {"sequential": True}, 7, [0, 3, 6], id="mnip sequential: 3-round cycle"
+    ),
+]
 
 
-def test_min_message_rounds_delays_the_first_decision():
-    handler = NipProtocol(params=NipProtocolParameters(min_message_rounds=4))
-    assert [r for r in range(handler.num_rounds()) if handler.can_decide(r)] == [4, 6, 8]
+@pytest.mark.parametrize(("name", "common", "params", "rounds", "windows"), DECISION_WINDOWS)
+def test_when_the_verifier_may_decide(name, common, params, rounds, windows):
+    handler = build_handler(name, common, params)
+    assert handler.num_rounds() == rounds
+    for seed in (0, 1):  # MAC's seed picks the prover, never the verifier's turns
+        assert [r for r in range(handler.max_message_rounds) if handler.can_decide(r, seed)] == (
+            windows
+        )
 
 
-def test_a_decision_outside_the_window_is_rejected():
-    with pytest.raises(ValueError, match="may not decide in round 1"):
-        NipProtocol().step(1, ACCEPT, y=1)
+@pytest.mark.parametrize(("name", "common", "params", "rounds", "windows"), DECISION_WINDOWS)
+def test_a_decision_ends_the_episode_and_is_refused_outside_the_window(
+    name, common, params, rounds, windows
+):
+    handler = build_handler(name, common, params)
+    for r in range(rounds):
+        if r in windows:
+            outcome = handler.step(r, REJECT, y=0)
+            assert outcome.done and not outcome.terminated and outcome.decision is REJECT
+        else:
+            with pytest.raises(ValueError, match=f"may not decide in round {r}"):
+                handler.step(r, ACCEPT, y=1)
 
 
-def test_the_episode_is_terminated_when_the_last_chance_passes():
-    handler = NipProtocol(params=NipProtocolParameters(max_message_rounds=5))
-    outcome = handler.step(4, NONE, y=1)
-    assert outcome.done and outcome.terminated
-    assert outcome.rewards["verifier"] == -1.0
-    assert not handler.step(2, NONE, y=1).done
-
-
-def test_a_decision_ends_the_episode_without_termination():
-    outcome = NipProtocol().step(2, REJECT, y=0)
-    assert outcome.done and not outcome.terminated
-    assert outcome.decision is REJECT
+@pytest.mark.parametrize(("name", "common", "params", "rounds", "windows"), DECISION_WINDOWS)
+def test_only_the_last_round_without_a_decision_terminates_the_episode(
+    name, common, params, rounds, windows
+):
+    """Reaching the verifier's last turn undecided ends the episode, terminated, with
+    ``verifier_terminated_penalty``; every earlier undecided round goes on."""
+    handler = build_handler(name, common, params)
+    for r in range(rounds):
+        outcome = handler.step(r, NONE, y=1)
+        last = r == rounds - 1
+        assert (outcome.done, outcome.terminated) == (last, last)
+        if last:
+            assert outcome.rewards["verifier"] == handler.common.verifier_terminated_penalty
 
 
 # ------------------------------------------------------------------------------ rewards
@@ -335,10 +430,23 @@ def test_without_randomisation_single_provers_argue_accept():
     assert NipProtocol().prover_stance("prover", datapoint_stance=0) == 1
 
 
-def test_the_datapoint_stance_is_a_deterministic_hash_of_the_solution():
+@pytest.mark.parametrize(
+    ("solution", "stance"),
+    [
+        ("def f(): pass", 1),
+        ("def add(a, b):\n    return a + b\n", 0),
+        ("def add(a, b):\n    return a - b\n", 0),
+        ("", 1),
+    ],
+)
+def test_the_datapoint_stance_is_a_deterministic_hash_of_the_solution(solution, stance):
+    """Pinned values: the parity of the last byte of SHA-256, so saved runs keep their stances."""
+    assert datapoint_stance(solution) == stance
+
+
+def test_the_datapoint_stance_takes_both_values():
     stances = [datapoint_stance(f"def f():\n    return {i}\n") for i in range(40)]
     assert set(stances) == {0, 1}
-    assert datapoint_stance("def f(): pass") == datapoint_stance("def f(): pass")
 
 
 # -------------------------------------------------------------------- reward ranges
