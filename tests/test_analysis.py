@@ -151,3 +151,40 @@ def _dataset(tmp_path):
     ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+class RecordingLogger:
+    """A stat logger that keeps what it is given."""
+
+    def __init__(self):
+        self.records: list[tuple[dict, int | None]] = []
+        self.finished = False
+
+    def log(self, metrics, step):
+        self.records.append((metrics, step))
+
+    def finish(self):
+        self.finished = True
+
+
+@pytest.mark.filterwarnings("ignore:group .* fewer than")
+def test_the_analysis_summary_is_logged_with_the_analysis_prefix(tmp_path):
+    from nip.training.trainer import PureTextEiTrainer
+
+    hp = HyperParameters.construct_test_params()
+    hp.dataset = str(_dataset(tmp_path))
+    run = tmp_path / "run"
+    PureTextEiTrainer(hp, ExperimentSettings(run_dir=run, show_progress=False)).train()
+    trainer = PureTextEiTrainer.resume(run, ExperimentSettings(show_progress=False))
+    logger = RecordingLogger()
+    trainer._make_logger = lambda: logger
+
+    summary = trainer.analyse(PureTextAgentParameters(use_dummy_api=True), analysers=["follow_up"])
+
+    metrics, step = logger.records[-1]
+    assert step is None and metrics["analysis_iteration"] == trainer.state.iteration
+    assert metrics == {
+        "analysis_iteration": trainer.state.iteration,
+        **{f"analysis_{k}": v for k, v in summary.items()},
+    }
+    assert "analysis_verifier.follow_up" in metrics and logger.finished

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import email.utils
 import pickle
 import random
@@ -19,6 +20,7 @@ from nip.backends.openai_compatible import (
     MissingAPIKeyError,
     OpenAIBackend,
     OpenAIBackendConfig,
+    top_up_seed,
 )
 from nip.errors import (
     AuthenticationError,
@@ -431,3 +433,27 @@ def test_back_off_is_fully_jittered_below_a_doubling_cap():
         assert 0.9 * cap < max(delays) <= cap
     asked = RetryableError("429", cause="rate_limit", retry_after_s=7.0)
     assert policy.delay_s(1, asked, rng) >= 7.0
+
+
+@pytest.mark.timeout(10)
+async def test_top_ups_for_a_provider_that_ignores_n_each_send_their_own_seed(
+    start_server, make_backend
+):
+    # A provider that ignores n (OpenRouter) answers one choice per request; resending the same
+    # seed would make a seed-honouring provider repeat itself, leaving MALT no pairs.
+    server = start_server(ignore_n=True)
+    request = GenerationRequest(model="gpt-test", messages=REQUEST.messages, n=3, seed=7)
+
+    result = await make_backend(server).generate(request)
+
+    seeds = [top_up_seed(7, top_up) for top_up in range(3)]
+    expected = [
+        (await DummyBackend().generate(dataclasses.replace(request, n=1, seed=seed)))
+        .completions[0]
+        .text
+        for seed in seeds
+    ]
+    assert seeds[0] == 7 and len(set(seeds)) == 3
+    assert [c.text for c in result.completions] == expected
+    assert len(set(expected)) == 3
+    assert server.stats().requests == 3

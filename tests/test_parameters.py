@@ -574,3 +574,14 @@ def test_members_of_a_shared_model_group_may_sample_differently():
         },
     )
     assert hp.agents["prover1"].temperature == 0.9
+
+
+def test_full_fine_tuning_of_a_local_agent_is_refused_naming_use_lora():
+    """The local trainer only trains LoRA adapters; use_lora=False would be ignored."""
+    with pytest.raises(InvalidParameterError, match="full fine-tuning is not supported") as caught:
+        PureTextAgentParameters(model_provider="Local", use_lora=False)
+    assert caught.value.field == "use_lora"
+
+
+def test_a_frozen_local_agent_may_leave_use_lora_off():
+    PureTextAgentParameters(model_provider="Local", use_lora=False, freeze_agent=True)

@@ -511,3 +511,54 @@ def test_a_crash_after_the_first_groups_submission_does_not_submit_it_again(
     assert resumed.train().stage == "done"
     assert sorted(ledger) == sorted(f"{g}-it{i}" for g in ("prover", "verifier") for i in (0, 1))
     assert resumed.groups[first_group].model_name.endswith(f":ft-{first_group}-it1")
+
+
+def test_a_dummy_run_reports_zero_cost(dataset, tmp_path):
+    trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+    trainer.train(max_stages=2)
+    assert trainer.run_dir.read_json("metrics/train_it0000.json")["cost_usd"] == 0.0
+
+
+def test_a_frozen_group_asked_to_fine_tune_warns_and_records_frozen(dataset):
+    from nip.session import Session
+
+    hp = params(dataset)
+    hp.agents["prover"] = PureTextAgentParameters(use_dummy_api=True, freeze_agent=True)
+    session = Session(hp, ExperimentSettings(show_progress=False))
+    group = PureTextSharedModelGroup(
+        hp, None, session.handler, {"prover": session.agents["prover"]}, "prover"
+    )
+    with pytest.warns(UserWarning, match="group 'prover' is frozen"):
+        job_id = asyncio.run(group.create_supervised_fine_tune_job({"prover": []}))
+    assert job_id is None and group.state.last_job_outcome == "frozen"
+
+
+def test_a_run_with_a_frozen_agent_records_frozen_without_warning(dataset, tmp_path):
+    import warnings
+
+    hp = params(dataset)
+    hp.agents["prover"] = PureTextAgentParameters(use_dummy_api=True, freeze_agent=True)
+    trainer = PureTextEiTrainer(hp, settings(tmp_path / "run"))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*frozen")
+        trainer.train(max_stages=4)
+    assert trainer.groups["prover"].state.last_job_outcome == "frozen"
+
+
+@pytest.mark.filterwarnings("ignore:group .* fewer than")
+@pytest.mark.parametrize(
+    ("scheme", "tested"),
+    [("none", []), ("last", [2]), ("first_and_last", [0, 2]), ("all", [0, 1, 2])],
+)
+def test_the_test_scheme_picks_the_iterations_that_are_tested(dataset, tmp_path, scheme, tested):
+    hp = params(
+        dataset,
+        rl=RlParameters(num_iterations=3, rollouts_per_iteration=4),
+        text_rl=TextRlParameters(min_fine_tune_examples=1, test_scheme=scheme),
+    )
+    trainer = PureTextEiTrainer(hp, settings(tmp_path / "run"))
+    trainer.train()
+    run_dir = trainer.run_dir
+    assert [i for i in range(3) if run_dir.has_rollouts("test", i)] == tested
+    assert [i for i in range(3) if run_dir.exists(f"metrics/test_it{i:04d}.json")] == tested
+    assert all(run_dir.has_rollouts("train", i) for i in range(3))

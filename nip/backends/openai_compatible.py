@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import html
+import itertools
 import os
 import random
 import time
@@ -33,6 +34,17 @@ if TYPE_CHECKING:
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
+
+
+def top_up_seed(seed: int, top_up: int) -> int:
+    """The seed of top-up request ``top_up`` (0: the first request) of a request seeded ``seed``.
+
+    The first request keeps ``seed``; each later one gets a seed derived from both, the same on
+    every run, so siblings topped up from a provider that ignores ``n`` still differ.
+    """
+    if top_up == 0:
+        return seed
+    return random.Random(f"{seed}:top-up:{top_up}").randrange(2**31)
 
 
 class MissingAPIKeyError(AuthenticationError):
@@ -267,9 +279,12 @@ class OpenAIBackend:
         prompt_tokens = completion_tokens = attempts = 0
         model: str | None = None
         try:
-            # Some providers (OpenRouter) ignore n; top up with follow-up requests.
-            while len(completions) < request.n:
-                payload = self._payload(request, request.n - len(completions))
+            # Some providers (OpenRouter) ignore n; top up with follow-up requests, each with
+            # its own seed, or a provider honouring seeds would repeat the first answer.
+            for top_up in itertools.count():
+                if len(completions) >= request.n:
+                    break
+                payload = self._payload(request, request.n - len(completions), top_up)
                 (choices, usage, model), tries = await call_with_retries(
                     lambda payload=payload: self._attempt(state, payload),
                     self._policy,
@@ -294,15 +309,17 @@ class OpenAIBackend:
             attempts=attempts,
         )
 
-    def _payload(self, request: GenerationRequest, n: int) -> dict[str, Any]:
+    def _payload(self, request: GenerationRequest, n: int, top_up: int = 0) -> dict[str, Any]:
         payload: dict[str, Any] = {"model": request.model, "messages": list(request.messages)}
         if n != 1:
             payload["n"] = n
         if request.max_tokens is not None:
             payload[self.config.max_tokens_field] = request.max_tokens
-        for name in ("temperature", "top_p", "seed"):
+        for name in ("temperature", "top_p"):
             if getattr(request, name) is not None:
                 payload[name] = getattr(request, name)
+        if request.seed is not None:
+            payload["seed"] = top_up_seed(request.seed, top_up)
         if request.repetition_penalty is not None:  # not OpenAI's; vLLM and OpenRouter take it
             payload["repetition_penalty"] = request.repetition_penalty
         return payload

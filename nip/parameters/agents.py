@@ -136,6 +136,16 @@ class PureTextAgentParameters(BaseParameters):
                 "exactly one of lora_alpha and lora_alpha_scale set",
                 reason=f"lora_alpha_scale={self.lora_alpha_scale}",
             )
+        if self.model_provider == "Local" and not self.use_lora and not self.freeze_agent:
+            raise InvalidParameterError(
+                "use_lora",
+                False,
+                "True for a trainable Local agent",
+                reason=(
+                    "full fine-tuning is not supported locally (nip.jobs.lora_train trains "
+                    "LoRA adapters only); set use_lora=True, or freeze_agent=True"
+                ),
+            )
 
     @property
     def computed_lora_alpha(self) -> float:

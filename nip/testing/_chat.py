@@ -67,6 +67,7 @@ class ChatState:
     faults: FaultPlan | None
     model_names: tuple[str, ...] | None
     api_key: str | None
+    ignore_n: bool = False
     stats: ServerStats = field(default_factory=ServerStats)
 
     def snapshot(self) -> ServerStats:
@@ -189,6 +190,8 @@ async def _chat(
             return early
     if state.latency_s > 0:
         await asyncio.sleep(state.latency_s)
+    if state.ignore_n:  # one choice whatever n asked for, as OpenRouter answers
+        generation_request = replace(generation_request, n=1)
     try:
         result = await state.backend.generate(generation_request)
     except ModelNotFoundError as error:

@@ -52,6 +52,7 @@ def create_app(
     faults: FaultPlan | None = None,
     model_names: Sequence[str] | None = None,
     api_key: str | None = None,
+    ignore_n: bool = False,
 ) -> FastAPI:
     """The FastAPI app of an OpenAI-compatible chat server.
 
@@ -68,6 +69,8 @@ def create_app(
         api_key: If set, requests must send ``Authorization: Bearer <api_key>``; others get a
             401 whose message repeats the key they sent, unmasked, so tests can check that
             clients keep it out of their own errors.
+        ignore_n: Answer every request with one choice whatever its ``n``, as OpenRouter
+            does, so clients must top up with further requests.
     """
     from fastapi import FastAPI
 
@@ -77,7 +80,7 @@ def create_app(
         backend = DummyBackend()
     names = tuple(model_names) if model_names is not None else None
     app = FastAPI(title="nip test server", docs_url=None, redoc_url=None)
-    app.state.nip = ChatState(backend, latency_s, faults, names, api_key)
+    app.state.nip = ChatState(backend, latency_s, faults, names, api_key, ignore_n)
 
     async def route(request: Any) -> Any:  # a plain Starlette endpoint: no injection
         async def wait_for_disconnect(timeout_s: float) -> None:

@@ -165,6 +165,11 @@ class PureTextSharedModelGroup:
 
     async def _submit(self, method: str, examples: list[dict[str, Any]], job_name: str | None):
         if not self.is_trainable:
+            warnings.warn(
+                f"group {self.group_name!r} is frozen (freeze_agent=True); its model is "
+                f"not fine-tuned and the {method} job is not submitted",
+                stacklevel=3,
+            )
             self.state.last_job_outcome = "frozen"
             return None
         minimum = self.hyper_params.text_rl.min_fine_tune_examples

@@ -18,9 +18,13 @@ WandbMode = Literal["auto", "online", "offline", "disabled"]
 
 
 class StatLogger(Protocol):
-    """Receives each iteration's metrics."""
+    """Receives each iteration's metrics.
 
-    def log(self, metrics: dict[str, Any], step: int) -> None: ...
+    ``step=None`` logs metrics that carry their own x-axis (rollout analysis, logged after
+    the run, carries ``analysis_iteration``).
+    """
+
+    def log(self, metrics: dict[str, Any], step: int | None) -> None: ...
 
     def finish(self) -> None: ...
 
@@ -28,7 +32,7 @@ class StatLogger(Protocol):
 class NullLogger:
     """Logs nothing (metrics are in the run directory anyway)."""
 
-    def log(self, metrics: dict[str, Any], step: int) -> None:
+    def log(self, metrics: dict[str, Any], step: int | None) -> None:
         return None
 
     def finish(self) -> None:
@@ -96,10 +100,17 @@ class WandbLogger:
             warnings.warn(f"W&B could not start online ({error}); logging offline", stacklevel=2)
             self.mode = "offline"
             self._run = wandb.init(mode="offline", settings=wandb.Settings(silent=True), **kwargs)
-
-    def log(self, metrics: dict[str, Any], step: int) -> None:
         if self._run is not None:
-            self._run.log({k: v for k, v in metrics.items() if v is not None}, step=step)
+            self._run.define_metric("analysis_iteration")
+            self._run.define_metric("analysis_*", step_metric="analysis_iteration")
+
+    def log(self, metrics: dict[str, Any], step: int | None) -> None:
+        if self._run is not None:
+            values = {k: v for k, v in metrics.items() if v is not None}
+            if step is None:
+                self._run.log(values)
+            else:
+                self._run.log(values, step=step)
 
     def finish(self) -> None:
         if self._run is not None:

@@ -5,12 +5,72 @@ Undefined ratios (precision with no accepts, say) are ``None``, never a crash or
 
 from __future__ import annotations
 
+import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from nip.protocols import Decision
-from nip.rollouts.records import Transcript
+from nip.rollouts.records import AgentTurn, Transcript
+
+#: Approximate OpenAI list prices (standard tier, as of 2025-06), in USD per 1M
+#: ``(input, output)`` tokens; ``ft:`` keys are the inference prices of fine-tuned models.
+#: Pass ``prices=`` to :func:`rollout_metrics` to correct or extend them.
+OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
+    {
+        "gpt-4o-mini": (0.15, 0.60),
+        "gpt-4o": (2.50, 10.00),
+        "gpt-4.1": (2.00, 8.00),
+        "gpt-4.1-mini": (0.40, 1.60),
+        "gpt-4.1-nano": (0.10, 0.40),
+        "ft:gpt-4o-mini": (0.30, 1.20),
+        "ft:gpt-4o": (3.75, 15.00),
+        "ft:gpt-4.1": (3.00, 12.00),
+        "ft:gpt-4.1-mini": (0.80, 3.20),
+        "ft:gpt-4.1-nano": (0.20, 0.80),
+    }
+)
+
+_SNAPSHOT_DATE = re.compile(r"-\d{4}-\d{2}-\d{2}$")
+
+
+def price_key(model: str) -> str:
+    """The price-table key of a model name as providers report it.
+
+    ``gpt-4o-mini-2024-07-18`` -> ``gpt-4o-mini``; ``openai/gpt-4o`` (OpenRouter) -> ``gpt-4o``;
+    ``ft:gpt-4o-mini-2024-07-18:org::abc`` -> ``ft:gpt-4o-mini``.
+    """
+    model = model.removeprefix("openai/")
+    if model.startswith("ft:"):
+        return "ft:" + _SNAPSHOT_DATE.sub("", model.split(":")[1])
+    return _SNAPSHOT_DATE.sub("", model)
+
+
+def cost_usd(
+    turns: Iterable[AgentTurn],
+    prices: Mapping[str, tuple[float, float]] | None = None,
+    free_agents: Collection[str] = (),
+) -> float | None:
+    """The API cost of ``turns`` in USD, or None when any priced turn's model is unknown.
+
+    Args:
+        turns: The turns whose token usage to price.
+        prices: USD per 1M ``(input, output)`` tokens by :func:`price_key`, merged over
+            :data:`OPENAI_PRICES_USD_PER_1M`.
+        free_agents: Agents whose turns cost nothing (Local models and the dummy API).
+            Turns served from the response cache or written by a person cost nothing either.
+    """
+    table = {**OPENAI_PRICES_USD_PER_1M, **(prices or {})}
+    total = 0.0
+    for turn in turns:
+        if turn.agent in free_agents or turn.cached or turn.overridden:
+            continue
+        price = table.get(price_key(turn.model)) if turn.model else None
+        if price is None:
+            return None
+        total += (turn.prompt_tokens * price[0] + turn.completion_tokens * price[1]) / 1e6
+    return total
 
 
 def _ratio(numerator: float, denominator: float) -> float | None:
@@ -21,10 +81,16 @@ def _std(values: Sequence[float]) -> float:
     return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
-def rollout_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
-    """Accuracy, precision/recall (accept = positive), per-class accuracy, rewards, rates.
+def rollout_metrics(
+    transcripts: Sequence[Transcript],
+    *,
+    prices: Mapping[str, tuple[float, float]] | None = None,
+    free_agents: Collection[str] = (),
+) -> dict[str, Any]:
+    """Accuracy, precision/recall (accept = positive), per-class accuracy, rewards, rates, cost.
 
-    "accuracy" counts a dialogue without a decision as wrong.
+    "accuracy" counts a dialogue without a decision as wrong. ``prices`` and ``free_agents``
+    price the token usage as ``cost_usd`` (see :func:`cost_usd`; None if a model is unpriced).
     """
     n = len(transcripts)
     metrics: dict[str, Any] = {"num_dialogues": n}
@@ -68,6 +134,7 @@ def rollout_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
     metrics["prompt_tokens"] = sum(x.prompt_tokens for x in turns)
     metrics["completion_tokens"] = sum(x.completion_tokens for x in turns)
     metrics["cached_proportion"] = _ratio(sum(x.cached for x in turns), len(turns))
+    metrics["cost_usd"] = cost_usd(turns, prices, free_agents)
     return metrics
 
 

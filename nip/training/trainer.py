@@ -233,9 +233,18 @@ class PureTextEiTrainer:
 
     async def _stage_log_stats(self) -> None:
         transcripts = self.run_dir.load_rollouts("train", self._iteration)
-        metrics = rollout_metrics(transcripts) | self._extra_metrics()
+        metrics = self._rollout_metrics(transcripts) | self._extra_metrics()
         self.run_dir.save_metrics("train", self._iteration, metrics)
         self._log(metrics)
+
+    def _rollout_metrics(self, transcripts: list[Transcript]) -> dict[str, Any]:
+        # Local models and the dummy API cost nothing; every other model is priced by name.
+        free = {
+            name
+            for name, agent in self.session.agents.items()
+            if agent.agent_params.model_provider == "Local" or agent.agent_params.use_dummy_api
+        }
+        return rollout_metrics(transcripts, free_agents=free)
 
     def _extra_metrics(self) -> dict[str, Any]:
         return {}
@@ -266,7 +275,7 @@ class PureTextEiTrainer:
             )
             transcripts += batch.transcripts
         self.run_dir.save_rollouts("test", self._iteration, transcripts)
-        metrics = rollout_metrics(transcripts)
+        metrics = self._rollout_metrics(transcripts)
         self.run_dir.save_metrics("test", self._iteration, metrics)
         self._log(metrics, prefix="test_")
 
@@ -287,7 +296,10 @@ class PureTextEiTrainer:
         for name, group in self.groups.items():
             if self._job_submitted_this_iteration(name, group):
                 continue
-            if group.is_trainable and not self._scheduled(group):
+            if not group.is_trainable:  # configured so: recorded, not warned about
+                group.state.last_job_outcome = "frozen"
+                continue
+            if not self._scheduled(group):
                 group.state.last_job_outcome = "not_scheduled"
                 continue
             selected, replaced = {}, {}
@@ -351,10 +363,14 @@ class PureTextEiTrainer:
     ) -> dict[str, float | None]:
         """Judge every saved dialogue of ``split`` with the ``judge`` model's parameters
         (:class:`~nip.parameters.PureTextAgentParameters`), store the judgements under
-        ``analysis/`` and return the share of "yes" per analyser and agent."""
+        ``analysis/`` and return the share of "yes" per analyser and agent.
+
+        Each iteration's summary also goes to the run's logger (W&B), prefixed ``analysis_``
+        and plotted against ``analysis_iteration``."""
         from nip.training.analysis import ANALYSERS, analyse_async, summarise
 
         backend = self.session.backends.backend_for(judge)
+        logger = self._logger or self._make_logger()
         summary: dict[str, float | None] = {}
         for iteration in range(self.state.iteration + 1):
             if not self.run_dir.has_rollouts(split, iteration):
@@ -374,7 +390,14 @@ class PureTextEiTrainer:
             self.run_dir.write_json(
                 f"analysis/{split}_it{iteration:04d}_summary.json", iteration_summary
             )
+            # No step: a finished run's W&B steps are past these iterations, and W&B drops
+            # data logged at an earlier step.
+            prefix = "analysis_" if split == "train" else f"analysis_{split}_"
+            logged = {f"{prefix}{k}": v for k, v in iteration_summary.items()}
+            logger.log({"analysis_iteration": iteration, **logged}, step=None)
             summary = iteration_summary
+        if logger is not self._logger:
+            logger.finish()
         return summary
 
     def analyse(self, judge, **kwargs) -> dict[str, float | None]:
@@ -472,7 +495,10 @@ class PureTextMaltTrainer(PureTextEiTrainer):
         for name, group in self.groups.items():
             if self._job_submitted_this_iteration(name, group):
                 continue
-            if group.is_trainable and not self._scheduled(group):
+            if not group.is_trainable:  # configured so: recorded, not warned about
+                group.state.last_job_outcome = "frozen"
+                continue
+            if not self._scheduled(group):
                 group.state.last_job_outcome = "not_scheduled"
                 continue
             pairs = {a: dpo_examples(trees, agent) for a, agent in group.agent_wholes.items()}
