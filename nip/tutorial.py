@@ -1,0 +1,88 @@
+"""Helpers for the tutorial notebooks in ``notebooks/``: one notebook, two sizes.
+
+The tutorials run at full size by default. CI runs the very same notebooks small, by setting
+``NIP_TUTORIAL_SIZE=ci``; a notebook picks each of its numbers with :func:`sized`::
+
+    from nip.tutorial import sized
+
+    n_dialogues = sized(full=16, ci=2)
+
+The backends tutorial reads ``NIP_TUTORIAL_SERVER`` with :func:`tutorial_server`: ``local``
+(nip's own OpenAI-compatible test server on loopback, the default), ``openai``,
+``openrouter``, or the URL of a self-hosted server such as vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal, TypeVar
+
+SIZE_VARIABLE = "NIP_TUTORIAL_SIZE"
+SERVER_VARIABLE = "NIP_TUTORIAL_SERVER"
+
+TutorialSize = Literal["full", "ci"]
+T = TypeVar("T")
+
+
+def tutorial_size() -> TutorialSize:
+    """The size the tutorials run at: ``$NIP_TUTORIAL_SIZE``, "full" when unset.
+
+    Raises:
+        ValueError: The variable holds something other than "full" or "ci".
+    """
+    value = os.environ.get(SIZE_VARIABLE, "").strip().lower() or "full"
+    if value not in ("full", "ci"):
+        raise ValueError(f"{SIZE_VARIABLE}={value!r}: expected 'full' or 'ci'")
+    return value  # type: ignore[return-value]
+
+
+def sized(full: T, ci: T) -> T:
+    """``full`` normally, ``ci`` when the tutorials run at CI size."""
+    return ci if tutorial_size() == "ci" else full
+
+
+def tutorial_server() -> str:
+    """Where the backends tutorial sends requests: ``$NIP_TUTORIAL_SERVER``, "local" when unset.
+
+    Returns:
+        "local", "openai", "openrouter", or an ``http(s)://`` URL of a self-hosted server.
+
+    Raises:
+        ValueError: The variable holds none of those.
+    """
+    value = os.environ.get(SERVER_VARIABLE, "").strip() or "local"
+    if value.lower() in ("local", "openai", "openrouter"):
+        return value.lower()
+    if value.startswith(("http://", "https://")):
+        return value.rstrip("/")
+    raise ValueError(
+        f"{SERVER_VARIABLE}={value!r}: expected 'local', 'openai', 'openrouter' "
+        "or the http(s):// URL of a self-hosted server"
+    )
+
+
+def fresh_cache_dir(folder: str | os.PathLike[str]) -> Path:
+    """A new ``NIP_CACHE_DIR`` inside ``folder``: no cached responses, the usual converted models.
+
+    Tutorials run with it start from an empty response cache, as on a fresh machine, without
+    converting the embedded model again (its folder is linked, not copied).
+    """
+    from nip.backends.local import models_cache_dir
+
+    models = models_cache_dir()
+    models.mkdir(parents=True, exist_ok=True)
+    cache = Path(folder) / "nip-cache"
+    cache.mkdir(parents=True)
+    (cache / "models").symlink_to(models, target_is_directory=True)
+    return cache
+
+
+__all__ = [
+    "SERVER_VARIABLE",
+    "SIZE_VARIABLE",
+    "fresh_cache_dir",
+    "sized",
+    "tutorial_server",
+    "tutorial_size",
+]

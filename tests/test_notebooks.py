@@ -1,0 +1,189 @@
+"""The tutorials in ``notebooks/`` run top to bottom at CI size, and are committed clean.
+
+Each notebook runs under nbval in a pytest subprocess (``--nbval-lax``: every cell must run
+without error, and cells marked ``# NBVAL_CHECK_OUTPUT`` must print what they hold), on a copy
+in a scratch folder, so the files a tutorial writes (run directories) never land in the
+checkout. Each cell has a time-out, and the whole run a wall-clock limit after which its process
+group (pytest, the kernel, any fine-tuning job) is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nip.tutorial import fresh_cache_dir, sized, tutorial_server, tutorial_size
+
+ROOT = Path(__file__).resolve().parents[1]
+TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+MARKER = "# NBVAL_CHECK_OUTPUT"
+CELL_TIMEOUT_S = 300
+#: Wall-clock limits at CI size: several times what a loaded 2-core machine needs, and room
+#: for converting the embedded model on a fresh machine (about two minutes).
+LIMITS_S = {"04_expert_iteration.ipynb": 600}
+DEFAULT_LIMIT_S = 360
+
+
+def _code_cells(path: Path) -> list[dict]:
+    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def _source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def _ci_environment(scratch: Path) -> dict[str, str]:
+    """CI size, a local server, no W&B, no progress bars, and a fresh response cache."""
+    return {
+        **os.environ,
+        "NIP_TUTORIAL_SIZE": "ci",
+        "NIP_TUTORIAL_SERVER": "local",
+        "NIP_CACHE_DIR": str(fresh_cache_dir(scratch)),
+        "WANDB_MODE": "disabled",
+        "TQDM_DISABLE": "1",
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def test_there_are_six_tutorials():
+    assert [p.name[:3] for p in TUTORIALS] == ["01_", "02_", "03_", "04_", "05_", "06_"]
+
+
+@pytest.mark.parametrize("notebook", TUTORIALS, ids=lambda p: p.stem)
+def test_the_committed_tutorial_has_no_outputs_but_its_reference_text(notebook: Path):
+    """Clear outputs with ``python notebooks/clear_outputs.py`` (``--record`` to re-record)."""
+    for index, cell in enumerate(_code_cells(notebook)):
+        where = f"{notebook.name}, code cell {index}"
+        if _source(cell).lstrip().startswith(MARKER):
+            kinds = {(o["output_type"], o.get("name")) for o in cell["outputs"]}
+            assert kinds <= {("stream", "stdout")}, f"{where}: a reference holds only printed text"
+            assert cell["outputs"], f"{where}: nbval checks it only if it holds its output"
+        else:
+            assert cell["outputs"] == [], f"{where} has outputs"
+            assert cell["execution_count"] is None, f"{where} has an execution count"
+
+
+@pytest.mark.parametrize("notebook", TUTORIALS, ids=lambda p: p.stem)
+def test_the_tutorial_reads_the_ci_size_switch_first(notebook: Path):
+    assert "tutorial_size()" in _source(_code_cells(notebook)[0])
+
+
+@pytest.mark.notebook
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "notebook",
+    [
+        pytest.param(p, marks=pytest.mark.timeout(LIMITS_S.get(p.name, DEFAULT_LIMIT_S) + 60))
+        for p in TUTORIALS
+    ],
+    ids=lambda p: p.stem,
+)
+def test_the_tutorial_runs_top_to_bottom_at_ci_size(notebook: Path, tmp_path: Path):
+    scratch = tmp_path / "notebooks"
+    scratch.mkdir()
+    copy = Path(shutil.copy(notebook, scratch))
+    (scratch / "pytest.ini").write_text("[pytest]\n")  # not the checkout's pytest settings
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(copy),
+        "--nbval-lax",
+        "--nbval-current-env",
+        f"--nbval-cell-timeout={CELL_TIMEOUT_S}",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:asyncio",
+        "-q",
+        "--rootdir",
+        str(scratch),
+        "-c",
+        str(scratch / "pytest.ini"),
+    ]
+    limit_s = LIMITS_S.get(notebook.name, DEFAULT_LIMIT_S)
+    process = subprocess.Popen(
+        command,
+        cwd=scratch,
+        env=_ci_environment(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: the kernel and jobs die with it
+    )
+    try:
+        output, _ = process.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        output, _ = process.communicate()
+        pytest.fail(f"{notebook.name} ran past {limit_s} s:\n{output[-5000:]}")
+    finally:
+        if process.poll() is None:
+            _kill_group(process)
+    assert process.returncode == 0, f"{notebook.name} failed:\n{output[-8000:]}"
+
+
+# ------------------------------------------------------------------ the size switch
+def test_the_tutorials_run_full_size_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("NIP_TUTORIAL_SIZE", raising=False)
+
+    assert tutorial_size() == "full"
+    assert sized(full=16, ci=2) == 16
+
+
+def test_ci_size_picks_the_small_numbers(monkeypatch):
+    monkeypatch.setenv("NIP_TUTORIAL_SIZE", "CI")
+
+    assert sized(full=16, ci=2) == 2
+
+
+def test_an_unknown_size_is_an_error_that_names_the_variable(monkeypatch):
+    monkeypatch.setenv("NIP_TUTORIAL_SIZE", "tiny")
+
+    with pytest.raises(ValueError, match="NIP_TUTORIAL_SIZE='tiny'"):
+        tutorial_size()
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("", "local"),
+        ("OpenAI", "openai"),
+        ("openrouter", "openrouter"),
+        ("http://gpu-box:5000/", "http://gpu-box:5000"),
+    ],
+)
+def test_the_backends_tutorial_target_comes_from_the_environment(monkeypatch, value, expected):
+    monkeypatch.setenv("NIP_TUTORIAL_SERVER", value)
+
+    assert tutorial_server() == expected
+
+
+def test_an_unknown_server_target_is_an_error(monkeypatch):
+    monkeypatch.setenv("NIP_TUTORIAL_SERVER", "gpu-box")
+
+    with pytest.raises(ValueError, match="NIP_TUTORIAL_SERVER"):
+        tutorial_server()
+
+
+def test_a_fresh_cache_dir_shares_the_converted_models_and_nothing_else(monkeypatch, tmp_path):
+    monkeypatch.setenv("NIP_CACHE_DIR", str(tmp_path / "usual"))
+
+    cache = fresh_cache_dir(tmp_path / "scratch")
+
+    assert [p.name for p in cache.iterdir()] == ["models"]
+    assert (cache / "models").resolve() == (tmp_path / "usual" / "models").resolve()
