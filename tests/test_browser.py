@@ -210,24 +210,33 @@ def test_the_malt_tutorial_runs_in_jupyterlab_and_its_widgets_and_figure_render(
 
             assert page.get_by_text("Error displaying widget").count() == 0
             assert page.locator(".jupyter-widgets").count() > 0
-            figure = page.locator("svg.main-svg").first
-            figure.wait_for()
-            # The icicle drew its nodes (an empty plot would still have an svg).
-            assert page.locator(".main-svg g.slice").count() > 1
-            figure.evaluate("svg => svg.scrollIntoView({block: 'center'})")
-            _save(page, "05_malt_trees-figure.png", folders)
+            figure = page.locator(".jp-CodeCell", has_text="plot_tree(tree").first
+            figure.locator("svg.main-svg").first.wait_for()
+            figure.evaluate("e => e.scrollIntoView({block: 'start'})")
+            _save(page, "05_malt_trees-tree.png", folders)
+            # The icicle summary drew its blocks (an empty plot would still have an svg).
+            summary = page.locator(".jp-CodeCell", has_text="plot_trees_summary(trees").first
+            assert summary.locator(".main-svg g.slice").count() > 1
+            summary.evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.mouse.move(5, 450)  # no hover label in the picture
+            _save(page, "05_malt_trees-summary.png", folders)
 
-            # The widget talks to the kernel: another node shows another dialogue.
-            dropdown = page.locator(".jupyter-widgets select").first
-            output = page.locator(".widget-interact .widget-output").first
-            before = output.inner_text()
-            options = dropdown.locator("option").all_inner_texts()
-            dropdown.select_option(options[-1])
+            # The tree viewer talks to the kernel: another node in its picker, another panel.
+            viewer = page.locator(".jp-CodeCell", has_text="TreeViewer(tree").first
+            node_picker = viewer.locator(".jp-OutputArea .jupyter-widgets select").nth(1)
+            panel = viewer.locator(".jp-OutputArea .widget-html").last
+            before = panel.inner_text()
+            options = node_picker.locator("option").all_inner_texts()
+            assert len(options) > 2, options
+            node_picker.select_option(options[1])
             page.wait_for_function(
-                "([el, text]) => el.innerText !== text", arg=[output.element_handle(), before]
+                "([el, text]) => el.innerText !== text", arg=[panel.element_handle(), before]
             )
-            dropdown.evaluate("e => e.closest('.jp-Cell').scrollIntoView({block: 'start'})")
+            assert "The dialogue up to here" in panel.inner_text()
+            # Its figure drew the tree's nodes (one marker per node).
+            assert viewer.locator("svg.main-svg .scatterlayer .point").count() >= len(options)
+            viewer.evaluate("e => e.scrollIntoView({block: 'start'})")
             page.mouse.move(5, 450)  # no hover highlight in the picture
-            _save(page, "05_malt_trees-widget.png", folders)
+            _save(page, "05_malt_trees-viewer.png", folders)
         finally:
             browser.close()

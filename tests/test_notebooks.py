@@ -64,6 +64,13 @@ def test_there_are_six_tutorials():
 
 
 @pytest.mark.parametrize("notebook", TUTORIALS, ids=lambda p: p.stem)
+def test_the_tutorial_shows_nip_widgets_and_viz_rather_than_placeholders(notebook: Path):
+    text = notebook.read_text()
+    for placeholder in ("# widgets:", "# viz:", "Coming with", "when nip.viz lands"):
+        assert placeholder not in text, f"{notebook.name} still holds {placeholder!r}"
+
+
+@pytest.mark.parametrize("notebook", TUTORIALS, ids=lambda p: p.stem)
 def test_the_committed_tutorial_has_no_outputs_but_its_reference_text(notebook: Path):
     """Clear outputs with ``python notebooks/clear_outputs.py`` (``--record`` to re-record)."""
     for index, cell in enumerate(_code_cells(notebook)):

@@ -459,6 +459,16 @@ async def test_watching_a_job_shows_its_progress_and_loss():
     assert job.status == "succeeded" and not launcher.switch_button.disabled
 
 
+async def test_the_launcher_can_follow_a_job_it_did_not_launch():
+    """E.g. the job a trainer submitted in its create_fine_tune_jobs stage."""
+    session = make_session()
+    jobs = ScriptedJobs(("running", {"step": 1, "total_steps": 4}), ("succeeded", {}))
+    launcher = FineTuneLauncher(verifier_group(session, jobs), session.rollouts(ITEMS))
+    job = await launcher.watch("trainer-job-7")
+    assert job.id == launcher.job_id == "trainer-job-7" and job.status == "succeeded"
+    assert launcher.progress.value == 1.0 and "new model tuned-model" in launcher.status.value
+
+
 def test_a_failed_job_shows_its_error_and_offers_no_switch():
     session = make_session()
     jobs = ScriptedJobs(("failed", {}))

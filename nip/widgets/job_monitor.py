@@ -267,8 +267,17 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self._show_job()
         return self.job
 
-    async def watch(self) -> FineTuneJob:
-        """Poll until the job ends (sleeping between polls without blocking the loop)."""
+    async def watch(self, job_id: str | None = None) -> FineTuneJob:
+        """Poll until the job ends (sleeping between polls without blocking the loop).
+
+        Args:
+            job_id: Follow this job of the group's fine-tuning backend instead of the one
+                launched here, e.g. the job a trainer submitted
+                (``group.state.fine_tune_job_id``).
+        """
+        if job_id is not None:
+            self.job_id, self.job, self.events, self._switched = job_id, None, [], False
+            self._update_buttons()
         while not (await self.poll()).done:
             await asyncio.sleep(self.poll_interval_s)
         return self.job  # type: ignore[return-value]
