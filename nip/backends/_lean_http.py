@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from nip.backends._http_chunks import dechunk
 from nip.backends._retry import RetryableError, error_for_status, parse_retry_after
 
 #: Status, headers (lower-case names) and body of a response.
@@ -102,7 +103,10 @@ class _Connection(asyncio.Protocol):
             headers[name.strip().lower()] = value.strip()
         start = end + 4
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            parsed = _dechunk(buffer, start)
+            try:
+                parsed = dechunk(buffer, start)
+            except ValueError as error:
+                raise RetryableError(f"bad chunked body: {error}", cause="malformed") from None
             if parsed is None:
                 if at_eof:
                     raise RetryableError("the chunked body was cut short", cause="connection")
@@ -135,28 +139,6 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
-
-
-def _dechunk(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
-    """The body of a complete chunked message starting at ``start`` and where it ends."""
-    body = bytearray()
-    position = start
-    while True:
-        line_end = buffer.find(b"\r\n", position)
-        if line_end < 0:
-            return None
-        try:
-            size = int(bytes(buffer[position:line_end]).split(b";")[0], 16)
-        except ValueError:
-            raise RetryableError("bad chunk size", cause="malformed") from None
-        position = line_end + 2
-        if size == 0:
-            trailer_end = buffer.find(b"\r\n\r\n", position - 2)
-            return (bytes(body), trailer_end + 4) if trailer_end >= 0 else None
-        if len(buffer) < position + size + 2:
-            return None
-        body += buffer[position : position + size]
-        position += size + 2
 
 
 class LeanTransport:

@@ -9,72 +9,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 from dataclasses import replace
 from typing import Any
 
-from nip.backends._types import ChatMessage, GenerationRequest, GenerationResult
+from nip.backends._chat_wire import completion_body, request_from_body
 from nip.errors import GenerationError, ModelNotFoundError
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
 
 log = logging.getLogger(__name__)
-
-
-def request_from_body(body: dict[str, Any]) -> GenerationRequest:
-    """The :class:`GenerationRequest` a chat-completions body asks for.
-
-    Raises:
-        ValueError: A required field is missing or out of range.
-    """
-    if not isinstance(body.get("model"), str) or not isinstance(body.get("messages"), list):
-        raise ValueError("a chat request needs a model and a list of messages")
-    messages: list[ChatMessage] = []
-    for message in body["messages"]:
-        content = message.get("content") or ""
-        if isinstance(content, list):  # multi-part content: keep the text parts
-            content = "".join(part.get("text", "") for part in content)
-        entry: ChatMessage = {"role": message["role"], "content": str(content)}
-        if message.get("name"):
-            entry["name"] = str(message["name"])
-        messages.append(entry)
-    n = int(body.get("n") or 1)
-    if not 1 <= n <= 128:
-        raise ValueError(f"n={n} is outside 1..128")
-    return GenerationRequest(
-        model=body["model"],
-        messages=tuple(messages),
-        max_tokens=body.get("max_completion_tokens", body.get("max_tokens")),
-        temperature=body.get("temperature"),
-        top_p=body.get("top_p"),
-        repetition_penalty=body.get("repetition_penalty"),
-        n=n,
-        seed=body.get("seed"),
-    )
-
-
-def body_from_result(model: str, result: GenerationResult) -> dict[str, Any]:
-    """The ``chat.completion`` body of a result."""
-    usage = result.usage
-    return {
-        "id": f"chatcmpl-{secrets.token_hex(8)}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": c.text},
-                "finish_reason": c.finish_reason,
-                "logprobs": None,
-            }
-            for i, c in enumerate(result.completions)
-        ],
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-        },
-    }
 
 
 class TransformersEngine:
@@ -150,7 +92,10 @@ class TransformersEngine:
             return EngineReply.error(404, str(error), code="model_not_found")
         except GenerationError as error:
             return EngineReply.error(500, str(error))
-        return EngineReply.json(200, body_from_result(body["model"], result))
+        reply = completion_body(
+            f"chatcmpl-{secrets.token_hex(8)}", body["model"], result.completions, result.usage
+        )
+        return EngineReply.json(200, reply)
 
     def __repr__(self) -> str:
         return f"TransformersEngine(model={self.model!r}, adapters={sorted(self._adapters)})"

@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 import html
 import json
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from nip.backends._types import ChatBackend, ChatMessage, GenerationRequest, GenerationResult
+from nip.backends._chat_wire import completion_body, request_from_body
+from nip.backends._types import ChatBackend, GenerationRequest, GenerationResult
 from nip.errors import GenerationError, InsufficientCreditsError, ModelNotFoundError
 from nip.testing.faults import (
     MALFORMED_BODY,
@@ -175,7 +175,7 @@ async def _chat(
             # clients keep it out of their own errors.
             return error_reply(401, f"Incorrect API key provided: {sent.removeprefix('Bearer ')}")
     try:
-        generation_request = generation_request_from(json.loads(body))
+        generation_request = request_from_body(json.loads(body))
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         return error_reply(400, f"invalid request: {type(error).__name__}: {error}")
     if state.model_names is not None and generation_request.model not in state.model_names:
@@ -222,56 +222,11 @@ async def _inject(
     return None  # timeout (late), content_filter and length still produce completions
 
 
-def generation_request_from(body: dict[str, Any]) -> GenerationRequest:
-    """The :class:`GenerationRequest` a chat-completions body asks for."""
-    messages: list[ChatMessage] = []
-    for message in body["messages"]:
-        content = message.get("content") or ""
-        if isinstance(content, list):  # multi-part content: keep the text parts
-            content = "".join(part.get("text", "") for part in content)
-        entry: ChatMessage = {"role": message["role"], "content": str(content)}
-        if message.get("name"):
-            entry["name"] = str(message["name"])
-        messages.append(entry)
-    n = int(body.get("n") or 1)
-    if not 1 <= n <= 128:
-        raise ValueError(f"n={n} is outside 1..128")
-    return GenerationRequest(
-        model=str(body["model"]),
-        messages=tuple(messages),
-        max_tokens=body.get("max_completion_tokens", body.get("max_tokens")),
-        temperature=body.get("temperature"),
-        top_p=body.get("top_p"),
-        repetition_penalty=body.get("repetition_penalty"),
-        n=n,
-        seed=body.get("seed"),
-    )
-
-
 def completion_json(
     number: int, request: GenerationRequest, result: GenerationResult, fault: FaultKind | None
 ) -> dict[str, Any]:
     """The ``chat.completion`` body of a result (after a ``content_filter``/``length`` fault)."""
     completions = apply_to_completions(fault, list(result.completions))
-    usage = result.usage
-    return {
-        "id": f"chatcmpl-nip-{number}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": result.model or request.model,
-        "system_fingerprint": None,
-        "choices": [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": c.text},
-                "finish_reason": c.finish_reason,
-                "logprobs": None,
-            }
-            for i, c in enumerate(completions)
-        ],
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total_tokens,
-        },
-    }
+    return completion_body(
+        f"chatcmpl-nip-{number}", result.model or request.model, completions, result.usage
+    )

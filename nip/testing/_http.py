@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 
+from nip.backends._http_chunks import dechunk
 from nip.testing._chat import Reply, WaitForDisconnect, error_reply
 
 #: ``handler(method, path, headers, body, wait_for_disconnect) -> Reply``.
@@ -85,7 +86,10 @@ class _Connection(asyncio.Protocol):
             headers[name.strip().lower()] = value.strip()
         start = end + 4
         if "chunked" in headers.get("transfer-encoding", "").lower():
-            parsed = _dechunk(buffer, start)
+            try:
+                parsed = dechunk(buffer, start, _MAX_BODY)
+            except ValueError as error:
+                raise _BadRequest(str(error)) from None
             if parsed is None:
                 self._continue_if_asked(headers)
                 return False
@@ -154,30 +158,6 @@ class _Connection(asyncio.Protocol):
             self._task.cancel()
         if self._transport is not None:
             self._transport.close()
-
-
-def _dechunk(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
-    """The body of a complete chunked message starting at ``start`` and where it ends."""
-    body = bytearray()
-    position = start
-    while True:
-        line_end = buffer.find(b"\r\n", position)
-        if line_end < 0:
-            return None
-        try:
-            size = int(bytes(buffer[position:line_end]).split(b";")[0], 16)
-        except ValueError:
-            raise _BadRequest("chunk size is not hexadecimal") from None
-        position = line_end + 2
-        if size == 0:
-            trailer_end = buffer.find(b"\r\n\r\n", position - 2)
-            return (bytes(body), trailer_end + 4) if trailer_end >= 0 else None
-        if len(buffer) < position + size + 2:
-            return None
-        body += buffer[position : position + size]
-        position += size + 2
-        if len(body) > _MAX_BODY:
-            raise _BadRequest("body too large")
 
 
 def _reason(status: int) -> str:
