@@ -200,12 +200,12 @@ class VllmEngine:
         if not await self._wait_healthy(self._process):
             if self._process.returncode is not None:
                 return self._process.returncode
-            self._state = "failed"
             self._error = (
                 f"vLLM was not ready after {self.config.vllm_startup_timeout_s:g} s:\n"
                 f"{_tail(self.log_path)}"
             )
             await self._terminate()
+            self._state = "failed"  # only once the process and its pid file are gone
             return None
         self._state = "ready"  # _error keeps the last failure for /health
         for name in list(self._adapters):
@@ -231,18 +231,27 @@ class VllmEngine:
         return False
 
     async def _terminate(self, grace_s: float = 30.0) -> None:
+        """End the process group (SIGTERM, then SIGKILL after ``grace_s``); the pid file goes
+        too, even when this is cancelled half-way (then the group is killed at once)."""
         process, self._process = self._process, None
-        if process is None or process.returncode is not None:
+        if process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(process.wait(), grace_s)
-        except TimeoutError:
+            if process.returncode is not None:
+                return
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-        self.pid_path.unlink(missing_ok=True)
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), grace_s)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        finally:
+            if process.returncode is None:  # cancelled while waiting: no more grace
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            self.pid_path.unlink(missing_ok=True)
 
     def _kill_stale(self) -> None:
         """End a vLLM left running by a server that was killed (it would hold the port)."""
