@@ -15,28 +15,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
-import subprocess
-import sys
 import time
 
 import httpx
+from _server import test_server
 
 from nip.backends import GenerationRequest
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
-
-
-def start_server(latency_s: float) -> tuple[subprocess.Popen[str], str]:
-    """Start ``python -m nip.testing.server`` on a free port; return it and its base URL."""
-    command = [sys.executable, "-m", "nip.testing.server", "--port", "0"]
-    process = subprocess.Popen(
-        [*command, "--latency", str(latency_s)], stdout=subprocess.PIPE, text=True
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if "listening on" not in line:
-        process.kill()
-        raise RuntimeError(f"the test server did not start: {line!r}")
-    return process, line.split()[-1]
 
 
 def requests_for(size: int) -> list[GenerationRequest]:
@@ -92,12 +77,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 1000])
     parser.add_argument("--client", choices=["auto", "lean", "sdk"], default="auto")
     args = parser.parse_args()
-    process, base_url = start_server(args.latency)
-    try:
+    with test_server("--latency", str(args.latency)) as (_, base_url):
         asyncio.run(measure(base_url, args.sizes, args.repeats, args.latency, args.client))
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import statistics
 import time
 import urllib.request
 
-from rollouts_http import LATENCY_S, items, start_server
+from _server import test_server
+from rollouts_http import LATENCY_S, items
 
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
 from nip.backends.pool import BackendPool
@@ -83,19 +84,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     common = ("--latency", str(LATENCY_S), "--decide-on-turn", "3")
-    clean, clean_url = start_server(*common)
     faults = (
         *("--fault-rate", str(args.rate), "--fault-kinds", args.kinds, "--seed", str(args.seed)),
         *("--retry-after", str(args.retry_after), "--timeout-hold", "30"),
     )
-    faulty, faulty_url = start_server(*common, *faults)
     print(
         f"{args.dialogues} dialogues, {args.rate:.0%} faults ({args.kinds}), Retry-After "
         f"{args.retry_after} s, client time-out {args.request_timeout} s, latency {LATENCY_S} s"
     )
     print(f"{'fault-free s':>13}{'faulty s':>10}{'ratio':>7}{'complete':>10}{'same':>6}  retries")
     ratios = []
-    try:
+    with test_server(*common) as (_, clean_url), test_server(*common, *faults) as (_, faulty_url):
         run(clean_url, 8, args.request_timeout)  # warm-up
         for _ in range(args.repeats):
             clean_wall, clean_messages, _ = run(clean_url, args.dialogues, args.request_timeout)
@@ -112,10 +111,6 @@ def main() -> None:
                 f"{complete:>10}{same!s:>6}  {counters['retries_by_cause']} {counted}",
                 flush=True,
             )
-    finally:
-        for process in (clean, faulty):
-            process.terminate()
-            process.wait(10)
     print(f"median faulty / fault-free: {statistics.median(ratios):.2f}")
 
 

@@ -18,7 +18,8 @@ import asyncio
 import statistics
 import time
 
-from rollouts_http import LATENCY_S, cpu_seconds, items, session, start_server
+from _server import test_server
+from rollouts_http import LATENCY_S, cpu_seconds, items, session
 
 from nip.parameters import PureTextMaltParameters
 from nip.training.malt import build_trees_async
@@ -62,12 +63,10 @@ def main() -> None:
     parser.add_argument("--client", choices=["auto", "lean", "sdk"], default="auto")
     parser.add_argument("--server-engine", choices=["auto", "lean", "uvicorn"], default="auto")
     args = parser.parse_args()
-    server, base_url = start_server(
-        *("--latency", str(LATENCY_S), "--decide-on-turn", "3", "--engine", args.server_engine)
-    )
+    options = ("--latency", str(LATENCY_S), "--decide-on-turn", "3", "--engine", args.server_engine)
     header = ("k", "trees", "depth", "nodes", "requests", "wall s", "ideal/wall", "client ms")
     print("".join(f"{h:>11}" for h in (*header, "server ms")), flush=True)
-    try:
+    with test_server(*options) as (server, base_url):
         for k in args.k:
             runs = [
                 one_run(base_url, args.trees, k, args.client, server.pid)
@@ -80,9 +79,6 @@ def main() -> None:
                 f"{row['client_ms']:>11.3f}{row['server_ms']:>11.3f}",
                 flush=True,
             )
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 if __name__ == "__main__":

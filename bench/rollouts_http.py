@@ -23,9 +23,9 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
-import sys
 import time
+
+from _server import test_server
 
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
 from nip.backends.pool import BackendPool
@@ -35,18 +35,6 @@ from nip.session import Session
 from nip.settings import ExperimentSettings
 
 LATENCY_S = 0.2
-
-
-def start_server(*options: str) -> tuple[subprocess.Popen[str], str]:
-    """``python -m nip.testing.server`` on a free port; the process and its base URL."""
-    command = [sys.executable, "-m", "nip.testing.server", "--port", "0", *options]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if "listening on" not in line:
-        process.kill()
-        raise RuntimeError(f"the test server did not start: {line!r}")
-    return process, line.split()[-1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -137,12 +125,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--bare", action="store_true", help="HTTP only, no nip dialogues")
     args = parser.parse_args()
-    server, base_url = start_server(
-        *("--latency", str(LATENCY_S), "--decide-on-turn", "3", "--engine", args.server_engine)
-    )
+    options = ("--latency", str(LATENCY_S), "--decide-on-turn", "3", "--engine", args.server_engine)
     header = ("protocol", "dialogues", "requests", "wall s", "ideal/wall", "client ms", "server ms")
     print("".join(f"{h:>11}" for h in header), flush=True)
-    try:
+    with test_server(*options) as (server, base_url):
         for protocol in ["bare"] if args.bare else args.protocols:
             s = session("nip" if args.bare else protocol, base_url, args.client)
             backend = s.backends.backends["openai"]
@@ -158,9 +144,6 @@ def main() -> None:
                     f"{row['ratio']:>11.2f}{row['client_ms']:>11.3f}{row['server_ms']:>11.3f}",
                     flush=True,
                 )
-    finally:
-        server.terminate()
-        server.wait(10)
 
 
 if __name__ == "__main__":
