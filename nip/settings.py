@@ -26,6 +26,9 @@ class ExperimentSettings:
         wandb_mode: Weights & Biases logging: "auto" (online with a key, else offline),
             "online", "offline" or "disabled". ``WANDB_MODE`` overrides it.
         wandb_project: The W&B project.
+        server_ready_timeout_s: How long a trainer waits, before its first stage, for the
+            language-model servers its agents use (``nip serve`` for ``SelfHosted``) to
+            be ready.
         extra: Free-form settings for extensions.
     """
 
@@ -37,6 +40,7 @@ class ExperimentSettings:
     dummy_latency_s: float = 0.0
     wandb_mode: WandbMode = "auto"
     wandb_project: str = "nip"
+    server_ready_timeout_s: float = 600.0
     extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

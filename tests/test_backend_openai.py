@@ -381,16 +381,21 @@ def test_hosted_providers_get_their_base_url_and_key_variable(
 
 
 @pytest.mark.timeout(5)
-def test_self_hosted_uses_the_vllm_port_and_the_empty_key():
+def test_self_hosted_goes_through_nip_serve_not_straight_to_vllm(monkeypatch):
+    from nip.server.client import SelfHostedBackend
+
+    monkeypatch.delenv("NIP_SERVER_API_KEY", raising=False)
     params = PureTextAgentParameters(
         model_provider="SelfHosted",
         language_model_server_scheme_host="http://gpu-box",
+        language_model_server_port=5001,
         vllm_server_port=8001,
     )
 
     backend = OpenAIBackend.from_agent_params(params)
 
-    assert backend.config.base_url == "http://gpu-box:8001/v1"
+    assert isinstance(backend, SelfHostedBackend)
+    assert backend.config.base_url == "http://gpu-box:5001/v1"
     assert backend.config.resolve_api_key() == "EMPTY"
 
 

@@ -358,3 +358,34 @@ def test_nip_serve_starts_answers_and_stops_on_sigterm(tmp_path):
         if process.poll() is None:
             process.kill()
             process.wait(timeout=10)
+
+
+def test_a_trainer_waits_for_its_server_before_the_first_stage_and_names_the_setting(tmp_path):
+    import socket
+
+    from nip import build_trainer
+    from nip.errors import BackendUnavailableError
+    from nip.parameters import HyperParameters, PureTextAgentParameters
+    from nip.settings import ExperimentSettings
+
+    with socket.socket() as sock:  # a port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        agents = {
+            name: PureTextAgentParameters(
+                model_provider="SelfHosted",
+                model_name="HuggingFaceTB/SmolLM2-135M-Instruct",
+                language_model_server_scheme_host="http://127.0.0.1",
+                language_model_server_port=port,
+            )
+            for name in ("prover", "verifier")
+        }
+        params = HyperParameters(agents=agents)
+        settings = ExperimentSettings(
+            run_dir=tmp_path / "run", server_ready_timeout_s=0.5, wandb_mode="disabled"
+        )
+        trainer = build_trainer(params, settings)
+        with pytest.raises(BackendUnavailableError, match="server_ready_timeout_s"):
+            trainer.train(max_stages=1)
+    assert trainer.state.stage == "sample_rollouts" and trainer.state.stages_completed == 0
+    assert not list((tmp_path / "run").glob("rollouts/*"))

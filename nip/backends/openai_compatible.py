@@ -232,8 +232,9 @@ class OpenAIBackend:
 
         OpenAI uses ``$OPENAI_BASE_URL`` if set (else the public API) and ``$OPENAI_API_KEY``;
         OpenRouter uses ``https://openrouter.ai/api/v1`` and ``$OPENROUTER_API_KEY``;
-        SelfHosted uses ``{language_model_server_scheme_host}:{vllm_server_port}/v1`` with the
-        key ``"EMPTY"``.
+        SelfHosted goes through ``nip serve`` (a
+        :class:`~nip.server.client.SelfHostedBackend`, which also checks the server's
+        version and waits for it to be ready).
 
         Args:
             params: The agent's parameters.
@@ -250,8 +251,9 @@ class OpenAIBackend:
         elif provider == "OpenRouter":
             settings = {"base_url": OPENROUTER_BASE_URL, "api_key_env": "OPENROUTER_API_KEY"}
         elif provider == "SelfHosted":
-            host = params.language_model_server_scheme_host.rstrip("/")
-            settings = {"base_url": f"{host}:{params.vllm_server_port}/v1"}  # key "EMPTY"
+            from nip.server.client import SelfHostedBackend
+
+            return SelfHostedBackend.from_agent_params(params, **overrides)
         else:
             raise InvalidParameterError(
                 "model_provider",

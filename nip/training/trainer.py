@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from nip.errors import IncompatibleParametersError
+from nip.errors import BackendUnavailableError, IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters, check_compatibility
 from nip.parameters.groups import group_members
@@ -124,6 +124,7 @@ class PureTextEiTrainer:
         self.state = TrainerState()
         self.poll_interval_s = 2.0
         self._logger = None
+        self._servers_ready = False
 
     # ------------------------------------------------------------------ resume
     @classmethod
@@ -174,6 +175,8 @@ class PureTextEiTrainer:
         stages_run = 0
         if self._logger is None and not self.finished:
             self._logger = self._make_logger()
+        if not self.finished and not self._servers_ready:
+            await self._wait_for_servers()
         while not self.finished and (max_stages is None or stages_run < max_stages):
             stage = self.state.stage
             await getattr(self, f"_stage_{stage}")()
@@ -187,6 +190,20 @@ class PureTextEiTrainer:
             self._logger.finish()
             self._logger = None
         return self.state
+
+    async def _wait_for_servers(self) -> None:
+        """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is
+        still loading, say), instead of failing the first requests."""
+        timeout = self.settings.server_ready_timeout_s
+        for name, group in self.groups.items():
+            try:
+                await group.wait_for_ready(timeout)
+            except TimeoutError:
+                raise BackendUnavailableError(
+                    f"the server of group {name!r} was not ready after {timeout:g} s "
+                    "(ExperimentSettings.server_ready_timeout_s)"
+                ) from None
+        self._servers_ready = True
 
     def _make_logger(self):
         from nip.training.logging import NullLogger, WandbLogger, resolve_mode
