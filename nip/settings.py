@@ -29,6 +29,10 @@ class ExperimentSettings:
         server_ready_timeout_s: How long a trainer waits, before its first stage, for the
             language-model servers its agents use (``nip serve`` for ``SelfHosted``) to
             be ready.
+        prices_usd_per_1m: API prices in USD per 1M ``(input, output)`` tokens by model
+            (``"gpt-4o-mini"``, ``"ft:gpt-4o-mini"``: no snapshot date), over nip's table of
+            OpenAI list prices (``nip.training.metrics.OPENAI_PRICES_USD_PER_1M``); the
+            ``cost_usd`` metric uses them. Prices change: correct them here.
         extra: Free-form settings for extensions.
     """
 
@@ -41,6 +45,7 @@ class ExperimentSettings:
     wandb_mode: WandbMode = "auto"
     wandb_project: str = "nip"
     server_ready_timeout_s: float = 600.0
+    prices_usd_per_1m: dict[str, tuple[float, float]] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -519,6 +519,30 @@ def test_a_dummy_run_reports_zero_cost(dataset, tmp_path):
     assert trainer.run_dir.read_json("metrics/train_it0000.json")["cost_usd"] == 0.0
 
 
+def test_api_turns_are_priced_with_the_prices_of_the_settings(dataset, tmp_path, monkeypatch):
+    from nip.backends.dummy import DummyBackend, DummyPolicy
+    from nip.testing.server import create_app, serve
+
+    server = serve(create_app(DummyBackend(DummyPolicy(decide_on_turn=3))))
+    try:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        hp = params(dataset)
+        for agent in hp.agents.values():
+            agent.use_dummy_api = False  # OpenAI, through the test server
+        prices = {"gpt-4o-mini": (1_000_000.0, 0.0)}  # a dollar per prompt token
+        run_settings = ExperimentSettings(
+            run_dir=tmp_path / "run", show_progress=False, cache="off", prices_usd_per_1m=prices
+        )
+        trainer = PureTextEiTrainer(hp, run_settings)
+        trainer.train(max_stages=2)
+    finally:
+        server.stop()
+    metrics = trainer.run_dir.read_json("metrics/train_it0000.json")
+    assert metrics["prompt_tokens"] > 0
+    assert metrics["cost_usd"] == pytest.approx(metrics["prompt_tokens"])
+
+
 def test_a_frozen_group_asked_to_fine_tune_warns_and_records_frozen(dataset):
     from nip.session import Session
 

@@ -14,9 +14,11 @@ from typing import Any
 from nip.protocols import Decision
 from nip.rollouts.records import AgentTurn, Transcript
 
-#: Approximate OpenAI list prices (standard tier, as of 2025-06), in USD per 1M
-#: ``(input, output)`` tokens; ``ft:`` keys are the inference prices of fine-tuned models.
-#: Pass ``prices=`` to :func:`rollout_metrics` to correct or extend them.
+#: OpenAI list prices (standard tier) in USD per 1M ``(input, output)`` tokens; ``ft:`` keys
+#: are the inference prices of fine-tuned models. The base models' prices were checked against
+#: public price listings of 2026-04; the ``ft:`` ones are OpenAI's 2025 figures, unchecked since.
+#: Correct or extend them with ``ExperimentSettings(prices_usd_per_1m=...)`` (or ``prices=``
+#: of :func:`rollout_metrics`).
 OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
     {
         "gpt-4o-mini": (0.15, 0.60),

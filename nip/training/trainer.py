@@ -255,13 +255,16 @@ class PureTextEiTrainer:
         self._log(metrics)
 
     def _rollout_metrics(self, transcripts: list[Transcript]) -> dict[str, Any]:
-        # Local models and the dummy API cost nothing; every other model is priced by name.
+        # Models on this machine or one's own server, and the dummy API, cost nothing per
+        # token; API models are priced by name (settings.prices_usd_per_1m over the table).
         free = {
             name
             for name, agent in self.session.agents.items()
-            if agent.agent_params.model_provider == "Local" or agent.agent_params.use_dummy_api
+            if agent.agent_params.model_provider in ("Local", "SelfHosted")
+            or agent.agent_params.use_dummy_api
         }
-        return rollout_metrics(transcripts, free_agents=free)
+        prices = self.settings.prices_usd_per_1m
+        return rollout_metrics(transcripts, prices=prices, free_agents=free)
 
     def _extra_metrics(self) -> dict[str, Any]:
         return {}
