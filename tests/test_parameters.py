@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import pickle
 import warnings
 
 import pytest
@@ -585,3 +587,47 @@ def test_full_fine_tuning_of_a_local_agent_is_refused_naming_use_lora():
 
 def test_a_frozen_local_agent_may_leave_use_lora_off():
     PureTextAgentParameters(model_provider="Local", use_lora=False, freeze_agent=True)
+
+
+# ------------------------------------------------------------- nested assignment
+def test_an_error_in_a_nested_object_names_its_full_address():
+    hp = HyperParameters()
+    with pytest.raises(InvalidParameterError) as info:
+        hp.agents["verifier"].temperature = 5.0
+    assert info.value.field == "agents.verifier.temperature"
+    assert str(info.value).startswith("agents.verifier.temperature=5.0 is not allowed")
+    assert hp.agents["verifier"].temperature == PureTextAgentParameters().temperature
+    with pytest.raises(InvalidParameterError, match=r"^rl\.num_iterations=0 "):
+        hp.rl.num_iterations = 0
+
+
+def test_a_nested_assignment_keeps_a_shared_model_group_in_agreement():
+    hp = HyperParameters(
+        interaction_protocol="debate",
+        agents={
+            "prover0": PureTextAgentParameters(shared_model_group="provers"),
+            "prover1": PureTextAgentParameters(shared_model_group="provers"),
+        },
+    )
+    with pytest.raises(SharedModelGroupError, match="differ in model_name"):
+        hp.agents["prover0"].model_name = "gpt-4o"
+    assert hp.agents["prover0"].model_name == hp.agents["prover1"].model_name  # undone
+    hp.agents["prover0"].temperature = 0.2  # sampling is per agent: allowed
+
+
+def test_copies_and_pickles_know_their_own_nesting():
+    hp = HyperParameters()
+    for other in (copy.deepcopy(hp), pickle.loads(pickle.dumps(hp))):
+        with pytest.raises(InvalidParameterError, match=r"^agents\.verifier\.top_p="):
+            other.agents["verifier"].top_p = 2.0
+        other.agents["verifier"].temperature = 0.1
+    assert hp.agents["verifier"].temperature != 0.1  # the copies are independent
+
+
+def test_an_object_taken_out_of_its_holder_is_checked_on_its_own():
+    hp = HyperParameters()
+    agent = hp.agents["verifier"]
+    hp.agents["verifier"] = PureTextAgentParameters()  # `agent` is no longer held by hp
+    with pytest.raises(InvalidParameterError) as info:
+        agent.temperature = 5.0
+    assert info.value.field == "temperature"

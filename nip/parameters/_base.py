@@ -17,6 +17,7 @@ import dataclasses
 import json
 import types
 import typing
+import weakref
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -233,6 +234,7 @@ class BaseParameters:
             _check_bounds(info, value, info.name)
             object.__setattr__(self, info.name, value)
         self.validate()
+        self._link_children()
         object.__setattr__(self, "_initialised", True)
 
     def validate(self) -> None:
@@ -242,16 +244,7 @@ class BaseParameters:
         if not self.__dict__.get("_initialised") or name not in self._field_names():
             object.__setattr__(self, name, value)
             return
-        info = next(i for i in self.fields_info() if i.name == name)
-        converted = _convert_field(info.type, value, name, False)
-        _check_bounds(info, converted, name)
-        old = getattr(self, name)
-        object.__setattr__(self, name, converted)
-        try:
-            self.validate()
-        except Exception:
-            object.__setattr__(self, name, old)
-            raise
+        self._assign({name: value})
 
     def update(self, **changes: Any) -> None:
         """Assign several fields at once, validated together; on an error nothing changes.
@@ -267,20 +260,86 @@ class BaseParameters:
         unknown = set(changes) - self._field_names()
         if unknown:
             raise UnknownKeyError(type(self).__name__, unknown, self._field_names())
+        self._assign(changes)
+
+    def _assign(self, changes: Mapping[str, Any]) -> None:
+        """Convert, bound-check and set ``changes``, then validate this object and every
+        object that holds it (a nested agent's change must keep its shared model group in
+        agreement); on an error nothing changes and the error names the full address."""
+        chain = self._owner_chain()
+        here = chain[-1][1] if chain else ""  # this object's address from the outermost one
+        prefix = f"{here}." if here else ""
         infos = {i.name: i for i in self.fields_info() if i.name in changes}
         converted = {}
         for name, value in changes.items():
-            converted[name] = _convert_field(infos[name].type, value, name, False)
-            _check_bounds(infos[name], converted[name], name)
+            converted[name] = _convert_field(infos[name].type, value, prefix + name, False)
+            _check_bounds(infos[name], converted[name], prefix + name)
         old = {name: getattr(self, name) for name in converted}
         for name, value in converted.items():
             object.__setattr__(self, name, value)
         try:
-            self.validate()
+            self._validate_with_holders(chain, here)
         except Exception:
             for name, value in old.items():
                 object.__setattr__(self, name, value)
             raise
+        self._link_children()
+
+    def _validate_with_holders(self, chain: list[tuple[BaseParameters, str]], here: str) -> None:
+        """Validate this object, then its holders; errors carry addresses from the outermost."""
+        try:
+            self.validate()
+        except InvalidParameterError as error:
+            raise (error.with_prefix(here) if here else error) from None
+        for holder, address in chain:  # the nearest first
+            holder_address = here[: len(here) - len(address)].rstrip(".")
+            try:
+                holder.validate()
+            except InvalidParameterError as error:
+                raise (error.with_prefix(holder_address) if holder_address else error) from None
+
+    # --------------------------------------------------------- nesting addresses
+    def _link_children(self) -> None:
+        """Tell each nested parameters object (a field, or a value of a dict field) where it
+        sits, so that assigning to it validates this object too and errors name the full
+        address (``agents.verifier.temperature``)."""
+        for f in dataclasses.fields(self):
+            value = self.__dict__.get(f.name)
+            if isinstance(value, BaseParameters):
+                object.__setattr__(value, "_owner", (weakref.ref(self), f.name, None))
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    if isinstance(item, BaseParameters):
+                        object.__setattr__(item, "_owner", (weakref.ref(self), f.name, key))
+
+    def _owner_chain(self) -> list[tuple[BaseParameters, str]]:
+        """The objects that hold this one, the nearest first, each with this object's address
+        in it. A link is followed only while the holder still holds this very object."""
+        chain: list[tuple[BaseParameters, str]] = []
+        node, address = self, ""
+        while (link := node.__dict__.get("_owner")) is not None:
+            holder_ref, field_name, key = link
+            holder = holder_ref()
+            if holder is None or any(holder is h for h, _ in chain):
+                break
+            held = holder.__dict__.get(field_name)
+            if key is not None:
+                held = held.get(key) if isinstance(held, dict) else None
+            if held is not node:  # replaced since: the link is stale
+                break
+            step = field_name if key is None else f"{field_name}.{key}"
+            address = f"{step}.{address}" if address else step
+            chain.append((holder, address))
+            node = holder
+        return chain
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Links to holders are weak references: never pickled, remade by the holder.
+        return {k: v for k, v in self.__dict__.items() if k != "_owner"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._link_children()
 
     @classmethod
     def _field_names(cls) -> frozenset[str]:

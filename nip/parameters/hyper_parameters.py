@@ -92,6 +92,7 @@ class HyperParameters(BaseParameters):
         for name in protocol_class(self.interaction_protocol).agent_names:
             if name not in self.agents:
                 self.agents[name] = PureTextAgentParameters()
+        self._link_children()
 
     def validate(self) -> None:
         from nip.protocols import protocol_class
