@@ -19,7 +19,7 @@ def _bubble(sender: str, text: str, note: str = "") -> str:
     note_html = f" <span style='color:#777'>{html.escape(note)}</span>" if note else ""
     return (
         f"<div style='background:{colour};border-radius:8px;padding:4px 8px;margin:2px 0;"
-        f"white-space:pre-wrap;text-align:left'><b>{html.escape(sender)}</b>{note_html}<br>"
+        f"white-space:pre-wrap;text-align:left;line-height:1.45'><b>{html.escape(sender)}</b>{note_html}<br>"
         f"{html.escape(text)}</div>"
     )
 

@@ -202,6 +202,7 @@ def _index(figure: go.Figure, role: str) -> int:
 
 def _pre(text: str) -> str:
     return (
-        "<pre style='white-space:pre-wrap;margin:2px 0;padding:4px;background:#f6f8fa'>"
+        "<pre style='white-space:pre-wrap;margin:2px 0;padding:4px;background:#f6f8fa;"
+        "line-height:1.4'>"
         f"{html.escape(text)}</pre>"
     )

@@ -31,11 +31,14 @@ def note_html(text: str) -> str:
 
 
 def bubble_html(title: str, content: str, colour: str = "#f1f3f4", note: str = "") -> str:
-    """A rounded box with a bold title, an optional grey note and pre-wrapped content."""
+    """A rounded box with a bold title, an optional grey note and pre-wrapped content.
+
+    The line height is set because ipywidgets' ``HTML`` widget gives every line the height of
+    a control (28 px), which spreads a long prompt over pages."""
     note_part = f" {note_html(note)}" if note else ""
     return (
         f"<div style='background:{colour};border-radius:8px;padding:4px 8px;margin:3px 0;"
-        f"white-space:pre-wrap;text-align:left;font-family:inherit'><b>{escape(title)}</b>"
+        f"white-space:pre-wrap;text-align:left;font-family:inherit;line-height:1.45'><b>{escape(title)}</b>"
         f"{note_part}<br>{escape(content)}</div>"
     )
 
@@ -54,7 +57,7 @@ def messages_html(messages: Iterable[Mapping[str, Any]]) -> str:
 
 def pre_html(text: str) -> str:
     """Preformatted text (selectable, for copying)."""
-    return f"<pre style='white-space:pre-wrap;margin:0'>{escape(text)}</pre>"
+    return f"<pre style='white-space:pre-wrap;margin:0;line-height:1.4'>{escape(text)}</pre>"
 
 
 class PlainTextRepr:
