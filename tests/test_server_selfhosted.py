@@ -299,6 +299,18 @@ def test_self_hosted_agents_talk_to_the_server_port_with_the_server_token(monkey
     assert endpoint_key(params) == "selfhosted:http://gpu-box:5001"
 
 
+def test_the_settings_concurrency_limit_applies_to_self_hosted_agents_too():
+    from nip.backends.pool import BackendPool
+    from nip.parameters import PureTextAgentParameters
+    from nip.server.client import SelfHostedBackend
+    from nip.settings import ExperimentSettings
+
+    pool = BackendPool(ExperimentSettings(cache="off", max_concurrency=3))
+    backend = pool.backend_for(PureTextAgentParameters(model_provider="SelfHosted"))
+
+    assert isinstance(backend, SelfHostedBackend) and backend.config.max_concurrency == 3
+
+
 def test_waiting_for_a_server_whose_engine_failed_raises_its_error(tmp_path):
     from nip.errors import BackendUnavailableError
     from nip.server.client import wait_for_server

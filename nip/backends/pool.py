@@ -6,7 +6,6 @@ connection pool. Which class serves a provider is decided here and nowhere else.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from nip.backends._types import ChatBackend
@@ -66,16 +65,11 @@ class BackendPool:
             return LocalBackend(params.model_name)
         from nip.backends.openai_compatible import OpenAIBackend
 
-        cls = OpenAIBackend
-        if params.model_provider == "SelfHosted":
-            from nip.server.client import SelfHostedBackend
-
-            cls = SelfHostedBackend
-        backend = cls.from_agent_params(params)
+        overrides = {}
         if settings.max_concurrency is not None:
-            config = dataclasses.replace(backend.config, max_concurrency=settings.max_concurrency)
-            backend = cls(config)
-        return backend
+            overrides["max_concurrency"] = settings.max_concurrency
+        # SelfHosted agents get a SelfHostedBackend (through nip serve) from the same call.
+        return OpenAIBackend.from_agent_params(params, **overrides)
 
     def _cached(self, backend: ChatBackend, key: str) -> ChatBackend:
         mode = self.settings.cache
