@@ -14,14 +14,21 @@ _COLOURS = {"verifier": "#e8f0fe", "prover": "#fef7e0", "prover0": "#fce8e6", "p
 _VERDICT = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
 
 
-def _bubble(sender: str, text: str, note: str = "") -> str:
-    colour = _COLOURS.get(sender, "#f1f3f4")
+def chat_bubble(title: str, text: str, colour: str = "#f1f3f4", note: str = "") -> str:
+    """A rounded box: a bold title, an optional grey note, then ``text`` with its line breaks.
+
+    The line height is set because ipywidgets' ``HTML`` widget (the prompt inspector, the
+    step-through controller) gives every line the height of a control (28 px)."""
     note_html = f" <span style='color:#777'>{html.escape(note)}</span>" if note else ""
     return (
         f"<div style='background:{colour};border-radius:8px;padding:4px 8px;margin:2px 0;"
-        f"white-space:pre-wrap;text-align:left;line-height:1.45'><b>{html.escape(sender)}</b>{note_html}<br>"
-        f"{html.escape(text)}</div>"
+        "white-space:pre-wrap;text-align:left;font-family:inherit;line-height:1.45'>"
+        f"<b>{html.escape(title)}</b>{note_html}<br>{html.escape(text)}</div>"
     )
+
+
+def _bubble(sender: str, text: str, note: str = "") -> str:
+    return chat_bubble(sender, text, _COLOURS.get(sender, "#f1f3f4"), note)
 
 
 def transcript_to_html(transcript: Transcript) -> str:

@@ -7,6 +7,8 @@ import html
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nip.rollouts._transcript_html import chat_bubble
+
 _ROLE_COLOURS = {"system": "#f1f3f4", "user": "#e8f0fe", "assistant": "#fef7e0"}
 
 #: Style of the name column of forms, so that controls line up.
@@ -30,17 +32,8 @@ def note_html(text: str) -> str:
     return f"<span style='color:#666;font-size:90%'>{escape(text)}</span>"
 
 
-def bubble_html(title: str, content: str, colour: str = "#f1f3f4", note: str = "") -> str:
-    """A rounded box with a bold title, an optional grey note and pre-wrapped content.
-
-    The line height is set because ipywidgets' ``HTML`` widget gives every line the height of
-    a control (28 px), which spreads a long prompt over pages."""
-    note_part = f" {note_html(note)}" if note else ""
-    return (
-        f"<div style='background:{colour};border-radius:8px;padding:4px 8px;margin:3px 0;"
-        f"white-space:pre-wrap;text-align:left;font-family:inherit;line-height:1.45'><b>{escape(title)}</b>"
-        f"{note_part}<br>{escape(content)}</div>"
-    )
+#: A chat message box (the transcript's own): ``bubble_html(title, content, colour, note)``.
+bubble_html = chat_bubble
 
 
 def messages_html(messages: Iterable[Mapping[str, Any]]) -> str:
