@@ -78,9 +78,30 @@ def fresh_cache_dir(folder: str | os.PathLike[str]) -> Path:
     return cache
 
 
+#: The first line of a tutorial cell whose printed text nbval checks.
+REFERENCE_MARKER = "# NBVAL_CHECK_OUTPUT"
+
+
+def ci_environment(scratch: str | os.PathLike[str]) -> dict[str, str]:
+    """The environment tutorials run in under CI (and when their reference outputs are
+    recorded): this one plus CI size, nip's local test server, no W&B, no progress bars and
+    a fresh response cache in ``scratch``."""
+    return {
+        **os.environ,
+        SIZE_VARIABLE: "ci",
+        SERVER_VARIABLE: "local",
+        "NIP_CACHE_DIR": str(fresh_cache_dir(scratch)),
+        "WANDB_MODE": "disabled",
+        "TQDM_DISABLE": "1",
+        "JUPYTER_PLATFORM_DIRS": "1",
+    }
+
+
 __all__ = [
+    "REFERENCE_MARKER",
     "SERVER_VARIABLE",
     "SIZE_VARIABLE",
+    "ci_environment",
     "fresh_cache_dir",
     "sized",
     "tutorial_server",

@@ -11,39 +11,30 @@ rules). ``--record`` first runs the notebooks at CI size and stores those refere
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import nbformat
 
+from nip.tutorial import REFERENCE_MARKER, ci_environment
+
 HERE = Path(__file__).resolve().parent
-MARKER = "# NBVAL_CHECK_OUTPUT"
 
 
 def is_reference_cell(cell) -> bool:
     """A code cell whose output nbval checks (it starts with the marker comment)."""
-    return cell.cell_type == "code" and cell.source.lstrip().startswith(MARKER)
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(REFERENCE_MARKER)
 
 
 def record(path: Path, timeout_s: int = 900) -> nbformat.NotebookNode:
     """Run ``path`` at CI size in a scratch folder (with a fresh response cache)."""
     from nbclient import NotebookClient
 
-    from nip.tutorial import fresh_cache_dir
-
     with tempfile.TemporaryDirectory(prefix="nip-tutorial-") as scratch:
         copy = Path(scratch) / path.name
         shutil.copy(path, copy)
-        env = {
-            **os.environ,
-            "NIP_TUTORIAL_SIZE": "ci",
-            "NIP_TUTORIAL_SERVER": "local",
-            "NIP_CACHE_DIR": str(fresh_cache_dir(scratch)),
-            "WANDB_MODE": "disabled",
-            "TQDM_DISABLE": "1",
-        }
+        env = ci_environment(scratch)  # exactly what tests/test_notebooks.py runs them in
         notebook = nbformat.read(copy, as_version=4)
         client = NotebookClient(
             notebook, timeout=timeout_s, resources={"metadata": {"path": scratch}}

@@ -20,11 +20,17 @@ from pathlib import Path
 
 import pytest
 
-from nip.tutorial import fresh_cache_dir, sized, tutorial_server, tutorial_size
+from nip.tutorial import (
+    REFERENCE_MARKER,
+    ci_environment,
+    fresh_cache_dir,
+    sized,
+    tutorial_server,
+    tutorial_size,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-MARKER = "# NBVAL_CHECK_OUTPUT"
 CELL_TIMEOUT_S = 300
 #: Wall-clock limits at CI size: several times what a loaded 2-core machine needs, and room
 #: for converting the embedded model on a fresh machine (about two minutes).
@@ -38,19 +44,6 @@ def _code_cells(path: Path) -> list[dict]:
 
 def _source(cell: dict) -> str:
     return "".join(cell["source"])
-
-
-def _ci_environment(scratch: Path) -> dict[str, str]:
-    """CI size, a local server, no W&B, no progress bars, and a fresh response cache."""
-    return {
-        **os.environ,
-        "NIP_TUTORIAL_SIZE": "ci",
-        "NIP_TUTORIAL_SERVER": "local",
-        "NIP_CACHE_DIR": str(fresh_cache_dir(scratch)),
-        "WANDB_MODE": "disabled",
-        "TQDM_DISABLE": "1",
-        "JUPYTER_PLATFORM_DIRS": "1",
-    }
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -75,7 +68,7 @@ def test_the_committed_tutorial_has_no_outputs_but_its_reference_text(notebook: 
     """Clear outputs with ``python notebooks/clear_outputs.py`` (``--record`` to re-record)."""
     for index, cell in enumerate(_code_cells(notebook)):
         where = f"{notebook.name}, code cell {index}"
-        if _source(cell).lstrip().startswith(MARKER):
+        if _source(cell).lstrip().startswith(REFERENCE_MARKER):
             kinds = {(o["output_type"], o.get("name")) for o in cell["outputs"]}
             assert kinds <= {("stream", "stdout")}, f"{where}: a reference holds only printed text"
             assert cell["outputs"], f"{where}: nbval checks it only if it holds its output"
@@ -126,7 +119,7 @@ def test_the_tutorial_runs_top_to_bottom_at_ci_size(notebook: Path, tmp_path: Pa
     process = subprocess.Popen(
         command,
         cwd=scratch,
-        env=_ci_environment(tmp_path),
+        env=ci_environment(tmp_path),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
