@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import pickle
 import time
 from collections.abc import Iterator
@@ -224,7 +225,7 @@ def test_all_dialogues_advance_together():
     batch = s.rollouts(ITEMS)
     elapsed = time.perf_counter() - started
     assert all(t.num_rounds == 5 for t in batch)
-    assert elapsed < 5 * 0.05 * 4  # serial would be 24 x 5 x 0.05 = 6 s
+    assert elapsed < 2.0  # ideal 5 x 0.05 = 0.25 s; serial would be 24 x 5 x 0.05 = 6 s
 
 
 def test_a_slow_dialogue_does_not_stall_the_others():
@@ -233,7 +234,7 @@ def test_a_slow_dialogue_does_not_stall_the_others():
 
         async def generate(self, request):
             if "p0" in request.messages[0]["content"] or request.metadata.get("slow"):
-                await asyncio.sleep(1.0)
+                await asyncio.sleep(60.0)  # cancelled once the fast batch is back
             return await DummyBackend().generate(request)
 
         async def aclose(self):
@@ -245,14 +246,16 @@ def test_a_slow_dialogue_does_not_stall_the_others():
 
     async def scenario():
         slow_task = asyncio.create_task(s.rollouts_async([slow]))
-        started = time.perf_counter()
         fast = await s.rollouts_async(ITEMS)
-        fast_elapsed = time.perf_counter() - started
-        await slow_task
-        return fast, fast_elapsed
+        slow_still_running = not slow_task.done()
+        slow_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await slow_task
+        return fast, slow_still_running
 
-    fast, fast_elapsed = asyncio.run(scenario())
-    assert len(fast) == len(ITEMS) and fast_elapsed < 0.5
+    fast, slow_still_running = asyncio.run(scenario())
+    assert len(fast) == len(ITEMS)
+    assert slow_still_running
 
 
 def test_a_batch_exports_to_jsonl_and_dataframes(tmp_path):

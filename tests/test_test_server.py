@@ -140,13 +140,15 @@ async def test_latency_is_added_per_request_and_requests_overlap(start_server):
     elapsed = time.perf_counter() - started
 
     assert all(r.status_code == 200 for r in replies)
-    assert 0.2 <= elapsed < 1.0
+    assert 0.2 <= elapsed < 2.0  # one after another would take 20 x 0.2 = 4 s
     assert server.stats().max_in_flight == 20
 
 
 @pytest.mark.timeout(30)
 async def test_a_thousand_concurrent_requests_are_all_answered(start_server):
-    server = start_server(latency_s=0.2)
+    # The latency is long next to the time a loaded 2-core machine takes to send 1,000
+    # requests (about 0.4 s in CI), so nearly all of them are held open at once.
+    server = start_server(latency_s=2.5)
     # Ten clients of 100 connections: one httpx pool of 1,000 costs O(n^2) client CPU.
     clients = [httpx.AsyncClient(base_url=server.base_url, timeout=30) for _ in range(10)]
 
@@ -157,7 +159,7 @@ async def test_a_thousand_concurrent_requests_are_all_answered(start_server):
         await client.aclose()
 
     assert [r.status_code for r in replies] == [200] * 1000
-    assert server.stats().max_in_flight > 500
+    assert server.stats().max_in_flight >= 900
 
 
 # ---------------------------------------------------------------------------- stats
