@@ -253,7 +253,7 @@ async def test_final_http_errors_map_to_typed_errors_without_retries(start_serve
 # --------------------------------------------------------------- concurrency and loops
 @pytest.mark.timeout(10)
 async def test_the_concurrency_limit_caps_requests_in_flight(start_server, make_backend):
-    server = start_server(latency_s=0.05)
+    server = start_server(latency_s=0.1)  # long enough for four to overlap on a busy machine
     backend = make_backend(server, max_concurrency=4)
 
     await asyncio.gather(*(backend.generate(REQUEST) for _ in range(24)))
