@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import time
 
 import pytest
@@ -171,3 +173,28 @@ def test_the_server_refuses_an_unknown_model(server):
     line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
     with pytest.raises(FineTuneError, match="'unknown-model' is not available"):
         asyncio.run(backend.create_job(FineTuneSpec("unknown-model", "supervised", (line,))))
+
+
+def open_connections_to(port: int) -> int:
+    """Established TCP connections whose far end is ``port`` on this machine (loopback)."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if int(row[2].split(":")[1], 16) == port and row[3] == "01")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's /proc/net/tcp")
+def test_each_job_call_closes_its_connections_before_it_returns(server):
+    """None is left for the garbage collector, which would try to close it on an event loop
+    that has gone ("Task exception was never retrieved ... Event loop is closed")."""
+    running, _ = server
+    backend = OpenAIFineTuneBackend(running.base_url, "key")
+
+    gc.disable()  # only an explicit close may end the connections
+    try:
+        for _ in range(3):  # what sync wrappers do: a new event loop each time
+            assert asyncio.run(backend.get_job("quick-404")).status == "not_found"
+        still_open = open_connections_to(running.port)
+    finally:
+        gc.enable()
+
+    assert still_open == 0

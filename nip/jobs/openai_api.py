@@ -8,12 +8,12 @@ this backend is supported, but the self-hosted path (``nip serve``) is the one n
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import io
 import json
 import os
 import time
-import weakref
+from collections.abc import AsyncIterator
 from typing import Any
 
 from nip.errors import FineTuneError
@@ -74,9 +74,6 @@ class OpenAIFineTuneBackend:
         self._api_key = api_key
         self.wandb_project = wandb_project
         self.send_lora_settings = send_lora_settings
-        # One client per event loop: an httpx client cannot outlive the loop it was made in
-        # (sync wrappers and notebooks may use several).
-        self._clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @classmethod
     def from_agent_params(cls, params: PureTextAgentParameters) -> OpenAIFineTuneBackend:
@@ -90,63 +87,69 @@ class OpenAIFineTuneBackend:
             raise FineTuneError("fine-tuning with OpenAI needs the OPENAI_API_KEY variable")
         return cls(None, key, wandb_project=os.environ.get("WANDB_OPENAI_FINETUNE_PROJECT"))
 
-    @property
-    def client(self):
-        """The client of the running event loop."""
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            from openai import AsyncOpenAI
+    @contextlib.asynccontextmanager
+    async def _client(self) -> AsyncIterator[Any]:
+        """A client for one operation, closed on the way out.
 
-            client = AsyncOpenAI(
-                base_url=self.base_url, api_key=self._api_key or "EMPTY", max_retries=3
-            )
-            self._clients[loop] = client
-        return client
+        Job calls are few and seconds apart, so a client each costs little, and none is left
+        with open connections behind an event loop that has gone (sync wrappers and
+        notebooks use several loops).
+        """
+        from openai import AsyncOpenAI
+
+        key = self._api_key or "EMPTY"
+        client = AsyncOpenAI(base_url=self.base_url, api_key=key, max_retries=3)
+        try:
+            yield client
+        finally:
+            await client.close()
 
     async def create_job(self, spec: FineTuneSpec) -> str:
         import openai
 
         try:
-            upload = await self.client.files.create(
-                file=("train.jsonl", io.BytesIO(spec_to_jsonl(spec))), purpose="fine-tune"
-            )
-            extra: dict[str, Any] = {}
-            if self.wandb_project:
-                extra["integrations"] = [
-                    {"type": "wandb", "wandb": {"project": self.wandb_project}}
-                ]
-            body: dict[str, Any] | None = None
-            if self.send_lora_settings:
-                body = {
-                    "lora": {
-                        "use_lora": spec.use_lora,
-                        "rank": spec.lora_rank,
-                        "alpha": spec.lora_alpha,
-                        "dropout": spec.lora_dropout,
-                        "stack": spec.stack_lora_adapters,
-                        "previous_adapter": spec.previous_adapter,
-                    },
-                    "learning_rate": spec.learning_rate,
-                }
-            job = await self.client.fine_tuning.jobs.create(
-                model=spec.base_model,
-                training_file=upload.id,
-                method=spec_to_method(spec),
-                suffix=(spec.job_name or None) and spec.job_name[:64],
-                seed=spec.seed,
-                extra_body=body,
-                **extra,
-            )
+            async with self._client() as client:
+                return await self._create_job(client, spec)
         except openai.APIStatusError as error:
             raise FineTuneError(f"the fine-tuning API refused the job: {_message(error)}") from None
+
+    async def _create_job(self, client: Any, spec: FineTuneSpec) -> str:
+        upload = await client.files.create(
+            file=("train.jsonl", io.BytesIO(spec_to_jsonl(spec))), purpose="fine-tune"
+        )
+        extra: dict[str, Any] = {}
+        if self.wandb_project:
+            extra["integrations"] = [{"type": "wandb", "wandb": {"project": self.wandb_project}}]
+        body: dict[str, Any] | None = None
+        if self.send_lora_settings:
+            body = {
+                "lora": {
+                    "use_lora": spec.use_lora,
+                    "rank": spec.lora_rank,
+                    "alpha": spec.lora_alpha,
+                    "dropout": spec.lora_dropout,
+                    "stack": spec.stack_lora_adapters,
+                    "previous_adapter": spec.previous_adapter,
+                },
+                "learning_rate": spec.learning_rate,
+            }
+        job = await client.fine_tuning.jobs.create(
+            model=spec.base_model,
+            training_file=upload.id,
+            method=spec_to_method(spec),
+            suffix=(spec.job_name or None) and spec.job_name[:64],
+            seed=spec.seed,
+            extra_body=body,
+            **extra,
+        )
         return job.id
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         import openai
 
         try:
-            job = await self.client.fine_tuning.jobs.retrieve(job_id)
+            async with self._client() as client:
+                job = await client.fine_tuning.jobs.retrieve(job_id)
         except openai.NotFoundError:
             return FineTuneJob(id=job_id, status="not_found")
         error = None
@@ -163,10 +166,12 @@ class OpenAIFineTuneBackend:
         )
 
     async def cancel_job(self, job_id: str) -> None:
-        await self.client.fine_tuning.jobs.cancel(job_id)
+        async with self._client() as client:
+            await client.fine_tuning.jobs.cancel(job_id)
 
     async def list_events(self, job_id: str) -> list[FineTuneEvent]:
-        page = await self.client.fine_tuning.jobs.list_events(job_id, limit=100)
+        async with self._client() as client:
+            page = await client.fine_tuning.jobs.list_events(job_id, limit=100)
         events = [
             FineTuneEvent(
                 created_at=float(e.created_at or time.time()),
@@ -179,11 +184,7 @@ class OpenAIFineTuneBackend:
         return sorted(events, key=lambda e: e.created_at)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_clients": None, "_api_key": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._clients = weakref.WeakKeyDictionary()
+        return {**self.__dict__, "_api_key": None}
 
     def __repr__(self) -> str:
         return f"OpenAIFineTuneBackend(base_url={self.base_url!r})"

@@ -55,7 +55,7 @@ class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
         return await super().create_job(spec)
 
     def __setstate__(self, state: dict) -> None:
-        super().__setstate__(state)
+        self.__dict__.update(state)
         self._checked = False
 
     def __repr__(self) -> str:
