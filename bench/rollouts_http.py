@@ -9,7 +9,7 @@ server's CPU time per request. Each figure is the median of ``--repeats`` batche
 
     .venv/bin/python bench/rollouts_http.py [--sizes 32 256 1000 4000] \
         [--protocols nip debate mnip] [--client auto|lean|sdk] [--server-engine auto|uvicorn] \
-        [--repeats 3]
+        [--repeats 3] [--latency 0.2]
 
 ``--client sdk --server-engine uvicorn`` is the stack before issue 8 (the OpenAI SDK's HTTP
 client against FastAPI on uvicorn). ``--bare`` replaces each dialogue by 5 dependent requests
@@ -34,7 +34,7 @@ from nip.rollouts import Datapoint
 from nip.session import Session
 from nip.settings import ExperimentSettings
 
-LATENCY_S = 0.2
+DEFAULT_LATENCY_S = 0.2
 
 
 def cpu_seconds(pid: int) -> float:
@@ -64,7 +64,7 @@ def items(size: int) -> list[Datapoint]:
     ]
 
 
-def one_batch(s: Session, size: int, server_pid: int) -> dict[str, float]:
+def one_batch(s: Session, size: int, server_pid: int, latency_s: float) -> dict[str, float]:
     """Wall, ideal, requests and CPU per request (client, server) of one batch."""
     batch_items = items(size)
     server_cpu = cpu_seconds(server_pid)
@@ -73,7 +73,7 @@ def one_batch(s: Session, size: int, server_pid: int) -> dict[str, float]:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     server_cpu = cpu_seconds(server_pid) - server_cpu
     requests = sum(len(t.turns) for t in batch)
-    ideal = max(t.num_rounds for t in batch) * LATENCY_S
+    ideal = max(t.num_rounds for t in batch) * latency_s
     return {
         "ratio": ideal / wall,
         "wall": wall,
@@ -83,7 +83,9 @@ def one_batch(s: Session, size: int, server_pid: int) -> dict[str, float]:
     }
 
 
-def bare_batch(backend: OpenAIBackend, size: int, server_pid: int) -> dict[str, float]:
+def bare_batch(
+    backend: OpenAIBackend, size: int, server_pid: int, latency_s: float
+) -> dict[str, float]:
     """Like :func:`one_batch`, but each "dialogue" is 5 dependent bare requests."""
     from nip.backends import GenerationRequest
 
@@ -108,7 +110,7 @@ def bare_batch(backend: OpenAIBackend, size: int, server_pid: int) -> dict[str, 
     server_cpu = cpu_seconds(server_pid) - server_cpu
     requests_sent = 5 * size
     return {
-        "ratio": 5 * LATENCY_S / wall,
+        "ratio": 5 * latency_s / wall,
         "wall": wall,
         "requests": requests_sent,
         "client_ms": cpu / requests_sent * 1000,
@@ -124,8 +126,12 @@ def main() -> None:
     parser.add_argument("--server-engine", choices=["auto", "lean", "uvicorn"], default="auto")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--bare", action="store_true", help="HTTP only, no nip dialogues")
+    parser.add_argument(
+        "--latency", type=float, default=DEFAULT_LATENCY_S, help="seconds per model call"
+    )
     args = parser.parse_args()
-    options = ("--latency", str(LATENCY_S), "--decide-on-turn", "3", "--engine", args.server_engine)
+    latency = args.latency
+    options = ("--latency", str(latency), "--decide-on-turn", "3", "--engine", args.server_engine)
     header = ("protocol", "dialogues", "requests", "wall s", "ideal/wall", "client ms", "server ms")
     print("".join(f"{h:>11}" for h in header), flush=True)
     with test_server(*options) as (server, base_url):
@@ -134,10 +140,12 @@ def main() -> None:
             backend = s.backends.backends["openai"]
             s.rollouts(items(8))  # warm-up: imports, first connections
             for size in args.sizes:
-                if args.bare:
-                    runs = [bare_batch(backend, size, server.pid) for _ in range(args.repeats)]
-                else:
-                    runs = [one_batch(s, size, server.pid) for _ in range(args.repeats)]
+                runs = [
+                    bare_batch(backend, size, server.pid, latency)
+                    if args.bare
+                    else one_batch(s, size, server.pid, latency)
+                    for _ in range(args.repeats)
+                ]
                 row = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
                 print(
                     f"{protocol:>11}{size:>11}{row['requests']:>11.0f}{row['wall']:>11.2f}"
