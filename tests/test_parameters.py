@@ -631,3 +631,62 @@ def test_an_object_taken_out_of_its_holder_is_checked_on_its_own():
     with pytest.raises(InvalidParameterError) as info:
         agent.temperature = 5.0
     assert info.value.field == "temperature"
+
+
+def test_an_agent_set_as_a_plain_dict_is_converted_and_checked_in_place():
+    hp = HyperParameters()
+
+    hp.agents["verifier"] = {"model_name": "gpt-4o", "temperature": 0.3}
+
+    assert isinstance(hp.agents["verifier"], PureTextAgentParameters)
+    assert hp.agents["verifier"].temperature == 0.3
+    with pytest.raises(InvalidParameterError) as info:
+        hp.agents["verifier"].temperature = 5.0  # linked: the error names where it sits
+    assert info.value.field == "agents.verifier.temperature"
+
+
+def test_a_bad_agent_value_names_its_full_address_and_changes_nothing():
+    hp = HyperParameters()
+    before = hp.agents["verifier"]
+
+    with pytest.raises(InvalidParameterError) as info:
+        hp.agents["verifier"] = {"temperature": 5.0}
+
+    assert info.value.field == "agents.verifier.temperature"
+    assert hp.agents["verifier"] is before
+
+
+def test_an_agent_the_protocol_does_not_have_is_refused_and_not_added():
+    hp = HyperParameters(interaction_protocol="nip")
+
+    with pytest.raises(InvalidParameterError, match="'nip' has no agent 'judge'"):
+        hp.agents["judge"] = PureTextAgentParameters()
+    with pytest.raises(InvalidParameterError, match="has no agent 'judge'"):
+        hp.agents.update(judge=PureTextAgentParameters())
+
+    assert sorted(hp.agents) == ["prover", "verifier"]
+
+
+def test_replacing_a_shared_model_group_member_must_keep_the_group_in_agreement():
+    hp = HyperParameters(
+        interaction_protocol="debate",
+        agents={
+            "prover0": PureTextAgentParameters(shared_model_group="provers"),
+            "prover1": PureTextAgentParameters(shared_model_group="provers"),
+        },
+    )
+    with pytest.raises(SharedModelGroupError, match="differ in model_name"):
+        hp.agents["prover0"] = PureTextAgentParameters(
+            shared_model_group="provers", model_name="gpt-4o"
+        )
+    assert hp.agents["prover0"].model_name == hp.agents["prover1"].model_name  # undone
+
+
+def test_item_assignment_survives_copies_pickles_and_yaml():
+    hp = HyperParameters()
+    hp.agents["verifier"] = {"temperature": 0.3}
+    for other in (copy.deepcopy(hp), pickle.loads(pickle.dumps(hp))):
+        assert other == hp
+        with pytest.raises(InvalidParameterError, match="has no agent 'judge'"):
+            other.agents["judge"] = {}
+    assert HyperParameters.from_yaml(hp.to_yaml()) == hp

@@ -302,15 +302,27 @@ class BaseParameters:
     def _link_children(self) -> None:
         """Tell each nested parameters object (a field, or a value of a dict field) where it
         sits, so that assigning to it validates this object too and errors name the full
-        address (``agents.verifier.temperature``)."""
+        address (``agents.verifier.temperature``). A dict field of parameter objects is held
+        as a :class:`HeldDict`, so that setting one of its items is checked as well."""
+        held_types = self._held_dict_types()
         for f in dataclasses.fields(self):
             value = self.__dict__.get(f.name)
             if isinstance(value, BaseParameters):
                 object.__setattr__(value, "_owner", (weakref.ref(self), f.name, None))
             elif isinstance(value, dict):
+                if f.name in held_types and not (
+                    isinstance(value, HeldDict) and value._holder() is self
+                ):
+                    value = HeldDict(value, self, f.name, held_types[f.name])
+                    object.__setattr__(self, f.name, value)
                 for key, item in value.items():
                     if isinstance(item, BaseParameters):
                         object.__setattr__(item, "_owner", (weakref.ref(self), f.name, key))
+
+    @classmethod
+    def _held_dict_types(cls) -> dict[str, Any]:
+        """The dict fields whose values are parameter objects, with that value type."""
+        return _held_dict_types(cls)
 
     def _owner_chain(self) -> list[tuple[BaseParameters, str]]:
         """The objects that hold this one, the nearest first, each with this object's address
@@ -539,6 +551,96 @@ class BaseParameters:
 def _bad_address(address: str, walked: list[str], part: str) -> str:
     where = ".".join(walked) or "the top level"
     return f"{address!r}: no parameter {part!r} under {where}"
+
+
+@cache
+def _held_dict_types(cls: type[BaseParameters]) -> dict[str, Any]:
+    types_by_field = {}
+    for info in cls.fields_info():
+        if get_origin(info.type) is dict:
+            value_type = get_args(info.type)[1]
+            if isinstance(value_type, type) and issubclass(value_type, BaseParameters):
+                types_by_field[info.name] = value_type
+    return types_by_field
+
+
+class HeldDict(dict):
+    """A dict field of parameter objects (``HyperParameters.agents``) as its holder keeps it.
+
+    Setting, replacing or removing an item is checked as assigning the whole field would be:
+    a plain dict is converted to the parameters class, the holder (and its own holders) are
+    validated, and on an error nothing changes. ``hp.agents["verifier"] = {...}`` is
+    therefore as safe as ``hp.agents["verifier"].temperature = 0.2``. Copies and pickles are
+    plain dicts; the holder wraps them again.
+    """
+
+    def __init__(self, items: Mapping[str, Any], holder: BaseParameters, name: str, tp: Any):
+        super().__init__(items)
+        self._holder = weakref.ref(holder)
+        self._name = name
+        self._type = tp
+
+    def _change(self, apply: Any) -> Any:
+        """Run ``apply`` (which mutates this dict), then validate the holders; undo on error."""
+        holder = self._holder()
+        if holder is None or holder.__dict__.get(self._name) is not self:
+            return apply()  # no longer held: an ordinary dict
+        before = dict(self)
+        chain = holder._owner_chain()
+        here = chain[-1][1] if chain else ""
+        try:
+            result = apply()
+            holder._validate_with_holders(chain, here)
+        except Exception:
+            dict.clear(self)
+            dict.update(self, before)
+            raise
+        holder._link_children()
+        return result
+
+    def _converted(self, key: str, value: Any) -> Any:
+        holder = self._holder()
+        chain = holder._owner_chain() if holder is not None else []
+        here = f"{chain[-1][1]}." if chain else ""
+        return _convert_field(self._type, value, f"{here}{self._name}.{key}", False)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        value = self._converted(key, value)
+        self._change(lambda: dict.__setitem__(self, key, value))
+
+    def __delitem__(self, key: str) -> None:
+        self._change(lambda: dict.__delitem__(self, key))
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        items = {k: self._converted(k, v) for k, v in dict(*args, **kwargs).items()}
+        self._change(lambda: dict.update(self, items))
+
+    def __ior__(self, other: Any) -> Self:  # type: ignore[override]
+        self.update(other)
+        return self
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key in self:
+            return self[key]
+        self[key] = default
+        return self[key]
+
+    def pop(self, key: str, *default: Any) -> Any:
+        if key not in self and default:
+            return default[0]
+        return self._change(lambda: dict.pop(self, key))
+
+    def popitem(self) -> tuple[str, Any]:
+        return self._change(lambda: dict.popitem(self))
+
+    def clear(self) -> None:
+        self._change(lambda: dict.clear(self))
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return dict, (dict(self),)  # no link to the holder: it wraps the copy again
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
 
 
 def _to_plain(value: Any) -> Any:
