@@ -578,15 +578,17 @@ def test_members_of_a_shared_model_group_may_sample_differently():
     assert hp.agents["prover1"].temperature == 0.9
 
 
-def test_full_fine_tuning_of_a_local_agent_is_refused_naming_use_lora():
-    """The local trainer only trains LoRA adapters; use_lora=False would be ignored."""
+@pytest.mark.parametrize("provider", ["Local", "SelfHosted"])
+def test_full_fine_tuning_of_a_local_or_self_hosted_agent_is_refused_naming_use_lora(provider):
+    """Both train LoRA adapters only; use_lora=False would otherwise be ignored."""
     with pytest.raises(InvalidParameterError, match="full fine-tuning is not supported") as caught:
-        PureTextAgentParameters(model_provider="Local", use_lora=False)
+        PureTextAgentParameters(model_provider=provider, use_lora=False)
     assert caught.value.field == "use_lora"
 
 
-def test_a_frozen_local_agent_may_leave_use_lora_off():
-    PureTextAgentParameters(model_provider="Local", use_lora=False, freeze_agent=True)
+@pytest.mark.parametrize("provider", ["Local", "SelfHosted"])
+def test_a_frozen_local_or_self_hosted_agent_may_leave_use_lora_off(provider):
+    PureTextAgentParameters(model_provider=provider, use_lora=False, freeze_agent=True)
 
 
 # ------------------------------------------------------------- nested assignment

@@ -277,6 +277,14 @@ def test_a_rank_above_what_vllm_serves_is_refused_at_creation(tmp_path):
             asyncio.run(backend.create_job(spec))
 
 
+def test_a_full_fine_tuning_request_is_refused_at_creation_not_trained_as_lora(tmp_path):
+    with start(tmp_path, SlowTrainer()) as server:
+        backend = SelfHostedFineTuneBackend(server.url)
+        spec = FineTuneSpec("base", "supervised", (SFT_LINE,), use_lora=False)
+        with pytest.raises(FineTuneError, match=r"lora.use_lora must be true.*LoRA adapters only"):
+            asyncio.run(backend.create_job(spec))
+
+
 # ---------------------------------------------------------------------- the client side
 def test_self_hosted_agents_talk_to_the_server_port_with_the_server_token(monkeypatch):
     from nip.backends.pool import BackendPool, endpoint_key

@@ -136,13 +136,15 @@ class PureTextAgentParameters(BaseParameters):
                 "exactly one of lora_alpha and lora_alpha_scale set",
                 reason=f"lora_alpha_scale={self.lora_alpha_scale}",
             )
-        if self.model_provider == "Local" and not self.use_lora and not self.freeze_agent:
+        lora_only = self.model_provider in ("Local", "SelfHosted")
+        if lora_only and not self.use_lora and not self.freeze_agent:
+            where = "locally" if self.model_provider == "Local" else "on nip serve"
             raise InvalidParameterError(
                 "use_lora",
                 False,
-                "True for a trainable Local agent",
+                f"True for a trainable {self.model_provider} agent",
                 reason=(
-                    "full fine-tuning is not supported locally (nip.jobs.lora_train trains "
+                    f"full fine-tuning is not supported {where} (nip.jobs.lora_train trains "
                     "LoRA adapters only); set use_lora=True, or freeze_agent=True"
                 ),
             )

@@ -157,6 +157,11 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
         _number(lora.get("rank"), "lora.rank", low=1, high=1024, integer=True)
         _number(lora.get("alpha"), "lora.alpha", low=0.0)
         _number(lora.get("dropout"), "lora.dropout", low=0.0, high=0.99)
+        if lora.get("use_lora", True) is not True:
+            raise RequestError(
+                "lora.use_lora must be true: this server trains LoRA adapters only",
+                param="lora.use_lora",
+            )
         extra["lora"] = lora
     if body.get("learning_rate") is not None:
         extra["learning_rate"] = _number(body["learning_rate"], "learning_rate", low=1e-12)
