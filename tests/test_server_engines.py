@@ -8,6 +8,7 @@ The transformers engine runs everywhere (CI included); the vLLM engine runs wher
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -176,7 +177,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.reply(401, {"error": "Unauthorized"})
         if self.path == "/v1/load_lora_adapter":
             with open(record, "a") as file:
-                file.write(body["lora_name"] + "\n")
+                file.write(body["lora_name"] + " " + body["lora_path"] + "\n")
             return self.reply(200, {})
         if body.get("model") == "crash":
             os._exit(3)
@@ -244,9 +245,51 @@ def test_vllm_is_restarted_after_a_crash_and_its_adapters_are_loaded_again(fake_
     assert answer.status == 200 and b"verifier-it0 answers" in answer.body
     assert crash.status == 503
     assert again.status == 200
-    assert record.read_text().split() == ["verifier-it0", "verifier-it0"]
+    assert [line.split()[0] for line in record.read_text().splitlines()] == [
+        "verifier-it0",
+        "verifier-it0",
+    ]
     assert "exited with status 3" in engine.status().error
     assert engine.status().state == "stopped"
+
+
+def test_a_stacked_adapter_reaches_vllm_as_one_adapter_of_the_whole_stack(
+    fake_vllm, tiny_model, tmp_path
+):
+    """vLLM applies one adapter per request: given only the top of a stack, it would serve
+    the newest adapter without the ones it was trained on (the original's behaviour)."""
+    from nip.backends.local.adapters import write_predecessors
+    from nip.server.engine import EngineError
+    from nip.testing.tiny_model import build_tiny_lora_adapter
+
+    config, record = fake_vllm
+    config.max_lora_rank = 8
+    it0 = build_tiny_lora_adapter(tiny_model, tmp_path / "jobs/it0/adapter", seed=1, rank=4)
+    it1 = build_tiny_lora_adapter(tiny_model, tmp_path / "jobs/it1/adapter", seed=2, rank=2)
+    write_predecessors(it1, [it0])
+    wide = build_tiny_lora_adapter(tiny_model, tmp_path / "jobs/it2/adapter", seed=3, rank=8)
+    write_predecessors(wide, [it0, it1])  # 4 + 2 + 8 = 14 > 8
+    engine = fake_engine(config, tmp_path)
+
+    async def scenario():
+        await engine.start()
+        try:
+            await until(lambda: engine.status().state == "ready")
+            await engine.load_adapter("verifier-it0", str(it0))
+            await engine.load_adapter("verifier-it1", str(it1))
+            with pytest.raises(EngineError, match=r"rank 14, above .*--max-lora-rank"):
+                await engine.load_adapter("verifier-it2", str(wide))
+        finally:
+            await engine.stop()
+
+    asyncio.run(scenario())
+    loads = dict(line.split() for line in record.read_text().splitlines())
+    assert loads["verifier-it0"] == str(it0)  # a plain adapter goes as it is
+    served = Path(loads["verifier-it1"])
+    assert served == it1.with_name("adapter-for-vllm")
+    config_written = json.loads((served / "adapter_config.json").read_text())
+    assert (config_written["r"], config_written["lora_alpha"]) == (8, 8)  # 4 + 2, padded
+    assert "verifier-it2" not in loads
 
 
 def test_a_vllm_that_never_gets_ready_fails_after_the_time_out(fake_vllm, tmp_path, monkeypatch):

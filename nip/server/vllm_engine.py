@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nip.server.config import ServerConfig
+from nip.server.config import VLLM_LORA_RANKS, ServerConfig
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
 
 log = logging.getLogger(__name__)
@@ -271,9 +271,29 @@ class VllmEngine:
 
     # ------------------------------------------------------------------ adapters
     async def load_adapter(self, name: str, path: str) -> None:
+        """Serve the adapter in ``path`` as ``name``. A stacked adapter is served as the one
+        adapter equal to its whole stack (:mod:`nip.server.stacked_adapters`), written next
+        to it, since vLLM applies a single adapter per request.
+
+        Raises:
+            EngineError: The stack cannot be expressed as one adapter vLLM serves (for
+                example its ranks add up to more than ``--max-lora-rank``).
+        """
+        path = await asyncio.to_thread(self._servable_path, Path(path))
         self._adapters[name] = path
         if self._state in ("ready", "paused"):
             await self._load(name)
+
+    def _servable_path(self, path: Path) -> str:
+        from nip.backends.local.adapters import predecessors, read_adapter_stack
+        from nip.server.stacked_adapters import write_concatenated_adapter
+
+        if not predecessors(path):
+            return str(path)
+        allowed = [r for r in VLLM_LORA_RANKS if r <= self.config.max_lora_rank]
+        out = path.with_name(f"{path.name}-for-vllm")
+        write_concatenated_adapter(read_adapter_stack(path), out, allowed_ranks=allowed)
+        return str(out)
 
     async def _load(self, name: str) -> None:
         import httpx

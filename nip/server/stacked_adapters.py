@@ -1,0 +1,127 @@
+"""One plain LoRA adapter for vLLM from a stack of adapters.
+
+A stacked adapter (``stack_lora_adapters=True``, see :mod:`nip.backends.local.adapters`) was
+trained on the base model with its predecessors merged in, so it must be served *together*
+with them. vLLM applies one adapter per request, so nip serve gives it an adapter that is
+exactly the sum of the stack: for every layer, the LoRA update of each adapter is
+``s_i · B_i A_i`` (``s_i = alpha_i / r_i``), and concatenating along the rank,
+
+    A = [A_1; A_2; ...],  B = [s_1 B_1, s_2 B_2, ...],  scaling 1,
+
+gives ``B A = Σ s_i B_i A_i``: the same weights the stack stands for, with rank ``Σ r_i``
+(zero-padded up to a rank vLLM accepts). This works on the adapter files alone; PEFT's
+``add_weighted_adapter(combination_type="cat")`` computes the same but needs the base model
+loaded, which a serving process should not do for a file conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nip.backends.local.adapters import AdapterStack
+from nip.server.engine import EngineError
+
+_WEIGHTS = "adapter_model.safetensors"
+_KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<side>[AB])\.weight$")
+
+
+def concatenated_rank(stack: AdapterStack, allowed_ranks: Sequence[int] | None = None) -> int:
+    """The rank of the adapter :func:`write_concatenated_adapter` writes for ``stack``."""
+    total = sum(int(_config(layer.path)["r"]) for layer in stack.layers)
+    return _padded(total, allowed_ranks)
+
+
+def write_concatenated_adapter(
+    stack: AdapterStack, out: Path, *, allowed_ranks: Sequence[int] | None = None
+) -> int:
+    """Write the single adapter equal to ``stack`` into ``out``; returns its rank.
+
+    Args:
+        stack: The adapters, predecessors first.
+        out: The folder to write (``adapter_config.json`` and ``adapter_model.safetensors``).
+        allowed_ranks: Ranks the server accepts (vLLM's); the rank is zero-padded up to the
+            smallest of them that fits. None keeps the exact sum.
+
+    Raises:
+        EngineError: An adapter uses a feature the sum cannot express (DoRA, per-module
+            ranks), has weights other than LoRA A/B matrices, or the sum exceeds every
+            allowed rank.
+    """
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    configs = [_config(layer.path) for layer in stack.layers]
+    for layer, config in zip(stack.layers, configs, strict=True):
+        if config.get("use_dora") or config.get("rank_pattern") or config.get("alpha_pattern"):
+            raise EngineError(f"{layer.path}: DoRA or per-module ranks cannot be stacked for vLLM")
+    ranks = [int(c["r"]) for c in configs]
+    rank = _padded(sum(ranks), allowed_ranks)
+    pairs: dict[str, list[tuple[Any, Any] | None]] = {}
+    for index, (layer, config) in enumerate(zip(stack.layers, configs, strict=True)):
+        scaling = config["lora_alpha"] / (
+            math.sqrt(ranks[index]) if config.get("use_rslora") else ranks[index]
+        )
+        for module, (a, b) in _pairs(layer.path / _WEIGHTS, load_file).items():
+            pairs.setdefault(module, [None] * len(configs))[index] = (a, b * scaling)
+    tensors = {}
+    for module, per_layer in pairs.items():
+        known = next(p for p in per_layer if p is not None)
+        fan_in, fan_out = known[0].shape[1], known[1].shape[0]
+        a_parts, b_parts = [], []
+        for r, pair in zip(ranks, per_layer, strict=True):
+            a, b = pair if pair is not None else (torch.zeros(r, fan_in), torch.zeros(fan_out, r))
+            a_parts.append(a.float())
+            b_parts.append(b.float())
+        padding = rank - sum(ranks)
+        a_parts.append(torch.zeros(padding, fan_in))
+        b_parts.append(torch.zeros(fan_out, padding))
+        dtype = known[0].dtype
+        tensors[f"{module}.lora_A.weight"] = torch.cat(a_parts, 0).to(dtype).contiguous()
+        tensors[f"{module}.lora_B.weight"] = torch.cat(b_parts, 1).to(dtype).contiguous()
+    config = dict(configs[-1])
+    config.update(r=rank, lora_alpha=rank, use_rslora=False, rank_pattern={}, alpha_pattern={})
+    config["target_modules"] = sorted(
+        {m for c in configs for m in _as_list(c.get("target_modules"))}
+    ) or configs[-1].get("target_modules")
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / _WEIGHTS))
+    (out / "adapter_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return rank
+
+
+def _config(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "adapter_config.json").read_text())
+
+
+def _pairs(path: Path, load_file: Any) -> dict[str, tuple[Any, Any]]:
+    """The (A, B) matrices of every module in an adapter's weights file."""
+    if not path.is_file():
+        raise EngineError(f"{path.parent}: no {_WEIGHTS} (only safetensors adapters are stacked)")
+    halves: dict[str, dict[str, Any]] = {}
+    for key, tensor in load_file(str(path)).items():
+        match = _KEY.match(key)
+        if match is None:
+            raise EngineError(f"{path.parent}: {key!r} is not a LoRA A/B matrix")
+        halves.setdefault(match["module"], {})[match["side"]] = tensor
+    return {module: (h["A"], h["B"]) for module, h in halves.items()}
+
+
+def _padded(total: int, allowed_ranks: Sequence[int] | None) -> int:
+    if allowed_ranks is None:
+        return total
+    fitting = [r for r in sorted(allowed_ranks) if r >= total]
+    if not fitting:
+        raise EngineError(
+            f"the stacked adapters add up to rank {total}, above the largest rank the engine "
+            f"serves ({max(allowed_ranks)}; nip serve --max-lora-rank)"
+        )
+    return fitting[0]
+
+
+def _as_list(value: Any) -> list[str]:
+    return list(value) if isinstance(value, list | tuple | set) else []
