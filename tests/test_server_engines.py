@@ -136,7 +136,7 @@ def test_a_job_trained_through_the_server_is_served_by_vllm_at_run_time(
         dtype="float32",
         max_model_len=512,
         enforce_eager=True,
-        max_lora_rank=8,
+        max_lora_rank=16,  # the stack below: 8 + 4, padded to 16
         gpu_sharing="pause" if gpu else "fraction",
         vllm_startup_timeout_s=400,
         poll_interval_s=0.2,
@@ -144,9 +144,68 @@ def test_a_job_trained_through_the_server_is_served_by_vllm_at_run_time(
     app = create_server_app(config)
     with serve(app, startup_timeout_s=30) as server:
         base, tuned, name = asyncio.run(train_and_compare(server.port, ready_timeout_s=420))
+        stacked_by_vllm = asyncio.run(train_stacked_on(server.port, name, "verifier-it2"))
         status = app.state.engine.status()
     assert name == "verifier-it1" and status.kind == "vllm" and status.restarts == 0
     assert tuned != base and tuned.startswith("Decision")
+    # vLLM serves the stack (it1 merged, it2 on top) as transformers does, token for token.
+    stack_folder = tmp_path / "srv" / "jobs" / "verifier-it2" / "adapter"
+    stacked_by_transformers = asyncio.run(local_answer(tiny_model, stack_folder))
+    assert (tmp_path / "srv" / "jobs" / "verifier-it2" / "adapter-for-vllm").is_dir()
+    assert stacked_by_vllm == stacked_by_transformers
+
+
+async def train_stacked_on(port: int, previous: str, name: str) -> str:
+    """Train ``name`` stacked on ``previous`` through the server; returns its greedy answer."""
+    from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
+    from nip.jobs.self_hosted import SelfHostedFineTuneBackend
+
+    jobs = SelfHostedFineTuneBackend(f"http://127.0.0.1:{port}")
+    spec = FineTuneSpec(
+        previous,
+        "supervised",
+        tuple({"messages": [*PROMPT, {"role": "assistant", "content": "No."}]} for _ in range(8)),
+        job_name=name,
+        learning_rate=1e-2,
+        batch_size=4,
+        lora_rank=4,
+        lora_alpha=8.0,
+        lora_dropout=0.0,
+        stack_lora_adapters=True,
+    )
+    job_id = await jobs.create_job(spec)
+    for _ in range(960):
+        job = await jobs.get_job(job_id)
+        if job.status not in ("pending", "running"):
+            break
+        await asyncio.sleep(0.25)
+    assert job.status == "succeeded", job
+    for _ in range(240):  # the adapter is loaded into the engine after the job succeeds
+        messages = [e.message for e in await jobs.list_events(job_id)]
+        if any(m.startswith(("Serving", "The model could not be loaded")) for m in messages):
+            break
+        await asyncio.sleep(0.25)
+    assert f"Serving {name} for inference." in messages, messages
+    backend = OpenAIBackend(OpenAIBackendConfig(base_url=f"http://127.0.0.1:{port}/v1"))
+    request = GenerationRequest(name, PROMPT, max_tokens=12, temperature=0.0)
+    try:
+        result = await backend.generate(request)
+    finally:
+        await backend.aclose()
+    return result.completions[0].text
+
+
+async def local_answer(model_dir: Path, adapter: Path) -> str:
+    """The transformers backend's greedy answer from the stack whose top is ``adapter``."""
+    from nip.backends.local import LocalBackend
+
+    backend = LocalBackend(str(model_dir), device="cpu")
+    try:
+        backend.register_adapter("stack", adapter)
+        request = GenerationRequest("stack", PROMPT, max_tokens=12, temperature=0.0)
+        return (await backend.generate(request)).completions[0].text
+    finally:
+        await backend.aclose()
 
 
 # ----------------------------------------------------------- vLLM supervision (a fake vLLM)

@@ -4,6 +4,8 @@ restart, the hand-over of adapters to the inference engine, and the CPU end to e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import time
 import warnings
 
@@ -275,6 +277,51 @@ def test_a_rank_above_what_vllm_serves_is_refused_at_creation(tmp_path):
         spec = FineTuneSpec("base", "supervised", (SFT_LINE,), lora_rank=128)
         with pytest.raises(FineTuneError, match=r"lora.rank=128.*up to 64"):
             asyncio.run(backend.create_job(spec))
+
+
+def test_a_stack_wider_than_what_vllm_serves_is_refused_at_creation(tmp_path):
+    """vLLM is given one adapter as wide as the whole stack (see stacked_adapters)."""
+
+    class RankedTrainer(SlowTrainer):
+        """Leaves an adapter folder whose config holds the job's rank."""
+
+        async def get_job(self, job_id: str) -> FineTuneJob:
+            job = await super().get_job(job_id)
+            if job.status == "succeeded":
+                folder = tmp_path / "adapters" / str(job.fine_tuned_model)
+                folder.mkdir(parents=True, exist_ok=True)
+                rank = self.specs[job_id].lora_rank
+                (folder / "adapter_config.json").write_text(json.dumps({"r": rank}))
+                job = dataclasses.replace(job, adapter_path=str(folder))
+            return job
+
+    engine = RecordingEngine()
+    engine.kind = "vllm"
+
+    async def create(url, spec):
+        backend = SelfHostedFineTuneBackend(url)
+        job_id = await backend.create_job(spec)
+
+        async def succeeded():
+            job = await backend.get_job(job_id)
+            return job if job.status == "succeeded" else None
+
+        return await wait_until(succeeded)
+
+    with start(tmp_path, RankedTrainer(), engine=engine) as server:
+        first = FineTuneSpec("base", "supervised", (SFT_LINE,), "verifier-it0", lora_rank=48)
+        asyncio.run(create(server.url, first))
+        stacked = dataclasses.replace(
+            first,
+            base_model="verifier-it0",
+            job_name="verifier-it1",
+            lora_rank=32,
+            stack_lora_adapters=True,
+        )
+        with pytest.raises(FineTuneError, match=r"adds up to rank 80, above the 64"):
+            asyncio.run(create(server.url, stacked))
+        continued = dataclasses.replace(stacked, stack_lora_adapters=False)
+        assert asyncio.run(create(server.url, continued)).status == "succeeded"
 
 
 def test_a_full_fine_tuning_request_is_refused_at_creation_not_trained_as_lora(tmp_path):

@@ -176,13 +176,30 @@ def create_server_app(
     app.state.store, app.state.queue, app.state.engine = store, queue, engine
 
     def check_job(body: dict[str, Any]) -> None:
-        rank = (body.get("lora") or {}).get("rank")
-        if engine.kind == "vllm" and isinstance(rank, int) and rank > config.max_lora_rank:
+        lora = body.get("lora") or {}
+        rank = lora.get("rank")
+        if engine.kind != "vllm" or not isinstance(rank, int):
+            return
+        if rank > config.max_lora_rank:
             raise RequestError(
                 f"lora.rank={rank}: this server's vLLM serves ranks up to "
                 f"{config.max_lora_rank} (nip serve --max-lora-rank)",
                 param="lora.rank",
             )
+        previous = models.resolve(str(body.get("model")))[1] if lora.get("stack") else None
+        if previous is not None:
+            # vLLM gets one adapter as wide as the whole stack: refuse now, not after training.
+            from nip.backends.local.adapters import read_adapter_stack
+            from nip.server.stacked_adapters import concatenated_rank
+
+            total = concatenated_rank(read_adapter_stack(previous)) + rank
+            if total > config.max_lora_rank:
+                raise RequestError(
+                    f"lora.rank={rank} stacked on {body['model']!r} adds up to rank {total}, "
+                    f"above the {config.max_lora_rank} this server's vLLM serves "
+                    "(nip serve --max-lora-rank)",
+                    param="lora.rank",
+                )
 
     add_fine_tuning_routes(app, store, queue, is_known_model=models.known, check_job=check_job)
 
