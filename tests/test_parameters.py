@@ -603,14 +603,18 @@ def test_an_error_in_a_nested_object_names_its_full_address():
         hp.rl.num_iterations = 0
 
 
-def test_a_nested_assignment_keeps_a_shared_model_group_in_agreement():
-    hp = HyperParameters(
+def debate_with_shared_provers() -> HyperParameters:
+    return HyperParameters(
         interaction_protocol="debate",
         agents={
             "prover0": PureTextAgentParameters(shared_model_group="provers"),
             "prover1": PureTextAgentParameters(shared_model_group="provers"),
         },
     )
+
+
+def test_a_nested_assignment_keeps_a_shared_model_group_in_agreement():
+    hp = debate_with_shared_provers()
     with pytest.raises(SharedModelGroupError, match="differ in model_name"):
         hp.agents["prover0"].model_name = "gpt-4o"
     assert hp.agents["prover0"].model_name == hp.agents["prover1"].model_name  # undone
@@ -670,13 +674,7 @@ def test_an_agent_the_protocol_does_not_have_is_refused_and_not_added():
 
 
 def test_replacing_a_shared_model_group_member_must_keep_the_group_in_agreement():
-    hp = HyperParameters(
-        interaction_protocol="debate",
-        agents={
-            "prover0": PureTextAgentParameters(shared_model_group="provers"),
-            "prover1": PureTextAgentParameters(shared_model_group="provers"),
-        },
-    )
+    hp = debate_with_shared_provers()
     with pytest.raises(SharedModelGroupError, match="differ in model_name"):
         hp.agents["prover0"] = PureTextAgentParameters(
             shared_model_group="provers", model_name="gpt-4o"
