@@ -240,22 +240,26 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         """Submit the job; returns its id (None if the group declined: frozen, too few
         examples)."""
         name = self.job_name_box.value.strip() or None
-        self.job_id, self.job, self.events, self._switched = None, None, [], False
-        self.progress.value, self.progress.bar_style = 0.0, ""
+        self._follow(None)
         if self.method == "supervised":
             job_id = await self.group.create_supervised_fine_tune_job(
                 *self.chosen_rollouts(), job_name=name
             )
         else:
             job_id = await self.group.create_dpo_fine_tune_job(self._data, job_name=name)
-        self.job_id = job_id
+        self._follow(job_id)
         if job_id is None:
             outcome = self.group.state.last_job_outcome.replace("_", " ")
             self.status.value = error_html(f"not submitted: {outcome}")
         else:
             self.status.value = escape(f"job {job_id} submitted")
-        self._update_buttons()
         return job_id
+
+    def _follow(self, job_id: str | None) -> None:
+        """Show ``job_id`` from now on, forgetting everything about the previous job."""
+        self.job_id, self.job, self.events, self._switched = job_id, None, [], False
+        self.progress.value, self.progress.bar_style = 0.0, ""
+        self._update_buttons()
 
     async def poll(self) -> FineTuneJob:
         """Ask the backend how the job is doing once, and show it."""
@@ -276,8 +280,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
                 (``group.state.fine_tune_job_id``).
         """
         if job_id is not None:
-            self.job_id, self.job, self.events, self._switched = job_id, None, [], False
-            self._update_buttons()
+            self._follow(job_id)
         while not (await self.poll()).done:
             await asyncio.sleep(self.poll_interval_s)
         return self.job  # type: ignore[return-value]
