@@ -15,8 +15,10 @@ from nip.protocols import Decision
 from nip.rollouts.records import AgentTurn, Transcript
 
 #: OpenAI list prices (standard tier) in USD per 1M ``(input, output)`` tokens; ``ft:`` keys
-#: are the inference prices of fine-tuned models. The base models' prices were checked against
-#: public price listings of 2026-04; the ``ft:`` ones are OpenAI's 2025 figures, unchecked since.
+#: are the inference prices of fine-tuned models. Checked against public price listings of
+#: 2026 (2026-11-23): the base models, ``ft:gpt-4.1``, ``ft:gpt-4.1-mini`` and
+#: ``ft:gpt-4o-mini``; ``ft:gpt-4o`` and ``ft:gpt-4.1-nano`` are OpenAI's 2025 figures, which no
+#: 2026 listing we found repeats.
 #: Correct or extend them with ``ExperimentSettings(prices_usd_per_1m=...)`` (or ``prices=``
 #: of :func:`rollout_metrics`).
 OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
