@@ -346,6 +346,25 @@ def test_accuracy_has_a_wilson_interval_per_split_and_iteration(ei_run):
             assert low <= series.y[k] <= high
 
 
+def test_splits_measured_at_the_same_iteration_are_drawn_side_by_side(ei_run):
+    figure = plot_accuracy(ei_run)
+    train, test = (next(t for t in figure.data if t.name == s) for s in ("train", "test"))
+    metrics = load_run(ei_run).run_dir.metrics_records()
+    shared = {m["iteration"] for m in metrics if m["split"] == "test"} & {
+        m["iteration"] for m in metrics if m["split"] == "train"
+    }
+    assert shared  # the fixture's run tests after its last iteration's training
+
+    def x_at(series, iteration):
+        points = zip(series.x, series.customdata, strict=True)
+        return next(x for x, data in points if data[4] == iteration)
+
+    for iteration in shared:
+        x_train, x_test = x_at(train, iteration), x_at(test, iteration)
+        assert x_test != x_train and abs(x_test - x_train) < 0.25
+    assert "iteration %{customdata[4]}" in train.hovertemplate
+
+
 def test_counts_come_from_the_rollouts_when_metrics_lack_them(ei_run, tmp_path):
     copy = Path(shutil.copytree(ei_run, tmp_path / "run"))
     metrics = copy / "metrics/train_it0000.json"

@@ -216,6 +216,10 @@ def accuracy_table(
     return table.sort_values(["split", "iteration"], kind="stable").reset_index(drop=True)
 
 
+#: How far apart (in iterations) the splits' points of one iteration are drawn.
+_DODGE = 0.08
+
+
 def plot_accuracy(
     source: RunResults | str | Path | RunDirectory | pd.DataFrame,
     *,
@@ -233,14 +237,19 @@ def plot_accuracy(
         title: The figure's title.
 
     Returns:
-        One ``go.Scatter`` per split (named after it) with asymmetric ``error_y``.
+        One ``go.Scatter`` per split (named after it) with asymmetric ``error_y``; the
+        splits' points are drawn slightly apart (hover gives the iteration).
     """
     table = accuracy_table(source, confidence)
     figure = go.Figure()
-    for index, (split, rows) in enumerate(table.groupby("split", sort=True)):
+    splits = table.groupby("split", sort=True)
+    for index, (split, rows) in enumerate(splits):
+        # Side by side, a little apart: splits measured at the same iteration would hide
+        # each other's point and interval (a test pass after the last iteration's training).
+        dodge = _DODGE * (index - (len(splits) - 1) / 2)
         figure.add_trace(
             go.Scatter(
-                x=rows["iteration"],
+                x=rows["iteration"] + dodge,
                 y=rows["accuracy"],
                 mode="lines+markers",
                 name=split,
@@ -253,9 +262,11 @@ def plot_accuracy(
                     thickness=1.5,
                     width=5,
                 ),
-                customdata=rows[["correct", "num_dialogues", "ci_low", "ci_high"]].to_numpy(),
+                customdata=rows[
+                    ["correct", "num_dialogues", "ci_low", "ci_high", "iteration"]
+                ].to_numpy(),
                 hovertemplate=(
-                    f"<b>{split}</b>, iteration %{{x}}<br>accuracy %{{y:.1%}} "
+                    f"<b>{split}</b>, iteration %{{customdata[4]}}<br>accuracy %{{y:.1%}} "
                     "(%{customdata[0]}/%{customdata[1]})<br>"
                     f"{confidence:.0%} CI %{{customdata[2]:.1%}} to %{{customdata[3]:.1%}}"
                     "<extra></extra>"
