@@ -198,7 +198,12 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nip", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="nip",
+        description="Neural interactive proofs with language models: run and resume "
+        "experiments, analyse their dialogues, serve models for them.",
+        epilog="Start with: nip run quickstart (Expert Iteration on the embedded model).",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     protocols = sub.add_parser("protocols", help="Show who speaks when in each protocol.")
     protocols.add_argument("names", nargs="*", help="Protocols to show (default: all).")
@@ -213,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
 
     resume = sub.add_parser("resume", help="Continue a run from its directory.")
-    resume.add_argument("run_dir_positional", metavar="RUN_DIR")
+    resume.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
     resume.add_argument(
         "--force",
         action="store_true",
@@ -223,9 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
     resume.set_defaults(func=_cmd_resume)
 
     analyse = sub.add_parser("analyse", help="Judge a run's dialogues with an LLM.")
-    analyse.add_argument("run_dir_positional", metavar="RUN_DIR")
+    analyse.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
     analyse.add_argument(
-        "--provider", default="OpenAI", choices=["OpenAI", "OpenRouter", "SelfHosted", "Local"]
+        "--provider",
+        default="OpenAI",
+        choices=["OpenAI", "OpenRouter", "SelfHosted", "Local"],
+        help="Who serves the judge model (default: OpenAI).",
     )
     analyse.add_argument("--model", default="gpt-4o-mini-2024-07-18", help="The judge model.")
     analyse.add_argument("--dummy", action="store_true", help="A dummy judge (for trying out).")
