@@ -267,7 +267,7 @@ class BaseParameters:
         object that holds it (a nested agent's change must keep its shared model group in
         agreement); on an error nothing changes and the error names the full address."""
         chain = self._owner_chain()
-        here = chain[-1][1] if chain else ""  # this object's address from the outermost one
+        here = _address(chain)
         prefix = f"{here}." if here else ""
         infos = {i.name: i for i in self.fields_info() if i.name in changes}
         converted = {}
@@ -304,7 +304,7 @@ class BaseParameters:
         sits, so that assigning to it validates this object too and errors name the full
         address (``agents.verifier.temperature``). A dict field of parameter objects is held
         as a :class:`HeldDict`, so that setting one of its items is checked as well."""
-        held_types = self._held_dict_types()
+        held_types = _held_dict_types(type(self))
         for f in dataclasses.fields(self):
             value = self.__dict__.get(f.name)
             if isinstance(value, BaseParameters):
@@ -318,11 +318,6 @@ class BaseParameters:
                 for key, item in value.items():
                     if isinstance(item, BaseParameters):
                         object.__setattr__(item, "_owner", (weakref.ref(self), f.name, key))
-
-    @classmethod
-    def _held_dict_types(cls) -> dict[str, Any]:
-        """The dict fields whose values are parameter objects, with that value type."""
-        return _held_dict_types(cls)
 
     def _owner_chain(self) -> list[tuple[BaseParameters, str]]:
         """The objects that hold this one, the nearest first, each with this object's address
@@ -553,8 +548,15 @@ def _bad_address(address: str, walked: list[str], part: str) -> str:
     return f"{address!r}: no parameter {part!r} under {where}"
 
 
+def _address(chain: list[tuple[BaseParameters, str]]) -> str:
+    """An object's address from the outermost holder (``agents.verifier``), given its owner
+    chain (see :meth:`BaseParameters._owner_chain`); empty for an object nobody holds."""
+    return chain[-1][1] if chain else ""
+
+
 @cache
 def _held_dict_types(cls: type[BaseParameters]) -> dict[str, Any]:
+    """The dict fields of ``cls`` whose values are parameter objects, with that value type."""
     types_by_field = {}
     for info in cls.fields_info():
         if get_origin(info.type) is dict:
@@ -587,7 +589,7 @@ class HeldDict(dict):
             return apply()  # no longer held: an ordinary dict
         before = dict(self)
         chain = holder._owner_chain()
-        here = chain[-1][1] if chain else ""
+        here = _address(chain)
         try:
             result = apply()
             holder._validate_with_holders(chain, here)
@@ -600,9 +602,9 @@ class HeldDict(dict):
 
     def _converted(self, key: str, value: Any) -> Any:
         holder = self._holder()
-        chain = holder._owner_chain() if holder is not None else []
-        here = f"{chain[-1][1]}." if chain else ""
-        return _convert_field(self._type, value, f"{here}{self._name}.{key}", False)
+        here = _address(holder._owner_chain()) if holder is not None else ""
+        address = f"{here}.{self._name}.{key}" if here else f"{self._name}.{key}"
+        return _convert_field(self._type, value, address, False)
 
     def __setitem__(self, key: str, value: Any) -> None:
         value = self._converted(key, value)

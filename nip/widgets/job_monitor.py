@@ -247,7 +247,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
             )
         else:
             job_id = await self.group.create_dpo_fine_tune_job(self._data, job_name=name)
-        self._follow(job_id)
+        self.job_id = job_id
+        self._update_buttons()
         if job_id is None:
             outcome = self.group.state.last_job_outcome.replace("_", " ")
             self.status.value = error_html(f"not submitted: {outcome}")
