@@ -125,6 +125,18 @@ async def wait_until(check, timeout_s: float = 20.0, interval_s: float = 0.05):
     return result
 
 
+async def train_until_succeeded(url: str, spec: FineTuneSpec) -> FineTuneJob:
+    """Create ``spec``'s job on the server at ``url`` and wait for it to succeed."""
+    backend = SelfHostedFineTuneBackend(url)
+    job_id = await backend.create_job(spec)
+
+    async def succeeded():
+        job = await backend.get_job(job_id)
+        return job if job.status == "succeeded" else None
+
+    return await wait_until(succeeded)
+
+
 # ---------------------------------------------------------------------- authentication
 def test_a_server_beyond_loopback_refuses_to_start_without_a_token():
     with pytest.raises(InsecureServerError, match="NIP_SERVER_API_KEY"):
@@ -251,19 +263,13 @@ def test_training_pauses_the_engine_then_the_new_adapter_is_served(tmp_path):
 def test_a_job_can_continue_from_an_earlier_fine_tune_by_name(tmp_path):
     trainer = SlowTrainer(seconds=0.0)
 
-    async def train(url, model, name):
-        backend = SelfHostedFineTuneBackend(url)
-        job_id = await backend.create_job(FineTuneSpec(model, "supervised", (SFT_LINE,), name))
-
-        async def succeeded():
-            job = await backend.get_job(job_id)
-            return job if job.status == "succeeded" else None
-
-        return await wait_until(succeeded)
+    def train(url, model, name):
+        spec = FineTuneSpec(model, "supervised", (SFT_LINE,), name)
+        return asyncio.run(train_until_succeeded(url, spec))
 
     with start(tmp_path, trainer) as server:
-        first = asyncio.run(train(server.url, "base", "verifier-it0"))
-        asyncio.run(train(server.url, first.fine_tuned_model, "verifier-it1"))
+        first = train(server.url, "base", "verifier-it0")
+        train(server.url, first.fine_tuned_model, "verifier-it1")
     continued = trainer.specs["slow-1"]
     assert continued.base_model == str(tmp_path / "base")
     assert continued.previous_adapter == "/a/verifier-it0"
@@ -298,19 +304,9 @@ def test_a_stack_wider_than_what_vllm_serves_is_refused_at_creation(tmp_path):
     engine = RecordingEngine()
     engine.kind = "vllm"
 
-    async def create(url, spec):
-        backend = SelfHostedFineTuneBackend(url)
-        job_id = await backend.create_job(spec)
-
-        async def succeeded():
-            job = await backend.get_job(job_id)
-            return job if job.status == "succeeded" else None
-
-        return await wait_until(succeeded)
-
     with start(tmp_path, RankedTrainer(), engine=engine) as server:
         first = FineTuneSpec("base", "supervised", (SFT_LINE,), "verifier-it0", lora_rank=48)
-        asyncio.run(create(server.url, first))
+        asyncio.run(train_until_succeeded(server.url, first))
         stacked = dataclasses.replace(
             first,
             base_model="verifier-it0",
@@ -319,9 +315,9 @@ def test_a_stack_wider_than_what_vllm_serves_is_refused_at_creation(tmp_path):
             stack_lora_adapters=True,
         )
         with pytest.raises(FineTuneError, match=r"adds up to rank 80, above the 64"):
-            asyncio.run(create(server.url, stacked))
+            asyncio.run(train_until_succeeded(server.url, stacked))
         continued = dataclasses.replace(stacked, stack_lora_adapters=False)
-        assert asyncio.run(create(server.url, continued)).status == "succeeded"
+        assert asyncio.run(train_until_succeeded(server.url, continued)).status == "succeeded"
 
 
 def test_a_full_fine_tuning_request_is_refused_at_creation_not_trained_as_lora(tmp_path):
