@@ -21,6 +21,7 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         name: Where they come from (a shipped dataset's name or a file path).
         split: The split they were loaded for.
         difficulty: The difficulty tier they were loaded for.
+        revision: The Hugging Face Hub commit they come from (None for other sources).
 
     Example:
         >>> from nip.data import load_code_validation_dataset
@@ -36,11 +37,13 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         name: str = "",
         split: str = "all",
         difficulty: str = "all",
+        revision: str | None = None,
     ):
         self._items = tuple(items)
         self.name = name
         self.split = split
         self.difficulty = difficulty
+        self.revision = revision
 
     def __len__(self) -> int:
         return len(self._items)
@@ -54,7 +57,11 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
     def __getitem__(self, index: int | slice) -> CodeValidationItem | CodeValidationDataset:
         if isinstance(index, slice):
             return CodeValidationDataset(
-                self._items[index], name=self.name, split=self.split, difficulty=self.difficulty
+                self._items[index],
+                name=self.name,
+                split=self.split,
+                difficulty=self.difficulty,
+                revision=self.revision,
             )
         return self._items[index]
 
