@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nip.data._errors import DatasetUnavailableError
+from nip.data._errors import DatasetFormatError, DatasetUnavailableError
 
 #: Seconds to wait for the Hub before treating it as unreachable.
 HUB_PROBE_TIMEOUT_S = 5.0
@@ -51,14 +51,21 @@ def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
         revision: A Hub commit, tag or branch to pin; None for the newest.
 
     Raises:
+        DatasetFormatError: A folder's files cannot be read as a dataset.
         DatasetUnavailableError: Neither the Hub nor the cache has the dataset (the message
             names it and says how to use a local copy), or the cached copy is not the pinned
             revision.
     """
     datasets = _import_datasets()
-    if Path(name_or_dir).expanduser().is_dir():
-        builder = datasets.load_dataset_builder(str(Path(name_or_dir).expanduser()))
-        return HubSplits(_prepare(builder), None, "directory")
+    folder = Path(name_or_dir).expanduser()
+    if folder.is_dir():
+        try:
+            return HubSplits(
+                _prepare(datasets.load_dataset_builder(str(folder))), None, "directory"
+            )
+        except (datasets.exceptions.DatasetsError, ValueError) as error:
+            cause = error.__cause__ or error
+            raise DatasetFormatError(folder, f"datasets cannot read it ({cause})") from error
     if name_or_dir in SCRIPT_DATASET_FILES:
         return _load_script_dataset(datasets, name_or_dir, revision)
     if datasets.config.HF_HUB_OFFLINE or not _hub_reachable(datasets.config.HF_ENDPOINT):
