@@ -328,7 +328,7 @@ def _run_offline(tmp_path: Path, code: str, **env: str) -> subprocess.CompletedP
 _LOAD = (
     "from nip.data import load_code_validation_dataset as load\n"
     "d = load('lrhammond/buggy-apps', split='test', revision={revision!r})\n"
-    "print(len(d), d.revision)\n"
+    "print(len(d), d.revision, d.origin)\n"
 )
 
 
@@ -348,7 +348,7 @@ def test_a_cached_hub_dataset_loads_without_network_and_reports_its_revision(
     _cache_as_if_downloaded(tmp_path / "hf-datasets", "lrhammond/buggy-apps", COMMIT, folder)
     result = _run_offline(tmp_path, _LOAD.format(revision=None), **offline_flag)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split() == ["2", COMMIT]
+    assert result.stdout.split() == ["2", COMMIT, "cache"]
 
 
 def test_a_pinned_revision_other_than_the_cached_one_is_refused_offline(tmp_path):
@@ -359,5 +359,42 @@ def test_a_pinned_revision_other_than_the_cached_one_is_refused_offline(tmp_path
     assert "dataset_revision='fedcba9' is pinned" in result.stderr
 
 
+def test_apps_from_the_hub_without_network_says_how_to_use_a_local_copy(tmp_path):
+    code = "from nip.data import load_code_validation_dataset as load; load('codeparrot/apps')"
+    result = _run_offline(tmp_path, code)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert "DatasetUnavailableError" in last and "'codeparrot/apps'" in last
+    assert "dataset: /path/to/folder" in last
+
+
 def test_a_local_folder_has_no_hub_revision(tmp_path):
     assert load_hub_splits(str(_hub_folder(tmp_path / "d"))).revision is None
+
+
+def test_a_run_on_a_hub_dataset_records_the_revision_it_used(tmp_path, monkeypatch):
+    import datasets
+
+    from nip.settings import ExperimentSettings
+    from nip.training.trainer import PureTextEiTrainer
+
+    cache = tmp_path / "hub-cache"
+    _cache_as_if_downloaded(cache, "lrhammond/buggy-apps", COMMIT, _hub_folder(tmp_path / "dl"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    dummy = {"use_dummy_api": True}
+    params = HyperParameters.from_dict(
+        {
+            "dataset": "lrhammond/buggy-apps",
+            "code_validation": {"dataset_revision": COMMIT[:10]},
+            "agents": {"prover": dummy, "verifier": dummy},
+        }
+    )
+    run_dir = tmp_path / "run"
+    PureTextEiTrainer(params, ExperimentSettings(run_dir=run_dir, show_progress=False))
+    record = json.loads((run_dir / "dataset.json").read_text())
+    assert {split: record[split]["revision"] for split in record} == {
+        "train": COMMIT,
+        "test": COMMIT,
+    }
+    assert record["train"]["dataset"] == "lrhammond/buggy-apps"

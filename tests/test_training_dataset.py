@@ -58,7 +58,8 @@ def test_a_new_run_records_each_splits_source_size_and_fingerprint(tmp_path):
     record = json.loads((tmp_path / "run" / "dataset.json").read_text())
     assert set(record) == {"train", "test"}
     assert record["train"]["items"] == 6 and record["test"]["items"] == 2
-    assert record["train"]["dataset"] == str(data) and record["train"]["revision"] is None
+    assert record["train"]["dataset"] == str(data) and record["train"]["origin"] == "file"
+    assert record["train"]["revision"] is None  # only a Hub dataset has one
     assert len(record["train"]["fingerprint"]) == 64
 
 

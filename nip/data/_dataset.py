@@ -22,6 +22,8 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         split: The split they were loaded for.
         difficulty: The difficulty tier they were loaded for.
         revision: The Hugging Face Hub commit they come from (None for other sources).
+        origin: How they were read: ``"shipped"``, ``"file"``, ``"directory"``, ``"hub"``
+            or ``"cache"`` (the Hugging Face cache, without asking the Hub).
 
     Example:
         >>> from nip.data import load_code_validation_dataset
@@ -38,12 +40,14 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         split: str = "all",
         difficulty: str = "all",
         revision: str | None = None,
+        origin: str = "",
     ):
         self._items = tuple(items)
         self.name = name
         self.split = split
         self.difficulty = difficulty
         self.revision = revision
+        self.origin = origin
 
     def __len__(self) -> int:
         return len(self._items)
@@ -62,6 +66,7 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
                 split=self.split,
                 difficulty=self.difficulty,
                 revision=self.revision,
+                origin=self.origin,
             )
         return self._items[index]
 

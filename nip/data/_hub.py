@@ -66,17 +66,18 @@ def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
         except (datasets.exceptions.DatasetsError, ValueError) as error:
             cause = error.__cause__ or error
             raise DatasetFormatError(folder, f"datasets cannot read it ({cause})") from error
+    online = not datasets.config.HF_HUB_OFFLINE and _hub_reachable(datasets.config.HF_ENDPOINT)
     if name_or_dir in SCRIPT_DATASET_FILES:
-        return _load_script_dataset(datasets, name_or_dir, revision)
-    if datasets.config.HF_HUB_OFFLINE or not _hub_reachable(datasets.config.HF_ENDPOINT):
-        builder = _cached_builder(name_or_dir)
-        origin = "cache"
-    else:
+        return _load_script_dataset(datasets, name_or_dir, revision, online=online)
+    if online:
         try:
             builder = datasets.load_dataset_builder(name_or_dir, revision=revision)
         except (OSError, datasets.exceptions.DatasetsError) as error:
             raise DatasetUnavailableError(name_or_dir, str(error)) from error
-        origin = "cache" if builder.hash in (None, "auto") else "hub"
+    else:
+        builder = _cached_builder(name_or_dir)
+    # datasets falls back to its cache (the "Cache" builder) when the Hub fails mid-way.
+    origin = "cache" if type(builder).__name__ == "Cache" else "hub"
     resolved = builder.hash if isinstance(builder.hash, str) and builder.hash != "auto" else None
     _check_pinned(name_or_dir, revision, resolved)
     try:
@@ -114,19 +115,28 @@ def _check_pinned(name: str, revision: str | None, resolved: str | None) -> None
         )
 
 
-def _load_script_dataset(datasets: Any, name: str, revision: str | None) -> HubSplits:
-    ref = revision or "main"
-    files = {
-        split: f"hf://datasets/{name}@{ref}/{file}"
-        for split, file in SCRIPT_DATASET_FILES[name].items()
-    }
+def _load_script_dataset(
+    datasets: Any, name: str, revision: str | None, *, online: bool
+) -> HubSplits:
+    """A Hub dataset with a loading script: its files, read at the resolved commit."""
+    if not online:
+        raise DatasetUnavailableError(
+            name, "the Hub cannot be reached, and this dataset's files are read from it directly"
+        )
+    from huggingface_hub import HfApi
+
     try:
-        builder = datasets.load_dataset_builder("json", data_files=files)
-        splits = _prepare(builder)
-    except (OSError, datasets.exceptions.DatasetsError) as error:
-        raise DatasetUnavailableError(name, str(error)) from error
-    resolved = revision if revision and _COMMIT.match(revision.lower()) else None
-    return HubSplits(splits, resolved, "hub")
+        info = HfApi(endpoint=datasets.config.HF_ENDPOINT).dataset_info(
+            name, revision=revision, timeout=2 * HUB_PROBE_TIMEOUT_S
+        )
+        files = {
+            split: f"hf://datasets/{name}@{info.sha}/{file}"
+            for split, file in SCRIPT_DATASET_FILES[name].items()
+        }
+        splits = _prepare(datasets.load_dataset_builder("json", data_files=files))
+    except Exception as error:  # the Hub client raises many types; all mean "not loadable"
+        raise DatasetUnavailableError(name, f"{type(error).__name__}: {error}") from error
+    return HubSplits(splits, info.sha, "hub")
 
 
 def _hub_reachable(endpoint: str) -> bool:

@@ -101,7 +101,7 @@ def load_code_validation_dataset(
         raise InvalidParameterError(
             "revision", revision, "None for a dataset that is not on the Hub"
         )
-    numbered, source, resolved = _numbered_rows(name, kind, split, revision)
+    numbered, source, resolved, origin = _numbered_rows(name, kind, split, revision)
     options = CodeValidationParameters(
         difficulty=difficulty,
         apps_difficulty=apps_difficulty,
@@ -115,7 +115,7 @@ def load_code_validation_dataset(
         items = balanced_subsample(items, max_size, seed)
     shown = name if kind in ("shipped", "hub") else str(Path(name).expanduser())
     return CodeValidationDataset(
-        items, name=shown, split=split, difficulty=difficulty, revision=resolved
+        items, name=shown, split=split, difficulty=difficulty, revision=resolved, origin=origin
     )
 
 
@@ -150,6 +150,7 @@ def dataset_provenance(dataset: CodeValidationDataset) -> dict[str, Any]:
         "dataset": dataset.name,
         "split": dataset.split,
         "revision": dataset.revision,
+        "origin": dataset.origin,
         "items": len(dataset),
         "labels": dataset.label_counts(),
         "fingerprint": digest.hexdigest(),
@@ -191,18 +192,18 @@ def _check_arguments(
 
 def _numbered_rows(
     name: str, kind: str, split: str, revision: str | None
-) -> tuple[list[tuple[int, Any, str | None]], str, str | None]:
-    """``(row number, row, split or None)`` triples, the source to name in errors, and the
-    resolved Hub revision."""
+) -> tuple[list[tuple[int, Any, str | None]], str, str | None, str]:
+    """``(row number, row, split or None)`` triples, the source to name in errors, the
+    resolved Hub revision and how the rows were read."""
     if kind in ("shipped", "file"):
         path = SHIPPED_DATASETS[name] if kind == "shipped" else Path(name).expanduser()
-        return [(n, row, None) for n, row in read_rows(path)], str(path), None
+        return [(n, row, None) for n, row in read_rows(path)], str(path), None, kind
     hub = load_hub_splits(name, revision)
     if split != "all" and split not in hub.splits:
         raise DatasetSplitError(name, split, tuple(hub.splits))
     chosen = list(hub.splits) if split == "all" else [split]
     numbered = [(n, row, s) for s in chosen for n, row in enumerate(hub.splits[s], start=1)]
-    return numbered, name, hub.revision
+    return numbered, name, hub.revision, hub.origin
 
 
 def _items(
