@@ -230,6 +230,19 @@ def test_codeparrot_apps_rows_give_correct_items_only(tmp_path):
     assert [(i.id, i.y) for i in items] == [("9/correct/0", 1), ("9/correct/1", 1)]
 
 
+def test_rows_without_a_difficulty_are_kept_and_cannot_be_filtered_by_one(tmp_path):
+    rows = [{k: v for k, v in row.items() if k != "difficulty"} for row in TRAIN[:2]]
+    path = tmp_path / "no_difficulty.parquet"
+    _write_table(path, rows, SCHEMA.remove(SCHEMA.get_field_index("difficulty")))
+    assert {i.source_task_id for i in load_code_validation_dataset(path, split="all")} == {
+        "train-1",
+        "test-2",
+    }
+    with pytest.raises(InvalidParameterError, match="no difficulty") as caught:
+        load_code_validation_dataset(path, split="all", apps_difficulty="competition")
+    assert caught.value.field == "apps_difficulty"
+
+
 # ------------------------------------------------------------------ filters that do not apply
 def test_a_humaneval_difficulty_is_refused_for_apps_rows(tmp_path):
     folder = _hub_folder(tmp_path / "d")

@@ -224,6 +224,7 @@ def _items(
             f"its default for {source!r}",
             reason=f"{source!r} has {what}, which this filter does not apply to",
         )
+    level = _apps_level(rows, options.apps_difficulty, source) if family == "apps" else "all"
     items: list[CodeValidationItem] = []
     for row_split in dict.fromkeys(s for _, _, s in rows):
         kept = [
@@ -233,13 +234,28 @@ def _items(
             and (
                 family == "flat"
                 or not isinstance(row, dict)
-                or keeps_row(row, options.apps_difficulty, options.apps_exclude_flagged)
+                or keeps_row(row, level, options.apps_exclude_flagged)
             )
         ]
         items += items_from_rows(kept, source, split=row_split)
     if family == "flat":
         items = [i for i in items if options.difficulty in ("all", i.difficulty)]
     return items
+
+
+def _apps_level(rows: list[tuple[int, Any, str | None]], level: str, source: str) -> str:
+    """The APPS difficulty to keep: rows without a ``difficulty`` cannot be filtered by it,
+    so there only the default (or ``all``) is accepted, and keeps every row."""
+    if any(isinstance(row, dict) and row.get("difficulty") for _, row, _ in rows):
+        return level
+    if level not in ("all", CodeValidationParameters().apps_difficulty):
+        raise InvalidParameterError(
+            "apps_difficulty",
+            level,
+            f"its default or 'all' for {source!r}",
+            reason=f"the rows of {source!r} have no difficulty to filter on",
+        )
+    return "all"
 
 
 def _check_file_split(name: str, split: str, items: list[CodeValidationItem]) -> None:
