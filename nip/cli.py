@@ -97,15 +97,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from nip.viz.compare_runs import compare_runs
 
-    figure, table = compare_runs(
-        args.run_dirs,
-        split=args.split,
-        confidence=args.confidence,
-        pool_seeds=not args.separate_seeds,
-    )
+    try:
+        figure, table = compare_runs(
+            args.run_dirs,
+            split=args.split,
+            confidence=args.confidence,
+            pool_seeds=not args.separate_seeds,
+        )
+    except FileNotFoundError as error:
+        print(f"nip compare: {error}", file=sys.stderr)
+        return 2
+    width = max(len(s) for s in table["series"])
     print(
         table.to_string(
             index=False,
+            formatters={"series": lambda s: f"{s:<{width}}"},
             columns=[c for c in table.columns if c not in ("protocol", "trainer", "split")],
             float_format=lambda v: f"{v:.3f}",
         )
