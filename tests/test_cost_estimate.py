@@ -128,6 +128,20 @@ def test_a_malt_tree_has_k_children_per_node_and_k_to_the_rounds_leaves():
     assert train["prover"].completion_tokens == 6 * 3 * 3 * 225
 
 
+def test_rounds_where_only_frozen_agents_act_add_one_child_per_node():
+    frozen = PureTextAgentParameters(model_provider="OpenAI", model_name=MODEL, freeze_agent=True)
+    hp = openai_params(
+        trainer="pure_text_malt",
+        nip_protocol=NipProtocolParameters(max_message_rounds=3),
+    )
+    hp.agents["prover"] = frozen
+    train = {line.agent: line for line in lines(estimate_cost(hp), "train", 0)}
+    # Round 0: 1 verifier call, 2 children; round 1: the frozen prover adds one child each.
+    assert train["prover"].calls == 6 * 2
+    assert train["verifier"].calls == 6 * (1 + 2)
+    assert train["verifier"].dialogues == 6 * 4
+
+
 def test_dpo_pairs_are_at_most_one_per_node_and_agent():
     hp = openai_params(
         trainer="pure_text_malt",
@@ -204,6 +218,15 @@ def test_after_a_job_the_agent_is_priced_as_its_fine_tuned_model():
     assert lines(estimate, "train", 1, "prover")[0].model == f"ft:{MODEL}"
 
 
+def test_an_already_fine_tuned_model_is_priced_as_one_and_trained_at_its_bases_price():
+    tuned = PureTextAgentParameters(
+        model_provider="OpenAI", model_name=f"ft:{MODEL}-2024-07-18:my-org::abc123"
+    )
+    estimate = estimate_cost(openai_params(agent=tuned))
+    assert lines(estimate, "train", 0, "prover")[0].model == f"ft:{MODEL}"
+    assert lines(estimate, "fine-tune", 0, "prover")[0].model == MODEL
+
+
 def test_a_frozen_agent_has_no_job_and_keeps_its_base_price():
     frozen = PureTextAgentParameters(model_provider="OpenAI", model_name=MODEL, freeze_agent=True)
     hp = openai_params()
@@ -264,6 +287,22 @@ def test_the_dry_run_sends_nothing_to_the_api_even_when_a_server_listens(monkeyp
         listener.close()
     assert estimate.total_calls > 0
     assert accepted == []
+
+
+def test_the_dry_runs_agents_refuse_to_generate():
+    from nip.training.dialogue_sizes import DryRunCallError, dry_run_session
+
+    session = dry_run_session(openai_params(), ExperimentSettings(show_progress=False))
+    dialogue = session.dialogue(session.datapoints(1)[0])
+    with pytest.raises(DryRunCallError, match="no model call"):
+        dialogue.step()
+
+
+def test_sample_items_must_be_at_least_one():
+    from nip.errors import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="sample_items=0"):
+        estimate_cost(openai_params(), sample_items=0)
 
 
 def _closed_port() -> int:
