@@ -251,6 +251,7 @@ def test_dummy_and_local_agents_cost_nothing_but_still_show_tokens():
     assert estimate.total_usd == 0.0
     assert all(line.free for line in estimate.lines)
     assert sum(line.prompt_tokens for line in estimate.lines) > 0
+    assert all(row.split()[-1] == "free" for row in str(estimate).split("\n\n")[2].splitlines()[1:])
 
 
 def test_a_model_without_a_price_makes_the_total_unknown_and_is_named():

@@ -135,16 +135,27 @@ class CostEstimate:
             f"iteration(s): {self.total_calls:,} model calls at most, about {price}"
         )
 
+    def _tables(self) -> list[tuple[tuple[str, ...], list[list[str]]]]:
+        """The two tables shown: per (iteration, stage), and per (agent, priced model)."""
+        counts = ("calls", "prompt tok", "compl. tok", "examples", "train tok", "USD")
+        stages = [
+            [str(row["iteration"]), row["stage"], *_stage_cells(row)] for row in self.by_stage()
+        ]
+        agents = [
+            [row["agent"], row["model"], *_usage_cells(row, say_free=True)]
+            for row in self.by_agent()
+        ]
+        return [
+            (("iter", "stage", "items", "dialogues", *counts), stages),
+            (("agent", "model", *counts), agents),
+        ]
+
     def __str__(self) -> str:
-        stage_rows = [_cells(row, ("iteration", "stage")) for row in self.by_stage()]
-        agent_rows = [_cells(row, ("agent", "model")) for row in self.by_agent()]
         tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
-        parts = [
-            self._headline(),
-            "",
-            _text_table(("iter", "stage", *_COLUMNS), stage_rows),
-            "",
-            _text_table(("agent", "model", *_COLUMNS), agent_rows),
+        parts = [self._headline()]
+        for head, rows in self._tables():
+            parts += ["", _text_table(head, rows)]
+        parts += [
             "",
             f"tokens counted with {tokenizers}",
             "assumes:",
@@ -157,45 +168,46 @@ class CostEstimate:
 
     def _repr_html_(self) -> str:
         def table(head: Sequence[str], rows: list[list[str]]) -> str:
-            th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+            def cell(tag: str, index: int, text: str) -> str:
+                align = "left" if index < 2 else "right"  # labels left, numbers right
+                return f'<{tag} style="text-align:{align}">{html.escape(text)}</{tag}>'
+
+            th = "".join(cell("th", i, h) for i, h in enumerate(head))
             body = "".join(
-                "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+                "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>"
                 for row in rows
             )
             return f"<table><tr>{th}</tr>{body}</table>"
 
-        stage_rows = [_cells(row, ("iteration", "stage")) for row in self.by_stage()]
-        agent_rows = [_cells(row, ("agent", "model")) for row in self.by_agent()]
         tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
         assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in self.assumptions)
+        tables = "".join(table(head, rows) for head, rows in self._tables())
         return (
-            f"<div><b>{html.escape(self._headline())}</b>"
-            f"{table(('iteration', 'stage', *_COLUMNS), stage_rows)}"
-            f"{table(('agent', 'model', *_COLUMNS), agent_rows)}"
+            f"<div><b>{html.escape(self._headline())}</b>{tables}"
             f"<small>tokens counted with {html.escape(tokenizers)}; assumes:"
             f"<ul>{assumptions}</ul></small></div>"
         )
 
 
-_COLUMNS = ("items", "dialogues", "calls", "prompt tok", "compl. tok", "train tok", "USD")
-
-
-def _cells(row: dict[str, Any], keys: tuple[str, str]) -> list[str]:
-    fine_tune = row["stage"] == "fine-tune" and keys[0] == "iteration"
-    numbers = [
-        "-" if fine_tune else f"{row['items']:,}",
-        "-" if fine_tune else f"{row['dialogues']:,}",
-        "-" if fine_tune else f"{row['calls']:,}",
+def _usage_cells(row: dict[str, Any], *, say_free: bool = False) -> list[str]:
+    """calls, prompt, completion, examples, training tokens and USD of a summed row."""
+    usd = "?" if row["usd"] is None else f"{row['usd']:.4f}"
+    if say_free and row["free"]:
+        usd = "free"
+    return [
+        f"{row['calls']:,}",
         f"{row['prompt_tokens']:,}",
         f"{row['completion_tokens']:,}",
+        f"{row['examples']:,}",
         f"{row['training_tokens']:,}",
-        "?" if row["usd"] is None else f"{row['usd']:.4f}",
+        usd,
     ]
-    if keys[0] == "agent" and row["free"]:
-        numbers[-1] = "free"
-    if keys[0] == "agent":
-        numbers[:2] = ["", ""]  # items and dialogues are per stage, not per agent
-    return [str(row[keys[0]]), str(row[keys[1]]), *numbers]
+
+
+def _stage_cells(row: dict[str, Any]) -> list[str]:
+    cells = [f"{row['items']:,}", f"{row['dialogues']:,}", *_usage_cells(row)]
+    blank = (0, 1, 2, 3, 4) if row["stage"] == "fine-tune" else (5, 6)
+    return ["-" if i in blank else c for i, c in enumerate(cells)]
 
 
 def _text_table(head: Sequence[str], rows: list[list[str]]) -> str:
