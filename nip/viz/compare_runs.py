@@ -204,7 +204,7 @@ def compare_runs(
         ),
         xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
         yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
-        legend=dict(title=dict(text="protocol")),
+        legend=dict(title=dict(text="protocol" if pool_seeds else "run")),
         hovermode="closest",
     )
     return figure, table
