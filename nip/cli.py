@@ -92,12 +92,45 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    hyper_params = _load_config(args.config)
+    if args.dry_run:
+        from nip.training.cost_estimate import estimate_cost
+
+        print(estimate_cost(hyper_params, _settings(args), sample_items=args.sample_items))
+        return 0
     from nip.training.trainer import build_trainer
 
-    hyper_params = _load_config(args.config)
     trainer = build_trainer(hyper_params, _settings(args), overwrite=args.overwrite)
     trainer.train()
     _print_metrics(trainer)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from nip.viz.compare_runs import compare_runs
+
+    try:
+        figure, table = compare_runs(
+            args.run_dirs,
+            split=args.split,
+            confidence=args.confidence,
+            pool_seeds=not args.separate_seeds,
+        )
+    except FileNotFoundError as error:
+        print(f"nip compare: {error}", file=sys.stderr)
+        return 2
+    width = max(len(s) for s in table["series"])
+    print(
+        table.to_string(
+            index=False,
+            formatters={"series": lambda s: f"{s:<{width}}"},
+            columns=[c for c in table.columns if c not in ("protocol", "trainer", "split")],
+            float_format=lambda v: f"{v:.3f}",
+        )
+    )
+    if args.html:
+        figure.write_html(args.html)  # plotly.js embedded: opens offline
+        print(f"\nfigure: {args.html}")
     return 0
 
 
@@ -231,6 +264,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--run-dir", help="Where to save the run (default: runs/<time>).")
     run.add_argument("--overwrite", action="store_true", help="Replace a run in --run-dir.")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Print the model calls, tokens and USD the run would cost, and exit: no model "
+        "is called, no API key is needed, no run directory is made.",
+    )
+    run.add_argument(
+        "--sample-items",
+        type=int,
+        default=4,
+        help="--dry-run: build the real prompts of this many items per pass (default 4).",
+    )
     _add_run_options(run)
     run.set_defaults(func=_cmd_run)
 
@@ -243,6 +288,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
+
+    compare = sub.add_parser(
+        "compare", help="Accuracy per protocol and iteration over several runs, with intervals."
+    )
+    compare.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="Run directories.")
+    compare.add_argument(
+        "--split", choices=["test", "train"], default="test", help="Which rollouts (test)."
+    )
+    compare.add_argument(
+        "--confidence", type=float, default=0.95, help="The intervals' coverage (0.95)."
+    )
+    compare.add_argument(
+        "--separate-seeds",
+        action="store_true",
+        help="One series per run instead of pooling a protocol's runs (seeds).",
+    )
+    compare.add_argument("--html", help="Also write the figure to this HTML file.")
+    compare.set_defaults(func=_cmd_compare)
 
     analyse = sub.add_parser("analyse", help="Judge a run's dialogues with an LLM.")
     analyse.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")

@@ -18,6 +18,7 @@ from nip.viz.compare import (
     run_protocols,
     run_protocols_async,
 )
+from nip.viz.compare_runs import compare_runs, runs_table
 from nip.viz.confusion import confusion_matrix, plot_confusion
 from nip.viz.intervals import wilson_interval
 from nip.viz.results import (
@@ -37,6 +38,7 @@ __all__ = [
     "TreeViewer",
     "accuracy_table",
     "compare_protocols",
+    "compare_runs",
     "comparison_table",
     "confusion_matrix",
     "figure_widget_available",
@@ -48,6 +50,7 @@ __all__ = [
     "plot_trees_summary",
     "run_protocols",
     "run_protocols_async",
+    "runs_table",
     "tree_layout",
     "wilson_interval",
 ]

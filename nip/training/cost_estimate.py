@@ -1,0 +1,284 @@
+"""The dry run: what a run will cost, before any model is called.
+
+::
+
+    estimate = estimate_cost(HyperParameters.load("exp.yaml"))
+    estimate            # a table in Jupyter; print(estimate) in a terminal
+    estimate.total_usd, estimate.to_dataframe()
+
+The estimate follows the trainer's own schedule (train passes, the test scheme, fine-tuning
+after every iteration but the last, MALT's trees) and measures the **real prompts** of the
+first items of each pass (:mod:`nip.training.dialogue_sizes`); only the responses are
+stand-ins of a stated length. Nothing is sent anywhere: the session's backends refuse to
+generate, so no API key is needed and no HTTP request is made. What the estimate assumes is
+listed in :attr:`CostEstimate.assumptions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from nip.errors import InvalidParameterError
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.rollouts.records import Datapoint
+from nip.settings import ExperimentSettings
+from nip.training.cost_report import CostEstimate, CostLine, Stage
+from nip.training.dialogue_sizes import (
+    DialogueSizer,
+    DryRunCallError,
+    PassUsage,
+    dry_run_session,
+)
+from nip.training.metrics import (
+    OPENAI_FINE_TUNING_PRICES_USD_PER_1M,
+    OPENAI_PRICES_USD_PER_1M,
+    price_key,
+)
+from nip.utils.seeding import derive_seed
+
+__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "is_free"]
+
+#: The trainer's iteration numbers for test passes (``iteration=10_000 + repeat``).
+_TEST_ITERATION = 10_000
+
+
+def is_free(params: PureTextAgentParameters) -> bool:
+    """Whether an agent's tokens cost nothing: the dummy API, the embedded model, or one's
+    own server (the rule the trainer's ``cost_usd`` metric follows too)."""
+    return params.use_dummy_api or params.model_provider in ("Local", "SelfHosted")
+
+
+class _Estimator:
+    """Walks the trainer's schedule and prices what the sizer measures."""
+
+    def __init__(
+        self,
+        hyper_params: HyperParameters,
+        settings: ExperimentSettings,
+        *,
+        sample_items: int,
+        response_fill: float,
+        fine_tuning_prices: Mapping[str, float],
+    ):
+        self.hp = hyper_params
+        self.session = dry_run_session(hyper_params, settings)
+        self.sizer = DialogueSizer(
+            self.session, sample_items=sample_items, response_fill=response_fill
+        )
+        self.agents = tuple(self.session.agents)
+        self.prices = {**OPENAI_PRICES_USD_PER_1M, **settings.prices_usd_per_1m}
+        self.ft_prices = {**OPENAI_FINE_TUNING_PRICES_USD_PER_1M, **fine_tuning_prices}
+        self.unpriced: set[str] = set()
+
+    # ------------------------------------------------------------- pricing
+    def _price(self, model: str, params: PureTextAgentParameters, prompt: int, completion: int):
+        if is_free(params):
+            return 0.0
+        price = self.prices.get(model)
+        if price is None:
+            self.unpriced.add(model)
+            return None
+        return (prompt * price[0] + completion * price[1]) / 1e6
+
+    def _training_price(self, model: str, params: PureTextAgentParameters, tokens: int):
+        if is_free(params):
+            return 0.0
+        price = self.ft_prices.get(model)
+        if price is None:
+            self.unpriced.add(f"fine-tuning {model}")
+            return None
+        return tokens * price / 1e6
+
+    # ---------------------------------------------------------------- run
+    def _frozen(self, agent: str, iteration: int) -> bool:
+        """Not trained in ``iteration``: frozen, or not scheduled (the trainer's rule)."""
+        params = self.hp.agents[agent]
+        return params.freeze_agent or not params.update_schedule.is_update_iteration(iteration)
+
+    def _trained(self, agent: str, iteration: int) -> bool:
+        """Whether the agent's group submits a fine-tuning job after ``iteration`` (the
+        last iteration stops after its test)."""
+        last = iteration >= self.hp.rl.num_iterations - 1
+        return not last and not self._frozen(agent, iteration)
+
+    def _test_now(self, iteration: int) -> bool:
+        first, last = iteration == 0, iteration == self.hp.rl.num_iterations - 1
+        return {"none": False, "all": True, "last": last, "first_and_last": first or last}[
+            self.hp.text_rl.test_scheme
+        ]
+
+    def _model_key(self, agent: str, fine_tuned: bool) -> str:
+        """The price-table key the agent's calls are priced at."""
+        key = price_key(self.hp.agents[agent].model_name)
+        return key if not fine_tuned or key.startswith("ft:") else f"ft:{key}"
+
+    def _seeds(self, items: Sequence[Datapoint], iteration: int) -> list[int]:
+        return [
+            self.session.dialogue(item, iteration=iteration, index=i).transcript.seed
+            for i, item in enumerate(items)
+        ]
+
+    def run(self) -> list[CostLine]:
+        hp = self.hp
+        lines: list[CostLine] = []
+        fine_tuned: set[str] = set()
+        for iteration in range(hp.rl.num_iterations):
+            models = {a: self._model_key(a, a in fine_tuned) for a in self.agents}
+            n = hp.rl.rollouts_per_iteration
+            items = self.session.datapoints(n, split="train", iteration=iteration)
+            malt = (
+                hp.trainer == "pure_text_malt"
+                and iteration >= hp.pure_text_malt.num_initial_ei_iterations
+            )
+            if malt:
+                frozen = {a for a in self.agents if self._frozen(a, iteration)}
+                seeds = [derive_seed(hp.seed, "malt-tree", iteration, i) for i in range(len(items))]
+                train, dialogues = self.sizer.malt_pass(items, seeds, hp.pure_text_malt, frozen)
+            else:
+                train = self.sizer.dialogue_pass(items, self._seeds(items, iteration))
+                dialogues = len(items)
+            lines += self._lines(iteration, "train", train, models, len(items), dialogues)
+            if self._test_now(iteration):
+                size = None if hp.text_rl.test_on_whole_dataset else n
+                test_items = self.session.datapoints(size, split=hp.text_rl.test_dataset_split)
+                all_items, seeds = [], []
+                for repeat in range(hp.rl.num_test_iterations):
+                    all_items += test_items
+                    seeds += self._seeds(test_items, _TEST_ITERATION + repeat)
+                test = self.sizer.dialogue_pass(all_items, seeds)
+                lines += self._lines(iteration, "test", test, models, len(all_items), len(seeds))
+            lines += self._fine_tune_lines(iteration, train, malt)
+            fine_tuned |= {a for a in self.agents if self._trained(a, iteration)}
+        return lines
+
+    def _lines(
+        self,
+        iteration: int,
+        stage: Stage,
+        usage: Mapping[str, PassUsage],
+        models: Mapping[str, str],
+        items: int,
+        dialogues: int,
+    ) -> list[CostLine]:
+        return [
+            CostLine(
+                iteration=iteration,
+                stage=stage,
+                agent=agent,
+                model=models[agent],
+                free=is_free(self.hp.agents[agent]),
+                items=items,
+                dialogues=dialogues,
+                calls=cost.calls,
+                prompt_tokens=cost.prompt_tokens,
+                completion_tokens=cost.completion_tokens,
+                usd=self._price(
+                    models[agent], self.hp.agents[agent], cost.prompt_tokens, cost.completion_tokens
+                ),
+            )
+            for agent, cost in usage.items()
+        ]
+
+    def _fine_tune_lines(
+        self, iteration: int, train: Mapping[str, PassUsage], malt: bool
+    ) -> list[CostLine]:
+        hp = self.hp
+        lines = []
+        for agent, cost in train.items():
+            if not self._trained(agent, iteration):
+                continue
+            params = hp.agents[agent]
+            examples = cost.examples
+            if not malt and hp.text_rl.fine_tune_on_all_previous_rollouts:
+                examples *= iteration + 1  # every earlier iteration's dialogues too
+            epochs = params.num_epochs or hp.rl.num_epochs
+            tokens = examples * cost.example_tokens * epochs
+            model = price_key(params.model_name).removeprefix("ft:")
+            lines.append(
+                CostLine(
+                    iteration=iteration,
+                    stage="fine-tune",
+                    agent=agent,
+                    model=model,
+                    free=is_free(params),
+                    examples=examples,
+                    training_tokens=tokens,
+                    usd=self._training_price(model, params, tokens),
+                )
+            )
+        return lines
+
+
+def estimate_cost(
+    hyper_params: HyperParameters,
+    settings: ExperimentSettings | None = None,
+    *,
+    sample_items: int = 4,
+    response_fill: float = 1.0,
+    fine_tuning_prices: Mapping[str, float] | None = None,
+) -> CostEstimate:
+    """Estimate the model calls, tokens and USD of a run, without calling any model.
+
+    Args:
+        hyper_params: The run to estimate.
+        settings: Runtime settings; ``prices_usd_per_1m`` corrects the price table.
+        sample_items: Build real prompts for this many items of each pass (the others are
+            assumed to be like them).
+        response_fill: Each response's length as a share of the agent's token limit
+            (``max_tokens_per_message``, by default 1.5 x ``max_response_words``): 1.0
+            is the upper bound; real answers are usually shorter.
+        fine_tuning_prices: USD per 1M training tokens by model, over
+            :data:`~nip.training.metrics.OPENAI_FINE_TUNING_PRICES_USD_PER_1M`.
+
+    Returns:
+        A :class:`~nip.training.cost_report.CostEstimate`.
+
+    Raises:
+        InvalidParameterError: ``sample_items`` or ``response_fill`` is out of range.
+    """
+    if isinstance(sample_items, bool) or not isinstance(sample_items, int) or sample_items < 1:
+        raise InvalidParameterError("sample_items", sample_items, "an integer >= 1")
+    if not 0 < response_fill <= 1:
+        raise InvalidParameterError("response_fill", response_fill, "a number > 0 and <= 1")
+    settings = settings or ExperimentSettings(show_progress=False)
+    estimator = _Estimator(
+        hyper_params,
+        settings,
+        sample_items=sample_items,
+        response_fill=response_fill,
+        fine_tuning_prices=fine_tuning_prices or {},
+    )
+    lines = estimator.run()
+    return CostEstimate(
+        protocol=hyper_params.interaction_protocol,
+        trainer=hyper_params.trainer,
+        num_iterations=hyper_params.rl.num_iterations,
+        lines=lines,
+        tokenizers={a: c.name for a, c in estimator.sizer.counters.items()},
+        assumptions=_assumptions(hyper_params, sample_items, response_fill),
+        unpriced=sorted(estimator.unpriced),
+    )
+
+
+def _assumptions(hp: HyperParameters, sample_items: int, response_fill: float) -> list[str]:
+    found = [
+        "every dialogue runs to its last round (the verifier may decide earlier): calls are "
+        "an upper bound from the turn schedule; retries of unusable responses (up to "
+        "num_invalid_generation_retries each) are not counted",
+        f"every response is {response_fill:.0%} of its agent's token limit "
+        "(max_tokens_per_message, or 1.5 x max_response_words); prompts grow by these "
+        "responses round by round",
+        f"prompts are the real prompts of the first {sample_items} item(s) of each pass; "
+        "the other items are assumed to be like them",
+        "fine-tuning: every dialogue in which the agent spoke becomes an example (Expert "
+        "Iteration keeps only those above reward_threshold: an upper bound) and every "
+        "scheduled job runs; after a job the agent is priced as its fine-tuned model (ft:)",
+        "the response cache is ignored; agents on the dummy API, Local or SelfHosted cost 0 USD",
+    ]
+    if hp.trainer == "pure_text_malt":
+        found.append(
+            "MALT: every branch of every tree grows to the last round; a node's "
+            f"{hp.pure_text_malt.num_responses_per_timestep} samples share one request (its "
+            "prompt billed once); at most one DPO pair per node and agent"
+        )
+    return found

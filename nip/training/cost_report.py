@@ -1,0 +1,221 @@
+"""The records of a dry run: what each stage of each iteration will cost, and its display.
+
+:func:`nip.training.cost_estimate.estimate_cost` makes them; this module only holds, sums
+and shows them (text for the terminal, HTML for Jupyter, a DataFrame for analysis).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Stage = Literal["train", "test", "fine-tune"]
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """What one agent costs in one stage of one iteration.
+
+    Attributes:
+        iteration: The training iteration.
+        stage: ``train`` (sampling dialogues or MALT trees), ``test`` (the test pass) or
+            ``fine-tune`` (the job trained on this iteration's dialogues).
+        agent: The agent.
+        model: The model priced (a price-table key such as ``gpt-4o-mini`` or
+            ``ft:gpt-4o-mini``; for a fine-tuning job, the model being fine-tuned).
+        free: Served by the dummy API, the embedded model or one's own server: 0 USD.
+        items: Datapoints the stage goes through (MALT: trees).
+        dialogues: Full dialogues (MALT: a tree's leaves, all trees together).
+        calls: Model requests, an upper bound from the turn schedule.
+        prompt_tokens / completion_tokens: Estimated token usage of those calls.
+        examples: Fine-tuning examples (SFT conversations or DPO pairs), an upper bound.
+        training_tokens: Tokens billed for fine-tuning: the examples' tokens times epochs.
+        usd: The estimated price, or None when the model has no price.
+    """
+
+    iteration: int
+    stage: Stage
+    agent: str
+    model: str
+    free: bool = False
+    items: int = 0
+    dialogues: int = 0
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    examples: int = 0
+    training_tokens: int = 0
+    usd: float | None = 0.0
+
+
+_SUMMED = ("calls", "prompt_tokens", "completion_tokens", "examples", "training_tokens")
+
+
+def _sum_usd(values: Iterable[float | None]) -> float | None:
+    values = list(values)
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+@dataclass
+class CostEstimate:
+    """What a run will cost, estimated before any model is called (see ``estimate_cost``).
+
+    ``str(estimate)`` is the table ``nip run CONFIG --dry-run`` prints; in Jupyter it shows
+    as HTML; :meth:`to_dataframe` has one row per (iteration, stage, agent).
+
+    Attributes:
+        protocol / trainer / num_iterations: The run estimated.
+        lines: One :class:`CostLine` per (iteration, stage, agent).
+        tokenizers: How each agent's tokens were counted (``o200k_base (tiktoken)``...).
+        assumptions: What the estimate assumes, in words.
+        unpriced: Models without a price (their lines' ``usd`` is None).
+    """
+
+    protocol: str
+    trainer: str
+    num_iterations: int
+    lines: list[CostLine] = field(default_factory=list)
+    tokenizers: dict[str, str] = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+    unpriced: list[str] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ sums
+    @property
+    def total_usd(self) -> float | None:
+        """The whole run's estimated price (None when a model has no price)."""
+        return _sum_usd(line.usd for line in self.lines)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(line.calls for line in self.lines)
+
+    def _grouped(self, key: Callable[[CostLine], tuple]) -> list[dict[str, Any]]:
+        groups: dict[tuple, list[CostLine]] = {}
+        for line in self.lines:
+            groups.setdefault(key(line), []).append(line)
+        rows = []
+        for lines in groups.values():
+            row: dict[str, Any] = {name: sum(getattr(x, name) for x in lines) for name in _SUMMED}
+            # Every agent of a stage goes through the same items and dialogues.
+            row["items"] = max(x.items for x in lines)
+            row["dialogues"] = max(x.dialogues for x in lines)
+            row["usd"] = _sum_usd(x.usd for x in lines)
+            rows.append({**asdict(lines[0]), **row})
+        return rows
+
+    def by_stage(self) -> list[dict[str, Any]]:
+        """One row per (iteration, stage), every agent summed."""
+        return self._grouped(lambda line: (line.iteration, line.stage))
+
+    def by_agent(self) -> list[dict[str, Any]]:
+        """One row per (agent, priced model), every iteration summed."""
+        return self._grouped(lambda line: (line.agent, line.model))
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """One row per (iteration, stage, agent), with every :class:`CostLine` field."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [asdict(line) for line in self.lines], columns=[f.name for f in fields(CostLine)]
+        )
+
+    # --------------------------------------------------------------- display
+    def _headline(self) -> str:
+        total = self.total_usd
+        price = "unknown (no price for " + ", ".join(self.unpriced) + ")"
+        if total is not None:
+            price = f"${total:,.2f}"
+        return (
+            f"Dry run of {self.protocol} with {self.trainer}, {self.num_iterations} "
+            f"iteration(s): {self.total_calls:,} model calls at most, about {price}"
+        )
+
+    def _tables(self) -> list[tuple[tuple[str, ...], list[list[str]]]]:
+        """The two tables shown: per (iteration, stage), and per (agent, priced model)."""
+        counts = ("calls", "prompt tok", "compl. tok", "examples", "train tok", "USD")
+        stages = [
+            [str(row["iteration"]), row["stage"], *_stage_cells(row)] for row in self.by_stage()
+        ]
+        agents = [
+            [row["agent"], row["model"], *_usage_cells(row, say_free=True)]
+            for row in self.by_agent()
+        ]
+        return [
+            (("iter", "stage", "items", "dialogues", *counts), stages),
+            (("agent", "model", *counts), agents),
+        ]
+
+    def __str__(self) -> str:
+        tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
+        parts = [self._headline()]
+        for head, rows in self._tables():
+            parts += ["", _text_table(head, rows)]
+        parts += [
+            "",
+            f"tokens counted with {tokenizers}",
+            "assumes:",
+            *(f"  - {a}" for a in self.assumptions),
+        ]
+        return "\n".join(parts)
+
+    def __repr__(self) -> str:
+        return f"CostEstimate({self._headline()})"
+
+    def _repr_html_(self) -> str:
+        def table(head: Sequence[str], rows: list[list[str]]) -> str:
+            def cell(tag: str, index: int, text: str) -> str:
+                align = "left" if index < 2 else "right"  # labels left, numbers right
+                return f'<{tag} style="text-align:{align}">{html.escape(text)}</{tag}>'
+
+            th = "".join(cell("th", i, h) for i, h in enumerate(head))
+            body = "".join(
+                "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>"
+                for row in rows
+            )
+            return f"<table><tr>{th}</tr>{body}</table>"
+
+        tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
+        assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in self.assumptions)
+        tables = "".join(table(head, rows) for head, rows in self._tables())
+        return (
+            f"<div><b>{html.escape(self._headline())}</b>{tables}"
+            f"<small>tokens counted with {html.escape(tokenizers)}; assumes:"
+            f"<ul>{assumptions}</ul></small></div>"
+        )
+
+
+def _usage_cells(row: dict[str, Any], *, say_free: bool = False) -> list[str]:
+    """calls, prompt, completion, examples, training tokens and USD of a summed row."""
+    usd = "?" if row["usd"] is None else f"{row['usd']:.4f}"
+    if say_free and row["free"]:
+        usd = "free"
+    return [
+        f"{row['calls']:,}",
+        f"{row['prompt_tokens']:,}",
+        f"{row['completion_tokens']:,}",
+        f"{row['examples']:,}",
+        f"{row['training_tokens']:,}",
+        usd,
+    ]
+
+
+def _stage_cells(row: dict[str, Any]) -> list[str]:
+    cells = [f"{row['items']:,}", f"{row['dialogues']:,}", *_usage_cells(row)]
+    blank = (0, 1, 2, 3, 4) if row["stage"] == "fine-tune" else (5, 6)
+    return ["-" if i in blank else c for i, c in enumerate(cells)]
+
+
+def _text_table(head: Sequence[str], rows: list[list[str]]) -> str:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(head)]
+
+    def line(cells: Sequence[str]) -> str:
+        first = [f"{c:<{w}}" for c, w in zip(cells[:2], widths[:2], strict=True)]
+        rest = [f"{c:>{w}}" for c, w in zip(cells[2:], widths[2:], strict=True)]
+        return "  ".join(first + rest).rstrip()
+
+    return "\n".join([line(head), *(line(r) for r in rows)])

@@ -1,0 +1,210 @@
+"""Several runs side by side: accuracy per protocol and iteration, with Wilson intervals.
+
+::
+
+    figure, table = compare_runs(["runs/nip-s1", "runs/nip-s2", "runs/debate-s1"])
+    figure.write_html("compare.html")
+
+Runs of the same protocol (and trainer) with different seeds are **pooled** by default: their
+dialogues at an iteration are counted together and the interval is the Wilson interval of the
+pooled proportion. It treats every dialogue as an independent draw, so it shows how precisely
+the protocol's accuracy is measured, not how much it varies from seed to seed; the table's
+``runs`` column says how many runs each point pools. ``pool_seeds=False`` draws every run as
+its own series (labelled with its seed) to see that spread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from nip.training.run_dir import RunDirectory
+from nip.viz import _style
+from nip.viz.intervals import wilson_interval
+from nip.viz.results import RunResults
+
+#: The columns of :func:`runs_table`, in order.
+RUNS_COLUMNS = [
+    "series",
+    "protocol",
+    "trainer",
+    "split",
+    "iteration",
+    "runs",
+    "seeds",
+    "dialogues",
+    "correct",
+    "accuracy",
+    "ci_low",
+    "ci_high",
+]
+
+RunSource = str | Path | RunDirectory | RunResults
+
+
+def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
+    """Dialogues and correct decisions per saved iteration of ``split``."""
+    hp = run.hyper_params
+    rows = []
+    for saved_split, iteration in run.rollout_files():
+        if saved_split != split:
+            continue
+        transcripts = run.transcripts(split, iteration)
+        rows.append(
+            {
+                "protocol": hp.get("interaction_protocol", "?"),
+                "trainer": hp.get("trainer", "?"),
+                "seed": hp.get("seed"),
+                "run": str(run.path),
+                "iteration": iteration,
+                "dialogues": len(transcripts),
+                "correct": sum(t.correct for t in transcripts),
+            }
+        )
+    return rows
+
+
+def runs_table(
+    run_dirs: Iterable[RunSource],
+    *,
+    split: str = "test",
+    confidence: float = 0.95,
+    pool_seeds: bool = True,
+) -> pd.DataFrame:
+    """Accuracy per series (protocol, or run) and iteration, with Wilson intervals.
+
+    Args:
+        run_dirs: Run directories (or :class:`RunResults`).
+        split: Which rollouts: ``test`` (the test passes the test scheme ran) or ``train``.
+        confidence: The intervals' coverage.
+        pool_seeds: Pool the runs of a protocol (and trainer); else one series per run.
+
+    Returns:
+        Columns :data:`RUNS_COLUMNS`, sorted by series and iteration. A series is named
+        after its protocol, with the trainer when the runs mix trainers, and with the seed
+        (or the directory, for runs sharing a seed) when runs are not pooled.
+
+    Raises:
+        FileNotFoundError: A directory is not a run, or no run saved ``split`` rollouts.
+    """
+    counts = []
+    for source in run_dirs:
+        run = source if isinstance(source, RunResults) else RunResults(source)
+        if not run.run_dir.exists("hyper_params.json"):
+            raise FileNotFoundError(f"{run.path} is not a run directory (no hyper_params.json)")
+        counts += _counts(run, split)
+    if not counts:
+        raise FileNotFoundError(f"none of the runs saved {split!r} rollouts")
+    frame = pd.DataFrame(counts)
+    mixed_trainers = frame["trainer"].nunique() > 1
+    frame["series"] = frame["protocol"]
+    if mixed_trainers:
+        frame["series"] += " (" + frame["trainer"] + ")"
+    if not pool_seeds:
+        shared_seed = frame.groupby(["series", "seed"])["run"].transform("nunique") > 1
+        frame["series"] += " " + frame["seed"].map(lambda s: f"seed {s}").where(
+            ~shared_seed, frame["run"]
+        )
+    rows = []
+    for (series, iteration), group in frame.groupby(["series", "iteration"], sort=True):
+        n, correct = int(group["dialogues"].sum()), int(group["correct"].sum())
+        low, high = wilson_interval(correct, n, confidence) if n else (float("nan"),) * 2
+        rows.append(
+            {
+                "series": series,
+                "protocol": group["protocol"].iloc[0],
+                "trainer": group["trainer"].iloc[0],
+                "split": split,
+                "iteration": int(iteration),
+                "runs": group["run"].nunique(),
+                "seeds": ", ".join(str(s) for s in sorted(group["seed"].unique())),
+                "dialogues": n,
+                "correct": correct,
+                "accuracy": correct / n if n else float("nan"),
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+    return pd.DataFrame(rows, columns=RUNS_COLUMNS)
+
+
+#: How far apart (in iterations) the series' points of one iteration are drawn.
+_DODGE = 0.06
+
+
+def compare_runs(
+    run_dirs: Iterable[RunSource],
+    *,
+    split: str = "test",
+    confidence: float = 0.95,
+    pool_seeds: bool = True,
+    title: str | None = None,
+) -> tuple[go.Figure, pd.DataFrame]:
+    """The paper-style figure: accuracy per protocol against iteration, with error bars.
+
+    Args:
+        run_dirs: Run directories (or :class:`RunResults`).
+        split: ``test`` or ``train`` rollouts.
+        confidence: The intervals' coverage.
+        pool_seeds: Pool the runs of a protocol (see the module's docstring).
+        title: The figure's title.
+
+    Returns:
+        ``(figure, table)``: one ``go.Scatter`` per series (lines and markers, asymmetric
+        Wilson error bars, drawn slightly apart so intervals at one iteration do not hide
+        each other); the table from :func:`runs_table`.
+    """
+    table = runs_table(run_dirs, split=split, confidence=confidence, pool_seeds=pool_seeds)
+    figure = go.Figure()
+    series = list(dict.fromkeys(table["series"]))
+    for index, name in enumerate(series):
+        rows = table[table["series"] == name]
+        dodge = _DODGE * (index - (len(series) - 1) / 2)
+        figure.add_trace(
+            go.Scatter(
+                x=rows["iteration"] + dodge,
+                y=rows["accuracy"],
+                mode="lines+markers",
+                name=name,
+                line=dict(color=_style.series_colour(index)),
+                error_y=dict(
+                    type="data",
+                    symmetric=False,
+                    array=rows["ci_high"] - rows["accuracy"],
+                    arrayminus=rows["accuracy"] - rows["ci_low"],
+                    thickness=1.5,
+                    width=5,
+                ),
+                customdata=rows[
+                    ["correct", "dialogues", "ci_low", "ci_high", "iteration", "runs"]
+                ].to_numpy(),
+                hovertemplate=(
+                    f"<b>{name}</b>, iteration %{{customdata[4]}}<br>accuracy %{{y:.1%}} "
+                    "(%{customdata[0]}/%{customdata[1]}, %{customdata[5]} run(s))<br>"
+                    f"{confidence:.0%} CI %{{customdata[2]:.1%}} to %{{customdata[3]:.1%}}"
+                    "<extra></extra>"
+                ),
+            )
+        )
+    figure.add_hline(
+        y=0.5,
+        line=dict(color=_style.CHANCE_COLOUR, dash="dot", width=1),
+        annotation_text="chance",
+        annotation_position="bottom right",
+    )
+    figure.update_layout(
+        template=_style.TEMPLATE,
+        title=dict(
+            text=title
+            or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} Wilson intervals)"
+        ),
+        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
+        yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
+        legend=dict(title=dict(text="protocol" if pool_seeds else "run")),
+        hovermode="closest",
+    )
+    return figure, table
