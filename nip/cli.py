@@ -64,19 +64,31 @@ def _print_metrics(trainer) -> None:
 
 
 def _load_config(name_or_path: str):
-    """A config file, or the name of a preset shipped in ``nip/configs`` (e.g. quickstart)."""
-    from importlib import resources
+    """A config file, or the name of a preset shipped in ``nip/configs`` (``quickstart``,
+    ``paper/nip-ei``; ``nip presets`` lists them)."""
     from pathlib import Path
 
+    from nip.configs import UnknownPresetError, load_preset
     from nip.parameters import HyperParameters
 
     path = Path(name_or_path)
     if not path.exists():
-        preset = resources.files("nip.configs") / f"{name_or_path}.yaml"
-        if not preset.is_file():
-            raise SystemExit(f"nip: no config file or preset named {name_or_path!r}")
-        return HyperParameters.from_yaml(preset.read_text(encoding="utf-8"))
+        try:
+            return load_preset(name_or_path)
+        except UnknownPresetError as error:
+            raise SystemExit(f"nip: no config file or preset named {name_or_path!r}") from error
     return HyperParameters.load(path)
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from nip.configs import list_presets
+
+    presets = list_presets()
+    width = max(len(preset.name) for preset in presets) + 2
+    for preset in presets:
+        print(f"{preset.name:<{width}}{preset.description}")
+    print("\nRun one with: nip run NAME (e.g. nip run paper/nip-ei)")
+    return 0
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -243,8 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
     protocols.add_argument("--seed", type=int, default=0, help="Dialogue seed.")
     protocols.set_defaults(func=_cmd_protocols)
 
+    presets = sub.add_parser("presets", help="List the shipped presets (nip run NAME).")
+    presets.set_defaults(func=_cmd_presets)
+
     run = sub.add_parser("run", help="Run an experiment from a YAML or JSON config.")
-    run.add_argument("config", help="HyperParameters as YAML/JSON, or a preset (quickstart).")
+    run.add_argument(
+        "config", help="HyperParameters as YAML/JSON, or a preset (quickstart, paper/nip-ei)."
+    )
     run.add_argument("--run-dir", help="Where to save the run (default: runs/<time>).")
     run.add_argument("--overwrite", action="store_true", help="Replace a run in --run-dir.")
     run.add_argument(

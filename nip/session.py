@@ -79,17 +79,9 @@ class Session:
     def dataset(self, split: str = "train"):
         """The configured dataset's ``split`` (loaded once)."""
         if split not in self._datasets:
-            from nip.data import load_code_validation_dataset
+            from nip.data import load_configured_dataset
 
-            options = self.hyper_params.code_validation
-            max_size = options.max_train_size if split == "train" else options.max_test_size
-            self._datasets[split] = load_code_validation_dataset(
-                self.hyper_params.dataset,
-                split=split,
-                difficulty=options.difficulty,
-                max_size=max_size,
-                seed=self.hyper_params.seed,
-            )
+            self._datasets[split] = load_configured_dataset(self.hyper_params, split)
         return self._datasets[split]
 
     def datapoints(

@@ -118,7 +118,7 @@ def test_max_size_larger_than_the_dataset_keeps_everything():
 @pytest.mark.parametrize(
     ("argument", "value", "allowed"),
     [
-        ("split", "validation", "'train'"),
+        ("split", "dev", "'validation'"),
         ("difficulty", "medium", "'hard'"),
         ("max_size", 0, "positive"),
     ],

@@ -421,7 +421,9 @@ def test_a_trainable_openrouter_agent_is_allowed_for_a_single_iteration():
 
 
 def test_a_dataset_that_is_neither_shipped_nor_a_file_is_refused(tmp_path):
-    with pytest.raises(InvalidParameterError, match="no such shipped dataset or file") as caught:
+    with pytest.raises(
+        InvalidParameterError, match="no such shipped dataset, file or folder"
+    ) as caught:
         HyperParameters(dataset=str(tmp_path / "missing.jsonl"))
     assert caught.value.field == "dataset"
 

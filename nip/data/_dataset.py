@@ -21,6 +21,9 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         name: Where they come from (a shipped dataset's name or a file path).
         split: The split they were loaded for.
         difficulty: The difficulty tier they were loaded for.
+        revision: The Hugging Face Hub commit they come from (None for other sources).
+        origin: How they were read: ``"shipped"``, ``"file"``, ``"directory"``, ``"hub"``
+            or ``"cache"`` (the Hugging Face cache, without asking the Hub).
 
     Example:
         >>> from nip.data import load_code_validation_dataset
@@ -36,11 +39,15 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         name: str = "",
         split: str = "all",
         difficulty: str = "all",
+        revision: str | None = None,
+        origin: str = "",
     ):
         self._items = tuple(items)
         self.name = name
         self.split = split
         self.difficulty = difficulty
+        self.revision = revision
+        self.origin = origin
 
     def __len__(self) -> int:
         return len(self._items)
@@ -54,7 +61,12 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
     def __getitem__(self, index: int | slice) -> CodeValidationItem | CodeValidationDataset:
         if isinstance(index, slice):
             return CodeValidationDataset(
-                self._items[index], name=self.name, split=self.split, difficulty=self.difficulty
+                self._items[index],
+                name=self.name,
+                split=self.split,
+                difficulty=self.difficulty,
+                revision=self.revision,
+                origin=self.origin,
             )
         return self._items[index]
 

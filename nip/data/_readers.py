@@ -1,16 +1,22 @@
-"""Read code-validation items from JSONL or parquet files, checking every field.
+"""Turn rows into code-validation items, checking every field; read rows from JSONL or parquet.
 
-Two row layouts are understood:
+Rows come from a file here, or from Hugging Face ``datasets`` (``nip.data._hub``); both go
+through :func:`items_from_rows`. Two row layouts are understood:
 
 - *flat*: one row per solution, with ``question``, ``solution`` and ``y`` (1 correct,
   0 incorrect), optionally ``id``, ``split``, ``difficulty``, ``source_task_id``,
   ``entry_point``, ``mutation``, ``counterexample``, ``passes_visible_examples``;
 - *grouped* (Buggy-APPS): one row per problem, with ``question`` and list columns
   ``solutions`` (correct) and ``buggy_solutions`` (incorrect), whose elements are code
-  strings or dicts with a ``solution`` key. Each list becomes one item per element.
+  strings or dicts with a ``solution`` key (APPS: a JSON string of code strings). Each
+  list becomes one item per element, walked over its own length.
 
-Rows without a ``split`` are assigned one from a hash of their problem, so that all
-solutions of one problem land in the same split.
+A grouped row's items have ids ``<problem>/correct/<k>`` and ``<problem>/buggy/<k>``, where
+``<problem>`` is the row's ``id``, else ``<original_split>-<original_problem_id>`` (or the
+problem id alone), else ``<file stem>-<row number>``.
+
+Rows of a file without a ``split`` are assigned one from a hash of their problem, so that all
+solutions of one problem land in the same split; rows of a Hub split take that split.
 """
 
 from __future__ import annotations
@@ -19,15 +25,16 @@ import gzip
 import hashlib
 import json
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from nip.data._apps import PROBLEM_ID_COLUMNS, solution_list
 from nip.data._errors import DatasetFormatError
 from nip.data._records import CodeValidationItem, Counterexample, Mutation
 from nip.protocols import datapoint_stance
 
-SPLITS = ("train", "test")
+SPLITS = ("train", "test", "validation")
 TRAIN_FRACTION = 0.8
 
 
@@ -37,14 +44,37 @@ def read_items(path: Path) -> list[CodeValidationItem]:
     Raises:
         DatasetFormatError: A row is malformed; the message names the file, row and field.
     """
+    return items_from_rows(read_rows(path), path)
+
+
+def read_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """The rows of a dataset file with their 1-based numbers, unchecked."""
+    return _rows(path)
+
+
+def items_from_rows(
+    rows: Iterable[tuple[int, Any]], source: str | Path, *, split: str | None = None
+) -> list[CodeValidationItem]:
+    """The items of numbered rows, checking every field and that ids are unique.
+
+    Args:
+        rows: ``(row number, row)`` pairs.
+        source: Where the rows come from (named in errors; its stem makes fallback ids).
+        split: The split of every row (a Hub split); None: the row's ``split``, else a hash.
+
+    Raises:
+        DatasetFormatError: A row is malformed; the message names the source, row and field.
+    """
+    path = Path(source)
     items: list[CodeValidationItem] = []
-    for number, row in _rows(path):
+    for number, row in rows:
         if not isinstance(row, Mapping):
             raise DatasetFormatError(path, "expected an object per row", row=number)
-        items.extend(_items_from_row(path, number, row))
+        items.extend(_items_from_row(path, number, row, split))
     ids = [item.id for item in items]
     if len(set(ids)) != len(ids):
-        duplicate = next(i for i in ids if ids.count(i) > 1)
+        seen: set[str] = set()
+        duplicate = next(i for i in ids if i in seen or seen.add(i))
         raise DatasetFormatError(path, f"id {duplicate!r} appears more than once", field="id")
     return items
 
@@ -83,34 +113,48 @@ def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
     yield from enumerate(frame.to_dict("records"), start=1)
 
 
-def _items_from_row(path: Path, number: int, row: Mapping[str, Any]) -> list[CodeValidationItem]:
+def _items_from_row(
+    path: Path, number: int, row: Mapping[str, Any], split: str | None
+) -> list[CodeValidationItem]:
     def fail(field: str, message: str) -> DatasetFormatError:
         return DatasetFormatError(path, message, row=number, field=field)
 
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
         raise fail("question", "missing, or not a non-empty string")
-    task = row.get("source_task_id", row.get("original_problem_id", row.get("problem_id")))
-    task = str(task) if task is not None and not _is_missing(task) else _digest(question)
-    split = row.get("split")
-    if split is None or _is_missing(split):
-        split = "train" if int(_digest(task), 16) % 100 < TRAIN_FRACTION * 100 else "test"
-    elif split not in SPLITS:
-        raise fail("split", f"{split!r} is not one of {', '.join(SPLITS)}")
+    problem = next(
+        (str(row[c]) for c in PROBLEM_ID_COLUMNS if c in row and not _is_missing(row[c])), None
+    )
+    original_split = row.get("original_split")
+    if problem is not None and original_split is not None and not _is_missing(original_split):
+        problem = f"{original_split}-{problem}"  # APPS numbers problems per split
+    task = problem if problem is not None else _digest(question)
+    if split is None:
+        split = row.get("split")
+        if split is None or _is_missing(split):
+            split = "train" if int(_digest(task), 16) % 100 < TRAIN_FRACTION * 100 else "test"
+        elif split not in SPLITS:
+            raise fail("split", f"{split!r} is not one of {', '.join(SPLITS)}")
     difficulty = row.get("difficulty")
     difficulty = "unknown" if difficulty is None or _is_missing(difficulty) else str(difficulty)
-    base_id = str(row["id"]) if row.get("id") is not None else f"{path.stem}-{number}"
     common = {
         "question": question,
         "split": split,
         "difficulty": difficulty,
         "source_task_id": task,
     }
+    grouped = "solutions" in row or "buggy_solutions" in row
+    if row.get("id") is not None and not _is_missing(row["id"]):
+        base_id = str(row["id"])
+    elif grouped and problem is not None:
+        base_id = problem  # stable across files and row orders
+    else:
+        base_id = f"{path.stem}-{number}"
 
-    if "solutions" in row or "buggy_solutions" in row:
+    if grouped:
         items = []
         for field, y in (("solutions", 1), ("buggy_solutions", 0)):
-            values = row.get(field)
+            values = solution_list(row.get(field))
             if values is None or _is_missing(values):
                 values = []
             if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):

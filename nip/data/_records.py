@@ -53,9 +53,11 @@ class CodeValidationItem:
         question: The problem statement.
         solution: The code to judge.
         y: 1 if the solution is correct, 0 if not.
-        split: ``"train"`` or ``"test"``; all items of one problem share a split.
-        difficulty: ``"easy"`` or ``"hard"`` (see ``docs/dataset.md``); a correct item has
-            the tier of the incorrect item of the same problem.
+        split: ``"train"``, ``"test"`` or ``"validation"``; all items of one problem share
+            a split.
+        difficulty: ``"easy"`` or ``"hard"`` for ``humaneval_cv`` (see ``docs/dataset.md``;
+            a correct item has the tier of the incorrect item of the same problem); the APPS
+            difficulty (``"introductory"``, ``"interview"``, ``"competition"``) for APPS data.
         source_task_id: The problem the item comes from (e.g. ``"HumanEval/0"``).
         prover_stance: The side (0 reject, 1 accept) a randomised prover argues for, from
             :func:`nip.protocols.datapoint_stance`; independent of ``y``.

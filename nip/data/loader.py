@@ -1,19 +1,39 @@
-"""Load a code-validation dataset: the shipped one by name, or a user's file by path."""
+"""Load a code-validation dataset: the shipped one, a Hub dataset, or a user's file or folder.
+
+Every source gives rows, and every row goes the same way: the Hub's column renames, the
+filters of its family (``difficulty`` for flat rows; ``apps_difficulty`` and
+``apps_exclude_flagged`` for APPS-style rows), one item per solution, the split, and a
+seeded subsample.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, Any, get_args
 
+from nip.data._apps import is_grouped, keeps_row, normalise_columns
 from nip.data._dataset import CodeValidationDataset
-from nip.data._readers import SPLITS, read_items
+from nip.data._errors import DatasetSplitError
+from nip.data._hub import load_hub_splits
+from nip.data._readers import SPLITS, items_from_rows, read_rows
 from nip.data._records import CodeValidationItem
 from nip.errors import InvalidParameterError
-from nip.parameters.scenario import Difficulty
+from nip.parameters.scenario import (
+    SHIPPED_DATASET_SPLITS,
+    AppsDifficulty,
+    CodeValidationParameters,
+    Difficulty,
+    dataset_kind,
+    inapplicable_fields,
+)
+
+if TYPE_CHECKING:
+    from nip.parameters import HyperParameters
 
 SHIPPED_DIR = Path(__file__).with_name("code_validation")
-SHIPPED_DATASETS = {"humaneval_cv": SHIPPED_DIR / "humaneval_cv.jsonl"}
+SHIPPED_DATASETS = {name: SHIPPED_DIR / f"{name}.jsonl" for name in SHIPPED_DATASET_SPLITS}
 """Datasets that ship with nip, by name."""
 
 _SPLIT_CHOICES = (*SPLITS, "all")
@@ -25,55 +45,116 @@ def load_code_validation_dataset(
     difficulty: Difficulty = "all",
     max_size: int | None = None,
     seed: int = 0,
+    *,
+    apps_difficulty: AppsDifficulty = "interview",
+    apps_exclude_flagged: bool = True,
+    revision: str | None = None,
 ) -> CodeValidationDataset:
     """Load question-solution pairs labelled correct (``y=1``) or incorrect (``y=0``).
 
     Args:
-        name_or_path: A shipped dataset's name (``"humaneval_cv"``), or the path of a
-            ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file with ``question``, ``solution`` and
-            ``y`` per row (or Buggy-APPS rows with ``solutions`` and ``buggy_solutions``).
-        split: ``"train"``, ``"test"`` or ``"all"``. Problems never straddle splits.
-        difficulty: ``"easy"``, ``"hard"`` or ``"all"`` (see ``docs/dataset.md``).
+        name_or_path: A shipped dataset's name (``"humaneval_cv"``); a Hugging Face Hub id
+            (``"lrhammond/buggy-apps"``, ``"codeparrot/apps"``), read with ``datasets``; a
+            folder in the Hub's layout (``data/train.parquet``, ``data/test.parquet``); or a
+            ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file with ``question``, ``solution``
+            and ``y`` per row (or Buggy-APPS rows with ``solutions`` and
+            ``buggy_solutions``).
+        split: ``"train"``, ``"test"``, ``"validation"`` or ``"all"``. A Hub dataset or a
+            folder has its own splits; a file's rows carry a ``split`` or get one by problem.
+            Problems never straddle splits.
+        difficulty: For flat rows (``humaneval_cv``): ``"easy"``, ``"hard"`` or ``"all"``.
         max_size: Keep at most this many items, drawn with ``seed``, half of each label
             where the data allow.
         seed: Seed of the subsample.
+        apps_difficulty: For APPS-style rows: ``"introductory"``, ``"interview"``,
+            ``"competition"`` or ``"all"``.
+        apps_exclude_flagged: For APPS-style rows: drop problems with moderation flags.
+        revision: For a Hub dataset: the commit, tag or branch to load.
 
     Returns:
-        The items, in file order.
+        The items, in source order; ``revision`` holds the Hub commit they come from.
 
     Raises:
-        InvalidParameterError: An argument has a value that is not allowed.
-        DatasetFormatError: The file is malformed (the message names the row and field).
+        InvalidParameterError: An argument has a value that is not allowed, or a changed
+            filter does not apply to the dataset's rows.
+        DatasetSplitError: The dataset has no such split.
+        DatasetFormatError: A row is malformed (the message names the row and field).
+        DatasetUnavailableError: A Hub dataset is neither reachable nor cached.
 
     Example:
         >>> dataset = load_code_validation_dataset(split="test", difficulty="hard")
         >>> {item.split for item in dataset}, {item.difficulty for item in dataset}
         ({'test'}, {'hard'})
     """
-    if split not in _SPLIT_CHOICES:
-        raise InvalidParameterError("split", split, ", ".join(map(repr, _SPLIT_CHOICES)))
-    if difficulty not in get_args(Difficulty):
-        raise InvalidParameterError(
-            "difficulty", difficulty, ", ".join(map(repr, get_args(Difficulty)))
+    _check_arguments(split, difficulty, apps_difficulty, max_size)
+    name = str(name_or_path)
+    kind = dataset_kind(name)
+    if kind is None:
+        allowed = (
+            f"one of {', '.join(map(repr, SHIPPED_DATASETS))}, a Hub dataset id, or the path "
+            "of a dataset file or folder"
         )
-    if max_size is not None and (
-        isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1
-    ):
-        raise InvalidParameterError("max_size", max_size, "a positive integer or None")
-    path = _resolve(name_or_path)
-    items = [
-        item
-        for item in read_items(path)
-        if split in ("all", item.split) and difficulty in ("all", item.difficulty)
-    ]
+        raise InvalidParameterError(
+            "name_or_path", name, allowed, reason="no such dataset, file or folder"
+        )
+    if revision is not None and kind != "hub":
+        raise InvalidParameterError(
+            "revision", revision, "None for a dataset that is not on the Hub"
+        )
+    numbered, source, resolved, origin = _numbered_rows(name, kind, split, revision)
+    options = CodeValidationParameters(
+        difficulty=difficulty,
+        apps_difficulty=apps_difficulty,
+        apps_exclude_flagged=apps_exclude_flagged,
+    )
+    items = _items(numbered, source, options)
+    if kind in ("shipped", "file"):
+        _check_file_split(name, split, items)
+        items = [item for item in items if split in ("all", item.split)]
     if max_size is not None and max_size < len(items):
         items = balanced_subsample(items, max_size, seed)
-    name = (
-        name_or_path
-        if isinstance(name_or_path, str) and name_or_path in SHIPPED_DATASETS
-        else str(path)
+    shown = name if kind in ("shipped", "hub") else str(Path(name).expanduser())
+    return CodeValidationDataset(
+        items, name=shown, split=split, difficulty=difficulty, revision=resolved, origin=origin
     )
-    return CodeValidationDataset(items, name=name, split=split, difficulty=difficulty)
+
+
+def load_configured_dataset(hyper_params: HyperParameters, split: str) -> CodeValidationDataset:
+    """The ``split`` of the dataset ``hyper_params`` configure, with its filters and size.
+
+    ``max_train_size`` bounds the train split, ``max_test_size`` the test or validation one.
+    """
+    options = hyper_params.code_validation
+    return load_code_validation_dataset(
+        hyper_params.dataset,
+        split=split,
+        difficulty=options.difficulty,
+        max_size=options.max_train_size if split == "train" else options.max_test_size,
+        seed=hyper_params.seed,
+        apps_difficulty=options.apps_difficulty,
+        apps_exclude_flagged=options.apps_exclude_flagged,
+        revision=options.dataset_revision,
+    )
+
+
+def dataset_provenance(dataset: CodeValidationDataset) -> dict[str, Any]:
+    """What a run records about the data it used: source, revision, size and a fingerprint.
+
+    The fingerprint is a SHA-256 over the items' ids, labels and solutions, so two runs used
+    the same items exactly when their fingerprints agree, whatever the source.
+    """
+    digest = hashlib.sha256()
+    for item in dataset:
+        digest.update(f"{item.id}\0{item.y}\0{item.solution}\0".encode())
+    return {
+        "dataset": dataset.name,
+        "split": dataset.split,
+        "revision": dataset.revision,
+        "origin": dataset.origin,
+        "items": len(dataset),
+        "labels": dataset.label_counts(),
+        "fingerprint": digest.hexdigest(),
+    }
 
 
 def balanced_subsample(
@@ -92,13 +173,93 @@ def balanced_subsample(
     return [items[i] for i in sorted(chosen)]
 
 
-def _resolve(name_or_path: str | Path) -> Path:
-    if isinstance(name_or_path, str) and name_or_path in SHIPPED_DATASETS:
-        return SHIPPED_DATASETS[name_or_path]
-    path = Path(name_or_path).expanduser()
-    if not path.is_file():
-        allowed = f"one of {', '.join(map(repr, SHIPPED_DATASETS))}, or the path of a dataset file"
+def _check_arguments(
+    split: str, difficulty: str, apps_difficulty: str, max_size: int | None
+) -> None:
+    if split not in _SPLIT_CHOICES:
+        raise InvalidParameterError("split", split, ", ".join(map(repr, _SPLIT_CHOICES)))
+    for field, value, literal in (
+        ("difficulty", difficulty, Difficulty),
+        ("apps_difficulty", apps_difficulty, AppsDifficulty),
+    ):
+        if value not in get_args(literal):
+            raise InvalidParameterError(field, value, ", ".join(map(repr, get_args(literal))))
+    if max_size is not None and (
+        isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1
+    ):
+        raise InvalidParameterError("max_size", max_size, "a positive integer or None")
+
+
+def _numbered_rows(
+    name: str, kind: str, split: str, revision: str | None
+) -> tuple[list[tuple[int, Any, str | None]], str, str | None, str]:
+    """``(row number, row, split or None)`` triples, the source to name in errors, the
+    resolved Hub revision and how the rows were read."""
+    if kind in ("shipped", "file"):
+        path = SHIPPED_DATASETS[name] if kind == "shipped" else Path(name).expanduser()
+        return [(n, row, None) for n, row in read_rows(path)], str(path), None, kind
+    hub = load_hub_splits(name, revision)
+    if split != "all" and split not in hub.splits:
+        raise DatasetSplitError(name, split, tuple(hub.splits))
+    chosen = list(hub.splits) if split == "all" else [split]
+    numbered = [(n, row, s) for s in chosen for n, row in enumerate(hub.splits[s], start=1)]
+    return numbered, name, hub.revision, hub.origin
+
+
+def _items(
+    numbered: list[tuple[int, Any, str | None]], source: str, options: CodeValidationParameters
+) -> list[CodeValidationItem]:
+    """Items of the rows that pass the filters of their family (flat or APPS)."""
+    rows = [
+        (n, normalise_columns(row) if isinstance(row, dict) else row, s) for n, row, s in numbered
+    ]
+    family = "apps" if any(isinstance(r, dict) and is_grouped(r) for _, r, _ in rows) else "flat"
+    unused = inapplicable_fields(options, family)
+    if unused:
+        field, value = next(iter(unused.items()))
+        what = "APPS-style rows" if family == "apps" else "flat rows (question, solution, y)"
         raise InvalidParameterError(
-            "name_or_path", str(name_or_path), allowed, reason="no such dataset or file"
+            field,
+            value,
+            f"its default for {source!r}",
+            reason=f"{source!r} has {what}, which this filter does not apply to",
         )
-    return path
+    level = _apps_level(rows, options.apps_difficulty, source) if family == "apps" else "all"
+    items: list[CodeValidationItem] = []
+    for row_split in dict.fromkeys(s for _, _, s in rows):
+        kept = [
+            (n, row)
+            for n, row, s in rows
+            if s == row_split
+            and (
+                family == "flat"
+                or not isinstance(row, dict)
+                or keeps_row(row, level, options.apps_exclude_flagged)
+            )
+        ]
+        items += items_from_rows(kept, source, split=row_split)
+    if family == "flat":
+        items = [i for i in items if options.difficulty in ("all", i.difficulty)]
+    return items
+
+
+def _apps_level(rows: list[tuple[int, Any, str | None]], level: str, source: str) -> str:
+    """The APPS difficulty to keep: rows without a ``difficulty`` cannot be filtered by it,
+    so there only the default (or ``all``) is accepted, and keeps every row."""
+    if any(isinstance(row, dict) and row.get("difficulty") for _, row, _ in rows):
+        return level
+    if level not in ("all", CodeValidationParameters().apps_difficulty):
+        raise InvalidParameterError(
+            "apps_difficulty",
+            level,
+            f"its default or 'all' for {source!r}",
+            reason=f"the rows of {source!r} have no difficulty to filter on",
+        )
+    return "all"
+
+
+def _check_file_split(name: str, split: str, items: list[CodeValidationItem]) -> None:
+    """A file has train and test (by hash when rows have none); other splits must be there."""
+    available = tuple(dict.fromkeys(("train", "test", *(item.split for item in items))))
+    if split not in ("all", *available):
+        raise DatasetSplitError(name, split, available)

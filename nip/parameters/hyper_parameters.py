@@ -17,7 +17,12 @@ from nip.parameters.protocol import (
     MnipProtocolParameters,
     NipProtocolParameters,
 )
-from nip.parameters.scenario import CodeValidationParameters
+from nip.parameters.scenario import (
+    SHIPPED_DATASET_SPLITS,
+    CodeValidationParameters,
+    dataset_kind,
+    inapplicable_fields,
+)
 from nip.parameters.trainers import (
     PureTextEiParameters,
     PureTextMaltParameters,
@@ -53,7 +58,10 @@ class HyperParameters(BaseParameters):
     trainer: TrainerType = param(
         "pure_text_ei", doc="Expert Iteration (pure_text_ei) or MALT (pure_text_malt)."
     )
-    dataset: str = param(DEFAULT_DATASET, doc="A shipped dataset's name or a JSONL/parquet path.")
+    dataset: str = param(
+        DEFAULT_DATASET,
+        doc="A shipped dataset, a Hub id (lrhammond/buggy-apps), or a file or folder path.",
+    )
     interaction_protocol: InteractionProtocolType = param("nip", doc="The interaction protocol.")
     seed: int = param(6198, doc="Seed of every random choice in the run.")
     agents: dict[str, PureTextAgentParameters] = param(
@@ -142,16 +150,9 @@ class HyperParameters(BaseParameters):
                 )
 
     def _check_files_exist(self) -> None:
-        """Reject a dataset or prompt template that does not exist, before any sampling."""
-        from nip.data.loader import SHIPPED_DATASETS
-
-        if self.dataset not in SHIPPED_DATASETS and not Path(self.dataset).expanduser().is_file():
-            raise InvalidParameterError(
-                "dataset",
-                self.dataset,
-                f"one of {', '.join(map(repr, SHIPPED_DATASETS))}, or the path of a dataset file",
-                reason="no such shipped dataset or file",
-            )
+        """Reject a dataset or prompt template that does not exist, and dataset options that
+        would be ignored for the chosen dataset, before any sampling."""
+        self._check_dataset()
         for name, agent in self.agents.items():
             path = agent.system_prompt_template_path
             if path is not None and not Path(path).is_file():
@@ -161,6 +162,44 @@ class HyperParameters(BaseParameters):
                     "None (the built-in template) or the path of a template file",
                     reason="no such file",
                 )
+
+    def _check_dataset(self) -> None:
+        """The dataset exists (or is a Hub id) and every changed option applies to it."""
+        kind = dataset_kind(self.dataset)
+        if kind is None:
+            raise InvalidParameterError(
+                "dataset",
+                self.dataset,
+                f"one of {', '.join(map(repr, SHIPPED_DATASET_SPLITS))}, a Hub dataset id "
+                "such as 'lrhammond/buggy-apps', or the path of a dataset file or folder",
+                reason="no such shipped dataset, file or folder, and not a Hub id",
+            )
+        options = self.code_validation
+        family = {"shipped": "flat", "hub": "apps"}.get(kind)
+        unused = inapplicable_fields(options, family) if family else {}
+        if unused:
+            name, value = next(iter(unused.items()))
+            raise InvalidParameterError(
+                f"code_validation.{name}",
+                value,
+                f"its default for dataset {self.dataset!r}",
+                reason=f"it does not apply to {self.dataset!r}; see docs/dataset.md",
+            )
+        if options.dataset_revision is not None and kind != "hub":
+            raise InvalidParameterError(
+                "code_validation.dataset_revision",
+                options.dataset_revision,
+                "None for a dataset that is not on the Hugging Face Hub",
+                reason=f"{self.dataset!r} is not a Hub dataset, so it has no revision",
+            )
+        split = self.text_rl.test_dataset_split
+        if kind == "shipped" and split not in SHIPPED_DATASET_SPLITS[self.dataset]:
+            raise InvalidParameterError(
+                "text_rl.test_dataset_split",
+                split,
+                ", ".join(map(repr, SHIPPED_DATASET_SPLITS[self.dataset])),
+                reason=f"{self.dataset!r} has no {split!r} split",
+            )
 
     @property
     def agent_names(self) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from typing import Literal
 from nip.parameters._base import BaseParameters, param
 
 TestScheme = Literal["none", "all", "last", "first_and_last"]
+TestDatasetSplit = Literal["test", "validation"]
 GuessReplacementAnnealing = Literal["none", "linear", "exponential"]
 RolloutSelectionMethod = Literal["threshold", "weighted_sampling"]
 PairSelectionMethod = Literal["positive_negative", "interval"]
@@ -49,6 +50,9 @@ class TextRlParameters(BaseParameters):
     save_transcripts: bool = param(True, doc="Write readable transcripts to the run directory.")
     transcript_format: Literal["json", "yaml"] = param("json", doc="Format of transcripts.")
     test_scheme: TestScheme = param("last", doc="In which iterations to test the agents.")
+    test_dataset_split: TestDatasetSplit = param(
+        "test", doc="Which split of the dataset the test stage uses (test or validation)."
+    )
     test_on_whole_dataset: bool = param(
         True, doc="Test on the whole test split (else rollouts_per_iteration items)."
     )

@@ -140,7 +140,7 @@ class _Estimator:
             lines += self._lines(iteration, "train", train, models, len(items), dialogues)
             if self._test_now(iteration):
                 size = None if hp.text_rl.test_on_whole_dataset else n
-                test_items = self.session.datapoints(size, split="test")
+                test_items = self.session.datapoints(size, split=hp.text_rl.test_dataset_split)
                 all_items, seeds = [], []
                 for repeat in range(hp.rl.num_test_iterations):
                     all_items += test_items

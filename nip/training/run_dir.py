@@ -8,6 +8,7 @@ Layout::
 
     hyper_params.json          the parameters, with their schema version
     meta.json                  nip version, creation time
+    dataset.json               per split: dataset, Hub revision, item count, fingerprint
     state.json                 iteration, stage, shared model groups
     rollouts/train_it0003.jsonl, rollouts/test_it0003.jsonl
     malt/trees_it0003.jsonl
@@ -72,6 +73,12 @@ class RunDirectory:
     def read_jsonl(self, relative: str) -> list[Any]:
         text = (self.path / relative).read_text(encoding="utf-8")
         return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    # ----------------------------------------------------------------- dataset
+    def save_dataset_provenance(self, splits: dict[str, dict[str, Any]]) -> Path:
+        """Record which data each split used (see ``nip.data.dataset_provenance``), so that
+        two runs can be compared: same fingerprint, same items."""
+        return self.write_json("dataset.json", splits)
 
     # ---------------------------------------------------------------- rollouts
     @staticmethod

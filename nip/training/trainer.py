@@ -109,6 +109,8 @@ class PureTextEiTrainer:
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
         self.session = Session(hyper_params, settings)
+        if not _resuming:  # load the data now: a missing dataset fails before any sampling
+            self.run_dir.save_dataset_provenance(self._dataset_provenance())
         backends = dict(fine_tune_backends or {})
         self.groups: dict[str, PureTextSharedModelGroup] = {
             name: PureTextSharedModelGroup(
@@ -125,6 +127,15 @@ class PureTextEiTrainer:
         self.poll_interval_s = 2.0
         self._logger = None
         self._servers_ready = False
+
+    def _dataset_provenance(self) -> dict[str, dict]:
+        """Source, Hub revision and fingerprint of each split the run will use."""
+        from nip.data import dataset_provenance
+
+        splits = ["train"]
+        if self.hyper_params.text_rl.test_scheme != "none":
+            splits.append(self.hyper_params.text_rl.test_dataset_split)
+        return {split: dataset_provenance(self.session.dataset(split)) for split in splits}
 
     # ------------------------------------------------------------------ resume
     @classmethod
@@ -287,7 +298,7 @@ class PureTextEiTrainer:
             return
         hp = self.hyper_params
         size = None if hp.text_rl.test_on_whole_dataset else hp.rl.rollouts_per_iteration
-        items = self.session.datapoints(size, split="test")
+        items = self.session.datapoints(size, split=hp.text_rl.test_dataset_split)
         transcripts: list[Transcript] = []
         for repeat in range(hp.rl.num_test_iterations):
             batch = await self.session.rollouts_async(

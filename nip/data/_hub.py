@@ -1,0 +1,162 @@
+"""Read a dataset's splits with Hugging Face ``datasets``: a Hub id, or a local folder.
+
+The Hub is asked first (with ``dataset_revision`` pinned where given) and the resolved commit
+is returned, so that a run can record exactly which data it used. Offline, the Hugging Face
+cache is used: with ``HF_HUB_OFFLINE=1`` (or ``HF_DATASETS_OFFLINE=1``) through ``datasets``'
+own offline mode, and when the Hub does not answer a short probe, straight from the cache
+(``datasets`` itself would retry for about half a minute before falling back to it). Without
+a network and a cache, :class:`DatasetUnavailableError` says how to point nip at a local copy.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nip.data._errors import DatasetFormatError, DatasetUnavailableError
+
+#: Seconds to wait for the Hub before treating it as unreachable.
+HUB_PROBE_TIMEOUT_S = 5.0
+
+#: Hub datasets stored as JSON lines with a loading script, which ``datasets`` >= 4 no longer
+#: runs: their data files are read directly.
+SCRIPT_DATASET_FILES = {"codeparrot/apps": {"train": "train.jsonl", "test": "test.jsonl"}}
+
+_COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+
+
+@dataclass(frozen=True)
+class HubSplits:
+    """The rows of every split of a dataset read with ``datasets``.
+
+    Attributes:
+        splits: Split name -> its rows (plain dicts, nested records as dicts).
+        revision: The Hub commit the rows come from; None for a local folder.
+        origin: ``"hub"``, ``"cache"`` (the Hub did not answer) or ``"directory"``.
+    """
+
+    splits: dict[str, list[dict[str, Any]]]
+    revision: str | None
+    origin: str
+
+
+def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
+    """Every split of a Hub dataset or of a local folder in the Hub's layout.
+
+    Args:
+        name_or_dir: A Hub id (``"lrhammond/buggy-apps"``) or a folder such as a Hub download
+            (``data/train.parquet``, ``data/test.parquet``; other layouts ``datasets`` reads).
+        revision: A Hub commit, tag or branch to pin; None for the newest.
+
+    Raises:
+        DatasetFormatError: A folder's files cannot be read as a dataset.
+        DatasetUnavailableError: Neither the Hub nor the cache has the dataset (the message
+            names it and says how to use a local copy), or the cached copy is not the pinned
+            revision.
+    """
+    datasets = _import_datasets()
+    folder = Path(name_or_dir).expanduser()
+    if folder.is_dir():
+        try:
+            return HubSplits(
+                _prepare(datasets.load_dataset_builder(str(folder))), None, "directory"
+            )
+        except (datasets.exceptions.DatasetsError, ValueError) as error:
+            cause = error.__cause__ or error
+            raise DatasetFormatError(folder, f"datasets cannot read it ({cause})") from error
+    online = not datasets.config.HF_HUB_OFFLINE and _hub_reachable(datasets.config.HF_ENDPOINT)
+    if name_or_dir in SCRIPT_DATASET_FILES:
+        return _load_script_dataset(datasets, name_or_dir, revision, online=online)
+    if online:
+        try:
+            builder = datasets.load_dataset_builder(name_or_dir, revision=revision)
+        except (OSError, datasets.exceptions.DatasetsError) as error:
+            raise DatasetUnavailableError(name_or_dir, str(error)) from error
+    else:
+        builder = _cached_builder(name_or_dir)
+    # datasets falls back to its cache (the "Cache" builder) when the Hub fails mid-way.
+    origin = "cache" if type(builder).__name__ == "Cache" else "hub"
+    resolved = builder.hash if isinstance(builder.hash, str) and builder.hash != "auto" else None
+    _check_pinned(name_or_dir, revision, resolved)
+    try:
+        splits = _prepare(builder)
+    except (OSError, datasets.exceptions.DatasetsError) as error:
+        raise DatasetUnavailableError(name_or_dir, str(error)) from error
+    return HubSplits(splits, resolved, origin)
+
+
+def _prepare(builder: Any) -> dict[str, list[dict[str, Any]]]:
+    builder.download_and_prepare()
+    return {str(split): data.to_list() for split, data in builder.as_dataset().items()}
+
+
+def _cached_builder(name: str) -> Any:
+    """The builder of the newest cached copy of ``name``, as ``datasets`` uses offline."""
+    from datasets.packaged_modules.cache.cache import Cache
+
+    try:
+        return Cache(dataset_name=name.split("/")[-1], repo_id=name, version="auto", hash="auto")
+    except ValueError as error:
+        reason = "the Hub cannot be reached and the dataset is not in the Hugging Face cache"
+        raise DatasetUnavailableError(name, f"{reason} ({error})") from None
+
+
+def _check_pinned(name: str, revision: str | None, resolved: str | None) -> None:
+    """A pinned commit must be the one loaded (offline, the cache holds only what it holds)."""
+    if revision is None or resolved is None or not _COMMIT.match(revision.lower()):
+        return
+    if not resolved.lower().startswith(revision.lower()):
+        raise DatasetUnavailableError(
+            name,
+            f"code_validation.dataset_revision={revision!r} is pinned, but the copy found "
+            f"is revision {resolved!r}",
+        )
+
+
+def _load_script_dataset(
+    datasets: Any, name: str, revision: str | None, *, online: bool
+) -> HubSplits:
+    """A Hub dataset with a loading script: its files, read at the resolved commit."""
+    if not online:
+        raise DatasetUnavailableError(
+            name, "the Hub cannot be reached, and this dataset's files are read from it directly"
+        )
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi(endpoint=datasets.config.HF_ENDPOINT).dataset_info(
+            name, revision=revision, timeout=2 * HUB_PROBE_TIMEOUT_S
+        )
+        files = {
+            split: f"hf://datasets/{name}@{info.sha}/{file}"
+            for split, file in SCRIPT_DATASET_FILES[name].items()
+        }
+        splits = _prepare(datasets.load_dataset_builder("json", data_files=files))
+    except Exception as error:  # the Hub client raises many types; all mean "not loadable"
+        raise DatasetUnavailableError(name, f"{type(error).__name__}: {error}") from error
+    return HubSplits(splits, info.sha, "hub")
+
+
+def _hub_reachable(endpoint: str) -> bool:
+    """Whether the Hub answers at all within :data:`HUB_PROBE_TIMEOUT_S`."""
+    import httpx
+
+    try:
+        httpx.head(endpoint, timeout=HUB_PROBE_TIMEOUT_S)
+    except httpx.HTTPError:
+        return False
+    return True
+
+
+def _import_datasets() -> Any:
+    try:
+        import datasets
+        import datasets.exceptions
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "Hub datasets and dataset folders are read with Hugging Face datasets: "
+            "pip install 'nip[data]'"
+        ) from error
+    return datasets

@@ -1,0 +1,69 @@
+"""The shipped presets: the paper's code-validation experiments, listed by ``nip presets``."""
+
+from __future__ import annotations
+
+import pytest
+
+from nip.cli import _load_config, build_parser, main
+from nip.configs import UnknownPresetError, get_preset, list_presets, load_preset
+from nip.parameters import HyperParameters
+
+PAPER_PROTOCOLS = ("adp", "debate", "merlin_arthur", "nip", "mnip", "solo_verifier")
+PAPER_PRESETS = [f"paper/{p}-ei" for p in PAPER_PROTOCOLS] + ["paper/nip-malt", "paper/mnip-malt"]
+
+
+@pytest.mark.parametrize("preset", list_presets(), ids=lambda preset: preset.name)
+def test_every_shipped_preset_loads_validates_and_describes_itself(preset):
+    params = preset.load()
+    assert isinstance(params, HyperParameters)
+    assert HyperParameters.from_dict(params.to_dict()) == params
+    assert preset.description and not preset.description.startswith("#")
+
+
+@pytest.mark.parametrize("name", PAPER_PRESETS)
+def test_each_paper_experiment_has_a_preset_on_buggy_apps_with_openai_models(name):
+    params = load_preset(name)
+    assert params.dataset == "lrhammond/buggy-apps"
+    assert params.code_validation.apps_difficulty == "interview"
+    assert params.code_validation.apps_exclude_flagged
+    assert params.trainer == ("pure_text_malt" if name.endswith("-malt") else "pure_text_ei")
+    assert name.removeprefix("paper/").rsplit("-", 1)[0] == params.interaction_protocol
+    assert {agent.model_provider for agent in params.agents.values()} == {"OpenAI"}
+    assert params.agents["verifier"].model_name == "gpt-4o-mini-2024-07-18"
+
+
+@pytest.mark.parametrize("protocol", PAPER_PROTOCOLS)
+def test_the_expert_iteration_presets_use_the_values_of_the_papers_script(protocol):
+    params = load_preset(f"paper/{protocol}-ei")
+    assert (params.rl.num_iterations, params.rl.rollouts_per_iteration) == (8, 200)
+    assert params.text_rl.fine_tune_on_all_previous_rollouts
+    provers = {n: a.model_name for n, a in params.agents.items() if n != "verifier"}
+    assert set(provers.values()) <= {"gpt-4o-2024-08-06"}
+    rounds = {"nip": "nip_protocol", "debate": "debate_protocol", "mnip": "mnip_protocol"}
+    if protocol in rounds:
+        protocol_params = getattr(params, rounds[protocol])
+        assert (protocol_params.min_message_rounds, protocol_params.max_message_rounds) == (1, 9)
+
+
+def test_nip_presets_lists_every_preset_with_its_description(capsys):
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for preset in list_presets():
+        assert any(line.split(maxsplit=1) == [preset.name, preset.description] for line in lines), (
+            preset.name
+        )
+    assert {p.name for p in list_presets()} >= {*PAPER_PRESETS, "quickstart"}
+
+
+def test_nip_run_takes_a_preset_name_with_a_slash():
+    args = build_parser().parse_args(["run", "paper/nip-ei"])
+    params = _load_config(args.config)
+    assert params == load_preset("paper/nip-ei")
+    assert params.interaction_protocol == "nip"
+
+
+def test_an_unknown_preset_is_an_error_that_lists_the_shipped_ones():
+    with pytest.raises(UnknownPresetError, match="paper/nip-ei"):
+        get_preset("paper/nip-ie")
+    with pytest.raises(SystemExit, match="no config file or preset named 'paper/nip-ie'"):
+        _load_config("paper/nip-ie")
