@@ -29,7 +29,7 @@ def test_each_paper_experiment_has_a_preset_on_buggy_apps_with_openai_models(nam
     assert params.trainer == ("pure_text_malt" if name.endswith("-malt") else "pure_text_ei")
     assert name.removeprefix("paper/").rsplit("-", 1)[0] == params.interaction_protocol
     assert {agent.model_provider for agent in params.agents.values()} == {"OpenAI"}
-    assert params.agents["verifier"].model_name == "gpt-4o-mini-2024-07-18"
+    assert {agent.model_name for agent in params.agents.values()} == {"gpt-4o-mini-2024-07-18"}
 
 
 @pytest.mark.parametrize("protocol", PAPER_PROTOCOLS)
@@ -37,8 +37,6 @@ def test_the_expert_iteration_presets_use_the_values_of_the_papers_script(protoc
     params = load_preset(f"paper/{protocol}-ei")
     assert (params.rl.num_iterations, params.rl.rollouts_per_iteration) == (8, 200)
     assert params.text_rl.fine_tune_on_all_previous_rollouts
-    provers = {n: a.model_name for n, a in params.agents.items() if n != "verifier"}
-    assert set(provers.values()) <= {"gpt-4o-2024-08-06"}
     rounds = {"nip": "nip_protocol", "debate": "debate_protocol", "mnip": "mnip_protocol"}
     if protocol in rounds:
         protocol_params = getattr(params, rounds[protocol])
