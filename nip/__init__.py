@@ -4,8 +4,7 @@ The public API is flat: ``from nip import HyperParameters, build_protocol_handle
 Heavy libraries (torch, transformers, vLLM) load only when a feature that needs them is used.
 """
 
-__version__ = "0.1.0"
-
+from nip._version import __version__
 from nip.errors import (
     IncompatibleParametersError,
     InvalidParameterError,

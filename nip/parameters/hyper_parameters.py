@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
+from nip._version import __version__
 from nip.errors import IncompatibleParametersError, InvalidParameterError
 from nip.parameters._base import BaseParameters, param
 from nip.parameters.agents import PureTextAgentParameters
@@ -171,8 +172,6 @@ class HyperParameters(BaseParameters):
 
     def to_dict(self) -> dict[str, Any]:
         """As :meth:`BaseParameters.to_dict`, stamped with the schema and package versions."""
-        from nip import __version__
-
         return {
             "_schema_version": PARAMETERS_SCHEMA_VERSION,
             "_nip_version": __version__,

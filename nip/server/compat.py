@@ -10,6 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from nip._version import __version__
 from nip.errors import NipError
 
 #: Version of the HTTP API of ``nip serve``: major changes break clients, minor ones add to it.
@@ -26,8 +27,6 @@ class ServerVersionWarning(UserWarning):
 
 def version_info() -> dict[str, str]:
     """The body of ``GET /version``."""
-    from nip import __version__
-
     return {"version": __version__, "api_version": API_VERSION}
 
 

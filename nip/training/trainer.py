@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nip._version import __version__
 from nip.errors import BackendUnavailableError, IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters, check_compatibility
@@ -103,8 +104,6 @@ class PureTextEiTrainer:
                     "Trainer.resume(run_dir) (nip resume), or pass overwrite=True"
                 )
             self.run_dir.write_json("hyper_params.json", hyper_params.to_dict())
-            from nip import __version__
-
             self.run_dir.write_json(
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
