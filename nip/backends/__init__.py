@@ -16,6 +16,7 @@ _LAZY = {
     "OpenAIBackendConfig": "nip.backends.openai_compatible",
     "BackendStats": "nip.backends.openai_compatible",
     "MissingAPIKeyError": "nip.backends.openai_compatible",
+    "SelfHostedBackend": "nip.backends.self_hosted",
     "LocalBackend": "nip.backends.local",
     "CachedBackend": "nip.backends.cache",
     "ResponseCache": "nip.backends.cache",

@@ -233,7 +233,7 @@ class OpenAIBackend:
         OpenAI uses ``$OPENAI_BASE_URL`` if set (else the public API) and ``$OPENAI_API_KEY``;
         OpenRouter uses ``https://openrouter.ai/api/v1`` and ``$OPENROUTER_API_KEY``;
         SelfHosted goes through ``nip serve`` (a
-        :class:`~nip.server.client.SelfHostedBackend`, which also checks the server's
+        :class:`~nip.backends.self_hosted.SelfHostedBackend`, which also checks the server's
         version and waits for it to be ready).
 
         Args:
@@ -251,7 +251,7 @@ class OpenAIBackend:
         elif provider == "OpenRouter":
             settings = {"base_url": OPENROUTER_BASE_URL, "api_key_env": "OPENROUTER_API_KEY"}
         elif provider == "SelfHosted":
-            from nip.server.client import SelfHostedBackend
+            from nip.backends.self_hosted import SelfHostedBackend
 
             return SelfHostedBackend.from_agent_params(params, **overrides)
         else:
