@@ -9,14 +9,18 @@ from nip.parameters.agents import DEFAULT_LOCAL_MODEL, PureTextAgentParameters
 from nip.parameters.hyper_parameters import (
     DEFAULT_DATASET,
     PARAMETERS_SCHEMA_VERSION,
+    SHIPPED_DATASET_NAMES,
     HyperParameters,
     check_compatibility,
 )
 from nip.parameters.protocol import (
+    PROTOCOL_AGENT_NAMES,
     CommonProtocolParameters,
     DebateProtocolParameters,
+    InteractionProtocolType,
     MnipProtocolParameters,
     NipProtocolParameters,
+    protocol_agent_names,
 )
 from nip.parameters.scenario import CodeValidationParameters
 from nip.parameters.trainers import (
@@ -36,6 +40,8 @@ __all__ = [
     "DEFAULT_DATASET",
     "DEFAULT_LOCAL_MODEL",
     "PARAMETERS_SCHEMA_VERSION",
+    "PROTOCOL_AGENT_NAMES",
+    "SHIPPED_DATASET_NAMES",
     "AgentUpdateSchedule",
     "AlternatingPeriodicUpdateSchedule",
     "BaseParameters",
@@ -46,6 +52,7 @@ __all__ = [
     "DebateProtocolParameters",
     "FieldInfo",
     "HyperParameters",
+    "InteractionProtocolType",
     "MnipProtocolParameters",
     "NipProtocolParameters",
     "PureTextAgentParameters",
@@ -55,4 +62,5 @@ __all__ = [
     "TextRlParameters",
     "check_compatibility",
     "param",
+    "protocol_agent_names",
 ]

@@ -15,8 +15,10 @@ from nip.parameters.agents import PureTextAgentParameters
 from nip.parameters.protocol import (
     CommonProtocolParameters,
     DebateProtocolParameters,
+    InteractionProtocolType,
     MnipProtocolParameters,
     NipProtocolParameters,
+    protocol_agent_names,
 )
 from nip.parameters.scenario import CodeValidationParameters
 from nip.parameters.trainers import (
@@ -26,7 +28,6 @@ from nip.parameters.trainers import (
     TextRlParameters,
 )
 
-InteractionProtocolType = Literal["nip", "adp", "debate", "merlin_arthur", "mnip", "solo_verifier"]
 TrainerType = Literal["pure_text_ei", "pure_text_malt"]
 
 #: Version of the parameter schema. A saved run whose major version differs cannot be loaded;
@@ -35,6 +36,9 @@ PARAMETERS_SCHEMA_VERSION = "1.0"
 
 #: The dataset shipped with nip (mutated HumanEval solutions, labels checked by execution).
 DEFAULT_DATASET = "humaneval_cv"
+
+#: The names of the datasets shipped with nip (their files: ``nip.data.SHIPPED_DATASETS``).
+SHIPPED_DATASET_NAMES = ("humaneval_cv",)
 
 
 @dataclass
@@ -88,17 +92,13 @@ class HyperParameters(BaseParameters):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from nip.protocols import protocol_class
-
-        for name in protocol_class(self.interaction_protocol).agent_names:
+        for name in protocol_agent_names(self.interaction_protocol):
             if name not in self.agents:
                 self.agents[name] = PureTextAgentParameters()
         self._link_children()
 
     def validate(self) -> None:
-        from nip.protocols import protocol_class
-
-        agent_names = protocol_class(self.interaction_protocol).agent_names
+        agent_names = protocol_agent_names(self.interaction_protocol)
         for name in self.agents:
             if name not in agent_names:
                 raise InvalidParameterError(
@@ -144,13 +144,12 @@ class HyperParameters(BaseParameters):
 
     def _check_files_exist(self) -> None:
         """Reject a dataset or prompt template that does not exist, before any sampling."""
-        from nip.data.loader import SHIPPED_DATASETS
-
-        if self.dataset not in SHIPPED_DATASETS and not Path(self.dataset).expanduser().is_file():
+        shipped = SHIPPED_DATASET_NAMES
+        if self.dataset not in shipped and not Path(self.dataset).expanduser().is_file():
             raise InvalidParameterError(
                 "dataset",
                 self.dataset,
-                f"one of {', '.join(map(repr, SHIPPED_DATASETS))}, or the path of a dataset file",
+                f"one of {', '.join(map(repr, shipped))}, or the path of a dataset file",
                 reason="no such shipped dataset or file",
             )
         for name, agent in self.agents.items():
@@ -166,9 +165,7 @@ class HyperParameters(BaseParameters):
     @property
     def agent_names(self) -> tuple[str, ...]:
         """The protocol's agents, in its order."""
-        from nip.protocols import protocol_class
-
-        return protocol_class(self.interaction_protocol).agent_names
+        return protocol_agent_names(self.interaction_protocol)
 
     def to_dict(self) -> dict[str, Any]:
         """As :meth:`BaseParameters.to_dict`, stamped with the schema and package versions."""
@@ -216,12 +213,10 @@ class HyperParameters(BaseParameters):
     @classmethod
     def construct_test_params(cls) -> HyperParameters:
         """Dummy-API agents and a tiny run: offline and fast."""
-        from nip.protocols import protocol_class
-
         return cls(
             agents={
                 name: PureTextAgentParameters.construct_test_params()
-                for name in protocol_class("nip").agent_names
+                for name in protocol_agent_names("nip")
             },
             rl=RlParameters(num_iterations=2, rollouts_per_iteration=4),
         )
