@@ -61,3 +61,36 @@ def test_every_handler_is_built_with_the_common_protocol_parameters(name):
 def test_every_shipped_dataset_name_the_configuration_accepts_has_a_file():
     assert set(SHIPPED_DATASETS) == set(SHIPPED_DATASET_NAMES)
     assert all(path.is_file() for path in SHIPPED_DATASETS.values())
+
+
+# ---------------------------------------------------------------------------- layers
+def _package(module: str) -> str:
+    """``nip.backends.pool`` -> ``nip.backends``; ``nip`` itself stays ``nip``."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_package_of_nip_is_in_an_import_cycle_with_another():
+    """Function-level imports count: grimp reads every import statement, wherever it is.
+
+    The layers contract (``lint-imports``) already forbids upward imports between the layers;
+    this also covers what it leaves out, the ``nip`` package itself and ``nip.testing``.
+    """
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph("nip", cache_dir=None)
+    imports: dict[str, set[str]] = {}
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if _package(module) != _package(imported):
+                imports.setdefault(_package(module), set()).add(_package(imported))
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in imports.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    in_cycles = sorted(package for package in imports if package in reaches(package))
+    assert in_cycles == []
