@@ -12,14 +12,28 @@ import typing
 
 import pytest
 
+from nip.backends import DummyBackend, OpenAIBackend
+from nip.backends.local import LocalBackend
+from nip.backends.pool import BackendPool, endpoint_key
+from nip.backends.providers import DUMMY, PROVIDERS, provider_for
+from nip.backends.self_hosted import SelfHostedBackend
 from nip.data import SHIPPED_DATASETS
+from nip.jobs import DummyFineTuneBackend
+from nip.jobs.factory import FINE_TUNE_BACKENDS, NotFineTunableBackend, fine_tune_backend_for
+from nip.jobs.local_lora import LocalLoraFineTuneBackend
+from nip.jobs.openai_api import OpenAIFineTuneBackend
+from nip.jobs.self_hosted import SelfHostedFineTuneBackend
 from nip.parameters import (
     PROTOCOL_AGENT_NAMES,
+    PROVIDER_CAPABILITIES,
     SHIPPED_DATASET_NAMES,
     HyperParameters,
     InteractionProtocolType,
+    PureTextAgentParameters,
 )
+from nip.parameters.agents import ModelProvider
 from nip.protocols import PROTOCOLS, build_protocol_handler
+from nip.settings import ExperimentSettings
 
 
 # ------------------------------------------------------------------------- protocols
@@ -55,6 +69,58 @@ def test_every_handler_is_built_with_the_common_protocol_parameters(name):
     handler = build_protocol_handler(params)
     assert type(handler) is PROTOCOLS[name]
     assert handler.common is params.protocol_common
+
+
+# ------------------------------------------------------------------------- providers
+def test_every_model_provider_a_configuration_accepts_is_in_the_provider_table_and_no_other():
+    providers = set(typing.get_args(ModelProvider))
+    assert set(PROVIDERS) == providers
+    assert set(PROVIDER_CAPABILITIES) == providers
+    assert all(PROVIDERS[name].capabilities is PROVIDER_CAPABILITIES[name] for name in providers)
+
+
+def test_every_provider_that_can_fine_tune_has_a_fine_tuning_backend_and_no_other():
+    can = {name for name, p in PROVIDERS.items() if p.can_fine_tune} | {DUMMY}
+    assert set(FINE_TUNE_BACKENDS) == can
+
+
+SERVED_BY = {
+    # provider: (endpoint key, chat backend, fine-tuning backend, bills tokens)
+    "OpenAI": ("openai", OpenAIBackend, OpenAIFineTuneBackend, True),
+    "OpenRouter": ("openrouter", OpenAIBackend, NotFineTunableBackend, True),
+    "SelfHosted": (
+        "selfhosted:http://gpu:5001",
+        SelfHostedBackend,
+        SelfHostedFineTuneBackend,
+        False,
+    ),
+    "Local": ("local:SmolLM2-135M-Instruct", LocalBackend, LocalLoraFineTuneBackend, False),
+    DUMMY: ("dummy", DummyBackend, DummyFineTuneBackend, False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SERVED_BY))
+def test_the_provider_table_decides_the_endpoint_backends_and_billing_of_an_agent(
+    name, monkeypatch, tmp_path
+):
+    for variable in ("OPENAI_API_KEY", "OPENROUTER_API_KEY"):
+        monkeypatch.setenv(variable, "sk-test")
+    params = PureTextAgentParameters(
+        model_provider="OpenAI" if name == DUMMY else name,
+        model_name="SmolLM2-135M-Instruct" if name == "Local" else "gpt-4o-mini",
+        use_dummy_api=name == DUMMY,
+        language_model_server_scheme_host="http://gpu",
+        language_model_server_port=5001,
+        freeze_agent=True,
+    )
+    key, chat, fine_tuning, bills = SERVED_BY[name]
+    settings = ExperimentSettings(cache="off", run_dir=tmp_path)
+
+    assert provider_for(params).name == name
+    assert endpoint_key(params) == key
+    assert isinstance(BackendPool(settings).backend_for(params), chat)
+    assert isinstance(fine_tune_backend_for(params, settings), fine_tuning)
+    assert provider_for(params).bills_tokens is bills
 
 
 # -------------------------------------------------------------------------- datasets

@@ -22,6 +22,7 @@ from nip.parameters.protocol import (
     NipProtocolParameters,
     protocol_agent_names,
 )
+from nip.parameters.providers import PROVIDER_CAPABILITIES, ProviderCapabilities
 from nip.parameters.scenario import CodeValidationParameters
 from nip.parameters.trainers import (
     PureTextEiParameters,
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_LOCAL_MODEL",
     "PARAMETERS_SCHEMA_VERSION",
     "PROTOCOL_AGENT_NAMES",
+    "PROVIDER_CAPABILITIES",
     "SHIPPED_DATASET_NAMES",
     "AgentUpdateSchedule",
     "AlternatingPeriodicUpdateSchedule",
@@ -55,6 +57,7 @@ __all__ = [
     "InteractionProtocolType",
     "MnipProtocolParameters",
     "NipProtocolParameters",
+    "ProviderCapabilities",
     "PureTextAgentParameters",
     "PureTextEiParameters",
     "PureTextMaltParameters",

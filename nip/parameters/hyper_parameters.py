@@ -20,6 +20,7 @@ from nip.parameters.protocol import (
     NipProtocolParameters,
     protocol_agent_names,
 )
+from nip.parameters.providers import PROVIDER_CAPABILITIES
 from nip.parameters.scenario import CodeValidationParameters
 from nip.parameters.trainers import (
     PureTextEiParameters,
@@ -124,21 +125,23 @@ class HyperParameters(BaseParameters):
         self._check_files_exist()
 
     def _check_fine_tunable(self) -> None:
-        """Reject trainable OpenRouter agents: they would fail only at job creation, after a
-        whole iteration of paid sampling."""
+        """Reject trainable agents of providers that cannot fine-tune (OpenRouter): they would
+        fail only at job creation, after a whole iteration of paid sampling."""
         if self.rl.num_iterations <= 1:
             return  # the last iteration submits no job
+        can = ", ".join(n for n, p in PROVIDER_CAPABILITIES.items() if p.can_fine_tune)
         for name, agent in self.agents.items():
-            if agent.model_provider == "OpenRouter" and not agent.freeze_agent:
-                if agent.use_dummy_api:
-                    continue  # the dummy fine-tuning backend stands in
+            if not PROVIDER_CAPABILITIES[agent.model_provider].can_fine_tune:
+                if agent.freeze_agent or agent.use_dummy_api:
+                    continue  # nothing to train, or the dummy fine-tuning backend stands in
+                provider = agent.model_provider
                 raise InvalidParameterError(
                     f"agents.{name}.freeze_agent",
                     False,
-                    "True for an OpenRouter agent when rl.num_iterations > 1",
+                    f"True for an {provider} agent when rl.num_iterations > 1",
                     reason=(
-                        "OpenRouter cannot fine-tune models; set freeze_agent=True for "
-                        f"agent {name!r}, or use a provider that can (OpenAI, SelfHosted, Local)"
+                        f"{provider} cannot fine-tune models; set freeze_agent=True for "
+                        f"agent {name!r}, or use a provider that can ({can})"
                     ),
                 )
 
