@@ -1,13 +1,17 @@
 """Chat-generation backends behind one small interface (:class:`ChatBackend`)."""
 
 from nip.backends._types import (
+    AdapterHost,
     ChatBackend,
     ChatMessage,
     Completion,
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    ReportsReadiness,
     TokenUsage,
+    WrapsBackend,
+    capability,
 )
 from nip.backends.dummy import DummyBackend, DummyPolicy
 
@@ -34,6 +38,7 @@ def __getattr__(name: str):
 
 __all__ = [
     *_LAZY,
+    "AdapterHost",
     "ChatBackend",
     "ChatMessage",
     "Completion",
@@ -42,5 +47,8 @@ __all__ = [
     "FinishReason",
     "GenerationRequest",
     "GenerationResult",
+    "ReportsReadiness",
     "TokenUsage",
+    "WrapsBackend",
+    "capability",
 ]
