@@ -8,6 +8,8 @@ in step, so that adding one without the other fails here and not in a run.
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import typing
 
 import pytest
@@ -32,7 +34,7 @@ from nip.parameters import (
     PureTextAgentParameters,
 )
 from nip.parameters.agents import ModelProvider
-from nip.protocols import PROTOCOLS, build_protocol_handler
+from nip.protocols import PROTOCOLS, Decision, build_protocol_handler
 from nip.settings import ExperimentSettings
 
 
@@ -127,6 +129,29 @@ def test_the_provider_table_decides_the_endpoint_backends_and_billing_of_an_agen
 def test_every_shipped_dataset_name_the_configuration_accepts_has_a_file():
     assert set(SHIPPED_DATASETS) == set(SHIPPED_DATASET_NAMES)
     assert all(path.is_file() for path in SHIPPED_DATASETS.values())
+
+
+# ------------------------------------------------------------------- decision words
+def test_a_decision_has_one_word_used_by_prompts_transcripts_and_plots():
+    assert [d.word for d in Decision] == ["reject", "accept", "no decision"]
+
+
+# ----------------------------------------------------------------- lazy attributes
+def test_a_lazy_attribute_of_a_package_loads_its_module_only_when_first_used():
+    code = (
+        "import sys, nip\n"
+        "print('nip.session' in sys.modules, 'Session' in dir(nip))\n"
+        "nip.Session\n"
+        "print('nip.session' in sys.modules)\n"
+        "try:\n"
+        "    nip.NoSuchThing\n"
+        "except AttributeError as error:\n"
+        "    print(error)\n"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert output == ["False True", "True", "module 'nip' has no attribute 'NoSuchThing'"]
 
 
 # ---------------------------------------------------------------------------- layers

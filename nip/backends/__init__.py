@@ -14,6 +14,7 @@ from nip.backends._types import (
     capability,
 )
 from nip.backends.dummy import DummyBackend, DummyPolicy
+from nip.utils.lazy import lazy_attributes
 
 _LAZY = {
     "OpenAIBackend": "nip.backends.openai_compatible",
@@ -28,12 +29,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'nip.backends' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -94,7 +94,7 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-class _Mismatch(Exception):
+class _Mismatch(NipError):
     """Internal: a value does not match a type."""
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from nip.backends import ChatMessage
+from nip.errors import NipError
 from nip.protocols import VERIFIER, Decision, ProtocolHandler
 from nip.rollouts.records import AgentTurn, ChannelMessage, Datapoint, Transcript
 from nip.utils.sync import run_sync
@@ -46,7 +47,7 @@ class DialogueAgent(Protocol):
         ...
 
 
-class DialogueOverError(RuntimeError):
+class DialogueOverError(NipError, RuntimeError):
     """The dialogue has ended; no round can be played."""
 
 

@@ -5,6 +5,8 @@ Clients (``SelfHosted`` agents) need only :mod:`nip.backends.self_hosted` (re-ex
 in :mod:`nip.server.client`); the server parts load FastAPI when first used.
 """
 
+from nip.utils.lazy import lazy_attributes
+
 _LAZY = {
     "ServerConfig": "nip.server.config",
     "InsecureServerError": "nip.server.config",
@@ -24,12 +26,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'nip.server' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = list(_LAZY)
