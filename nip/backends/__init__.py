@@ -26,6 +26,9 @@ _LAZY = {
     "CachedBackend": "nip.backends.cache",
     "ResponseCache": "nip.backends.cache",
     "BackendPool": "nip.backends.pool",
+    "PROVIDERS": "nip.backends.providers",
+    "Provider": "nip.backends.providers",
+    "provider_for": "nip.backends.providers",
 }
 
 
