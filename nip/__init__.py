@@ -4,8 +4,7 @@ The public API is flat: ``from nip import HyperParameters, build_protocol_handle
 Heavy libraries (torch, transformers, vLLM) load only when a feature that needs them is used.
 """
 
-__version__ = "0.1.0"
-
+from nip._version import __version__
 from nip.errors import (
     IncompatibleParametersError,
     InvalidParameterError,
@@ -27,6 +26,7 @@ from nip.parameters import (
     TextRlParameters,
 )
 from nip.protocols import PROTOCOLS, Decision, ProtocolHandler, build_protocol_handler
+from nip.utils.lazy import lazy_attributes
 
 # Loaded on first use, so that `import nip` stays fast.
 _LAZY = {
@@ -47,16 +47,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'nip' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

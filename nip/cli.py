@@ -243,6 +243,8 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from nip.parameters.providers import PROVIDER_CAPABILITIES
+
     parser = argparse.ArgumentParser(
         prog="nip",
         description="Neural interactive proofs with language models: run and resume "
@@ -312,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyse.add_argument(
         "--provider",
         default="OpenAI",
-        choices=["OpenAI", "OpenRouter", "SelfHosted", "Local"],
+        choices=list(PROVIDER_CAPABILITIES),
         help="Who serves the judge model (default: OpenAI).",
     )
     analyse.add_argument("--model", default="gpt-4o-mini-2024-07-18", help="The judge model.")

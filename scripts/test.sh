@@ -11,4 +11,5 @@ if [ "${NIP_SKIP_VLLM:-0}" != 1 ]; then
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/lint-imports  # the layers run one way (pyproject.toml [tool.importlinter])
 exec .venv/bin/python -m pytest "$@"

@@ -60,11 +60,10 @@ async def test_the_same_adapter_name_with_other_weights_misses_the_shared_cache(
     async def run(adapter: Path):
         """One session: a fresh cached local backend serving ``adapter`` as verifier-it0."""
         store = ResponseCache(cache_file)
-        backend = CachedBackend(
-            LocalBackend(str(tiny_model_dir), device="cpu"), store, f"local:{TINY}"
-        )
+        local = LocalBackend(str(tiny_model_dir), device="cpu")
+        backend = CachedBackend(local, store, f"local:{TINY}")
         try:
-            backend.register_adapter("verifier-it0", adapter)
+            local.register_adapter("verifier-it0", adapter)
             return await backend.generate(ask("verifier-it0", PROMPTS[0]))
         finally:
             await backend.aclose()

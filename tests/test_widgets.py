@@ -12,7 +12,7 @@ import ipywidgets
 import pytest
 
 from nip.backends import DummyBackend
-from nip.errors import BackendUnavailableError, InvalidParameterError
+from nip.errors import BackendUnavailableError, InvalidParameterError, NipError
 from nip.jobs import FineTuneEvent, FineTuneJob
 from nip.parameters import (
     ContiguousPeriodicUpdateSchedule,
@@ -117,9 +117,14 @@ class ScriptedJobs:
 
 
 # =========================================================================== forms
-def test_a_parameters_widget_edits_the_live_object():
+def test_the_removed_params_widget_method_names_the_form_to_use_instead():
+    with pytest.raises(NipError, match=r"ParametersForm\(params"):
+        dummy_params().widget()
+
+
+def test_a_parameters_form_edits_the_live_object():
     params = dummy_params()
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["rl.num_iterations"].value = 5
     form.controls["agents.verifier.model_name"].value = "gpt-4o"
     assert params.rl.num_iterations == 5
@@ -127,7 +132,7 @@ def test_a_parameters_widget_edits_the_live_object():
 
 
 def test_each_field_gets_a_control_for_its_type():
-    controls = dummy_params().widget().controls
+    controls = ParametersForm(dummy_params()).controls
     assert isinstance(controls["trainer"], ipywidgets.Dropdown)  # Literal
     assert [value for _label, value in controls["trainer"].options] == [
         "pure_text_ei",
@@ -144,7 +149,7 @@ def test_each_field_gets_a_control_for_its_type():
 
 
 def test_nested_groups_are_accordion_pages_and_agents_are_tabs():
-    form = dummy_params().widget()
+    form = ParametersForm(dummy_params())
     accordion = first(form, ipywidgets.Accordion)
     assert accordion.titles[:3] == ("agents", "rl", "text_rl")
     assert first(accordion, ipywidgets.Tab).titles == ("prover", "verifier")
@@ -152,7 +157,7 @@ def test_nested_groups_are_accordion_pages_and_agents_are_tabs():
 
 def test_an_invalid_value_is_shown_beside_its_control_and_changes_nothing():
     params = dummy_params()
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["nip_protocol.min_message_rounds"].value = 20  # more than max_message_rounds
     assert params.nip_protocol.min_message_rounds == 3
     assert "min_message_rounds=20 is not allowed" in form.error("nip_protocol.min_message_rounds")
@@ -162,7 +167,7 @@ def test_an_invalid_value_is_shown_beside_its_control_and_changes_nothing():
 
 def test_a_valid_value_clears_the_error():
     params = dummy_params()
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["nip_protocol.min_message_rounds"].value = 20
     form.controls["nip_protocol.min_message_rounds"].value = 4
     assert params.nip_protocol.min_message_rounds == 4
@@ -173,7 +178,7 @@ def test_a_valid_value_clears_the_error():
 def test_a_rejected_value_is_applied_once_a_related_change_makes_it_valid():
     params = dummy_params()
     verifier = params.agents["verifier"]
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["agents.verifier.lora_alpha"].value = 16  # lora_alpha_scale is still set
     assert verifier.lora_alpha is None and form.error("agents.verifier.lora_alpha")
     form.controls["agents.verifier.lora_alpha_scale"].value = None
@@ -183,7 +188,7 @@ def test_a_rejected_value_is_applied_once_a_related_change_makes_it_valid():
 
 def test_an_optional_field_is_set_by_ticking_its_box_and_unset_by_unticking_it():
     params = dummy_params()
-    control = params.widget().controls["agents.verifier.temperature"]
+    control = ParametersForm(params).controls["agents.verifier.temperature"]
     control.is_set.value = True
     assert params.agents["verifier"].temperature == 1.0  # a neutral start within [0, 2]
     control.inner.value = 0.5
@@ -194,7 +199,7 @@ def test_an_optional_field_is_set_by_ticking_its_box_and_unset_by_unticking_it()
 
 def test_changing_the_protocol_gives_its_agents_and_rebuilds_their_tabs():
     params = dummy_params()
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["interaction_protocol"].value = "debate"
     assert params.interaction_protocol == "debate"
     assert list(params.agents) == ["prover0", "prover1", "verifier"]
@@ -206,7 +211,7 @@ def test_changing_the_protocol_gives_its_agents_and_rebuilds_their_tabs():
 
 def test_agents_of_one_shared_model_group_must_stay_in_agreement():
     params = dummy_params()
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["agents.prover.shared_model_group"].value = "shared"
     form.controls["agents.verifier.shared_model_group"].value = "shared"
     form.controls["agents.verifier.model_name"].value = "gpt-4o"
@@ -216,7 +221,7 @@ def test_agents_of_one_shared_model_group_must_stay_in_agreement():
 
 def test_the_kind_of_update_schedule_can_be_chosen():
     params = dummy_params()
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["agents.verifier.update_schedule"].value = ContiguousPeriodicUpdateSchedule
     assert isinstance(params.agents["verifier"].update_schedule, ContiguousPeriodicUpdateSchedule)
     form.controls["agents.verifier.update_schedule.period"].value = 3
@@ -225,14 +230,14 @@ def test_the_kind_of_update_schedule_can_be_chosen():
 
 def test_the_yaml_preview_follows_the_object():
     params = dummy_params()
-    form = params.widget()
+    form = ParametersForm(params)
     form.controls["seed"].value = 1234
     assert "seed: 1234" in form.yaml_preview.value
 
 
 def test_saving_round_trips_through_yaml(tmp_path):
     params = dummy_params()
-    form = params.widget(save_path=tmp_path / "experiment.yaml")
+    form = ParametersForm(params, save_path=tmp_path / "experiment.yaml")
     form.controls["interaction_protocol"].value = "mnip"
     form.controls["agents.verifier.top_p"].value = 0.9
     form.save_button.click()
@@ -241,7 +246,7 @@ def test_saving_round_trips_through_yaml(tmp_path):
 
 
 def test_a_save_that_fails_says_why(tmp_path):
-    form = dummy_params().widget(save_path=tmp_path / "no-such-folder" / "p.yaml")
+    form = ParametersForm(dummy_params(), save_path=tmp_path / "no-such-folder" / "p.yaml")
     assert form.save() is None
     assert "not saved" in form.save_status.value
 

@@ -27,8 +27,6 @@ from nip.rollouts.records import AgentTurn, ChannelMessage, Transcript
 from nip.settings import ExperimentSettings
 from nip.utils.seeding import derive_seed
 
-_STANCE_WORDS = {0: "reject", 1: "accept"}
-
 
 class AgentNotActiveInChannelError(InvalidResponseError):
     """A fine-tuning example would contain no message of the agent."""
@@ -119,7 +117,7 @@ class PureTextWholeAgent:
             solution=transcript.datapoint.solution,
             max_questions=max(handler.max_verifier_questions - 1, 0),
             max_response_words=self.agent_params.max_response_words,
-            agent_stance_string=_STANCE_WORDS.get(stance, "accept"),
+            agent_stance_string=Decision(1 if stance is None else stance).word,
             agent_name=self.agent_spec.human_name,
         )
 
@@ -168,12 +166,9 @@ class PureTextWholeAgent:
                 f"{self.agent_name} has no message before round {round_id}"
             )
         if replace_last_message_with_true_label and self.is_verifier:
-            label = _STANCE_WORDS[transcript.datapoint.y]
+            label = Decision(transcript.datapoint.y).word
             messages[-1] = {"role": "assistant", "content": f"Decision: {label}"}
         return messages
-
-    #: The original's name for :meth:`build_chat_prompt`.
-    _build_chat_messages_prompt = build_chat_prompt
 
     def make_request(
         self,
@@ -313,9 +308,6 @@ class PureTextWholeAgent:
         )
         return invalid, []
 
-    #: The original's name for :meth:`generate_turn`.
-    _generate_next_message_and_decision = generate_turn
-
     async def generate_samples(
         self, transcript: Transcript, round_id: int, n: int
     ) -> list[tuple[AgentTurn, list[ChannelMessage]]]:
@@ -435,8 +427,3 @@ class PureTextWholeAgent:
 class OpenAiWholeAgent(PureTextWholeAgent):
     """The original's name for a text agent. The backend is chosen by ``model_provider``
     (OpenAI, OpenRouter, SelfHosted or Local), not by the class."""
-
-
-def decision_word(decision: Decision) -> str:
-    """'accept', 'reject' or 'none'."""
-    return {Decision.ACCEPT: "accept", Decision.REJECT: "reject"}.get(decision, "none")

@@ -1,38 +1,43 @@
 """Chat-generation backends behind one small interface (:class:`ChatBackend`)."""
 
 from nip.backends._types import (
+    AdapterHost,
     ChatBackend,
     ChatMessage,
     Completion,
     FinishReason,
     GenerationRequest,
     GenerationResult,
+    ReportsReadiness,
     TokenUsage,
+    WrapsBackend,
+    capability,
 )
 from nip.backends.dummy import DummyBackend, DummyPolicy
+from nip.utils.lazy import lazy_attributes
 
 _LAZY = {
     "OpenAIBackend": "nip.backends.openai_compatible",
     "OpenAIBackendConfig": "nip.backends.openai_compatible",
     "BackendStats": "nip.backends.openai_compatible",
     "MissingAPIKeyError": "nip.backends.openai_compatible",
+    "SelfHostedBackend": "nip.backends.self_hosted",
     "LocalBackend": "nip.backends.local",
     "CachedBackend": "nip.backends.cache",
     "ResponseCache": "nip.backends.cache",
     "BackendPool": "nip.backends.pool",
+    "PROVIDERS": "nip.backends.providers",
+    "Provider": "nip.backends.providers",
+    "provider_for": "nip.backends.providers",
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'nip.backends' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
     *_LAZY,
+    "AdapterHost",
     "ChatBackend",
     "ChatMessage",
     "Completion",
@@ -41,5 +46,8 @@ __all__ = [
     "FinishReason",
     "GenerationRequest",
     "GenerationResult",
+    "ReportsReadiness",
     "TokenUsage",
+    "WrapsBackend",
+    "capability",
 ]

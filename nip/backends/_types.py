@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol, TypedDict, runtime_checkable
+from typing import Literal, Protocol, TypedDict, TypeVar, runtime_checkable
 
 FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "function_call"]
 
@@ -111,3 +112,54 @@ class ChatBackend(Protocol):
     async def aclose(self) -> None:
         """Release connections, threads or models."""
         ...
+
+
+# ------------------------------------------------------------------------ capabilities
+# What some backends can do beyond generating. A caller asks with ``capability(backend, X)``,
+# which also looks through wrappers such as the response cache.
+_T = TypeVar("_T")
+
+
+@runtime_checkable
+class AdapterHost(Protocol):
+    """A backend that serves fine-tuned LoRA adapters it is given (the embedded model)."""
+
+    def register_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Serve the adapter saved at ``path`` under the model name ``name``."""
+        ...
+
+    def model_fingerprint(self, model: str) -> str | None:
+        """What identifies the weights behind ``model`` (an adapter's file), if anything."""
+        ...
+
+
+@runtime_checkable
+class ReportsReadiness(Protocol):
+    """A backend that may need time before it can generate (a server that is starting)."""
+
+    async def wait_for_ready(self, timeout_s: float | None = None) -> None:
+        """Return once the backend can generate."""
+        ...
+
+
+@runtime_checkable
+class WrapsBackend(Protocol):
+    """A backend in front of another one (the response cache)."""
+
+    inner: ChatBackend
+
+
+def capability(backend: object, kind: type[_T]) -> _T | None:
+    """``backend`` (or the backend it wraps) if it implements the Protocol ``kind``, else None.
+
+    Example::
+
+        host = capability(agent.backend, AdapterHost)
+        if host is not None:
+            host.register_adapter("verifier-it1", path)
+    """
+    while not isinstance(backend, kind):
+        if not isinstance(backend, WrapsBackend):
+            return None
+        backend = backend.inner
+    return backend

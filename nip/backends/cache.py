@@ -3,8 +3,10 @@
 Keyed by the whole request (model, messages, sampling settings, seed) plus the sample index
 and a namespace naming the backend, so re-running a notebook costs nothing and reproduces
 the same transcripts. A model name does not always name the same weights (local adapters are
-called ``verifier-it0`` in every run), so a backend that can tell them apart offers
-``model_fingerprint(model) -> str | None`` and its answer joins the key. Stored in SQLite
+called ``verifier-it0`` in every run), so a backend that can tell them apart (an
+:class:`~nip.backends.AdapterHost`) offers ``model_fingerprint(model) -> str | None`` and its
+answer joins the key. What else the inner backend can do is found with
+:func:`~nip.backends.capability`, which looks through the cache. Stored in SQLite
 (one file, safe across processes); reads and writes run in a worker thread so the event loop
 never waits on the disk.
 """
@@ -18,11 +20,13 @@ import time
 from pathlib import Path
 
 from nip.backends._types import (
+    AdapterHost,
     ChatBackend,
     Completion,
     GenerationRequest,
     GenerationResult,
     TokenUsage,
+    capability,
 )
 
 _SCHEMA = """
@@ -99,8 +103,8 @@ class CachedBackend:
 
     def _keys(self, request: GenerationRequest) -> list[str]:
         namespace = self.namespace
-        fingerprint = getattr(self.inner, "model_fingerprint", None)
-        weights = fingerprint(request.model) if fingerprint is not None else None
+        host = capability(self.inner, AdapterHost)
+        weights = host.model_fingerprint(request.model) if host is not None else None
         if weights is not None:  # e.g. a local adapter: the name alone is not its identity
             namespace = f"{namespace}@{weights}"
         return [f"{namespace}:{request.cache_key(i)}" for i in range(request.n)]
@@ -138,12 +142,6 @@ class CachedBackend:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
-
-    def __getattr__(self, name: str):
-        # Everything else (register_adapter, wait_for_ready, stats...) is the inner backend's.
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def __repr__(self) -> str:
         return (

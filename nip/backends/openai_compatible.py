@@ -233,7 +233,7 @@ class OpenAIBackend:
         OpenAI uses ``$OPENAI_BASE_URL`` if set (else the public API) and ``$OPENAI_API_KEY``;
         OpenRouter uses ``https://openrouter.ai/api/v1`` and ``$OPENROUTER_API_KEY``;
         SelfHosted goes through ``nip serve`` (a
-        :class:`~nip.server.client.SelfHostedBackend`, which also checks the server's
+        :class:`~nip.backends.self_hosted.SelfHostedBackend`, which also checks the server's
         version and waits for it to be ready).
 
         Args:
@@ -244,24 +244,18 @@ class OpenAIBackend:
             MissingAPIKeyError: The provider's key variable is not set.
             InvalidParameterError: The provider is not served over HTTP (``Local``).
         """
-        provider = params.model_provider
-        if provider == "OpenAI":
-            base = os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
-            settings: dict[str, Any] = {"base_url": base, "api_key_env": "OPENAI_API_KEY"}
-        elif provider == "OpenRouter":
-            settings = {"base_url": OPENROUTER_BASE_URL, "api_key_env": "OPENROUTER_API_KEY"}
-        elif provider == "SelfHosted":
-            from nip.server.client import SelfHostedBackend
+        from nip.backends.providers import PROVIDERS  # the table builds these backends
 
-            return SelfHostedBackend.from_agent_params(params, **overrides)
-        else:
+        provider = PROVIDERS[params.model_provider]
+        if provider.http_backend is None:
+            served = ", ".join(name for name, p in PROVIDERS.items() if p.http_backend)
             raise InvalidParameterError(
                 "model_provider",
-                provider,
-                "OpenAI, OpenRouter or SelfHosted",
-                reason="the Local provider runs in-process (nip.backends.local.LocalBackend)",
+                params.model_provider,
+                served,
+                reason=f"the {provider.name} provider runs in-process, not over HTTP",
             )
-        return cls(OpenAIBackendConfig(name=provider.lower(), **{**settings, **overrides}))
+        return provider.http_backend(params, **overrides)
 
     # ---------------------------------------------------------------- generation
     async def generate(self, request: GenerationRequest) -> GenerationResult:

@@ -1,7 +1,8 @@
 """Choosing and sharing backends: configuration in, one backend per endpoint out.
 
 Agents that use the same endpoint share one backend, and so one concurrency limit and one
-connection pool. Which class serves a provider is decided here and nowhere else.
+connection pool. Which class serves a provider is decided by the provider table
+(:mod:`nip.backends.providers`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from nip.backends._types import ChatBackend
 from nip.backends.cache import CachedBackend, ResponseCache
 from nip.backends.dummy import DummyBackend
+from nip.backends.providers import provider_for
 from nip.parameters import PureTextAgentParameters
 from nip.settings import ExperimentSettings
 
@@ -26,15 +28,7 @@ def _default_cache_path() -> Path:
 
 def endpoint_key(params: PureTextAgentParameters) -> str:
     """A name for the endpoint an agent's requests go to."""
-    if params.use_dummy_api:
-        return "dummy"
-    provider = params.model_provider
-    if provider == "Local":
-        return f"local:{params.model_name}"
-    if provider == "SelfHosted":  # chat goes through the language-model server
-        host = params.language_model_server_scheme_host
-        return f"selfhosted:{host}:{params.language_model_server_port}"
-    return provider.lower()
+    return provider_for(params).endpoint_key(params)
 
 
 class BackendPool:
@@ -55,22 +49,6 @@ class BackendPool:
         self._backends: dict[str, ChatBackend] = dict(overrides or {})
         self._cache: ResponseCache | None = None
 
-    def _make(self, params: PureTextAgentParameters) -> ChatBackend:
-        settings = self.settings
-        if params.use_dummy_api:
-            return DummyBackend(latency_s=settings.dummy_latency_s)
-        if params.model_provider == "Local":
-            from nip.backends.local import LocalBackend
-
-            return LocalBackend(params.model_name)
-        from nip.backends.openai_compatible import OpenAIBackend
-
-        overrides = {}
-        if settings.max_concurrency is not None:
-            overrides["max_concurrency"] = settings.max_concurrency
-        # SelfHosted agents get a SelfHostedBackend (through nip serve) from the same call.
-        return OpenAIBackend.from_agent_params(params, **overrides)
-
     def _cached(self, backend: ChatBackend, key: str) -> ChatBackend:
         mode = self.settings.cache
         if mode == "off" or (mode == "auto" and isinstance(backend, DummyBackend)):
@@ -83,7 +61,9 @@ class BackendPool:
         """The (shared) backend serving an agent with these parameters."""
         key = endpoint_key(params)
         if key not in self._backends:
-            self._backends[key] = self._cached(self._make(params), key)
+            self._backends[key] = self._cached(
+                provider_for(params).chat_backend(params, self.settings), key
+            )
         return self._backends[key]
 
     @property

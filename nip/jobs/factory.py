@@ -1,12 +1,17 @@
-"""Which fine-tuning backend serves an agent: decided here, from its parameters."""
+"""Which fine-tuning backend serves an agent: decided here, from its provider."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 
+from nip.backends.providers import DUMMY, provider_for
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneBackend, FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.jobs.dummy import DummyFineTuneBackend
+from nip.jobs.openai_api import OpenAIFineTuneBackend
+from nip.jobs.self_hosted import SelfHostedFineTuneBackend
 from nip.parameters import PureTextAgentParameters
 from nip.settings import ExperimentSettings
 
@@ -35,20 +40,33 @@ class NotFineTunableBackend:
         return []
 
 
+def _local_lora(params: PureTextAgentParameters, settings: ExperimentSettings) -> FineTuneBackend:
+    from nip.jobs.local_lora import LocalLoraFineTuneBackend  # loads no ML library until used
+
+    root = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "runs" / "adhoc"
+    return LocalLoraFineTuneBackend(root / "jobs")
+
+
+#: The fine-tuning backend of each provider that can fine-tune (see
+#: :data:`nip.backends.providers.PROVIDERS`), built from an agent's parameters and the settings.
+FINE_TUNE_BACKENDS: Mapping[
+    str, Callable[[PureTextAgentParameters, ExperimentSettings], FineTuneBackend]
+] = MappingProxyType(
+    {
+        DUMMY: lambda params, settings: DummyFineTuneBackend(),
+        "OpenAI": lambda params, settings: OpenAIFineTuneBackend.from_agent_params(params),
+        "SelfHosted": lambda params, settings: SelfHostedFineTuneBackend.from_agent_params(params),
+        "Local": _local_lora,
+    }
+)
+
+
 def fine_tune_backend_for(
     params: PureTextAgentParameters, settings: ExperimentSettings
 ) -> FineTuneBackend:
-    """The fine-tuning backend for agents with these parameters."""
-    if params.use_dummy_api:
-        return DummyFineTuneBackend()
-    provider = params.model_provider
-    if provider == "Local":
-        from nip.jobs.local_lora import LocalLoraFineTuneBackend
-
-        root = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "runs" / "adhoc"
-        return LocalLoraFineTuneBackend(root / "jobs")
-    if provider == "OpenRouter":
-        return NotFineTunableBackend("OpenRouter")
-    from nip.jobs.openai_api import OpenAIFineTuneBackend
-
-    return OpenAIFineTuneBackend.from_agent_params(params)
+    """The fine-tuning backend for agents with these parameters: the provider's (a
+    :class:`NotFineTunableBackend` for a provider that cannot fine-tune)."""
+    provider = provider_for(params)
+    if not provider.can_fine_tune:
+        return NotFineTunableBackend(provider.name)
+    return FINE_TUNE_BACKENDS[provider.name](params, settings)

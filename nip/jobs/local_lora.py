@@ -21,7 +21,7 @@ from pathlib import Path
 
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec
-from nip.training.run_dir import atomic_write_text
+from nip.utils.files import atomic_write_text
 
 
 def _slug(text: str) -> str:

@@ -44,7 +44,7 @@ def is_main_process() -> bool:
 
 def write_status(job_dir: Path, status: str, **fields: Any) -> None:
     """Replace ``status.json`` atomically (from the main process only)."""
-    from nip.training.run_dir import atomic_write_text
+    from nip.utils.files import atomic_write_text
 
     if not is_main_process():
         return

@@ -77,11 +77,8 @@ class OpenAIFineTuneBackend:
 
     @classmethod
     def from_agent_params(cls, params: PureTextAgentParameters) -> OpenAIFineTuneBackend:
-        """OpenAI for ``OpenAI``; the language-model server for ``SelfHosted``."""
-        if params.model_provider == "SelfHosted":
-            from nip.jobs.self_hosted import SelfHostedFineTuneBackend
-
-            return SelfHostedFineTuneBackend.from_agent_params(params)
+        """OpenAI's fine-tuning API, with ``$OPENAI_API_KEY`` (the backend of each provider is
+        chosen by :func:`nip.jobs.factory.fine_tune_backend_for`)."""
         key = os.environ.get("OPENAI_API_KEY")
         if not key:
             raise FineTuneError("fine-tuning with OpenAI needs the OPENAI_API_KEY variable")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from nip.backends.self_hosted import API_KEY_ENV, check_server, server_url
 from nip.jobs._types import FineTuneSpec
 from nip.jobs.openai_api import OpenAIFineTuneBackend
 from nip.parameters import PureTextAgentParameters
@@ -32,9 +33,6 @@ class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
     @classmethod
     def from_agent_params(cls, params: PureTextAgentParameters) -> SelfHostedFineTuneBackend:
         """The server named by the agent's ``language_model_server_*`` fields."""
-        from nip.server.client import server_url
-        from nip.server.config import API_KEY_ENV
-
         return cls(server_url(params), os.environ.get(API_KEY_ENV))
 
     async def check_server(self) -> None:
@@ -45,8 +43,6 @@ class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
                 client's (a minor difference only warns).
         """
         if not self._checked:
-            from nip.server.client import check_server
-
             await check_server(self.server_url, self._api_key)
             self._checked = True
 

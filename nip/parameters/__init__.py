@@ -9,15 +9,20 @@ from nip.parameters.agents import DEFAULT_LOCAL_MODEL, PureTextAgentParameters
 from nip.parameters.hyper_parameters import (
     DEFAULT_DATASET,
     PARAMETERS_SCHEMA_VERSION,
+    SHIPPED_DATASET_NAMES,
     HyperParameters,
     check_compatibility,
 )
 from nip.parameters.protocol import (
+    PROTOCOL_AGENT_NAMES,
     CommonProtocolParameters,
     DebateProtocolParameters,
+    InteractionProtocolType,
     MnipProtocolParameters,
     NipProtocolParameters,
+    protocol_agent_names,
 )
+from nip.parameters.providers import PROVIDER_CAPABILITIES, ProviderCapabilities
 from nip.parameters.scenario import CodeValidationParameters
 from nip.parameters.trainers import (
     PureTextEiParameters,
@@ -36,6 +41,9 @@ __all__ = [
     "DEFAULT_DATASET",
     "DEFAULT_LOCAL_MODEL",
     "PARAMETERS_SCHEMA_VERSION",
+    "PROTOCOL_AGENT_NAMES",
+    "PROVIDER_CAPABILITIES",
+    "SHIPPED_DATASET_NAMES",
     "AgentUpdateSchedule",
     "AlternatingPeriodicUpdateSchedule",
     "BaseParameters",
@@ -46,8 +54,10 @@ __all__ = [
     "DebateProtocolParameters",
     "FieldInfo",
     "HyperParameters",
+    "InteractionProtocolType",
     "MnipProtocolParameters",
     "NipProtocolParameters",
+    "ProviderCapabilities",
     "PureTextAgentParameters",
     "PureTextEiParameters",
     "PureTextMaltParameters",
@@ -55,4 +65,5 @@ __all__ = [
     "TextRlParameters",
     "check_compatibility",
     "param",
+    "protocol_agent_names",
 ]

@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
-from nip.errors import ConfigFileError, InvalidParameterError, UnknownKeyError
+from nip.errors import ConfigFileError, InvalidParameterError, NipError, UnknownKeyError
 
 _MISSING = dataclasses.MISSING
 
@@ -94,7 +94,7 @@ def _describe(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-class _Mismatch(Exception):
+class _Mismatch(NipError):
     """Internal: a value does not match a type."""
 
 
@@ -529,13 +529,17 @@ class BaseParameters:
 
     # -------------------------------------------------------------------- display
     def widget(self, **options: Any) -> Any:
-        """An ipywidgets form that edits this object in place (needs ``nip[notebook]``).
+        """Removed: the form is ``nip.widgets.ParametersForm(params)``.
 
-        See :class:`nip.widgets.ParametersForm` for the ``options``.
+        Configuration sits beneath the widgets that edit it, so it does not build them.
+
+        Raises:
+            NipError: Always, saying what to call instead.
         """
-        from nip.widgets import ParametersForm
-
-        return ParametersForm(self, **options)
+        raise NipError(
+            "params.widget() was removed: use `from nip.widgets import ParametersForm` and "
+            "ParametersForm(params, **options) (the same form, with the same options)"
+        )
 
     def _repr_html_(self) -> str:
         from nip.parameters._display import parameters_to_html

@@ -15,6 +15,7 @@ from typing import Literal
 
 from nip.errors import InvalidParameterError
 from nip.parameters._base import BaseParameters, param
+from nip.parameters.providers import PROVIDER_CAPABILITIES
 from nip.parameters.update_schedule import AgentUpdateSchedule, ConstantUpdateSchedule
 
 ModelProvider = Literal["OpenAI", "SelfHosted", "OpenRouter", "Local"]
@@ -136,9 +137,9 @@ class PureTextAgentParameters(BaseParameters):
                 "exactly one of lora_alpha and lora_alpha_scale set",
                 reason=f"lora_alpha_scale={self.lora_alpha_scale}",
             )
-        lora_only = self.model_provider in ("Local", "SelfHosted")
-        if lora_only and not self.use_lora and not self.freeze_agent:
-            where = "locally" if self.model_provider == "Local" else "on nip serve"
+        provider = PROVIDER_CAPABILITIES[self.model_provider]
+        if provider.lora_only and not self.use_lora and not self.freeze_agent:
+            where = provider.where
             raise InvalidParameterError(
                 "use_lora",
                 False,

@@ -8,15 +8,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
+from nip._version import __version__
 from nip.errors import IncompatibleParametersError, InvalidParameterError
 from nip.parameters._base import BaseParameters, param
 from nip.parameters.agents import PureTextAgentParameters
 from nip.parameters.protocol import (
     CommonProtocolParameters,
     DebateProtocolParameters,
+    InteractionProtocolType,
     MnipProtocolParameters,
     NipProtocolParameters,
+    protocol_agent_names,
 )
+from nip.parameters.providers import PROVIDER_CAPABILITIES
 from nip.parameters.scenario import (
     SHIPPED_DATASET_SPLITS,
     CodeValidationParameters,
@@ -30,7 +34,6 @@ from nip.parameters.trainers import (
     TextRlParameters,
 )
 
-InteractionProtocolType = Literal["nip", "adp", "debate", "merlin_arthur", "mnip", "solo_verifier"]
 TrainerType = Literal["pure_text_ei", "pure_text_malt"]
 
 #: Version of the parameter schema. A saved run whose major version differs cannot be loaded;
@@ -39,6 +42,9 @@ PARAMETERS_SCHEMA_VERSION = "1.0"
 
 #: The dataset shipped with nip (mutated HumanEval solutions, labels checked by execution).
 DEFAULT_DATASET = "humaneval_cv"
+
+#: The names of the datasets shipped with nip (their files: ``nip.data.SHIPPED_DATASETS``).
+SHIPPED_DATASET_NAMES = tuple(SHIPPED_DATASET_SPLITS)
 
 
 @dataclass
@@ -95,17 +101,13 @@ class HyperParameters(BaseParameters):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from nip.protocols import protocol_class
-
-        for name in protocol_class(self.interaction_protocol).agent_names:
+        for name in protocol_agent_names(self.interaction_protocol):
             if name not in self.agents:
                 self.agents[name] = PureTextAgentParameters()
         self._link_children()
 
     def validate(self) -> None:
-        from nip.protocols import protocol_class
-
-        agent_names = protocol_class(self.interaction_protocol).agent_names
+        agent_names = protocol_agent_names(self.interaction_protocol)
         for name in self.agents:
             if name not in agent_names:
                 raise InvalidParameterError(
@@ -131,21 +133,23 @@ class HyperParameters(BaseParameters):
         self._check_files_exist()
 
     def _check_fine_tunable(self) -> None:
-        """Reject trainable OpenRouter agents: they would fail only at job creation, after a
-        whole iteration of paid sampling."""
+        """Reject trainable agents of providers that cannot fine-tune (OpenRouter): they would
+        fail only at job creation, after a whole iteration of paid sampling."""
         if self.rl.num_iterations <= 1:
             return  # the last iteration submits no job
+        can = ", ".join(n for n, p in PROVIDER_CAPABILITIES.items() if p.can_fine_tune)
         for name, agent in self.agents.items():
-            if agent.model_provider == "OpenRouter" and not agent.freeze_agent:
-                if agent.use_dummy_api:
-                    continue  # the dummy fine-tuning backend stands in
+            if not PROVIDER_CAPABILITIES[agent.model_provider].can_fine_tune:
+                if agent.freeze_agent or agent.use_dummy_api:
+                    continue  # nothing to train, or the dummy fine-tuning backend stands in
+                provider = agent.model_provider
                 raise InvalidParameterError(
                     f"agents.{name}.freeze_agent",
                     False,
-                    "True for an OpenRouter agent when rl.num_iterations > 1",
+                    f"True for an {provider} agent when rl.num_iterations > 1",
                     reason=(
-                        "OpenRouter cannot fine-tune models; set freeze_agent=True for "
-                        f"agent {name!r}, or use a provider that can (OpenAI, SelfHosted, Local)"
+                        f"{provider} cannot fine-tune models; set freeze_agent=True for "
+                        f"agent {name!r}, or use a provider that can ({can})"
                     ),
                 )
 
@@ -204,14 +208,10 @@ class HyperParameters(BaseParameters):
     @property
     def agent_names(self) -> tuple[str, ...]:
         """The protocol's agents, in its order."""
-        from nip.protocols import protocol_class
-
-        return protocol_class(self.interaction_protocol).agent_names
+        return protocol_agent_names(self.interaction_protocol)
 
     def to_dict(self) -> dict[str, Any]:
         """As :meth:`BaseParameters.to_dict`, stamped with the schema and package versions."""
-        from nip import __version__
-
         return {
             "_schema_version": PARAMETERS_SCHEMA_VERSION,
             "_nip_version": __version__,
@@ -256,12 +256,10 @@ class HyperParameters(BaseParameters):
     @classmethod
     def construct_test_params(cls) -> HyperParameters:
         """Dummy-API agents and a tiny run: offline and fast."""
-        from nip.protocols import protocol_class
-
         return cls(
             agents={
                 name: PureTextAgentParameters.construct_test_params()
-                for name in protocol_class("nip").agent_names
+                for name in protocol_agent_names("nip")
             },
             rl=RlParameters(num_iterations=2, rollouts_per_iteration=4),
         )

@@ -2,13 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Literal
 
-from nip.errors import InvalidParameterError
+from nip.errors import InvalidParameterError, UnknownProtocolError
 from nip.parameters._base import BaseParameters, param
 
 ForceGuess = Literal["zero", "one", "y"]
+
+InteractionProtocolType = Literal["nip", "adp", "debate", "merlin_arthur", "mnip", "solo_verifier"]
+
+#: Each protocol's agents, in its order. The handler classes (:mod:`nip.protocols`) read their
+#: ``agent_names`` from here, so that configuration, which sits beneath them, knows them too.
+PROTOCOL_AGENT_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "nip": ("prover", "verifier"),
+        "adp": ("prover", "verifier"),
+        "debate": ("prover0", "prover1", "verifier"),
+        "merlin_arthur": ("prover0", "prover1", "verifier"),
+        "mnip": ("prover0", "prover1", "verifier"),
+        "solo_verifier": ("verifier",),
+    }
+)
+
+
+def protocol_agent_names(protocol: str) -> tuple[str, ...]:
+    """The agents of the protocol called ``protocol``, in its order.
+
+    Raises:
+        UnknownProtocolError: No protocol has that name.
+    """
+    try:
+        return PROTOCOL_AGENT_NAMES[protocol]
+    except KeyError:
+        raise UnknownProtocolError(
+            f"unknown interaction protocol {protocol!r}; "
+            f"choose one of {', '.join(PROTOCOL_AGENT_NAMES)}"
+        ) from None
 
 
 @dataclass

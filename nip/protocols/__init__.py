@@ -59,13 +59,7 @@ def protocol_class(name: str) -> type[ProtocolHandler]:
 
 def build_protocol_handler(hyper_params: HyperParameters) -> ProtocolHandler:
     """Build the protocol handler a configuration asks for."""
-    name = hyper_params.interaction_protocol
-    cls = protocol_class(name)
-    common = hyper_params.protocol_common
-    if cls is NipProtocol:
-        return NipProtocol(common, hyper_params.nip_protocol)
-    if cls is DebateProtocol:
-        return DebateProtocol(common, hyper_params.debate_protocol)
-    if cls is MnipProtocol:
-        return MnipProtocol(common, hyper_params.mnip_protocol)
-    return cls(common)  # type: ignore[call-arg]
+    cls = protocol_class(hyper_params.interaction_protocol)
+    if cls.params_field is None:
+        return cls(hyper_params.protocol_common)  # type: ignore[call-arg]
+    return cls(hyper_params.protocol_common, hyper_params.get(cls.params_field))  # type: ignore[call-arg]

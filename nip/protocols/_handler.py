@@ -30,8 +30,9 @@ VERIFIER = "verifier"
 class ProtocolHandler(ABC):
     """Base class of the interaction protocols.
 
-    Subclasses set ``name``, ``stance_can_be_randomized``, build their agents and channels,
-    and say who speaks in each round (:meth:`speakers`).
+    Subclasses set ``name``, ``agent_names`` (as in ``nip.parameters.PROTOCOL_AGENT_NAMES``),
+    ``stance_can_be_randomized`` and ``params_field``, build their agents and channels, and say
+    who speaks in each round (:meth:`speakers`).
     """
 
     #: The protocol's name in configuration (``interaction_protocol``).
@@ -40,6 +41,9 @@ class ProtocolHandler(ABC):
     agent_names: ClassVar[tuple[str, ...]]
     #: Whether ``randomize_prover_stance`` applies to this protocol.
     stance_can_be_randomized: ClassVar[bool] = False
+    #: The ``HyperParameters`` field holding this protocol's own parameters (passed to the
+    #: constructor after the common ones), or None when it has none.
+    params_field: ClassVar[str | None] = None
 
     def __init__(
         self,

@@ -15,6 +15,11 @@ class Decision(IntEnum):
     ACCEPT = 1
     NONE = 2
 
+    @property
+    def word(self) -> str:
+        """How prompts, transcripts and plots write it: "reject", "accept" or "no decision"."""
+        return ("reject", "accept", "no decision")[self]
+
 
 @dataclass(frozen=True)
 class AgentSpec:

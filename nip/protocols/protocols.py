@@ -40,6 +40,7 @@ class NipProtocol(ProtocolHandler):
 
     name = "nip"
     agent_names = ("prover", VERIFIER)
+    params_field = "nip_protocol"
     stance_can_be_randomized = True
 
     def __init__(
@@ -199,6 +200,7 @@ class DebateProtocol(_TwoProverProtocol):
 
     name = "debate"
     agent_names = ("prover0", "prover1", VERIFIER)
+    params_field = "debate_protocol"
     private_channels = False
 
     def __init__(
@@ -225,6 +227,7 @@ class MnipProtocol(_TwoProverProtocol):
 
     name = "mnip"
     agent_names = ("prover0", "prover1", VERIFIER)
+    params_field = "mnip_protocol"
     private_channels = True
     stance_can_be_randomized = True
 

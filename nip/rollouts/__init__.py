@@ -8,6 +8,7 @@ from nip.rollouts.records import (
     transcripts_from_jsonl,
     transcripts_to_jsonl,
 )
+from nip.utils.lazy import lazy_attributes
 
 __all__ = [
     "AgentTurn",
@@ -21,15 +22,12 @@ __all__ = [
     "transcripts_to_jsonl",
 ]
 
-
-def __getattr__(name: str):
-    # Dialogue and the engine import the agents, which import the records above.
-    if name == "Dialogue":
-        from nip.rollouts.dialogue import Dialogue
-
-        return Dialogue
-    if name in ("RolloutBatch", "run_dialogues_async"):
-        from nip.rollouts import engine
-
-        return getattr(engine, name)
-    raise AttributeError(name)
+# The dialogue and the engine load on first use: the agents import only the records.
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {
+        "Dialogue": "nip.rollouts.dialogue",
+        "RolloutBatch": "nip.rollouts.engine",
+        "run_dialogues_async": "nip.rollouts.engine",
+    },
+)

@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from nip.rollouts.records import Transcript
 
 _COLOURS = {"verifier": "#e8f0fe", "prover": "#fef7e0", "prover0": "#fce8e6", "prover1": "#e6f4ea"}
-_VERDICT = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
 
 
 def chat_bubble(title: str, text: str, colour: str = "#f1f3f4", note: str = "") -> str:
@@ -47,14 +46,14 @@ def transcript_to_html(transcript: Transcript) -> str:
             if turn.round == r and turn.decision is not Decision.NONE:
                 cells = [
                     f"<td colspan='{len(channels)}'>"
-                    + _bubble(turn.agent, turn.raw_text, f"decides: {_VERDICT[turn.decision]}")
+                    + _bubble(turn.agent, turn.raw_text, f"decides: {Decision(turn.decision).word}")
                     + "</td>"
                 ]
             elif turn.round == r and not turn.valid:
                 cells.append(f"<td style='color:#b00'>{html.escape(turn.agent)}: invalid</td>")
         rows.append(f"<tr><td>{r}</td>{''.join(cells)}</tr>")
     label = "correct" if transcript.datapoint.y == 1 else "incorrect"
-    verdict = _VERDICT[transcript.decision]
+    verdict = Decision(transcript.decision).word
     outcome = "right" if transcript.correct else "wrong"
     rewards = ", ".join(f"{a}: {v:+g}" for a, v in transcript.episode_rewards.items())
     status = " (terminated: no decision)" if transcript.terminated else ""

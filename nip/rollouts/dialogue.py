@@ -15,15 +15,39 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import Any, Protocol
 
-from nip.agents.agent import PureTextWholeAgent
 from nip.backends import ChatMessage
+from nip.errors import NipError
 from nip.protocols import VERIFIER, Decision, ProtocolHandler
 from nip.rollouts.records import AgentTurn, ChannelMessage, Datapoint, Transcript
 from nip.utils.sync import run_sync
 
 
-class DialogueOverError(RuntimeError):
+class DialogueAgent(Protocol):
+    """What a dialogue needs of an agent (:class:`nip.agents.PureTextWholeAgent` is one).
+
+    Rollouts sit beneath the agents: they drive any object with these methods.
+    """
+
+    def build_chat_prompt(self, transcript: Transcript, round_id: int) -> list[ChatMessage]:
+        """The messages the agent is prompted with in ``round_id``."""
+        ...
+
+    async def generate_turn(
+        self, transcript: Transcript, round_id: int, *, sample_index: int = 0
+    ) -> tuple[AgentTurn, list[ChannelMessage]]:
+        """Generate and parse the agent's turn in ``round_id``."""
+        ...
+
+    def turn_from_text(
+        self, text: str, transcript: Transcript, round_id: int, **turn_fields: Any
+    ) -> tuple[AgentTurn, list[ChannelMessage]]:
+        """Parse ``text`` as the agent's turn in ``round_id``."""
+        ...
+
+
+class DialogueOverError(NipError, RuntimeError):
     """The dialogue has ended; no round can be played."""
 
 
@@ -33,7 +57,7 @@ class Dialogue:
     def __init__(
         self,
         handler: ProtocolHandler,
-        agents: Mapping[str, PureTextWholeAgent],
+        agents: Mapping[str, DialogueAgent],
         transcript: Transcript,
     ):
         self.handler = handler
@@ -44,7 +68,7 @@ class Dialogue:
     def start(
         cls,
         handler: ProtocolHandler,
-        agents: Mapping[str, PureTextWholeAgent],
+        agents: Mapping[str, DialogueAgent],
         datapoint: Datapoint,
         *,
         seed: int,

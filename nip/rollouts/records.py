@@ -247,9 +247,7 @@ class Transcript:
 
     # ---------------------------------------------------------------------- display
     def __repr__(self) -> str:
-        verdict = {Decision.ACCEPT: "accept", Decision.REJECT: "reject"}.get(
-            self.decision, "no decision"
-        )
+        verdict = self.decision.word
         label = "correct" if self.datapoint.y == 1 else "incorrect"
         return (
             f"Transcript({self.protocol}, datapoint={self.datapoint.id!r} ({label}), "

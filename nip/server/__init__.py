@@ -1,17 +1,19 @@
 """The language-model server (``nip serve``): LoRA fine-tuning jobs and inference with vLLM
 (or, on a CPU, the transformers fallback) behind one OpenAI-compatible API.
 
-Clients (``SelfHosted`` agents) need only :mod:`nip.server.client` and
-:mod:`nip.server.compat`; the server parts load FastAPI when first used.
+Clients (``SelfHosted`` agents) need only :mod:`nip.backends.self_hosted` (re-exported here and
+in :mod:`nip.server.client`); the server parts load FastAPI when first used.
 """
+
+from nip.utils.lazy import lazy_attributes
 
 _LAZY = {
     "ServerConfig": "nip.server.config",
     "InsecureServerError": "nip.server.config",
     "check_exposure": "nip.server.config",
-    "API_VERSION": "nip.server.compat",
-    "IncompatibleServerError": "nip.server.compat",
-    "ServerVersionWarning": "nip.server.compat",
+    "API_VERSION": "nip.backends.self_hosted",
+    "IncompatibleServerError": "nip.backends.self_hosted",
+    "ServerVersionWarning": "nip.backends.self_hosted",
     "InferenceEngine": "nip.server.engine",
     "EngineStatus": "nip.server.engine",
     "EngineError": "nip.server.engine",
@@ -19,17 +21,12 @@ _LAZY = {
     "TransformersEngine": "nip.server.local_engine",
     "create_server_app": "nip.server.app",
     "run_server": "nip.server.app",
-    "SelfHostedBackend": "nip.server.client",
-    "wait_for_server": "nip.server.client",
+    "SelfHostedBackend": "nip.backends.self_hosted",
+    "wait_for_server": "nip.backends.self_hosted",
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'nip.server' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = list(_LAZY)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import InvalidParameterError, NipError
 from nip.parameters._base import BaseParameters, param
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
@@ -24,7 +25,6 @@ Device = Literal["auto", "cuda", "cpu"]
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 #: Environment variable holding the server's bearer token (read by server and clients).
-API_KEY_ENV = "NIP_SERVER_API_KEY"
 
 
 class InsecureServerError(NipError):

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from typing import Any
 
+from nip.errors import NipError
 from nip.jobs import FineTuneBackend, FineTuneSpec
 from nip.server.store import JobRow, ServerStore
 
@@ -33,7 +34,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:64] or "model"
 
 
-class RequestError(ValueError):
+class RequestError(NipError, ValueError):
     """A client error: becomes HTTP ``status`` with ``message``."""
 
     def __init__(self, message: str, status: int = 400, param: str | None = None):

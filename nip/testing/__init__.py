@@ -4,6 +4,7 @@
 """
 
 from nip.testing.faults import FaultKind, FaultPlan
+from nip.utils.lazy import lazy_attributes
 
 _LAZY = {
     "create_app": "nip.testing.server",
@@ -15,12 +16,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'nip.testing' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = ["FaultKind", "FaultPlan", *_LAZY]

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 
 from nip.backends._http_chunks import dechunk
+from nip.errors import NipError
 from nip.testing._chat import Reply, WaitForDisconnect, error_reply
 
 #: ``handler(method, path, headers, body, wait_for_disconnect) -> Reply``.
@@ -28,7 +29,7 @@ _MAX_HEAD = 64 * 1024
 _MAX_BODY = 64 * 1024 * 1024
 
 
-class _BadRequest(Exception):
+class _BadRequest(NipError):
     pass
 
 

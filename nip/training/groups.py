@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from nip.agents import PureTextWholeAgent
+from nip.backends import AdapterHost, ReportsReadiness, capability
 from nip.errors import FineTuneError, FineTuneJobFailed, SharedModelGroupError
 from nip.jobs import FineTuneBackend, FineTuneJob, FineTuneSpec, JobStatus
 from nip.parameters import HyperParameters, PureTextAgentParameters
@@ -283,9 +284,9 @@ class PureTextSharedModelGroup:
             raise FineTuneError(f"group {self.group_name!r}: cannot switch models ({status})")
         if job.adapter_path:
             for agent in self.agent_wholes.values():
-                register = getattr(agent.backend, "register_adapter", None)
-                if register is not None:
-                    register(job.fine_tuned_model, job.adapter_path)
+                host = capability(agent.backend, AdapterHost)
+                if host is not None:
+                    host.register_adapter(job.fine_tuned_model, job.adapter_path)
         self.state.fine_tuned_model_name = job.fine_tuned_model
         self.state.adapter_path = job.adapter_path
         self.state.model_history.append(job.fine_tuned_model)
@@ -304,9 +305,9 @@ class PureTextSharedModelGroup:
         """
         backends = {id(a.backend): a.backend for a in self.agent_wholes.values() if a.backend}
         for backend in backends.values():
-            ready = getattr(backend, "wait_for_ready", None)
-            if ready is not None:
-                await asyncio.wait_for(ready(), timeout)
+            starting = capability(backend, ReportsReadiness)
+            if starting is not None:
+                await asyncio.wait_for(starting.wait_for_ready(), timeout)
 
     async def eval(self) -> None:
         """Switch to evaluation mode (nothing to do for API and embedded models)."""
@@ -329,9 +330,9 @@ class PureTextSharedModelGroup:
         self.state = checkpoint
         if checkpoint.adapter_path and checkpoint.fine_tuned_model_name:
             for agent in self.agent_wholes.values():
-                register = getattr(agent.backend, "register_adapter", None)
-                if register is not None:
-                    register(checkpoint.fine_tuned_model_name, checkpoint.adapter_path)
+                host = capability(agent.backend, AdapterHost)
+                if host is not None:
+                    host.register_adapter(checkpoint.fine_tuned_model_name, checkpoint.adapter_path)
         self._apply_model_name()
 
     def __repr__(self) -> str:

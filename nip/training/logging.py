@@ -12,21 +12,9 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 
-WandbMode = Literal["auto", "online", "offline", "disabled"]
-
-
-class StatLogger(Protocol):
-    """Receives each iteration's metrics.
-
-    ``step=None`` logs metrics that carry their own x-axis (rollout analysis, logged after
-    the run, carries ``analysis_iteration``).
-    """
-
-    def log(self, metrics: dict[str, Any], step: int | None) -> None: ...
-
-    def finish(self) -> None: ...
+from nip.settings import WandbMode
 
 
 class NullLogger:

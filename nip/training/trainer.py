@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from nip._version import __version__
+from nip.backends.providers import provider_for
 from nip.errors import BackendUnavailableError, IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters, check_compatibility
@@ -103,8 +105,6 @@ class PureTextEiTrainer:
                     "Trainer.resume(run_dir) (nip resume), or pass overwrite=True"
                 )
             self.run_dir.write_json("hyper_params.json", hyper_params.to_dict())
-            from nip import __version__
-
             self.run_dir.write_json(
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
@@ -271,8 +271,7 @@ class PureTextEiTrainer:
         free = {
             name
             for name, agent in self.session.agents.items()
-            if agent.agent_params.model_provider in ("Local", "SelfHosted")
-            or agent.agent_params.use_dummy_api
+            if not provider_for(agent.agent_params).bills_tokens
         }
         prices = self.settings.prices_usd_per_1m
         return rollout_metrics(transcripts, prices=prices, free_agents=free)

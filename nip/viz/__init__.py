@@ -12,6 +12,7 @@
     plot_tree(run.trees(0)[0], agent="verifier")
 """
 
+from nip.utils.lazy import lazy_attributes
 from nip.viz.compare import (
     compare_protocols,
     comparison_table,
@@ -55,11 +56,11 @@ __all__ = [
     "wilson_interval",
 ]
 
-
-def __getattr__(name: str):
-    # The viewer needs ipywidgets (and anywidget for clicks): load it only when asked for.
-    if name in ("TreeViewer", "figure_widget_available"):
-        from nip.viz import tree_viewer
-
-        return getattr(tree_viewer, name)
-    raise AttributeError(f"module 'nip.viz' has no attribute {name!r}")
+# The viewer needs ipywidgets (and anywidget for clicks): load it only when asked for.
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {
+        "TreeViewer": "nip.viz.tree_viewer",
+        "figure_widget_available": "nip.viz.tree_viewer",
+    },
+)

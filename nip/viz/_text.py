@@ -9,7 +9,6 @@ from nip.protocols import Decision
 from nip.training.malt_tree import ResponseTree, TreeNode
 
 ROOT_LABEL = "start"
-VERDICTS = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
 
 
 def speaker_label(node: TreeNode) -> str:
@@ -61,7 +60,7 @@ def node_hover(tree: ResponseTree, node: TreeNode, agent: str, max_chars: int) -
             text = shorten(turn.raw_text, max_chars) if turn.valid else "(invalid turn)"
             lines.append(wrap_html(f"[{turn.agent}] {text}"))
         if node.decision is not Decision.NONE:
-            lines.append(f"decision: {VERDICTS[node.decision]}")
+            lines.append(f"decision: {Decision(node.decision).word}")
     lines.append(f"expected reward: {format_rewards(node.expected_reward, agent)}")
     if node.rewards:
         lines.append(f"reward this round: {format_rewards(node.rewards)}")

@@ -12,7 +12,8 @@ from nip.rollouts.records import Transcript
 from nip.viz import _style
 
 LABELS = {1: "correct solution", 0: "incorrect solution"}
-DECISIONS = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
+#: The columns, in order.
+DECISIONS = (Decision.ACCEPT, Decision.REJECT, Decision.NONE)
 
 
 def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
@@ -26,10 +27,10 @@ def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
         columns "accept", "reject" and "no decision".
     """
     counts = pd.DataFrame(
-        0, index=list(LABELS.values()), columns=list(DECISIONS.values()), dtype=int
+        0, index=list(LABELS.values()), columns=[d.word for d in DECISIONS], dtype=int
     )
     for transcript in transcripts:
-        counts.loc[LABELS[transcript.datapoint.y], DECISIONS[transcript.decision]] += 1
+        counts.loc[LABELS[transcript.datapoint.y], Decision(transcript.decision).word] += 1
     counts.index.name = "true label"
     counts.columns.name = "verifier decision"
     return counts

@@ -13,9 +13,10 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from nip.protocols import Decision
 from nip.rollouts._transcript_html import transcript_to_html
 from nip.training.malt_tree import ResponseTree
-from nip.viz._text import VERDICTS, format_rewards, speaker_label
+from nip.viz._text import format_rewards, speaker_label
 from nip.viz.tree_plot import plot_tree, tree_agents
 
 
@@ -114,7 +115,7 @@ class TreeViewer(widgets.VBox):
         parts = [
             f"<h4 style='margin:4px 0'>{html.escape(speaker_label(node))} · "
             f"<code>{html.escape(node_id)}</code></h4>",
-            f"<div>round {node.round} · decision: {VERDICTS[node.decision]} · leaves below: "
+            f"<div>round {node.round} · decision: {Decision(node.decision).word} · leaves below: "
             f"{node.num_leaves}{' · ' + roles if roles else ''}</div>",
             f"<div>expected reward: {format_rewards(node.expected_reward, self.agent)}</div>",
         ]

@@ -3,7 +3,7 @@ step-through controller and the fine-tuning launcher.
 
 ::
 
-    form = params.widget()                         # ParametersForm(params)
+    form = ParametersForm(params)                  # edits params in place
     PromptInspector(dialogue)                      # the exact messages an agent is sent
     DialogueController(dialogue)                   # Next round / Regenerate / Branch / Run
     FineTuneLauncher(group, transcripts)           # preview, launch, watch, switch

@@ -3,7 +3,7 @@
 ::
 
     params = HyperParameters.construct_test_params()
-    form = params.widget()                       # or ParametersForm(params)
+    form = ParametersForm(params)                # edits params in place
     form.controls["rl.num_iterations"].value = 5 # what a user's edit does
     params.rl.num_iterations                     # 5
     form.save("debate.yaml")                     # HyperParameters.load(...) == params

@@ -24,14 +24,12 @@ if TYPE_CHECKING:
     from nip.rollouts.dialogue import Dialogue
     from nip.rollouts.records import AgentTurn
 
-_VERDICT = {Decision.ACCEPT: "accept", Decision.REJECT: "reject"}
-
 
 def _turn_note(turn: AgentTurn) -> str:
     """A line about how a turn went: decision, retries, validity, model, tokens."""
     parts = []
-    if turn.decision in _VERDICT:
-        parts.append(f"decides: {_VERDICT[turn.decision]}")
+    if turn.decision != Decision.NONE:
+        parts.append(f"decides: {Decision(turn.decision).word}")
     if not turn.valid:
         parts.append(f"invalid: {turn.error}")
     elif turn.retries:
