@@ -29,6 +29,7 @@ from nip.parameters.groups import group_members
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.metrics import malt_metrics, rollout_metrics
 from nip.training.run_dir import RunDirectory
@@ -338,7 +339,7 @@ class PureTextEiTrainer:
                     selection.guess_replaced,
                 )
             examples = group.supervised_examples(selected, replaced)
-            self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", examples)
+            self.run_dir.write_jsonl(self._fine_tune_name(name), examples)
             await group.create_supervised_fine_tune_job(selected, replaced, self._job_name(name))
             self._record_submission(name, group)
 
@@ -363,9 +364,53 @@ class PureTextEiTrainer:
         return [g for g in self.groups.values() if g.state.last_job_outcome == "submitted"]
 
     async def _stage_await_fine_tune_jobs(self) -> None:
-        await asyncio.gather(
-            *(g.wait_for_fine_tune_job(self.poll_interval_s) for g in self._submitted())
+        """Wait for each submitted job; a failed one is handled by
+        ``text_rl.on_fine_tune_failure`` (:mod:`nip.training.failure_policy`)."""
+        policy = FailurePolicy.from_params(self.hyper_params.text_rl)
+        names = [n for n, g in self.groups.items() if g.state.last_job_outcome == "submitted"]
+        settled = await asyncio.gather(
+            *(
+                settle_fine_tune_job(
+                    self.groups[name],
+                    self._iteration,
+                    policy,
+                    resubmit=lambda name=name: self._resubmit(name),
+                    save=self._save_state,
+                    poll_interval_s=self.poll_interval_s,
+                )
+                for name in names
+            ),
+            return_exceptions=True,
         )
+        for name, outcome in zip(names, settled, strict=True):
+            if outcome == "kept_previous":
+                failures = len(self.groups[name].failures_in(self._iteration))
+                self._add_train_metrics(
+                    {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures}
+                )
+        errors = [e for e in settled if isinstance(e, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _resubmit(self, name: str) -> None:
+        """Submit the group's dataset of this iteration again, exactly as it was saved."""
+        examples = self.run_dir.read_jsonl(self._fine_tune_name(name))
+        await self.groups[name].resubmit(
+            self._fine_tune_method(), examples, self._job_name(name)
+        )
+
+    def _fine_tune_name(self, group: str) -> str:
+        return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
+
+    def _fine_tune_method(self) -> str:
+        return "supervised"
+
+    def _add_train_metrics(self, metrics: dict[str, Any]) -> None:
+        """Add ``metrics`` to this iteration's training metrics (file and logger)."""
+        name = f"metrics/train_it{self._iteration:04d}.json"
+        saved = self.run_dir.read_json(name) if self.run_dir.exists(name) else {}
+        self.run_dir.save_metrics("train", self._iteration, saved | metrics)
+        self._log(metrics)
 
     async def _stage_switch_models(self) -> None:
         for group in self._submitted():
@@ -505,6 +550,9 @@ class PureTextMaltTrainer(PureTextEiTrainer):
             return {}
         return malt_metrics(self.load_trees())
 
+    def _fine_tune_method(self) -> str:
+        return "dpo" if self._malt_now() else "supervised"
+
     async def _stage_create_fine_tune_jobs(self) -> None:
         if not self._malt_now():
             await super()._stage_create_fine_tune_jobs()
@@ -523,7 +571,7 @@ class PureTextMaltTrainer(PureTextEiTrainer):
                 continue
             pairs = {a: dpo_examples(trees, agent) for a, agent in group.agent_wholes.items()}
             lines = [p.to_openai() for examples in pairs.values() for p in examples]
-            self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", lines)
+            self.run_dir.write_jsonl(self._fine_tune_name(name), lines)
             await group.create_dpo_fine_tune_job(pairs, job_name=self._job_name(name))
             self._record_submission(name, group)
 
