@@ -23,9 +23,7 @@ from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.settings import ExperimentSettings
 
-JobOutcome = Literal[
-    "none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"
-]
+JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
 
 
 @dataclass

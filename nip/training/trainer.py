@@ -96,7 +96,11 @@ class PureTextEiTrainer:
             settings.run_dir = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         self.hyper_params = hyper_params
         self.settings = settings
-        self.run_dir = RunDirectory(settings.run_dir)
+        text_rl = hyper_params.text_rl
+        self.run_dir = RunDirectory(
+            settings.run_dir,
+            transcript_format=text_rl.transcript_format if text_rl.save_transcripts else None,
+        )
         if not _resuming:
             if self.run_dir.exists("state.json") and not overwrite:
                 raise RunDirectoryError(
@@ -126,6 +130,12 @@ class PureTextEiTrainer:
         self.poll_interval_s = 2.0
         self._logger = None
         self._servers_ready = False
+        if not _resuming:  # a resumed run has its starting models in its saved state
+            from nip.training.checkpoint_start import apply_starting_models
+            from nip.training.logging import resolve_mode
+
+            online = resolve_mode(settings.wandb_mode) == "online"
+            apply_starting_models(self.groups, self.run_dir.path, wandb_online=online)
 
     # ------------------------------------------------------------------ resume
     @classmethod
@@ -186,6 +196,8 @@ class PureTextEiTrainer:
                 self.state.iteration += 1
             self.state.stages_completed += 1
             self._save_state()
+            if stage == "switch_models" and self._logger is not None:
+                self._logger.save_run_artifact(self.run_dir.path)
             stages_run += 1
         if self.finished and self._logger is not None:
             self._logger.finish()
@@ -395,9 +407,7 @@ class PureTextEiTrainer:
     async def _resubmit(self, name: str) -> None:
         """Submit the group's dataset of this iteration again, exactly as it was saved."""
         examples = self.run_dir.read_jsonl(self._fine_tune_name(name))
-        await self.groups[name].resubmit(
-            self._fine_tune_method(), examples, self._job_name(name)
-        )
+        await self.groups[name].resubmit(self._fine_tune_method(), examples, self._job_name(name))
 
     def _fine_tune_name(self, group: str) -> str:
         return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
