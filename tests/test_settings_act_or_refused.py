@@ -143,10 +143,6 @@ PASSED_THROUGH_ONLY = {
     # Refused unless 8000 (PureTextAgentParameters.validate): kept so the original's configs
     # load; the port is ServerConfig.vllm_port.
     "PureTextAgentParameters.vllm_server_port",
-    # W&B address of a checkpoint run: read as attributes of the agent parameters by
-    # nip.training.checkpoint_start through a helper that takes them together.
-    "PureTextAgentParameters.checkpoint_entity",
-    "PureTextAgentParameters.checkpoint_project",
 }
 
 
