@@ -115,7 +115,8 @@ def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
         bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16,
     )
-    return {"quantization_config": config, "device_map": {"": 0}}
+    # Each process (under accelerate launch) loads its copy onto its own GPU.
+    return {"quantization_config": config, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
 
 
 def train(job_dir: Path) -> None:
