@@ -55,12 +55,12 @@ def dataset(tmp_path_factory) -> Path:
     return path
 
 
-def params(dataset: Path, **text_rl) -> HyperParameters:
+def params(dataset: Path, trainer: str = "pure_text_ei", **text_rl) -> HyperParameters:
     """Three iterations (two of them fine-tune); only the verifier is trained, on a server
     whose base model is "base"."""
     agent = dict(use_dummy_api=True, model_provider="SelfHosted", model_name="base")
     return HyperParameters(
-        trainer="pure_text_ei",
+        trainer=trainer,
         dataset=str(dataset),
         agents={
             "prover": PureTextAgentParameters(**agent, freeze_agent=True),
@@ -160,6 +160,16 @@ def test_a_group_that_kept_its_model_is_reported_in_the_iteration_metrics(datase
     assert metrics["verifier.fine_tune_failed"] == 1
     assert metrics["verifier.fine_tune_failures"] == 2
     assert "accuracy" in metrics  # added to the iteration's metrics, not replacing them
+
+
+def test_malt_resubmits_the_same_preference_pairs_as_a_dpo_job(dataset, tmp_path):
+    backend = ScriptedFineTuneBackend(fail_first=1)
+    with fine_tuning_server(tmp_path, backend) as server:
+        hp = params(dataset, trainer="pure_text_malt")
+        assert trainer_for(hp, tmp_path / "run", server.url).train().stage == "done"
+    first, second, _ = backend.specs.values()
+    assert first.method == second.method == "dpo"
+    assert first.examples == second.examples
 
 
 # ---------------------------------------------------------------------- keep_previous

@@ -29,6 +29,7 @@ from nip.parameters.groups import group_members
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.checkpoint_start import apply_starting_models
 from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.metrics import malt_metrics, rollout_metrics
@@ -131,7 +132,6 @@ class PureTextEiTrainer:
         self._logger = None
         self._servers_ready = False
         if not _resuming:  # a resumed run has its starting models in its saved state
-            from nip.training.checkpoint_start import apply_starting_models
             from nip.training.logging import resolve_mode
 
             online = resolve_mode(settings.wandb_mode) == "online"
