@@ -216,6 +216,7 @@ def _add_serve_parser(sub) -> None:
     add("--tensor-parallel-size", type=int)
     add("--data-parallel-size", type=int, help="vLLM replicas behind the server.")
     add("--dtype", help="vLLM's --dtype.")
+    add("--quantization", choices=["none", "bitsandbytes"], help="vLLM's --quantization.")
     add("--max-model-len", type=int)
     add("--enforce-eager", action="store_true", default=None)
     add("--inference-devices", help="CUDA_VISIBLE_DEVICES of vLLM.")

@@ -145,3 +145,21 @@ class FineTuneJobNotFoundError(FineTuneError):
 
 class SharedModelGroupError(NipError, ValueError):
     """Agents in one shared model group disagree on a setting that defines the model."""
+
+
+class FineTuneStoppedError(FineTuneJobFailed):
+    """A group's fine-tuning job failed and ``text_rl.on_fine_tune_failure="stop"`` ended the
+    run. The run directory records the failure; ``nip resume`` resubmits the job.
+
+    Attributes:
+        group: The shared model group whose job failed.
+        job_id / error: The failed job and the backend's description of what went wrong.
+    """
+
+    def __init__(self, group: str, job_id: str, error: str):
+        self.group = group
+        super().__init__(job_id, error)
+        self.args = (
+            f"group {group!r}: fine-tuning job {job_id} failed: {error}; the run stopped "
+            "(text_rl.on_fine_tune_failure='stop'); `nip resume RUN_DIR` resubmits the job",
+        )

@@ -389,7 +389,6 @@ def test_self_hosted_goes_through_nip_serve_not_straight_to_vllm(monkeypatch):
         model_provider="SelfHosted",
         language_model_server_scheme_host="http://gpu-box",
         language_model_server_port=5001,
-        vllm_server_port=8001,
     )
 
     backend = OpenAIBackend.from_agent_params(params)

@@ -34,6 +34,7 @@ class FineTuneSpec:
         previous_adapter: An adapter to continue from or stack on (local backends).
         stack_lora_adapters: Stack a new adapter on ``previous_adapter`` rather than train it.
         seed: Training seed.
+        quantization: "bitsandbytes" trains on 4-bit base weights (QLoRA; CUDA only).
     """
 
     base_model: str
@@ -51,6 +52,7 @@ class FineTuneSpec:
     previous_adapter: str | None = None
     stack_lora_adapters: bool = False
     seed: int = 0
+    quantization: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

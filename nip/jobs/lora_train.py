@@ -4,6 +4,9 @@ Reads ``spec.json`` (a :class:`~nip.jobs.FineTuneSpec`), trains a LoRA adapter w
 (``SFTTrainer`` or ``DPOTrainer``) and PEFT, writes it to ``JOB_DIR/adapter``, and reports
 through ``status.json`` (pending, running, succeeded, failed) and ``events.jsonl`` (losses).
 
+With ``quantization="bitsandbytes"`` the base model is loaded in 4 bits and the adapter is
+trained on top (QLoRA); that needs a CUDA device and the ``bitsandbytes`` package.
+
 SFT computes the loss on the trained agent's own turns only (its ``assistant`` messages):
 chat templates without TRL's ``{% generation %}`` markers, such as SmolLM2's ChatML, get a
 marked ChatML training template.
@@ -81,6 +84,41 @@ def _dpo_rows(examples: list[dict]) -> list[dict]:
     ]
 
 
+class QuantizationUnavailableError(RuntimeError):
+    """QLoRA was asked for where bitsandbytes cannot run (no CUDA device)."""
+
+
+def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
+    """``from_pretrained`` keyword arguments for the job's ``quantization``.
+
+    ``bitsandbytes`` loads the base weights in 4-bit NF4 with double quantization and bf16
+    compute (QLoRA); the LoRA adapter itself trains in full precision.
+
+    Raises:
+        QuantizationUnavailableError: ``bitsandbytes`` without a CUDA device.
+    """
+    if quantization in ("none", None):
+        return {}
+    if quantization != "bitsandbytes":
+        raise ValueError(f"unknown quantization {quantization!r}")
+    if not cuda:
+        raise QuantizationUnavailableError(
+            "quantization='bitsandbytes' (QLoRA) needs a CUDA GPU; this job runs on the CPU. "
+            "Set quantization='none' for this agent, or train on a GPU server"
+        )
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    config = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+    # Each process (under accelerate launch) loads its copy onto its own GPU.
+    return {"quantization_config": config, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
+
+
 def train(job_dir: Path) -> None:
     """Run the job described in ``job_dir/spec.json``."""
     import torch
@@ -99,9 +137,17 @@ def train(job_dir: Path) -> None:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     cuda = torch.cuda.is_available()
+    quantization = spec.get("quantization") or "none"
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir, local_files_only=True, dtype=torch.bfloat16 if cuda else torch.float32
+        model_dir,
+        local_files_only=True,
+        dtype=torch.bfloat16 if cuda else torch.float32,
+        **quantized_loading_kwargs(quantization, cuda),
     )
+    if quantization != "none":
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model)
     lora = LoraConfig(
         r=spec["lora_rank"],
         lora_alpha=spec["lora_alpha"],

@@ -126,6 +126,7 @@ class OpenAIFineTuneBackend:
                     "alpha": spec.lora_alpha,
                     "dropout": spec.lora_dropout,
                     "stack": spec.stack_lora_adapters,
+                    "quantization": spec.quantization,
                     "previous_adapter": spec.previous_adapter,
                 },
                 "learning_rate": spec.learning_rate,

@@ -22,6 +22,9 @@ ModelProvider = Literal["OpenAI", "SelfHosted", "OpenRouter", "Local"]
 UseSupervisorType = Literal["none", "all", "first", "all_but_first"]
 VllmQuantization = Literal["bitsandbytes", "none"]
 
+#: The only ``vllm_server_port`` accepted (see the field's documentation).
+DEFAULT_VLLM_SERVER_PORT = 8000
+
 #: The embedded model the ``Local`` provider runs by default.
 DEFAULT_LOCAL_MODEL = "SmolLM2-135M-Instruct"
 
@@ -34,7 +37,8 @@ class PureTextAgentParameters(BaseParameters):
         default_factory=ConstantUpdateSchedule, doc="In which iterations the agent is trained."
     )
     load_checkpoint_and_parameters: bool = param(
-        False, doc="Start the agent from a checkpoint of an earlier run."
+        False,
+        doc="Start the agent from the fine-tuned model of an earlier run (checkpoint_run_id).",
     )
     checkpoint_entity: str = param(
         default_factory=lambda: os.environ.get("WANDB_ENTITY", ""),
@@ -44,8 +48,12 @@ class PureTextAgentParameters(BaseParameters):
         default_factory=lambda: os.environ.get("WANDB_PROJECT", ""),
         doc="W&B project of the checkpoint run (defaults to $WANDB_PROJECT).",
     )
-    checkpoint_run_id: str | None = param(None, doc="Run id (or run directory) to load from.")
-    checkpoint_version: str = param("latest", doc="Which version of the checkpoint to load.")
+    checkpoint_run_id: str | None = param(
+        None, doc="The earlier run: its nip run directory, or its W&B run id (W&B online)."
+    )
+    checkpoint_version: str = param(
+        "latest", doc="Which version of the W&B run artifact to load (W&B runs only)."
+    )
     model_provider: ModelProvider = param(
         "OpenAI",
         doc="Who serves the model: OpenAI, SelfHosted (vLLM), OpenRouter, or Local (embedded).",
@@ -62,9 +70,9 @@ class PureTextAgentParameters(BaseParameters):
         le=65535,
     )
     vllm_server_port: int = param(
-        8000,
-        doc="Port of the vLLM process behind the server (nip serve --vllm-port); it listens "
-        "on the server's loopback only.",
+        DEFAULT_VLLM_SERVER_PORT,
+        doc="Kept for the original's configs; only 8000 is accepted. The vLLM port is set "
+        "where the server starts (nip serve --vllm-port, ServerConfig.vllm_port).",
         ge=1,
         le=65535,
     )
@@ -87,7 +95,11 @@ class PureTextAgentParameters(BaseParameters):
         True, doc="Fine-tune the base model each iteration rather than the latest one."
     )
     freeze_agent: bool = param(False, doc="Never fine-tune this agent.")
-    quantization: VllmQuantization = param("none", doc="Weight quantization for self-hosting.")
+    quantization: VllmQuantization = param(
+        "none",
+        doc="SelfHosted only: bitsandbytes trains the agent's jobs as QLoRA (4-bit base "
+        "weights) on nip serve's GPU; the served weights follow nip serve --quantization.",
+    )
     num_epochs: int | None = param(None, doc="Fine-tuning epochs (None: use rl.num_epochs).", ge=1)
     dpo_beta: float | None = param(
         None, doc="DPO beta, 0 < beta <= 2 (None: the provider's default).", gt=0.0, le=2.0
@@ -123,6 +135,20 @@ class PureTextAgentParameters(BaseParameters):
     )
 
     def validate(self) -> None:
+        self._check_quantization()
+        self._check_checkpoint()
+        if self.vllm_server_port != DEFAULT_VLLM_SERVER_PORT:
+            raise InvalidParameterError(
+                "vllm_server_port",
+                self.vllm_server_port,
+                f"{DEFAULT_VLLM_SERVER_PORT} (the original's default, kept for its configs)",
+                reason=(
+                    "agents never talk to vLLM directly: SelfHosted agents talk to nip serve at "
+                    "language_model_server_scheme_host:language_model_server_port, and the "
+                    "server picks vLLM's port; set it there with nip serve --vllm-port (or "
+                    "vllm_port in the server's config file)"
+                ),
+            )
         if self.temperature is not None and self.top_p is not None:
             raise InvalidParameterError(
                 "temperature",
@@ -149,6 +175,48 @@ class PureTextAgentParameters(BaseParameters):
                     "LoRA adapters only); set use_lora=True, or freeze_agent=True"
                 ),
             )
+
+    def _check_quantization(self) -> None:
+        if self.quantization == "none" or self.model_provider == "SelfHosted":
+            return
+        if self.model_provider == "Local":
+            why = (
+                "the Local provider runs the embedded model on the CPU, where bitsandbytes "
+                "cannot quantize; serve the model with nip serve on a GPU (model_provider="
+                "'SelfHosted')"
+            )
+        else:
+            why = (
+                f"{self.model_provider} serves and fine-tunes its own weights and offers no "
+                "choice of quantization"
+            )
+        raise InvalidParameterError(
+            "quantization",
+            self.quantization,
+            "'none' unless model_provider='SelfHosted'",
+            reason=why,
+        )
+
+    def _check_checkpoint(self) -> None:
+        if self.load_checkpoint_and_parameters and not self.checkpoint_run_id:
+            raise InvalidParameterError(
+                "checkpoint_run_id",
+                self.checkpoint_run_id,
+                "an earlier run's directory or W&B run id",
+                reason="load_checkpoint_and_parameters=True needs the run to start from",
+            )
+        if not self.load_checkpoint_and_parameters:
+            for name, default in (("checkpoint_run_id", None), ("checkpoint_version", "latest")):
+                if getattr(self, name) != default:
+                    raise InvalidParameterError(
+                        name,
+                        getattr(self, name),
+                        f"{default!r} unless load_checkpoint_and_parameters=True",
+                        reason=(
+                            "it would be ignored: set load_checkpoint_and_parameters=True to "
+                            "start the agent from that run"
+                        ),
+                    )
 
     @property
     def computed_lora_alpha(self) -> float:

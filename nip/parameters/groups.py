@@ -29,6 +29,11 @@ MODEL_DEFINING_FIELDS = (
     "lora_dropout",
     "stack_lora_adapters",
     "per_device_train_batch_size",
+    "load_checkpoint_and_parameters",
+    "checkpoint_entity",
+    "checkpoint_project",
+    "checkpoint_run_id",
+    "checkpoint_version",
 )
 
 

@@ -12,6 +12,8 @@ TestDatasetSplit = Literal["test", "validation"]
 GuessReplacementAnnealing = Literal["none", "linear", "exponential"]
 RolloutSelectionMethod = Literal["threshold", "weighted_sampling"]
 PairSelectionMethod = Literal["positive_negative", "interval"]
+TranscriptFormat = Literal["json", "yaml", "markdown"]
+OnFineTuneFailure = Literal["retry", "keep_previous", "stop"]
 
 
 @dataclass
@@ -47,8 +49,12 @@ class TextRlParameters(BaseParameters):
     verifier_guess_replacement_annealing_rate: float = param(
         0.1, doc="Decay rate of the replacement proportion.", ge=0.0, le=1.0
     )
-    save_transcripts: bool = param(True, doc="Write readable transcripts to the run directory.")
-    transcript_format: Literal["json", "yaml"] = param("json", doc="Format of transcripts.")
+    save_transcripts: bool = param(
+        True, doc="Also write readable transcripts (transcripts/) next to the JSONL rollouts."
+    )
+    transcript_format: TranscriptFormat = param(
+        "json", doc="Format of the readable transcripts: json, yaml or markdown."
+    )
     test_scheme: TestScheme = param("last", doc="In which iterations to test the agents.")
     test_dataset_split: TestDatasetSplit = param(
         "test", doc="Which split of the dataset the test stage uses (test or validation)."
@@ -58,6 +64,17 @@ class TextRlParameters(BaseParameters):
     )
     min_fine_tune_examples: int = param(
         10, doc="Fewer examples than this skip fine-tuning for a group (with a warning).", ge=1
+    )
+    on_fine_tune_failure: OnFineTuneFailure = param(
+        "retry",
+        doc="When a fine-tuning job fails: retry (resubmit, then keep the previous model), "
+        "keep_previous (keep the model, no resubmission) or stop (end the run, resumable).",
+    )
+    max_fine_tune_retries: int = param(
+        3, doc="retry: resubmissions of a failed job before keeping the previous model.", ge=0
+    )
+    fine_tune_retry_backoff_s: float = param(
+        30.0, doc="retry: wait before the first resubmission; doubled for each further one.", ge=0
     )
 
 

@@ -177,6 +177,12 @@ def create_server_app(
 
     def check_job(body: dict[str, Any]) -> None:
         lora = body.get("lora") or {}
+        if lora.get("quantization", "none") != "none" and config.resolved_device != "cuda":
+            raise RequestError(
+                f"lora.quantization={lora['quantization']!r}: QLoRA needs a CUDA GPU and this "
+                "server trains on the CPU; set the agent's quantization to 'none'",
+                param="lora.quantization",
+            )
         rank = lora.get("rank")
         if engine.kind != "vllm" or not isinstance(rank, int):
             return

@@ -20,6 +20,7 @@ from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 EngineKind = Literal["auto", "vllm", "transformers", "none"]
 GpuSharing = Literal["fraction", "pause"]
 Device = Literal["auto", "cuda", "cpu"]
+Quantization = Literal["none", "bitsandbytes"]
 
 #: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -79,6 +80,10 @@ class ServerConfig(BaseParameters):
     tensor_parallel_size: int = param(1, doc="GPUs one vLLM replica spans.", ge=1)
     data_parallel_size: int = param(1, doc="vLLM replicas behind one endpoint.", ge=1)
     dtype: str = param("auto", doc="vLLM's --dtype (auto, bfloat16, float16, float32).")
+    quantization: Quantization = param(
+        "none",
+        doc="vLLM's --quantization for the served weights: none or bitsandbytes (GPU only).",
+    )
     max_model_len: int | None = param(None, doc="vLLM's --max-model-len.", ge=1)
     enforce_eager: bool = param(False, doc="vLLM's --enforce-eager (faster start, slower).")
     vllm_args: list[str] = param(default_factory=list, doc="Extra vLLM command-line arguments.")
@@ -101,6 +106,16 @@ class ServerConfig(BaseParameters):
     poll_interval_s: float = param(1.0, doc="How often running jobs are checked.", gt=0)
 
     def validate(self) -> None:
+        if self.quantization != "none" and (self.engine == "transformers" or self.device == "cpu"):
+            raise InvalidParameterError(
+                "quantization",
+                self.quantization,
+                "'none' unless vLLM serves on a GPU",
+                reason=(
+                    "bitsandbytes quantizes on CUDA only; this server would run "
+                    f"engine={self.engine!r} on device={self.device!r}"
+                ),
+            )
         if self.max_lora_rank not in VLLM_LORA_RANKS:
             raise InvalidParameterError(
                 "max_lora_rank", self.max_lora_rank, f"one of {VLLM_LORA_RANKS}"

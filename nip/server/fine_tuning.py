@@ -128,6 +128,7 @@ def build_spec(job: JobRow, examples: list[dict[str, Any]]) -> FineTuneSpec:
         previous_adapter=lora.get("previous_adapter"),
         stack_lora_adapters=lora.get("stack", False),
         seed=job.seed or 0,
+        quantization=lora.get("quantization") or "none",
     )
 
 
@@ -158,6 +159,11 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
         _number(lora.get("rank"), "lora.rank", low=1, high=1024, integer=True)
         _number(lora.get("alpha"), "lora.alpha", low=0.0)
         _number(lora.get("dropout"), "lora.dropout", low=0.0, high=0.99)
+        if lora.get("quantization", "none") not in ("none", "bitsandbytes"):
+            raise RequestError(
+                f"lora.quantization={lora['quantization']!r}: must be 'none' or 'bitsandbytes'",
+                param="lora.quantization",
+            )
         if lora.get("use_lora", True) is not True:
             raise RequestError(
                 "lora.use_lora must be true: this server trains LoRA adapters only",

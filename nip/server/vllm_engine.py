@@ -45,6 +45,8 @@ def vllm_command(config: ServerConfig, model: Path, port: int, python: str) -> l
     ]  # fmt: skip
     if config.max_model_len is not None:
         command += ["--max-model-len", str(config.max_model_len)]
+    if config.quantization != "none":
+        command += ["--quantization", config.quantization]
     if config.enforce_eager:
         command.append("--enforce-eager")
     if config.tensor_parallel_size > 1:

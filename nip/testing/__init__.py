@@ -1,4 +1,5 @@
-"""Test helpers that ship with nip: a local OpenAI-compatible server and tiny models.
+"""Test helpers that ship with nip: a local OpenAI-compatible server, tiny models, and a
+fine-tuning backend whose jobs fail on purpose.
 
 ``FaultPlan`` is light; the server (FastAPI) and the tiny model (transformers) load on use.
 """
@@ -11,6 +12,7 @@ _LAZY = {
     "serve": "nip.testing.server",
     "RunningServer": "nip.testing.server",
     "ServerStats": "nip.testing.server",
+    "ScriptedFineTuneBackend": "nip.testing.fine_tuning",
     "build_tiny_chat_model": "nip.testing.tiny_model",
     "build_tiny_lora_adapter": "nip.testing.tiny_model",
 }

@@ -24,7 +24,7 @@ from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.settings import ExperimentSettings
 
-JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled"]
+JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
 
 
 @dataclass
@@ -37,8 +37,13 @@ class PureTextSharedModelGroupState:
         adapter_path: The latest local LoRA adapter, if any.
         last_job_outcome: What happened at the last fine-tuning step: "submitted",
             "frozen" (the group is never trained), "insufficient_data" (too few examples),
-            "not_scheduled" (its update schedule skipped the iteration), or "none".
+            "not_scheduled" (its update schedule skipped the iteration), "failed" (the job
+            failed and the group keeps its previous model, see
+            :mod:`nip.training.failure_policy`), or "none".
         model_history: Every model the group has generated with, oldest first.
+        fine_tune_failures: Every failed job: ``{"iteration", "job_id", "error"}``.
+        start_model / start_adapter_path: The model of an earlier run the group started
+            from (``load_checkpoint_and_parameters``); it replaces the base model.
     """
 
     fine_tune_job_id: str | None = None
@@ -46,6 +51,9 @@ class PureTextSharedModelGroupState:
     adapter_path: str | None = None
     last_job_outcome: JobOutcome = "none"
     model_history: list[str] = field(default_factory=list)
+    fine_tune_failures: list[dict[str, Any]] = field(default_factory=list)
+    start_model: str | None = None
+    start_adapter_path: str | None = None
 
 
 class PureTextSharedModelGroup:
@@ -109,7 +117,8 @@ class PureTextSharedModelGroup:
 
     @property
     def base_model_name(self) -> str:
-        return self.params.model_name
+        """The model fine-tuning starts from: an earlier run's model, or ``model_name``."""
+        return self.state.start_model or self.params.model_name
 
     @property
     def model_name(self) -> str:
@@ -129,10 +138,13 @@ class PureTextSharedModelGroup:
         params = self.params
         from_scratch = params.fine_tune_from_scratch
         # A local adapter continues as base model + previous adapter; an API fine-tune
-        # continues from the fine-tuned model's name.
+        # continues from the fine-tuned model's name. "From scratch" starts again from the
+        # run's starting point: the base model, or the adapter of an earlier run.
         continue_by_name = not from_scratch and self.state.adapter_path is None
+        base = self.params.model_name if self.state.start_adapter_path else self.base_model_name
+        previous = self.state.start_adapter_path if from_scratch else self.state.adapter_path
         return FineTuneSpec(
-            base_model=self.model_name if continue_by_name else self.base_model_name,
+            base_model=self.model_name if continue_by_name else base,
             method=method,  # type: ignore[arg-type]
             examples=tuple(examples),
             job_name=job_name,
@@ -144,7 +156,8 @@ class PureTextSharedModelGroup:
             lora_rank=params.lora_rank,
             lora_alpha=self.lora_alpha,
             lora_dropout=params.lora_dropout,
-            previous_adapter=None if from_scratch else self.state.adapter_path,
+            previous_adapter=previous,
+            quantization=params.quantization,
             stack_lora_adapters=params.stack_lora_adapters,
             seed=self.hyper_params.seed,
         )
@@ -234,6 +247,36 @@ class PureTextSharedModelGroup:
             for example in positive_examples_per_agent.get(name, ())
         ]
         return await self._submit("dpo", lines, job_name)
+
+    async def resubmit(
+        self, method: str, examples: list[dict[str, Any]], job_name: str | None
+    ) -> str | None:
+        """Submit ``examples`` again after a failed job (a new job id in the state)."""
+        return await self._submit(method, examples, job_name)
+
+    def record_failure(self, iteration: int, job_id: str, error: str) -> None:
+        """Keep a failed job in the group's history (once per job)."""
+        if not self.known_failed(job_id):
+            self.state.fine_tune_failures.append(
+                {"iteration": iteration, "job_id": job_id, "error": error}
+            )
+
+    def known_failed(self, job_id: str) -> bool:
+        """Whether ``job_id`` is recorded as failed (so nobody waits on it again)."""
+        return any(f["job_id"] == job_id for f in self.state.fine_tune_failures)
+
+    def failures_in(self, iteration: int) -> list[dict[str, Any]]:
+        """The failed jobs of ``iteration``, oldest first."""
+        return [f for f in self.state.fine_tune_failures if f["iteration"] == iteration]
+
+    def start_from(self, model: str, adapter_path: str | None = None) -> None:
+        """Start from an earlier run's model (before the first iteration)."""
+        self.state.start_model = model
+        self.state.start_adapter_path = adapter_path
+        self.state.fine_tuned_model_name = model
+        self.state.adapter_path = adapter_path
+        self.state.model_history = [model]
+        self.set_state(self.state)
 
     async def _job(self) -> FineTuneJob | None:
         if self.state.fine_tune_job_id is None:

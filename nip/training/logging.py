@@ -16,6 +16,8 @@ from typing import Any
 
 from nip.settings import WandbMode
 
+    def save_run_artifact(self, run_dir: Path) -> None: ...
+
 
 class NullLogger:
     """Logs nothing (metrics are in the run directory anyway)."""
@@ -24,6 +26,9 @@ class NullLogger:
         return None
 
     def finish(self) -> None:
+        return None
+
+    def save_run_artifact(self, run_dir: Path) -> None:
         return None
 
 
@@ -104,6 +109,20 @@ class WandbLogger:
         if self._run is not None:
             self._run.finish()
             self._run = None
+
+    def save_run_artifact(self, run_dir: Path) -> None:
+        """Save the run's state and current adapters as the ``nip-run-<run>`` artifact, so a
+        later run can start from its models (``checkpoint_run_id``). Never stops a run."""
+        if self._run is None:
+            return
+        import wandb
+
+        from nip.training.checkpoint_start import build_run_artifact
+
+        try:
+            self._run.log_artifact(build_run_artifact(wandb, Path(run_dir), self._run.id))
+        except Exception as error:
+            warnings.warn(f"W&B could not save the run's artifact: {error}", stacklevel=2)
 
     def __repr__(self) -> str:
         return f"WandbLogger(mode={self.mode!r})"

@@ -12,6 +12,7 @@ Layout::
     state.json                 iteration, stage, shared model groups
     rollouts/train_it0003.jsonl, rollouts/test_it0003.jsonl
     malt/trees_it0003.jsonl
+    transcripts/train_it0003.md  readable transcripts (text_rl.save_transcripts), if asked
     fine_tune/it0003_<group>.jsonl
     metrics/train_it0003.json, metrics/test_it0003.json
     jobs/                      local LoRA jobs (adapters, logs)
@@ -31,10 +32,17 @@ __all__ = ["RunDirectory", "atomic_write_text"]
 
 
 class RunDirectory:
-    """Reads and writes the files of one run (see the module docstring for the layout)."""
+    """Reads and writes the files of one run (see the module docstring for the layout).
 
-    def __init__(self, path: str | Path):
+    Args:
+        path: The run's folder.
+        transcript_format: Also write readable transcripts in this format ("json", "yaml"
+            or "markdown") with every saved rollout file; None writes none.
+    """
+
+    def __init__(self, path: str | Path, *, transcript_format: str | None = None):
         self.path = Path(path)
+        self.transcript_format = transcript_format
 
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
@@ -72,6 +80,12 @@ class RunDirectory:
         return f"rollouts/{split}_it{iteration:04d}.jsonl"
 
     def save_rollouts(self, split: str, iteration: int, transcripts: Iterable[Transcript]) -> Path:
+        transcripts = list(transcripts)
+        if self.transcript_format is not None:  # first: the records' file marks the stage done
+            from nip.training.transcript_export import render, transcript_file_name
+
+            name = transcript_file_name(split, iteration, self.transcript_format)
+            atomic_write_text(self.path / name, render(transcripts, self.transcript_format))
         path = self.path / self.rollouts_name(split, iteration)
         atomic_write_text(path, transcripts_to_jsonl(transcripts))
         return path

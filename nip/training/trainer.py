@@ -31,6 +31,8 @@ from nip.parameters.groups import group_members
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.checkpoint_start import apply_starting_models
+from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.metrics import malt_metrics, rollout_metrics
 from nip.training.run_dir import RunDirectory
@@ -97,7 +99,11 @@ class PureTextEiTrainer:
             settings.run_dir = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
         self.hyper_params = hyper_params
         self.settings = settings
-        self.run_dir = RunDirectory(settings.run_dir)
+        text_rl = hyper_params.text_rl
+        self.run_dir = RunDirectory(
+            settings.run_dir,
+            transcript_format=text_rl.transcript_format if text_rl.save_transcripts else None,
+        )
         if not _resuming:
             if self.run_dir.exists("state.json") and not overwrite:
                 raise RunDirectoryError(
@@ -127,6 +133,11 @@ class PureTextEiTrainer:
         self.poll_interval_s = 2.0
         self._logger = None
         self._servers_ready = False
+        if not _resuming:  # a resumed run has its starting models in its saved state
+            from nip.training.logging import resolve_mode
+
+            online = resolve_mode(settings.wandb_mode) == "online"
+            apply_starting_models(self.groups, self.run_dir.path, wandb_online=online)
 
     def _dataset_provenance(self) -> dict[str, dict]:
         """Source, Hub revision and fingerprint of each split the run will use."""
@@ -196,6 +207,8 @@ class PureTextEiTrainer:
                 self.state.iteration += 1
             self.state.stages_completed += 1
             self._save_state()
+            if stage == "switch_models" and self._logger is not None:
+                self._logger.save_run_artifact(self.run_dir.path)
             stages_run += 1
         if self.finished and self._logger is not None:
             self._logger.finish()
@@ -348,7 +361,7 @@ class PureTextEiTrainer:
                     selection.guess_replaced,
                 )
             examples = group.supervised_examples(selected, replaced)
-            self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", examples)
+            self.run_dir.write_jsonl(self._fine_tune_name(name), examples)
             await group.create_supervised_fine_tune_job(selected, replaced, self._job_name(name))
             self._record_submission(name, group)
 
@@ -373,9 +386,51 @@ class PureTextEiTrainer:
         return [g for g in self.groups.values() if g.state.last_job_outcome == "submitted"]
 
     async def _stage_await_fine_tune_jobs(self) -> None:
-        await asyncio.gather(
-            *(g.wait_for_fine_tune_job(self.poll_interval_s) for g in self._submitted())
+        """Wait for each submitted job; a failed one is handled by
+        ``text_rl.on_fine_tune_failure`` (:mod:`nip.training.failure_policy`)."""
+        policy = FailurePolicy.from_params(self.hyper_params.text_rl)
+        names = [n for n, g in self.groups.items() if g.state.last_job_outcome == "submitted"]
+        settled = await asyncio.gather(
+            *(
+                settle_fine_tune_job(
+                    self.groups[name],
+                    self._iteration,
+                    policy,
+                    resubmit=lambda name=name: self._resubmit(name),
+                    save=self._save_state,
+                    poll_interval_s=self.poll_interval_s,
+                )
+                for name in names
+            ),
+            return_exceptions=True,
         )
+        for name, outcome in zip(names, settled, strict=True):
+            if outcome == "kept_previous":
+                failures = len(self.groups[name].failures_in(self._iteration))
+                self._add_train_metrics(
+                    {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures}
+                )
+        errors = [e for e in settled if isinstance(e, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _resubmit(self, name: str) -> None:
+        """Submit the group's dataset of this iteration again, exactly as it was saved."""
+        examples = self.run_dir.read_jsonl(self._fine_tune_name(name))
+        await self.groups[name].resubmit(self._fine_tune_method(), examples, self._job_name(name))
+
+    def _fine_tune_name(self, group: str) -> str:
+        return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
+
+    def _fine_tune_method(self) -> str:
+        return "supervised"
+
+    def _add_train_metrics(self, metrics: dict[str, Any]) -> None:
+        """Add ``metrics`` to this iteration's training metrics (file and logger)."""
+        name = f"metrics/train_it{self._iteration:04d}.json"
+        saved = self.run_dir.read_json(name) if self.run_dir.exists(name) else {}
+        self.run_dir.save_metrics("train", self._iteration, saved | metrics)
+        self._log(metrics)
 
     async def _stage_switch_models(self) -> None:
         for group in self._submitted():
@@ -515,6 +570,9 @@ class PureTextMaltTrainer(PureTextEiTrainer):
             return {}
         return malt_metrics(self.load_trees())
 
+    def _fine_tune_method(self) -> str:
+        return "dpo" if self._malt_now() else "supervised"
+
     async def _stage_create_fine_tune_jobs(self) -> None:
         if not self._malt_now():
             await super()._stage_create_fine_tune_jobs()
@@ -533,7 +591,7 @@ class PureTextMaltTrainer(PureTextEiTrainer):
                 continue
             pairs = {a: dpo_examples(trees, agent) for a, agent in group.agent_wholes.items()}
             lines = [p.to_openai() for examples in pairs.values() for p in examples]
-            self.run_dir.write_jsonl(f"fine_tune/it{self._iteration:04d}_{name}.jsonl", lines)
+            self.run_dir.write_jsonl(self._fine_tune_name(name), lines)
             await group.create_dpo_fine_tune_job(pairs, job_name=self._job_name(name))
             self._record_submission(name, group)
 

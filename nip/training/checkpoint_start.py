@@ -1,0 +1,229 @@
+"""Start agents from the model an earlier run trained (``load_checkpoint_and_parameters``).
+
+``checkpoint_run_id`` names the earlier run: its nip run directory, or, when W&B is online,
+the id of a W&B run whose ``nip-run-<id>`` artifact holds that directory's state (saved by
+:meth:`~nip.training.logging.WandbLogger.save_run_artifact` after every iteration). The
+agent's shared model group starts from the model the earlier run's group of the same agent
+generated with last: a hosted model id (OpenAI, ``nip serve``), or a local LoRA adapter.
+That model replaces the base model: fine-tuning "from scratch" starts again from it.
+
+Only the model is taken from the earlier run; the new run's parameters are its own.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nip.errors import NipError
+from nip.parameters import PureTextAgentParameters
+from nip.training.groups import PureTextSharedModelGroup
+
+#: The W&B artifact type (and name prefix) of a run directory's state.
+ARTIFACT_TYPE = "nip-run"
+
+
+class CheckpointError(NipError):
+    """An agent cannot start from the earlier run its checkpoint fields name."""
+
+
+@dataclass(frozen=True)
+class StartingModel:
+    """The model an agent starts from.
+
+    Attributes:
+        model: The model name to generate with (a hosted id, or the adapter's name).
+        adapter_path: The LoRA adapter's folder, for local models.
+        source: Where it came from, for messages (run and group).
+    """
+
+    model: str
+    adapter_path: str | None
+    source: str
+
+
+def artifact_name(run_id: str) -> str:
+    """The W&B artifact name of run ``run_id``'s state."""
+    return f"{ARTIFACT_TYPE}-{run_id}"
+
+
+def model_in_run_directory(
+    run_dir: str | Path, agent_name: str, *, base_model: str | None = None
+) -> StartingModel:
+    """The latest model of ``agent_name``'s group in the nip run saved in ``run_dir``.
+
+    Args:
+        run_dir: The earlier run's directory (or a downloaded W&B artifact of it).
+        agent_name: The agent whose group's model to take.
+        base_model: The new agent's ``model_name``; refused when the earlier model was
+            trained from another base model.
+
+    Raises:
+        CheckpointError: The directory holds no run, the run has no such agent, or its
+            group was never fine-tuned.
+    """
+    path = Path(run_dir)
+    where = f"checkpoint_run_id={str(run_dir)!r}"
+    if not (path / "state.json").exists() or not (path / "hyper_params.json").exists():
+        raise CheckpointError(f"{where}: no nip run there (state.json, hyper_params.json)")
+    state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    saved = json.loads((path / "hyper_params.json").read_text(encoding="utf-8"))
+    agents: Mapping[str, Any] = saved.get("agents") or {}
+    if agent_name not in agents:
+        raise CheckpointError(
+            f"{where}: that run has no agent {agent_name!r} (it has {', '.join(agents)})"
+        )
+    group = agents[agent_name].get("shared_model_group") or agent_name
+    group_state = state.get("groups", {}).get(group, {})
+    model = group_state.get("fine_tuned_model_name")
+    if not model:
+        raise CheckpointError(
+            f"{where}: the {agent_name!r} agent (group {group!r}) of that run was never "
+            "fine-tuned; there is no model to start from"
+        )
+    earlier_base = agents[agent_name].get("model_name")
+    if base_model is not None and earlier_base and earlier_base != base_model:
+        raise CheckpointError(
+            f"{where}: the {agent_name!r} agent of that run was trained from "
+            f"{earlier_base!r}, not from this agent's model_name={base_model!r}; set "
+            f"model_name={earlier_base!r}"
+        )
+    adapter = group_state.get("adapter_path")
+    if adapter is not None:
+        adapter = _find_adapter(path, group, adapter, where)
+    return StartingModel(model, adapter, f"{path} (group {group!r})")
+
+
+def _find_adapter(run_dir: Path, group: str, saved_path: str, where: str) -> str:
+    """The adapter's folder: as saved, or inside a downloaded artifact (``adapters/<group>``)."""
+    for candidate in (run_dir / "adapters" / group, Path(saved_path)):
+        if candidate.is_dir():
+            return str(candidate)
+    raise CheckpointError(f"{where}: the adapter {saved_path} of group {group!r} is gone")
+
+
+def download_run_artifact(
+    params: PureTextAgentParameters, destination: Path, *, api: Any = None
+) -> Path:
+    """Download the W&B artifact of ``params.checkpoint_run_id`` into ``destination``.
+
+    Args:
+        params: The agent's parameters (``checkpoint_entity``, ``checkpoint_project``,
+            ``checkpoint_run_id``, ``checkpoint_version``).
+        destination: Where the run directory's files go.
+        api: A ``wandb.Api`` (default: a new one, which needs ``WANDB_API_KEY``).
+
+    Raises:
+        CheckpointError: W&B could not give the artifact.
+    """
+    address = (
+        f"{params.checkpoint_entity}/{params.checkpoint_project}/"
+        f"{artifact_name(str(params.checkpoint_run_id))}:{params.checkpoint_version}"
+    )
+    try:
+        if api is None:
+            import wandb
+
+            api = wandb.Api()
+        artifact = api.artifact(address, type=ARTIFACT_TYPE)
+        return Path(artifact.download(root=str(destination)))
+    except Exception as error:
+        raise CheckpointError(
+            f"checkpoint_run_id={params.checkpoint_run_id!r} is not a run directory, and the "
+            f"W&B artifact {address} could not be fetched: {error}"
+        ) from error
+
+
+def starting_model(
+    params: PureTextAgentParameters,
+    agent_name: str,
+    *,
+    download_dir: Path,
+    wandb_online: bool,
+    api: Any = None,
+) -> StartingModel:
+    """Where ``agent_name`` starts: a run directory, or a W&B artifact when W&B is online.
+
+    Raises:
+        CheckpointError: Neither is available, or the run has no model for the agent.
+    """
+    run = str(params.checkpoint_run_id)
+    if Path(run).expanduser().is_dir():
+        return model_in_run_directory(
+            Path(run).expanduser(), agent_name, base_model=params.model_name
+        )
+    if not wandb_online and api is None:
+        raise CheckpointError(
+            f"checkpoint_run_id={run!r} is not a run directory, and W&B is not online "
+            "(set WANDB_API_KEY, or give the earlier run's directory)"
+        )
+    local = download_run_artifact(params, download_dir / run, api=api)
+    return model_in_run_directory(local, agent_name, base_model=params.model_name)
+
+
+def apply_starting_models(
+    groups: Mapping[str, PureTextSharedModelGroup],
+    run_dir: Path,
+    *,
+    wandb_online: bool,
+    api: Any = None,
+) -> dict[str, StartingModel]:
+    """Start every group whose agents ask for it from its earlier run's model.
+
+    Returns:
+        The starting model of each group that has one, by group name.
+    """
+    started = {}
+    for name, group in groups.items():
+        if not group.params.load_checkpoint_and_parameters:
+            continue
+        agent_name = next(iter(group.agent_wholes))
+        start = starting_model(
+            group.params,
+            agent_name,
+            download_dir=run_dir / "checkpoints",
+            wandb_online=wandb_online,
+            api=api,
+        )
+        group.start_from(start.model, start.adapter_path)
+        started[name] = start
+    return started
+
+
+def run_artifact_files(run_dir: Path) -> dict[str, Path]:
+    """The files of a run's W&B artifact: its state, parameters and each group's current
+    adapter (``adapters/<group>``), by name inside the artifact."""
+    files = {name: run_dir / name for name in ("state.json", "hyper_params.json")}
+    state = json.loads((run_dir / "state.json").read_text(encoding="utf-8"))
+    for group, group_state in state.get("groups", {}).items():
+        adapter = group_state.get("adapter_path")
+        if adapter and Path(adapter).is_dir():
+            files[f"adapters/{group}"] = Path(adapter)
+    return files
+
+
+def build_run_artifact(wandb: Any, run_dir: Path, run_id: str) -> Any:
+    """A ``wandb.Artifact`` holding what :func:`model_in_run_directory` needs."""
+    artifact = wandb.Artifact(artifact_name(run_id), type=ARTIFACT_TYPE)
+    for name, path in run_artifact_files(run_dir).items():
+        if path.is_dir():
+            artifact.add_dir(str(path), name=name)
+        else:
+            artifact.add_file(str(path), name=name)
+    return artifact
+
+
+__all__ = [
+    "ARTIFACT_TYPE",
+    "CheckpointError",
+    "StartingModel",
+    "apply_starting_models",
+    "artifact_name",
+    "build_run_artifact",
+    "download_run_artifact",
+    "model_in_run_directory",
+    "starting_model",
+]

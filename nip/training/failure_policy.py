@@ -1,0 +1,114 @@
+"""What a run does when a group's fine-tuning job fails (``text_rl.on_fine_tune_failure``).
+
+* ``retry`` (default): resubmit the same dataset up to ``max_fine_tune_retries`` times, waiting
+  ``fine_tune_retry_backoff_s`` (doubled each time) before each resubmission; after that, the
+  group keeps its previous model for this iteration and the run goes on.
+* ``keep_previous``: no resubmission; the group keeps its previous model for this iteration.
+* ``stop``: end the run with :class:`~nip.errors.FineTuneStoppedError`; ``nip resume``
+  resubmits the job.
+
+Every failure is recorded in the group's state (``fine_tune_failures``: iteration, job id,
+error) and saved before anything else happens, so a run killed between a failure and the
+resubmission resumes by resubmitting: a resume never waits on a job known to have failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from nip.errors import FineTuneJobFailed, FineTuneStoppedError
+from nip.parameters import TextRlParameters
+from nip.training.groups import PureTextSharedModelGroup
+
+Settled = Literal["succeeded", "kept_previous"]
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """The three failure settings of :class:`~nip.parameters.TextRlParameters`."""
+
+    on_failure: Literal["retry", "keep_previous", "stop"] = "retry"
+    max_retries: int = 3
+    backoff_s: float = 30.0
+
+    @classmethod
+    def from_params(cls, text_rl: TextRlParameters) -> FailurePolicy:
+        return cls(
+            text_rl.on_fine_tune_failure,
+            text_rl.max_fine_tune_retries,
+            text_rl.fine_tune_retry_backoff_s,
+        )
+
+    def backoff_before(self, resubmission: int) -> float:
+        """Seconds to wait before the ``resubmission``-th resubmission (1, 2, ...)."""
+        return self.backoff_s * 2 ** (resubmission - 1)
+
+
+def warn_in_run_output(message: str) -> None:
+    """One plain line in the run's output (stderr), without a source line or file path."""
+    print(f"nip: warning: {message}", file=sys.stderr, flush=True)
+
+
+async def settle_fine_tune_job(
+    group: PureTextSharedModelGroup,
+    iteration: int,
+    policy: FailurePolicy,
+    *,
+    resubmit: Callable[[], Awaitable[object]],
+    save: Callable[[], None],
+    poll_interval_s: float = 2.0,
+) -> Settled:
+    """Wait for ``group``'s job of ``iteration`` to succeed, applying ``policy`` on failure.
+
+    Args:
+        group: A group whose latest job was submitted this iteration.
+        iteration: The training iteration (recorded with each failure).
+        policy: What to do when the job fails.
+        resubmit: Submits the iteration's dataset again (a new job id in the group's state).
+        save: Saves the run's state (called after each failure and each resubmission).
+        poll_interval_s: How often a running job is polled.
+
+    Returns:
+        "succeeded", or "kept_previous" when the group keeps its model this iteration
+        (``state.last_job_outcome`` is then "failed").
+
+    Raises:
+        FineTuneStoppedError: The job failed and the policy is ``stop`` (not raised for a
+            job that had already failed before this call: resuming a stopped run resubmits).
+    """
+    while True:
+        job_id = group.state.fine_tune_job_id or ""
+        already_failed = group.known_failed(job_id)
+        if not already_failed:
+            try:
+                await group.wait_for_fine_tune_job(poll_interval_s)
+                return "succeeded"
+            except FineTuneJobFailed as failure:
+                group.record_failure(iteration, failure.job_id, failure.error)
+                save()
+                if policy.on_failure == "stop":
+                    raise FineTuneStoppedError(
+                        group.group_name, failure.job_id, failure.error
+                    ) from None
+        failures = group.failures_in(iteration)
+        exhausted = policy.on_failure == "retry" and len(failures) > policy.max_retries
+        if policy.on_failure == "keep_previous" or exhausted:
+            group.state.last_job_outcome = "failed"
+            save()
+            tries = f" after {len(failures)} attempts" if len(failures) > 1 else ""
+            warn_in_run_output(
+                f"group {group.group_name!r}: fine-tuning failed{tries} ({failures[-1]['error']}); "
+                f"it keeps its previous model {group.model_name!r} for iteration {iteration} "
+                f"(text_rl.on_fine_tune_failure={policy.on_failure!r})"
+            )
+            return "kept_previous"
+        await asyncio.sleep(policy.backoff_before(len(failures)))
+        await resubmit()
+        save()
+
+
+__all__ = ["FailurePolicy", "settle_fine_tune_job", "warn_in_run_output"]
