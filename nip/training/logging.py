@@ -16,8 +16,6 @@ from typing import Any
 
 from nip.settings import WandbMode
 
-    def save_run_artifact(self, run_dir: Path) -> None: ...
-
 
 class NullLogger:
     """Logs nothing (metrics are in the run directory anyway)."""
