@@ -121,6 +121,7 @@ class PureTextWholeAgent:
             max_response_words=self.agent_params.max_response_words,
             agent_stance_string=_STANCE_WORDS.get(stance, "accept"),
             agent_name=self.agent_spec.human_name,
+            verifier_decision_instructions=handler.decision_scale.instructions,
         )
 
     def build_chat_prompt(
@@ -141,7 +142,8 @@ class PureTextWholeAgent:
             ensure_last_message_is_assistant: Drop trailing messages that are not this
                 agent's, so the prompt ends with its own last message (fine-tuning).
             replace_last_message_with_true_label: With the above, for the verifier: replace
-                that last message by the correct ``Decision: accept|reject``.
+                that last message by the correct decision (``Decision: accept|reject``, or the
+                decision scale's strongest answer for the label).
 
         Raises:
             AgentNotActiveInChannelError: ``ensure_last_message_is_assistant`` and the agent
@@ -168,7 +170,8 @@ class PureTextWholeAgent:
                 f"{self.agent_name} has no message before round {round_id}"
             )
         if replace_last_message_with_true_label and self.is_verifier:
-            label = _STANCE_WORDS[transcript.datapoint.y]
+            scale = self.protocol_handler.decision_scale
+            label = scale.point_for(Decision(transcript.datapoint.y)).text
             messages[-1] = {"role": "assistant", "content": f"Decision: {label}"}
         return messages
 
@@ -213,6 +216,10 @@ class PureTextWholeAgent:
                 "can_decide": self.is_verifier and handler.can_decide(round_id, transcript.seed),
                 "last_turn": handler.is_last_turn(self.agent_name, round_id),
                 "channel_headers": headers if len(channels) > 1 else None,
+                # The scale's answers, strongest accept first (the dummy backend picks one).
+                "decision_texts": "\n".join(reversed(handler.decision_scale.texts))
+                if self.is_verifier
+                else None,
             },
         )
 
@@ -237,6 +244,7 @@ class PureTextWholeAgent:
             spec=self.agent_spec,
             channels=channels,
             can_decide=self.is_verifier and handler.can_decide(round_id, transcript.seed),
+            scale=handler.decision_scale,
         )
 
     def turn_from_text(
@@ -254,6 +262,7 @@ class PureTextWholeAgent:
             agent=self.agent_name,
             raw_text=text,
             decision=parsed.decision,
+            score=parsed.score,
             channels=tuple(parsed.channel_messages),
             **turn_fields,
         )

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from nip.rollouts.records import Transcript
 
 _COLOURS = {"verifier": "#e8f0fe", "prover": "#fef7e0", "prover0": "#fce8e6", "prover1": "#e6f4ea"}
-_VERDICT = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
+_VERDICT = {decision: decision.label for decision in Decision}
 
 
 def chat_bubble(title: str, text: str, colour: str = "#f1f3f4", note: str = "") -> str:

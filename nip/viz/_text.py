@@ -9,7 +9,7 @@ from nip.protocols import Decision
 from nip.training.malt_tree import ResponseTree, TreeNode
 
 ROOT_LABEL = "start"
-VERDICTS = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NONE: "no decision"}
+VERDICTS = {decision: decision.label for decision in Decision}
 
 
 def speaker_label(node: TreeNode) -> str:

@@ -23,13 +23,16 @@ def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
 
     Returns:
         Integer counts; rows "correct solution" and "incorrect solution" (the true label),
-        columns "accept", "reject" and "no decision".
+        columns "accept", "reject" and "no decision" (and "neither" when a verifier ended
+        at the middle of its decision scale).
     """
-    counts = pd.DataFrame(
-        0, index=list(LABELS.values()), columns=list(DECISIONS.values()), dtype=int
-    )
+    transcripts = list(transcripts)
+    columns = list(DECISIONS.values())
+    if any(t.decision is Decision.NEITHER for t in transcripts):
+        columns.append(Decision.NEITHER.label)
+    counts = pd.DataFrame(0, index=list(LABELS.values()), columns=columns, dtype=int)
     for transcript in transcripts:
-        counts.loc[LABELS[transcript.datapoint.y], DECISIONS[transcript.decision]] += 1
+        counts.loc[LABELS[transcript.datapoint.y], transcript.decision.label] += 1
     counts.index.name = "true label"
     counts.columns.name = "verifier decision"
     return counts

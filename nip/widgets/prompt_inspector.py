@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nip.rollouts.dialogue import Dialogue
     from nip.rollouts.records import AgentTurn
 
-_VERDICT = {Decision.ACCEPT: "accept", Decision.REJECT: "reject"}
+_VERDICT = {Decision.ACCEPT: "accept", Decision.REJECT: "reject", Decision.NEITHER: "neither"}
 
 
 def _turn_note(turn: AgentTurn) -> str:
