@@ -11,6 +11,7 @@ TestScheme = Literal["none", "all", "last", "first_and_last"]
 GuessReplacementAnnealing = Literal["none", "linear", "exponential"]
 RolloutSelectionMethod = Literal["threshold", "weighted_sampling"]
 PairSelectionMethod = Literal["positive_negative", "interval"]
+ExpectedRewardEstimator = Literal["recursive_mean", "leaf_mean"]
 
 
 @dataclass
@@ -102,4 +103,10 @@ class PureTextMaltParameters(BaseParameters):
     )
     num_initial_ei_iterations: int = param(
         0, doc="Run Expert Iteration for this many iterations before MALT.", ge=0
+    )
+    expected_reward_estimator: ExpectedRewardEstimator = param(
+        "recursive_mean",
+        doc="A node's value: recursive_mean (own reward + mean of its children's values, the "
+        "policy's expected return) or leaf_mean (mean over the leaves below, as the original; "
+        "for exact replication of its runs).",
     )
