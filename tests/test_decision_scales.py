@@ -11,7 +11,7 @@ from nip.backends import Completion, GenerationResult, TokenUsage
 from nip.errors import InvalidDecisionError, InvalidParameterError
 from nip.parameters import CommonProtocolParameters, HyperParameters, PureTextAgentParameters
 from nip.parameters.protocol import VerifierDecisionScale
-from nip.prompts import LAST_TURN_SYSTEM_MESSAGE, supervisor_message
+from nip.prompts import LAST_TURN_SYSTEM_MESSAGE, PromptTemplateError, supervisor_message
 from nip.protocols import (
     DECISION_SCALES,
     PROTOCOLS,
@@ -325,6 +325,16 @@ def test_the_supervisor_states_the_scale():
     assert "a whole number from 0 to 100" in text
     dialogue = session("nip", "likert_4", use_supervisor_message="all").dialogue(ITEMS[0])
     assert '"strongly agree"' in dialogue.prompt_for("verifier")[-1]["content"]
+
+
+def test_a_custom_verifier_template_must_state_a_non_default_scale(tmp_path):
+    path = tmp_path / "verifier.txt"
+    path.write_text("Judge $solution for $question. Decision: accept or reject.")
+    with pytest.raises(PromptTemplateError, match=r"\$verifier_decision_instructions"):
+        session("nip", "likert_5", system_prompt_template_path=str(path))
+    path.write_text("Judge $solution for $question.\n$verifier_decision_instructions")
+    dialogue = session("nip", "likert_5", system_prompt_template_path=str(path)).dialogue(ITEMS[0])
+    assert '"neither agree nor disagree"' in dialogue.prompt_for("verifier")[0]["content"]
 
 
 # ------------------------------------------------------------------ whole dialogues

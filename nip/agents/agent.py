@@ -21,7 +21,7 @@ from nip.errors import (
     UnknownFinishReasonError,
 )
 from nip.parameters import HyperParameters, PureTextAgentParameters
-from nip.prompts import load_system_template
+from nip.prompts import PromptTemplateError, load_system_template
 from nip.protocols import Decision, ProtocolHandler, build_protocol_handler
 from nip.rollouts.records import AgentTurn, ChannelMessage, Transcript
 from nip.settings import ExperimentSettings
@@ -63,10 +63,26 @@ class PureTextWholeAgent:
         self.system_prompt_template = load_system_template(
             self.protocol_handler.name, agent_name, self.agent_params.system_prompt_template_path
         )
+        self._check_template_states_the_scale()
         self.backend = backend
         self.base_model_name = self.agent_params.model_name
         #: The model generating now: the base model or the latest fine-tuned one.
         self.model_name = self.base_model_name
+
+    def _check_template_states_the_scale(self) -> None:
+        """A custom verifier template must state a decision scale other than accept/reject
+        (with ``$verifier_decision_instructions``): the verifier could not know it otherwise."""
+        scale = self.protocol_handler.decision_scale.name
+        if (
+            self.agent_spec.is_verifier
+            and scale != "accept_reject"
+            and "verifier_decision_instructions" not in self.system_prompt_template.variables
+        ):
+            raise PromptTemplateError(
+                f"{self.system_prompt_template.source}: the verifier decides on the "
+                f"{scale!r} scale, so its template must contain $verifier_decision_instructions "
+                "(which says how to write a decision on that scale)"
+            )
 
     # ---------------------------------------------------------------- attributes
     @property

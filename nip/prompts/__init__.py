@@ -64,6 +64,11 @@ class PromptTemplate:
                 f"available: {', '.join(sorted(SYSTEM_PROMPT_VARIABLES))}"
             )
 
+    @property
+    def variables(self) -> frozenset[str]:
+        """The variables the template uses."""
+        return frozenset(string.Template(self.text).get_identifiers())
+
     def render(self, **variables: object) -> str:
         """Fill in the placeholders (every variable the template uses must be given)."""
         try:
