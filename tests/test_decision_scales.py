@@ -9,7 +9,12 @@ import pytest
 from nip.agents import parse_response
 from nip.backends import Completion, GenerationResult, TokenUsage
 from nip.errors import InvalidDecisionError, InvalidParameterError
-from nip.parameters import CommonProtocolParameters, HyperParameters, PureTextAgentParameters
+from nip.parameters import (
+    CommonProtocolParameters,
+    HyperParameters,
+    PureTextAgentParameters,
+    PureTextMaltParameters,
+)
 from nip.parameters.protocol import VerifierDecisionScale
 from nip.prompts import LAST_TURN_SYSTEM_MESSAGE, PromptTemplateError, supervisor_message
 from nip.protocols import (
@@ -26,6 +31,7 @@ from nip.protocols import (
 from nip.rollouts import Datapoint, Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.malt import build_trees
 
 REJECT, ACCEPT, NEITHER = Decision.REJECT, Decision.ACCEPT, Decision.NEITHER
 VERIFIER_SPEC = NipProtocol().agent("verifier")
@@ -387,3 +393,17 @@ def test_a_fine_tuning_label_is_the_scales_strongest_answer():
         [transcript], replace_verifier_guess_with_true_label=True
     )
     assert example["messages"][-1]["content"] == "Decision: strongly agree"
+
+
+def test_malt_trees_on_a_scale_keep_each_decisions_score_and_fractional_prover_rewards():
+    s = session("nip", "likert_5")
+    trees = build_trees(s.handler, s.agents, ITEMS[:4], malt=PureTextMaltParameters(), seed=3)
+    decided = [n for t in trees for n in t.nodes.values() if n.decision is not Decision.NONE]
+    assert decided
+    for node in decided:
+        point = decision_scale("likert_5").parse(
+            node.turn_of("verifier").raw_text.split("Decision:")[1]
+        )
+        assert (node.decision, node.score) == (point.decision, point.score)
+        assert node.rewards["prover"] == pytest.approx(point.score / 2 + 0.5)  # stance accept
+    assert s.handler.reward_mid_point("prover") == 0.5
