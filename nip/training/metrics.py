@@ -219,10 +219,10 @@ def agent_usage_metrics(
     """One agent's tokens, API cost and latency over ``turns`` (its own turns).
 
     ``{agent}.prompt_tokens`` / ``.completion_tokens`` (of the accepted generations),
-    ``{agent}.cost_usd`` (as :func:`cost_usd`), and ``{agent}.mean_latency_s`` /
-    ``{agent}.total_latency_s``: the wall time of its generations, over the turns a backend
-    generated (not served from the cache, not written by a person, not invalid); None when
-    there are none.
+    ``{agent}.cost_usd`` (as :func:`cost_usd`), and ``{agent}.mean_latency_s``: the mean
+    wall time of the request behind each turn a backend generated (not served from the
+    cache, not written by a person, not invalid); None when there are none. No total is
+    given: requests run concurrently, and MALT's siblings share one ``n``-sampling request.
     """
     generated = [t.latency_s for t in turns if t.valid and not t.cached and not t.overridden]
     return {
@@ -230,7 +230,6 @@ def agent_usage_metrics(
         f"{agent}.completion_tokens": sum(t.completion_tokens for t in turns),
         f"{agent}.cost_usd": cost_usd(turns, prices, free_agents),
         f"{agent}.mean_latency_s": statistics.fmean(generated) if generated else None,
-        f"{agent}.total_latency_s": sum(generated),
     }
 
 
