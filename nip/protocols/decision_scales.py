@@ -63,7 +63,8 @@ class DecisionScale:
         answer_form: How the system prompt says what to write, completing "write a line of
             the form ...".
         short_form: The same, shorter, for the "decide now" messages ("write ...").
-        numeric: Answers are whole numbers (read as a number, not by prefix).
+        numeric: Answers are the whole numbers 0, 1, ... (point ``i`` is the number ``i``),
+            read as a number rather than by prefix.
     """
 
     name: str
@@ -191,7 +192,13 @@ def _numeric(name: str, top: int, meaning: str) -> DecisionScale:
     return DecisionScale(name, points, form, form, numeric=True)
 
 
-_LIKERT_5 = ("strongly disagree", "disagree", "neither agree nor disagree", "agree")
+_LIKERT_5 = (
+    "strongly disagree",
+    "disagree",
+    "neither agree nor disagree",
+    "agree",
+    "strongly agree",
+)
 _LIKERT_7 = (
     "strongly disagree",
     "disagree",
@@ -199,9 +206,16 @@ _LIKERT_7 = (
     "neither agree nor disagree",
     "somewhat agree",
     "agree",
+    "strongly agree",
 )
-_SURE = "how sure you are that the solution is correct: 0 means certainly incorrect, {mid} "
-_SURE += "that you cannot tell, and {top} certainly correct"
+
+
+def _how_sure(top: int) -> str:
+    return (
+        "how sure you are that the solution is correct: 0 means certainly incorrect, "
+        f"{top // 2} that you cannot tell, and {top} certainly correct"
+    )
+
 
 #: Every decision scale by name (the allowed values of ``verifier_decision_scale``).
 DECISION_SCALES: MappingProxyType[str, DecisionScale] = MappingProxyType(
@@ -218,18 +232,18 @@ DECISION_SCALES: MappingProxyType[str, DecisionScale] = MappingProxyType(
                 '"Decision: reject" if it is incorrect',
                 short_form='"Decision: accept" or "Decision: reject"',
             ),
-            _likert("likert_4", (*_LIKERT_5, "strongly agree"), neither=False),
-            _likert("likert_5", (*_LIKERT_5, "strongly agree"), neither=True),
-            _likert("likert_6", (*_LIKERT_7, "strongly agree"), neither=False),
-            _likert("likert_7", (*_LIKERT_7, "strongly agree"), neither=True),
+            _likert("likert_4", _LIKERT_5, neither=False),
+            _likert("likert_5", _LIKERT_5, neither=True),
+            _likert("likert_6", _LIKERT_7, neither=False),
+            _likert("likert_7", _LIKERT_7, neither=True),
             _numeric(
                 "likert_int_scale_11",
                 10,
                 "how much you agree that the solution is correct: 0 means strongly "
                 "disagree, 5 neither agree nor disagree, and 10 strongly agree",
             ),
-            _numeric("out_of_10", 10, _SURE.format(mid=5, top=10)),
-            _numeric("out_of_100", 100, _SURE.format(mid=50, top=100)),
+            _numeric("out_of_10", 10, _how_sure(10)),
+            _numeric("out_of_100", 100, _how_sure(100)),
         )
     }
 )
