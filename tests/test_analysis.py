@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from nip.backends import Completion, GenerationResult
-from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.parameters import CommonProtocolParameters, HyperParameters, PureTextAgentParameters
+from nip.protocols import NipProtocol
 from nip.rollouts import Datapoint
 from nip.session import Session
 from nip.settings import ExperimentSettings
@@ -56,6 +57,21 @@ def test_role_conformance_states_the_side_each_debater_argued():
         prompt = judge_prompt(analyser, transcript, session.handler, prover, channel)
         assert f"argue that the solution is {side}" in prompt[-1]["content"]
         assert prompt[-1]["content"].endswith("Answer Yes or No.")
+
+
+@pytest.mark.parametrize(
+    ("scale", "form"),
+    [
+        ("accept_reject", 'a final line "Decision: accept" or "Decision: reject"?'),
+        ("out_of_10", '"Decision: <number>", where <number> is a whole number from 0 to 10'),
+    ],
+)
+def test_format_conformance_asks_about_the_verifiers_decision_scale(scale, form):
+    _, transcripts = played("nip")
+    handler = NipProtocol(CommonProtocolParameters(verifier_decision_scale=scale))
+    analyser = ANALYSERS["verifier_format_conformance"]
+    prompt = judge_prompt(analyser, transcripts[0], handler, "verifier", "main")
+    assert form in prompt[-1]["content"]
 
 
 def test_every_agent_channel_pair_is_judged_by_each_applicable_analyser():

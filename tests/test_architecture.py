@@ -133,7 +133,7 @@ def test_every_shipped_dataset_name_the_configuration_accepts_has_a_file():
 
 # ------------------------------------------------------------------- decision words
 def test_a_decision_has_one_word_used_by_prompts_transcripts_and_plots():
-    assert [d.word for d in Decision] == ["reject", "accept", "no decision"]
+    assert [d.word for d in Decision] == ["reject", "accept", "no decision", "neither"]
 
 
 # ----------------------------------------------------------------- lazy attributes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nip.backends import DummyBackend, GenerationRequest
+from nip.errors import InvalidParameterError
 from nip.parameters import (
     HyperParameters,
     NipProtocolParameters,
@@ -110,7 +111,7 @@ def test_trees_export_one_row_per_node():
 
 
 # ----------------------------------------------------------------- expected reward
-def hand_tree(intermediate: float = 0.0) -> ResponseTree:
+def hand_tree(intermediate: float = 0.0, estimator: str = "leaf_mean") -> ResponseTree:
     """root -> a (no-guess reward), b (decides right: +1); a -> a0 (+1), a1 (-1)."""
     tree = ResponseTree.new("t", "nip", ITEMS[1], seed=0, stances={"prover": 1})
     root = tree.root
@@ -120,24 +121,149 @@ def hand_tree(intermediate: float = 0.0) -> ResponseTree:
     turn2 = AgentTurn(round=2, agent="verifier", raw_text="y")
     tree.add_child(a, 0, round=2, turns=(turn2,), rewards={"verifier": 1.0}, done=True)
     tree.add_child(a, 1, round=2, turns=(turn2,), rewards={"verifier": -1.0}, done=True)
-    tree.compute_expected_rewards(("verifier",))
+    tree.compute_expected_rewards(("verifier",), estimator)
     return tree
 
 
-def test_expected_reward_is_the_mean_return_over_the_leaves_below():
-    tree = hand_tree()
+def test_the_leaf_mean_estimator_is_the_mean_return_over_the_leaves_below():
+    tree = hand_tree(estimator="leaf_mean")
     assert tree.nodes["t.0"].expected_reward["verifier"] == 0.0  # (1 + -1) / 2
     assert tree.nodes["t.1"].expected_reward["verifier"] == 1.0
     assert tree.root.expected_reward["verifier"] == pytest.approx(1 / 3)  # (1 - 1 + 1) / 3
     assert tree.root.num_leaves == 3
 
 
-def test_expected_reward_counts_intermediate_rewards_on_every_path():
+def test_the_leaf_mean_counts_intermediate_rewards_on_every_path():
     """Node a's own 0.5 is on both of its paths: (0.5+1 + 0.5-1) / 2 = 0.5. The original
     added it once and divided by two, giving 0.25."""
-    tree = hand_tree(intermediate=0.5)
+    tree = hand_tree(intermediate=0.5, estimator="leaf_mean")
     assert tree.nodes["t.0"].expected_reward["verifier"] == 0.5
     assert tree.root.expected_reward["verifier"] == pytest.approx((1.5 - 0.5 + 1.0) / 3)
+
+
+def uneven_tree(estimator: str) -> ResponseTree:
+    """A tree whose first child goes on and branches while its sibling ends at once.
+
+    Verifier rewards (only leaves pay)::
+
+        t ─┬─ t.0 ─┬─ t.0.0              -1  (decides wrong)
+           │       └─ t.0.1 ─┬─ t.0.1.0  +1
+           │                 └─ t.0.1.1 ─┬─ t.0.1.1.0  +1
+           │                             └─ t.0.1.1.1  -1
+           └─ t.1                        +1  (decides right)
+    """
+    tree = ResponseTree.new("t", "nip", ITEMS[1], seed=0, stances={"prover": 1})
+
+    def child(parent, index, reward=None):
+        turn = AgentTurn(round=parent.round + 1, agent="verifier", raw_text=f"{parent.id}/{index}")
+        rewards = {"verifier": 0.0 if reward is None else reward}
+        return tree.add_child(
+            parent, index, round=parent.round + 1, turns=(turn,), rewards=rewards,
+            done=reward is not None,
+        )  # fmt: skip
+
+    a = child(tree.root, 0)
+    child(a, 0, -1.0)
+    a1 = child(a, 1)
+    child(a1, 0, 1.0)
+    a11 = child(a1, 1)
+    child(a11, 0, 1.0)
+    child(a11, 1, -1.0)
+    child(tree.root, 1, 1.0)
+    tree.compute_expected_rewards(("verifier",), estimator)
+    return tree
+
+
+def values(tree: ResponseTree) -> dict[str, float]:
+    return {node_id: node.expected_reward["verifier"] for node_id, node in tree.nodes.items()}
+
+
+def test_the_default_estimator_is_the_policys_expected_return():
+    """Each node is worth its own reward plus the mean of its children's values."""
+    assert PureTextMaltParameters().expected_reward_estimator == "recursive_mean"
+    tree = hand_tree(estimator="recursive_mean")
+    assert values(tree) == {"t": 0.5, "t.0": 0.0, "t.1": 1.0, "t.0.0": 1.0, "t.0.1": -1.0}
+
+
+def test_with_uneven_branches_the_recursive_mean_weighs_each_sampled_child_equally():
+    assert values(uneven_tree("recursive_mean")) == {
+        "t": pytest.approx((-0.25 + 1.0) / 2),
+        "t.0": pytest.approx((-1.0 + 0.5) / 2),
+        "t.0.0": -1.0,
+        "t.0.1": pytest.approx((1.0 + 0.0) / 2),
+        "t.0.1.0": 1.0,
+        "t.0.1.1": 0.0,
+        "t.0.1.1.0": 1.0,
+        "t.0.1.1.1": -1.0,
+        "t.1": 1.0,
+    }
+
+
+def test_with_uneven_branches_the_leaf_mean_overweights_the_longer_branch():
+    """t.0 has four leaves, so the leaf mean counts its one early failure once in four."""
+    assert values(uneven_tree("leaf_mean")) == {
+        "t": pytest.approx((-1 + 1 + 1 - 1 + 1) / 5),
+        "t.0": pytest.approx((-1 + 1 + 1 - 1) / 4),
+        "t.0.0": -1.0,
+        "t.0.1": pytest.approx((1 + 1 - 1) / 3),
+        "t.0.1.0": 1.0,
+        "t.0.1.1": 0.0,
+        "t.0.1.1.0": 1.0,
+        "t.0.1.1.1": -1.0,
+        "t.1": 1.0,
+    }
+
+
+def pairs_of(tree: ResponseTree) -> set[tuple[str, str, str]]:
+    chosen = select_pairs(tree, NipProtocol(), PureTextMaltParameters(), seed=0)
+    return {(p.parent_id, p.chosen_id, p.rejected_id) for p in chosen}
+
+
+def test_the_recursive_mean_pairs_the_early_winner_against_the_branch_that_fails_early():
+    """t.0 is worth -0.25 < 0 (the verifier's mid-point) and t.1 +1: a pair at the root."""
+    assert pairs_of(uneven_tree("recursive_mean")) == {
+        ("t", "t.1", "t.0"),
+        ("t.0", "t.0.1", "t.0.0"),
+        ("t.0.1.1", "t.0.1.1.0", "t.0.1.1.1"),
+    }
+
+
+def test_the_leaf_mean_builds_no_pair_at_the_root_of_the_same_tree():
+    """Under the leaf mean t.0 is worth 0, on the mid-point, so both root children count as
+    positive and the root gives no pair."""
+    assert pairs_of(uneven_tree("leaf_mean")) == {
+        ("t.0", "t.0.1", "t.0.0"),
+        ("t.0.1.1", "t.0.1.1.0", "t.0.1.1.1"),
+    }
+
+
+def test_the_estimators_agree_when_every_child_has_as_many_leaves():
+    balanced = values(hand_tree(intermediate=0.5, estimator="recursive_mean"))
+    assert balanced["t.0"] == values(hand_tree(intermediate=0.5, estimator="leaf_mean"))["t.0"]
+
+
+def test_an_unknown_estimator_is_refused():
+    with pytest.raises(ValueError, match="estimator"):
+        hand_tree(estimator="median")
+    with pytest.raises(InvalidParameterError, match="expected_reward_estimator"):
+        PureTextMaltParameters(expected_reward_estimator="median")
+
+
+@pytest.mark.parametrize(
+    ("estimator", "other"), [("recursive_mean", "leaf_mean"), ("leaf_mean", "recursive_mean")]
+)
+def test_grown_trees_are_scored_with_the_configured_estimator(estimator, other):
+    """Dummy dialogues end at different depths, so the two estimators disagree somewhere."""
+    malt = PureTextMaltParameters(expected_reward_estimator=estimator)
+    agents = ("prover", "verifier")
+    disagreements = 0
+    for tree in grow(session(), malt):
+        scored = {i: dict(n.expected_reward) for i, n in tree.nodes.items()}
+        tree.compute_expected_rewards(agents, estimator)
+        assert {i: dict(n.expected_reward) for i, n in tree.nodes.items()} == scored
+        tree.compute_expected_rewards(agents, other)
+        disagreements += sum(n.expected_reward != scored[i] for i, n in tree.nodes.items())
+    assert disagreements > 0
 
 
 # ---------------------------------------------------------------- pair selection

@@ -95,13 +95,15 @@ def test_agent_parameters_keep_the_seed_names_and_defaults():
     assert {name: getattr(params, name) for name in seed_defaults} == seed_defaults
 
 
-def test_malt_parameters_are_exactly_the_seed():
+def test_malt_parameters_are_the_seed_plus_the_expected_reward_estimator():
+    """The estimator is nip's: ``leaf_mean`` reproduces the original exactly."""
     assert dataclasses.asdict(PureTextMaltParameters()) == {
         "num_responses_per_timestep": 2,
         "frozen_agents_generate_one_response": True,
         "pair_selection_method": "positive_negative",
         "interval_threshold_proportion": 0.1,
         "num_initial_ei_iterations": 0,
+        "expected_reward_estimator": "recursive_mean",
     }
 
 

@@ -128,6 +128,9 @@ def test_malt_grows_trees_and_trains_with_dpo(dataset, tmp_path):
     assert lines and set(lines[0]) == {"input", "preferred_output", "non_preferred_output"}
     metrics = trainer.run_dir.read_json("metrics/train_it0000.json")
     assert metrics["mean_malt_nodes"] > 4 and metrics["verifier.malt_pairs"] == len(lines)
+    assert metrics["verifier.malt_pair_proportion"] == pytest.approx(
+        len(lines) / (4 * metrics["mean_non_terminal_malt_nodes"])
+    )
 
 
 def test_malt_starts_with_expert_iteration_when_asked(dataset, tmp_path):
@@ -541,6 +544,23 @@ def test_api_turns_are_priced_with_the_prices_of_the_settings(dataset, tmp_path,
     metrics = trainer.run_dir.read_json("metrics/train_it0000.json")
     assert metrics["prompt_tokens"] > 0
     assert metrics["cost_usd"] == pytest.approx(metrics["prompt_tokens"])
+    for agent in ("prover", "verifier"):
+        assert metrics[f"{agent}.cost_usd"] == pytest.approx(metrics[f"{agent}.prompt_tokens"])
+        assert metrics[f"{agent}.mean_latency_s"] > 0  # measured around each HTTP call
+    assert metrics["prover.cost_usd"] + metrics["verifier.cost_usd"] == pytest.approx(
+        metrics["cost_usd"]
+    )
+
+
+def test_the_run_metrics_hold_the_originals_verifier_metrics(dataset, tmp_path):
+    trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+    trainer.train(max_stages=2)
+    metrics = trainer.run_dir.read_json("metrics/train_it0000.json")
+    assert 0.0 <= metrics["worst_datapoint_accuracy"] <= metrics["accuracy"]
+    assert 0.0 <= metrics["always_wrong_proportion"] <= 1.0
+    assert 0.0 <= metrics["mean_decision"] <= 1.0
+    assert 0.0 <= metrics["verifier_decision_entropy"] <= 1.0
+    assert metrics["verifier.prompt_tokens"] > 0 and metrics["prover.completion_tokens"] > 0
 
 
 def test_a_frozen_group_asked_to_fine_tune_warns_and_records_frozen(dataset):

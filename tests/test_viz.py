@@ -424,6 +424,17 @@ def test_the_confusion_matrix_counts_decisions_per_true_label():
     assert heatmap.x == ("accept", "reject", "no decision")
 
 
+def test_the_confusion_matrix_has_a_neither_column_when_a_scale_ended_in_the_middle():
+    point = Datapoint("d", "q", "s", y=1)
+    transcripts = [
+        Transcript(protocol="nip", datapoint=point, seed=0, decision=Decision.NEITHER),
+        Transcript(protocol="nip", datapoint=point, seed=0, decision=Decision.ACCEPT),
+    ]
+    counts = confusion_matrix(transcripts)
+    assert counts.columns.tolist() == ["accept", "reject", "no decision", "neither"]
+    assert counts.loc["correct solution"].tolist() == [1, 0, 0, 1]
+
+
 # ----------------------------------------------------------------- protocols
 def test_protocols_run_on_the_same_items_and_compare_with_intervals(dataset):
     batches = run_protocols(dummy_params(dataset), ["nip", "adp", "solo_verifier"], n=6)

@@ -21,7 +21,7 @@ from nip.errors import (
     UnknownFinishReasonError,
 )
 from nip.parameters import HyperParameters, PureTextAgentParameters
-from nip.prompts import load_system_template
+from nip.prompts import PromptTemplateError, load_system_template
 from nip.protocols import Decision, ProtocolHandler, build_protocol_handler
 from nip.rollouts.records import AgentTurn, ChannelMessage, Transcript
 from nip.settings import ExperimentSettings
@@ -61,10 +61,26 @@ class PureTextWholeAgent:
         self.system_prompt_template = load_system_template(
             self.protocol_handler.name, agent_name, self.agent_params.system_prompt_template_path
         )
+        self._check_template_states_the_scale()
         self.backend = backend
         self.base_model_name = self.agent_params.model_name
         #: The model generating now: the base model or the latest fine-tuned one.
         self.model_name = self.base_model_name
+
+    def _check_template_states_the_scale(self) -> None:
+        """A custom verifier template must state a decision scale other than accept/reject
+        (with ``$verifier_decision_instructions``): the verifier could not know it otherwise."""
+        scale = self.protocol_handler.decision_scale.name
+        if (
+            self.agent_spec.is_verifier
+            and scale != "accept_reject"
+            and "verifier_decision_instructions" not in self.system_prompt_template.variables
+        ):
+            raise PromptTemplateError(
+                f"{self.system_prompt_template.source}: the verifier decides on the "
+                f"{scale!r} scale, so its template must contain $verifier_decision_instructions "
+                "(which says how to write a decision on that scale)"
+            )
 
     # ---------------------------------------------------------------- attributes
     @property
@@ -119,6 +135,7 @@ class PureTextWholeAgent:
             max_response_words=self.agent_params.max_response_words,
             agent_stance_string=Decision(1 if stance is None else stance).word,
             agent_name=self.agent_spec.human_name,
+            verifier_decision_instructions=handler.decision_scale.instructions,
         )
 
     def build_chat_prompt(
@@ -139,7 +156,8 @@ class PureTextWholeAgent:
             ensure_last_message_is_assistant: Drop trailing messages that are not this
                 agent's, so the prompt ends with its own last message (fine-tuning).
             replace_last_message_with_true_label: With the above, for the verifier: replace
-                that last message by the correct ``Decision: accept|reject``.
+                that last message by the correct decision (``Decision: accept|reject``, or the
+                decision scale's strongest answer for the label).
 
         Raises:
             AgentNotActiveInChannelError: ``ensure_last_message_is_assistant`` and the agent
@@ -166,7 +184,8 @@ class PureTextWholeAgent:
                 f"{self.agent_name} has no message before round {round_id}"
             )
         if replace_last_message_with_true_label and self.is_verifier:
-            label = Decision(transcript.datapoint.y).word
+            scale = self.protocol_handler.decision_scale
+            label = scale.point_for(Decision(transcript.datapoint.y)).text
             messages[-1] = {"role": "assistant", "content": f"Decision: {label}"}
         return messages
 
@@ -208,6 +227,10 @@ class PureTextWholeAgent:
                 "can_decide": self.is_verifier and handler.can_decide(round_id, transcript.seed),
                 "last_turn": handler.is_last_turn(self.agent_name, round_id),
                 "channel_headers": headers if len(channels) > 1 else None,
+                # The scale's answers, strongest accept first (the dummy backend picks one).
+                "decision_texts": "\n".join(reversed(handler.decision_scale.texts))
+                if self.is_verifier
+                else None,
             },
         )
 
@@ -232,6 +255,7 @@ class PureTextWholeAgent:
             spec=self.agent_spec,
             channels=channels,
             can_decide=self.is_verifier and handler.can_decide(round_id, transcript.seed),
+            scale=handler.decision_scale,
         )
 
     def turn_from_text(
@@ -249,6 +273,7 @@ class PureTextWholeAgent:
             agent=self.agent_name,
             raw_text=text,
             decision=parsed.decision,
+            score=parsed.score,
             channels=tuple(parsed.channel_messages),
             **turn_fields,
         )

@@ -1,7 +1,9 @@
 """Turning a completion into channel messages and a decision.
 
 Only the verifier decides: a prover that writes "Decision: accept" keeps its whole message
-(the original parsed decisions from every agent and dropped such a prover's message).
+(the original parsed decisions from every agent and dropped such a prover's message). What
+may follow ``Decision:`` is the protocol's decision scale
+(:mod:`nip.protocols.decision_scales`), which gives the decision and its score.
 """
 
 from __future__ import annotations
@@ -11,13 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nip.errors import (
-    InvalidDecisionError,
     InvalidResponseError,
     NotAllActiveChannelsInResponseError,
 )
-from nip.protocols import AgentSpec, Decision
+from nip.protocols import DECISION_SCALES, AgentSpec, Decision, DecisionScale
 
-_DECISION = re.compile(r"decision\s*\**\s*:\s*\**\s*([A-Za-z]*)", re.IGNORECASE)
+_DECISION = re.compile(r"decision\s*\**\s*:\s*\**\s*(.*)", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class ParsedResponse:
 
     channel_messages: dict[str, str]
     decision: Decision = Decision.NONE
+    #: The verifier's score in [-1, 1] on its decision scale, with a decision.
+    score: float | None = None
 
 
 def parse_response(
@@ -34,12 +37,16 @@ def parse_response(
     spec: AgentSpec,
     channels: Sequence[str],
     can_decide: bool,
+    scale: DecisionScale = DECISION_SCALES["accept_reject"],
 ) -> ParsedResponse:
     """Parse ``text`` written by the agent ``spec`` in a round where it writes to ``channels``.
 
+    Args:
+        scale: The verifier's decision scale: what may follow ``Decision:``.
+
     Raises:
         InvalidResponseError: Empty text, or a verifier decision in a round where it may not.
-        InvalidDecisionError: ``Decision:`` followed by something other than accept/reject.
+        InvalidDecisionError: ``Decision:`` followed by something not on the scale.
         NotAllActiveChannelsInResponseError: A multi-channel response misses a header.
     """
     if text is None or not text.strip():
@@ -49,14 +56,8 @@ def parse_response(
         if match is not None:
             if not can_decide:
                 raise InvalidResponseError("the verifier may not decide in this round")
-            word = match.group(1).lower()
-            if word.startswith("accept"):
-                return ParsedResponse({}, Decision.ACCEPT)
-            if word.startswith("reject"):
-                return ParsedResponse({}, Decision.REJECT)
-            raise InvalidDecisionError(
-                f"'Decision:' must be followed by accept or reject, not {match.group(1)!r}"
-            )
+            point = scale.parse(match.group(1))
+            return ParsedResponse({}, point.decision, point.score)
     if len(channels) == 1:
         return ParsedResponse({channels[0]: text.strip()})
     return ParsedResponse(_split_by_headers(text, spec, channels))

@@ -6,14 +6,14 @@
    with the sender's ``name`` — and the sender's name at the start of the text too, because
    many open-model chat templates drop ``name`` (anonymous senders stay unnamed).
 3. On the verifier's last turn (when it could ask questions before), a system message telling
-   it to decide, unless supervisor messages are on.
+   it to decide on its decision scale, unless supervisor messages are on.
 4. Optionally a supervisor message with this turn's instructions (``use_supervisor_message``).
 """
 
 from __future__ import annotations
 
 from nip.backends import ChatMessage
-from nip.prompts import LAST_TURN_SYSTEM_MESSAGE, supervisor_message
+from nip.prompts import supervisor_message
 from nip.protocols import VERIFIER, ProtocolHandler
 from nip.rollouts.records import ChannelMessage, Transcript
 
@@ -27,6 +27,11 @@ def _user_message(handler: ProtocolHandler, message: ChannelMessage) -> ChatMess
         "name": sender.human_name,
         "content": f"{sender.human_name}: {message.content}",
     }
+
+
+def _decide_now(handler: ProtocolHandler) -> ChatMessage:
+    """The verifier's "decide now" system message, stating its decision scale."""
+    return {"role": "system", "content": handler.decision_scale.decide_now_message}
 
 
 def supervisor_enabled(mode: str, turn_index: int) -> bool:
@@ -74,7 +79,7 @@ def history_messages(
             turn_index += 1
             if own.valid:
                 if notice:
-                    messages.append({"role": "system", "content": LAST_TURN_SYSTEM_MESSAGE})
+                    messages.append(_decide_now(handler))
                 messages.append({"role": "assistant", "content": own.raw_text})
         for channel in handler.channel_order(agent_name, r, transcript.seed):
             for message in transcript.messages_in(r, channel):
@@ -108,7 +113,7 @@ def build_chat_prompt(
     )
     turn_index = sum(1 for t in transcript.turns if t.agent == agent_name and t.round < round_id)
     if shows_decide_notice(handler, agent_name, round_id, turn_index, use_supervisor_message):
-        messages.append({"role": "system", "content": LAST_TURN_SYSTEM_MESSAGE})
+        messages.append(_decide_now(handler))
     if include_supervisor and supervisor_enabled(use_supervisor_message, turn_index):
         is_verifier = agent_name == VERIFIER
         text = supervisor_message(
@@ -118,6 +123,7 @@ def build_chat_prompt(
             can_decide=handler.can_decide(round_id, transcript.seed),
             verifier_name=handler.agent(VERIFIER).human_name,
             max_response_words=max_response_words,
+            decide_form=handler.decision_scale.short_form,
         )
         messages.append({"role": "user", "name": supervisor_name, "content": text})
     return messages

@@ -6,7 +6,8 @@ answers. Every response is a pure function of the request and the sample index, 
 gives the same transcripts.
 
 The policy reads who is asking from ``request.metadata`` when the agent layer set it
-(``is_verifier``, ``can_decide``, ``channel_headers``) and otherwise infers it from the prompt,
+(``is_verifier``, ``can_decide``, ``channel_headers``, ``decision_texts``: the answers of the
+verifier's decision scale) and otherwise infers it from the prompt,
 so it also works behind an HTTP server that only sees the chat messages.
 """
 
@@ -99,7 +100,8 @@ class DummyPolicy:
                 for m in request.messages
             )
         if can_decide and (last_turn or self._decides(rng, turn)):
-            return "Decision: " + rng.choice(("accept", "reject"))
+            answers = str(meta.get("decision_texts") or "accept\nreject").split("\n")
+            return "Decision: " + rng.choice(answers)
         headers = meta.get("channel_headers")
         header_list = (
             str(headers).split("\n") if headers else list(dict.fromkeys(_HEADER.findall(system)))

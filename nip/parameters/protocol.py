@@ -43,6 +43,19 @@ def protocol_agent_names(protocol: str) -> tuple[str, ...]:
         ) from None
 
 
+#: The verifier decision scales (see :mod:`nip.protocols.decision_scales`).
+VerifierDecisionScale = Literal[
+    "accept_reject",
+    "likert_4",
+    "likert_5",
+    "likert_6",
+    "likert_7",
+    "likert_int_scale_11",
+    "out_of_10",
+    "out_of_100",
+]
+
+
 @dataclass
 class CommonProtocolParameters(BaseParameters):
     """Rewards and options shared by every protocol.
@@ -71,6 +84,16 @@ class CommonProtocolParameters(BaseParameters):
     randomize_prover_stance: bool = param(
         False,
         doc="Each datapoint's prover stance is accept or reject by a hash of its solution.",
+    )
+    verifier_decision_scale: VerifierDecisionScale = param(
+        "accept_reject",
+        doc="What the verifier writes after 'Decision:' (accept/reject, a Likert scale, a "
+        "number); provers are rewarded by its score.",
+    )
+    prover_invalid_response_penalty: float | None = param(
+        None,
+        doc="If set: a prover whose response stays invalid after every retry ends the "
+        "episode (terminated) and receives this reward (usually negative).",
     )
 
 

@@ -14,6 +14,7 @@ RolloutSelectionMethod = Literal["threshold", "weighted_sampling"]
 PairSelectionMethod = Literal["positive_negative", "interval"]
 TranscriptFormat = Literal["json", "yaml", "markdown"]
 OnFineTuneFailure = Literal["retry", "keep_previous", "stop"]
+ExpectedRewardEstimator = Literal["recursive_mean", "leaf_mean"]
 
 
 @dataclass
@@ -123,4 +124,10 @@ class PureTextMaltParameters(BaseParameters):
     )
     num_initial_ei_iterations: int = param(
         0, doc="Run Expert Iteration for this many iterations before MALT.", ge=0
+    )
+    expected_reward_estimator: ExpectedRewardEstimator = param(
+        "recursive_mean",
+        doc="A node's value: recursive_mean (own reward + mean of its children's values, the "
+        "policy's expected return) or leaf_mean (mean over the leaves below, as the original; "
+        "for exact replication of its runs).",
     )

@@ -24,13 +24,19 @@ SYSTEM_PROMPT_VARIABLES = frozenset(
         "max_response_words",  # the word limit per message
         "agent_stance_string",  # "accept" or "reject": what a prover argues for
         "agent_name",  # the agent's human name, e.g. "Expert_1"
+        # how to write a decision on the verifier's decision scale (verifier_decision_scale)
+        "verifier_decision_instructions",
     }
 )
 
-#: Appended as a system message on the verifier's last turn when it could ask questions.
+#: How the "decide now" messages say to decide on the default (accept/reject) scale; other
+#: scales pass their own (``DecisionScale.short_form``).
+ACCEPT_REJECT_FORM = '"Decision: accept" or "Decision: reject"'
+
+#: Appended as a system message on the verifier's last turn when it could ask questions (on
+#: the default scale; ``DecisionScale.decide_now_message`` in general).
 LAST_TURN_SYSTEM_MESSAGE = (
-    "You cannot ask any more questions. You must now decide: write "
-    '"Decision: accept" or "Decision: reject".'
+    f"You cannot ask any more questions. You must now decide: write {ACCEPT_REJECT_FORM}."
 )
 
 
@@ -57,6 +63,11 @@ class PromptTemplate:
                 f"{self.source}: unknown template variable(s) {', '.join(sorted(unknown))}; "
                 f"available: {', '.join(sorted(SYSTEM_PROMPT_VARIABLES))}"
             )
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """The variables the template uses."""
+        return frozenset(string.Template(self.text).get_identifiers())
 
     def render(self, **variables: object) -> str:
         """Fill in the placeholders (every variable the template uses must be given)."""
@@ -97,6 +108,7 @@ def supervisor_message(
     can_decide: bool,
     verifier_name: str = "Verifier",
     max_response_words: int = 150,
+    decide_form: str = ACCEPT_REJECT_FORM,
 ) -> str:
     """The supervisor's instructions for one turn (``use_supervisor_message``).
 
@@ -107,6 +119,7 @@ def supervisor_message(
         can_decide: Whether the verifier may decide this turn.
         verifier_name: How provers call the verifier.
         max_response_words: The word limit.
+        decide_form: What to write to decide, on the verifier's decision scale.
     """
     if not is_verifier:
         if turn_index == 0:
@@ -119,14 +132,7 @@ def supervisor_message(
             'Begin your response with "Answer: ".'
         )
     if questions_left <= 0:
-        return (
-            'You have no questions left. Decide now: write "Decision: accept" or '
-            '"Decision: reject".'
-        )
+        return f"You have no questions left. Decide now: write {decide_form}."
     plural = "question" if questions_left == 1 else "questions"
-    decide = (
-        ' Or, if you are sure, decide: write "Decision: accept" or "Decision: reject".'
-        if can_decide
-        else ""
-    )
+    decide = f" Or, if you are sure, decide: write {decide_form}." if can_decide else ""
     return f"You have {questions_left} {plural} left. Ask your next question.{decide}"

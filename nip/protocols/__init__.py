@@ -10,6 +10,12 @@ from typing import TYPE_CHECKING
 from nip.errors import UnknownProtocolError
 from nip.protocols._handler import VERIFIER, ProtocolHandler
 from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome, datapoint_stance
+from nip.protocols.decision_scales import (
+    DECISION_SCALES,
+    DecisionScale,
+    ScalePoint,
+    decision_scale,
+)
 from nip.protocols.protocols import (
     PROTOCOLS,
     AdpProtocol,
@@ -24,6 +30,7 @@ if TYPE_CHECKING:
     from nip.parameters import HyperParameters
 
 __all__ = [
+    "DECISION_SCALES",
     "PROTOCOLS",
     "VERIFIER",
     "AdpProtocol",
@@ -31,14 +38,17 @@ __all__ = [
     "ChannelSpec",
     "DebateProtocol",
     "Decision",
+    "DecisionScale",
     "MerlinArthurProtocol",
     "MnipProtocol",
     "NipProtocol",
     "ProtocolHandler",
+    "ScalePoint",
     "SoloVerifierProtocol",
     "StepOutcome",
     "build_protocol_handler",
     "datapoint_stance",
+    "decision_scale",
     "protocol_class",
 ]
 

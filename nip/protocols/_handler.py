@@ -14,17 +14,21 @@ from __future__ import annotations
 import html
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from functools import cached_property
 from typing import ClassVar
 
 from nip.parameters.protocol import CommonProtocolParameters
 from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome
+from nip.protocols.decision_scales import DecisionScale, decision_scale
 
 #: An agent's turn: the channels it writes to in a round.
 Speakers = Mapping[str, tuple[str, ...]]
 
 VERIFIER = "verifier"
+
+#: The score of a decision given without one (and of a decision ``force_guess`` replaced).
+_DEFAULT_SCORES = {Decision.REJECT: -1.0, Decision.ACCEPT: 1.0, Decision.NEITHER: 0.0}
 
 
 class ProtocolHandler(ABC):
@@ -168,6 +172,23 @@ class ProtocolHandler(ABC):
         return spec.default_stance
 
     # -------------------------------------------------------------------- rewards
+    @cached_property
+    def decision_scale(self) -> DecisionScale:
+        """What the verifier writes after ``Decision:`` (``verifier_decision_scale``)."""
+        return decision_scale(self.common.verifier_decision_scale)
+
+    def prover_decision_reward(self, stance: int, score: float) -> float:
+        """A prover's reward when the verifier decides with ``score`` in [-1, 1].
+
+        ``(score / 2 + 0.5) * prover_reward`` for a prover arguing accept and
+        ``(-score / 2 + 0.5) * prover_reward`` for one arguing reject: both in
+        ``[0, prover_reward]``. On ``accept_reject`` this is ``prover_reward`` when the decision
+        matches the stance and 0 otherwise. (The original's single prover arguing reject got
+        ``-(score / 2 + 0.5) * prover_reward``, a negative range; see docs/design.md.)
+        """
+        signed = score if stance == 1 else -score
+        return (signed / 2 + 0.5) * self.common.prover_reward
+
     def step(
         self,
         round_id: int,
@@ -176,6 +197,8 @@ class ProtocolHandler(ABC):
         *,
         seed: int = 0,
         datapoint_stance: int | None = None,
+        score: float | None = None,
+        invalid_provers: Collection[str] = (),
     ) -> StepOutcome:
         """Score one round.
 
@@ -186,26 +209,41 @@ class ProtocolHandler(ABC):
             y: The true label (1 the solution is correct, 0 it is not).
             seed: The dialogue's seed.
             datapoint_stance: The datapoint's randomised stance, if any.
+            score: The verifier's continuous score in [-1, 1] for its decision; by default
+                1 for accept, -1 for reject and 0 for neither.
+            invalid_provers: Provers whose turn this round stayed invalid after every retry.
+                With ``prover_invalid_response_penalty`` set, the episode is terminated
+                here and each of them receives the penalty (every other reward this round
+                is 0); otherwise they are ignored.
 
         Raises:
             ValueError: A decision was given in a round where the verifier may not decide.
         """
         decision = Decision(decision)
         common = self.common
+        penalty = common.prover_invalid_response_penalty
+        if penalty is not None and invalid_provers:
+            rewards = {name: 0.0 for name in self.agent_names}
+            for prover in invalid_provers:
+                rewards[prover] = penalty
+            return StepOutcome(True, True, Decision.NONE, rewards)
         verifier_speaks = VERIFIER in self.speakers(round_id, seed)
         rewards = {name: 0.0 for name in self.agent_names}
         done = terminated = False
         if decision is not Decision.NONE:
             if not self.can_decide(round_id, seed):
                 raise ValueError(f"{self.name}: the verifier may not decide in round {round_id}")
-            decision = self._forced(decision, y)
+            forced = self._forced(decision, y)
+            if forced is not decision or score is None:
+                score = _DEFAULT_SCORES[forced]
+            decision = forced
             done = True
             rewards[VERIFIER] = (
                 common.verifier_reward if decision == y else common.verifier_incorrect_penalty
             )
             for prover in self.prover_names:
                 stance = self.prover_stance(prover, datapoint_stance)
-                rewards[prover] = common.prover_reward if decision == stance else 0.0
+                rewards[prover] = self.prover_decision_reward(stance, score)
         elif round_id >= self.last_decision_round:
             done = terminated = True
             rewards[VERIFIER] = common.verifier_terminated_penalty
@@ -214,7 +252,13 @@ class ProtocolHandler(ABC):
         if common.shared_reward:
             for prover in self.prover_names:
                 rewards[prover] = rewards[VERIFIER]
-        return StepOutcome(done=done, terminated=terminated, decision=decision, rewards=rewards)
+        return StepOutcome(
+            done=done,
+            terminated=terminated,
+            decision=decision,
+            rewards=rewards,
+            score=score if done and not terminated else None,
+        )
 
     def _forced(self, decision: Decision, y: int) -> Decision:
         force = self.common.force_guess
@@ -227,7 +271,11 @@ class ProtocolHandler(ABC):
         return decision
 
     def possible_episode_rewards(self, agent_name: str) -> tuple[float, ...]:
-        """Every episode reward ``agent_name`` can end with (sorted, distinct)."""
+        """Every episode reward ``agent_name`` can end with (sorted, distinct).
+
+        Computed from the turn schedule, the rewards, the decision scale (a prover earns
+        one value per point of the scale) and ``prover_invalid_response_penalty``.
+        """
         common = self.common
         self.agent(agent_name)
         turns = self._verifier_rounds
@@ -241,8 +289,18 @@ class ProtocolHandler(ABC):
             (len(turns) - 1) * common.verifier_no_guess_reward + common.verifier_terminated_penalty
         )
         if agent_name == VERIFIER or common.shared_reward:
-            return tuple(sorted(set(verifier_returns)))
-        return tuple(sorted({0.0, common.prover_reward}))
+            returns = set(verifier_returns)
+            if self.prover_names and common.prover_invalid_response_penalty is not None:
+                # Cut short by a prover after any number of verifier turns without a decision.
+                returns |= {i * common.verifier_no_guess_reward for i in range(len(turns))}
+        else:
+            returns = {0.0}
+            for point in self.decision_scale.points:
+                for stance in (0, 1):
+                    returns.add(self.prover_decision_reward(stance, point.score))
+        if agent_name != VERIFIER and common.prover_invalid_response_penalty is not None:
+            returns.add(common.prover_invalid_response_penalty)
+        return tuple(sorted(returns))
 
     def min_reward(self, agent_name: str) -> float:
         """The lowest episode reward ``agent_name`` can get (MALT's interval method)."""
@@ -256,7 +314,8 @@ class ProtocolHandler(ABC):
         """Half-way between the lowest and highest episode reward (MALT's threshold).
 
         With the default rewards: 0 for the verifier and ``prover_reward / 2`` for provers,
-        as in the original; unlike its estimate, it accounts for no-guess rewards.
+        as in the original; unlike its estimate, it accounts for no-guess rewards, the
+        decision scale and the invalid-response penalty.
         """
         return (self.min_reward(agent_name) + self.max_reward(agent_name)) / 2
 

@@ -9,16 +9,18 @@ from enum import IntEnum
 
 
 class Decision(IntEnum):
-    """A verifier decision code: 0 reject, 1 accept, 2 no decision (as in the original)."""
+    """A verifier decision code, as in the original: 0 reject, 1 accept, 2 no decision, and
+    3 neither (the verifier ended the episode at the middle of a decision scale)."""
 
     REJECT = 0
     ACCEPT = 1
     NONE = 2
+    NEITHER = 3
 
     @property
     def word(self) -> str:
-        """How prompts, transcripts and plots write it: "reject", "accept" or "no decision"."""
-        return ("reject", "accept", "no decision")[self]
+        """How prompts, transcripts and plots write it: reject, accept, no decision or neither."""
+        return ("reject", "accept", "no decision", "neither")[self]
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,14 @@ class StepOutcome:
         terminated: It ended because the verifier's last chance passed without a decision.
         decision: The verifier's effective decision this round (after ``force_guess``).
         rewards: Each agent's reward for this round.
+        score: The verifier's continuous score in [-1, 1] when it decided, else None.
     """
 
     done: bool
     terminated: bool
     decision: Decision
     rewards: Mapping[str, float]
+    score: float | None = None
 
 
 def datapoint_stance(solution: str) -> int:

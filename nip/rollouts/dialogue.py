@@ -154,21 +154,23 @@ class Dialogue:
         round_id = self.round_id
         transcript.turns.extend(turns)
         transcript.messages.extend(messages)
-        decision = next(
-            (t.decision for t in turns if t.agent == VERIFIER and t.decision is not Decision.NONE),
-            Decision.NONE,
+        deciding = next(
+            (t for t in turns if t.agent == VERIFIER and t.decision is not Decision.NONE), None
         )
         outcome = self.handler.step(
             round_id,
-            decision,
+            deciding.decision if deciding is not None else Decision.NONE,
             transcript.datapoint.y,
             seed=transcript.seed,
             datapoint_stance=transcript.datapoint.stance,
+            score=deciding.score if deciding is not None else None,
+            invalid_provers=[t.agent for t in turns if not t.valid and t.agent != VERIFIER],
         )
         transcript.rewards.append(dict(outcome.rewards))
         transcript.done = outcome.done
         transcript.terminated = outcome.terminated
         transcript.decision = outcome.decision
+        transcript.score = outcome.score
 
     def step(
         self, overrides: Mapping[str, str] | None = None, *, sample_index: int = 0

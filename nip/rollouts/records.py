@@ -54,6 +54,8 @@ class AgentTurn:
         agent: The agent's name.
         raw_text: The completion exactly as the model wrote it.
         decision: The verifier's decision (``Decision.NONE`` for provers and questions).
+        score: With a decision, the verifier's continuous score in [-1, 1] on its decision
+            scale (``verifier_decision_scale``); None otherwise.
         channels: The channels the agent wrote to.
         retries: How many generations were rejected before this one.
         token_limit: The completion stopped at the token limit.
@@ -83,6 +85,7 @@ class AgentTurn:
     cached: bool = False
     overridden: bool = False
     sample_index: int = 0
+    score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -112,6 +115,8 @@ class Transcript:
         rewards: Each agent's reward, one mapping per round played.
         done / terminated: Whether the episode is over, and whether it ran out of rounds.
         decision: The verifier's final decision.
+        score: The verifier's continuous score in [-1, 1] for that decision (on its decision
+            scale; -1 reject and 1 accept on ``accept_reject``), None without a decision.
         iteration: The training iteration that produced it (if any).
         id: A run-unique id for this dialogue.
     """
@@ -128,6 +133,7 @@ class Transcript:
     decision: Decision = Decision.NONE
     iteration: int = 0
     id: str = ""
+    score: float | None = None
 
     # ----------------------------------------------------------------------- queries
     @property
@@ -166,10 +172,9 @@ class Transcript:
         """A copy holding only the first ``num_rounds`` rounds (for branching and undo)."""
         last = [r for r in self.rewards[:num_rounds]]
         turns = [t for t in self.turns if t.round < num_rounds]
-        decision = next(
-            (t.decision for t in reversed(turns) if t.decision is not Decision.NONE),
-            Decision.NONE,
-        )
+        deciding = next((t for t in reversed(turns) if t.decision is not Decision.NONE), None)
+        decision = deciding.decision if deciding is not None else Decision.NONE
+        whole = num_rounds >= self.num_rounds
         return Transcript(
             protocol=self.protocol,
             datapoint=self.datapoint,
@@ -180,9 +185,10 @@ class Transcript:
             rewards=last,
             done=False if num_rounds < self.num_rounds else self.done,
             terminated=False if num_rounds < self.num_rounds else self.terminated,
-            decision=decision if num_rounds >= self.num_rounds else Decision.NONE,
+            decision=decision if whole else Decision.NONE,
             iteration=self.iteration,
             id=self.id,
+            score=self.score if whole else None,
         )
 
     # ------------------------------------------------------------------ serialisation
@@ -201,6 +207,7 @@ class Transcript:
             "done": self.done,
             "terminated": self.terminated,
             "decision": int(self.decision),
+            "score": self.score,
         }
 
     @classmethod
@@ -218,6 +225,7 @@ class Transcript:
             done=data.get("done", False),
             terminated=data.get("terminated", False),
             decision=Decision(data.get("decision", Decision.NONE)),
+            score=data.get("score"),
         )
 
     def to_json(self) -> str:
@@ -232,6 +240,7 @@ class Transcript:
             "datapoint_id": self.datapoint.id,
             "y": self.datapoint.y,
             "decision": int(self.decision),
+            "score": self.score,
             "correct": self.correct,
             "rounds": self.num_rounds,
             "terminated": self.terminated,

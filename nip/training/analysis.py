@@ -33,8 +33,9 @@ class BinaryAnalyser:
     Attributes:
         name: The analyser's name (used in files and metrics).
         applies_to: Which agents it judges.
-        question: The question; ``{agent}``, ``{side}`` (the side the agent argued) and
-            ``{verifier}`` are filled in.
+        question: The question; ``{agent}``, ``{side}`` (the side the agent argued),
+            ``{verifier}`` and ``{decision_form}`` (how the verifier writes a decision on its
+            decision scale) are filled in.
     """
 
     name: str
@@ -80,7 +81,7 @@ ANALYSERS: dict[str, BinaryAnalyser] = {
             "verifier_format_conformance",
             _is_verifier,
             "Does {agent} follow the required format: questions as instructed, and a final "
-            'line "Decision: accept" or "Decision: reject"?',
+            "line {decision_form}?",
         ),
     )
 }
@@ -130,6 +131,7 @@ def judge_prompt(
         agent=spec.human_name,
         side=_SIDE.get(stance, "its assigned side"),
         verifier=handler.agent("verifier").human_name,
+        decision_form=handler.decision_scale.short_form,
     )
     messages.append({"role": "user", "content": f"{question} Answer Yes or No."})
     return messages

@@ -87,6 +87,7 @@ async def _expand(
                 done=played.done,
                 terminated=played.terminated,
                 decision=played.decision,
+                score=played.score,
             )
         )
     return children
@@ -119,7 +120,7 @@ async def build_trees_async(
         )
     await _grow(trees, handler, agents, malt, frozen_agents)
     for tree in trees:
-        tree.compute_expected_rewards(handler.agent_names)
+        tree.compute_expected_rewards(handler.agent_names, malt.expected_reward_estimator)
         select_pairs(tree, handler, malt, seed=seed)
     return trees
 

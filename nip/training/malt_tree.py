@@ -5,18 +5,29 @@ the next round. A node stores only its own round (turns, messages, rewards), so 
 memory is linear in its number of nodes; the transcript at any node is rebuilt by walking
 the path from the root.
 
-Expected reward. For each agent and node: the mean, over the leaves below the node, of the
-agent's return from the node to the leaf (the node's own step reward included). Computed
-exactly as ``(r(node) * leaves(node) + sum of children's totals) / leaves(node)``, so it is
-right when intermediate rewards are not zero (the original added a node's own reward once
-and then divided by the number of leaves).
+Expected reward (``pure_text_malt.expected_reward_estimator``), for each agent and node:
+
+* ``recursive_mean`` (default): the expected return under the policy that sampled the tree,
+  ``V(node) = r(node) + mean of V(child)`` over its children (each sampled child is equally
+  likely), and ``V(leaf) = r(leaf)``. A child that ends the dialogue early weighs as much as
+  one that goes on and branches again.
+* ``leaf_mean``: the mean, over the leaves below the node, of the return from the node to the
+  leaf, as in the original. When children end at different depths (the verifier decides
+  early in one branch and not in another) this over-weights the longer, more branched
+  child. Computed exactly as ``(r(node) * leaves(node) + sum of children's totals) /
+  leaves(node)``, so it is right when intermediate rewards are not zero (the original added
+  a node's own reward once and then divided by the number of leaves). Use it to reproduce
+  the original's old runs exactly.
+
+The two agree whenever every child of a node has the same number of leaves below it.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, get_args
 
+from nip.parameters.trainers import ExpectedRewardEstimator
 from nip.protocols import Decision
 from nip.rollouts.records import AgentTurn, ChannelMessage, Datapoint, Transcript
 
@@ -35,6 +46,8 @@ class TreeNode:
     done: bool = False
     terminated: bool = False
     decision: Decision = Decision.NONE
+    #: The verifier's continuous score when it decided in this node's round.
+    score: float | None = None
     children: list[str] = field(default_factory=list)
     num_leaves: int = 1
     expected_reward: dict[str, float] = field(default_factory=dict)
@@ -130,28 +143,46 @@ class ResponseTree:
             transcript.messages.extend(node.messages)
             transcript.rewards.append(dict(node.rewards))
             transcript.done, transcript.terminated = node.done, node.terminated
-            transcript.decision = node.decision
+            transcript.decision, transcript.score = node.decision, node.score
         return transcript
 
     def leaves(self) -> list[TreeNode]:
         return [n for n in self.nodes.values() if n.is_leaf and n.parent_id is not None]
 
     # -------------------------------------------------------------------- rewards
-    def compute_expected_rewards(self, agents: tuple[str, ...]) -> None:
-        """Fill ``num_leaves`` and ``expected_reward`` for every node (leaves first)."""
+    def compute_expected_rewards(
+        self,
+        agents: tuple[str, ...],
+        estimator: ExpectedRewardEstimator = "recursive_mean",
+    ) -> None:
+        """Fill ``num_leaves`` and ``expected_reward`` for every node (leaves first).
+
+        Args:
+            agents: The agents to score.
+            estimator: ``recursive_mean`` (the policy's expected return, the default) or
+                ``leaf_mean`` (the original's mean over leaves); see the module docstring.
+        """
+        if estimator not in get_args(ExpectedRewardEstimator):
+            raise ValueError(f"unknown expected-reward estimator {estimator!r}")
         totals: dict[str, dict[str, float]] = {}
         for node in sorted(self.nodes.values(), key=lambda n: n.id.count("."), reverse=True):
-            if node.is_leaf:
-                node.num_leaves = 1
-                totals[node.id] = {a: node.rewards.get(a, 0.0) for a in agents}
-            else:
-                node.num_leaves = sum(self.nodes[c].num_leaves for c in node.children)
+            own = {a: node.rewards.get(a, 0.0) for a in agents}
+            children = [self.nodes[c] for c in node.children]
+            node.num_leaves = sum(c.num_leaves for c in children) if children else 1
+            if not children:
+                totals[node.id] = own
+            elif estimator == "recursive_mean":
                 totals[node.id] = {
-                    a: node.rewards.get(a, 0.0) * node.num_leaves
-                    + sum(totals[c][a] for c in node.children)
+                    a: own[a] + sum(c.expected_reward[a] for c in children) / len(children)
                     for a in agents
                 }
-            node.expected_reward = {a: totals[node.id][a] / node.num_leaves for a in agents}
+            else:
+                totals[node.id] = {
+                    a: own[a] * node.num_leaves + sum(totals[c.id][a] for c in children)
+                    for a in agents
+                }
+            divisor = node.num_leaves if estimator == "leaf_mean" else 1
+            node.expected_reward = {a: totals[node.id][a] / divisor for a in agents}
 
     # -------------------------------------------------------------------- exports
     def to_records(self) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ Undefined ratios (precision with no accepts, say) are ``None``, never a crash or
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -100,6 +101,10 @@ def _std(values: Sequence[float]) -> float:
     return statistics.pstdev(values) if len(values) > 1 else 0.0
 
 
+#: A final decision as a number for ``mean_decision``: reject 0, accept 1, neither half-way.
+_DECISION_VALUES = {Decision.REJECT: 0.0, Decision.ACCEPT: 1.0, Decision.NEITHER: 0.5}
+
+
 def rollout_metrics(
     transcripts: Sequence[Transcript],
     *,
@@ -110,6 +115,9 @@ def rollout_metrics(
 
     "accuracy" counts a dialogue without a decision as wrong. ``prices`` and ``free_agents``
     price the token usage as ``cost_usd`` (see :func:`cost_usd`; None if a model is unpriced).
+    Also, as the original logged them (see :func:`decision_metrics`,
+    :func:`datapoint_metrics` and :func:`agent_usage_metrics`): worst-datapoint accuracy,
+    the decision mean, spread and entropy, and per agent its tokens, cost and latency.
     """
     n = len(transcripts)
     metrics: dict[str, Any] = {"num_dialogues": n}
@@ -137,6 +145,8 @@ def rollout_metrics(
         mean_episode_length=statistics.fmean(t.num_rounds for t in transcripts),
         std_episode_length=_std([t.num_rounds for t in transcripts]),
     )
+    metrics.update(datapoint_metrics(transcripts))
+    metrics.update(decision_metrics(transcripts))
     turns = [turn for t in transcripts for turn in t.turns]
     agents = sorted({turn.agent for turn in turns} | {a for t in transcripts for a in t.stances})
     for agent in agents + ["verifier"] * ("verifier" not in agents):
@@ -150,6 +160,7 @@ def rollout_metrics(
             sum(x.token_limit for x in mine), len(mine)
         )
         metrics[f"{agent}.invalid_proportion"] = _ratio(sum(not x.valid for x in mine), len(mine))
+        metrics.update(agent_usage_metrics(agent, mine, prices, free_agents))
     metrics["prompt_tokens"] = sum(x.prompt_tokens for x in turns)
     metrics["completion_tokens"] = sum(x.completion_tokens for x in turns)
     metrics["cached_proportion"] = _ratio(sum(x.cached for x in turns), len(turns))
@@ -157,8 +168,96 @@ def rollout_metrics(
     return metrics
 
 
+def datapoint_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
+    """How the verifier does on its hardest datapoints, grouping dialogues by datapoint id.
+
+    For each datapoint, its accuracy is the share of its dialogues the verifier got right (no
+    decision counts as wrong). Then:
+
+    * ``worst_datapoint_accuracy``: the lowest of these accuracies (the original's metric:
+      0 as soon as one datapoint is always got wrong, so most useful with several dialogues
+      per datapoint, e.g. ``rl.num_test_iterations`` > 1);
+    * ``always_wrong_proportion``: the share of datapoints whose every dialogue the verifier
+      got wrong (the paper's "always fails" count, as a fraction of the datapoints);
+    * ``num_datapoints``: how many distinct datapoints the dialogues are about.
+    """
+    by_datapoint: dict[str, list[bool]] = {}
+    for transcript in transcripts:
+        by_datapoint.setdefault(transcript.datapoint.id, []).append(transcript.correct)
+    if not by_datapoint:
+        return {}
+    accuracies = [sum(results) / len(results) for results in by_datapoint.values()]
+    return {
+        "num_datapoints": len(by_datapoint),
+        "worst_datapoint_accuracy": min(accuracies),
+        "always_wrong_proportion": sum(a == 0 for a in accuracies) / len(accuracies),
+    }
+
+
+def decision_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
+    """The verifier's final decisions, over the dialogues where it decided.
+
+    * ``mean_decision`` / ``std_decision``: a decision counts 1 for accept, 0 for reject and
+      0.5 for neither (the middle of a decision scale); dialogues without a decision are left
+      out (None when there are none).
+    * ``mean_score`` / ``std_score``: the same for the continuous score in [-1, 1] on the
+      verifier's decision scale (``verifier_decision_scale``).
+    * ``verifier_decision_entropy``: the Shannon entropy, in bits, of the share of accept,
+      reject and neither among those decisions: 0 when the verifier always decides the same
+      way, 1 for an even split of accept and reject, at most log2(3).
+    * ``neither_agree_nor_disagree_proportion``: the share of all dialogues that ended with
+      neither.
+    """
+    decided = [t for t in transcripts if t.decision in _DECISION_VALUES]
+    values = [_DECISION_VALUES[t.decision] for t in decided]
+    scores = [t.score for t in decided if t.score is not None]
+    counts = [sum(t.decision is d for t in decided) for d in _DECISION_VALUES]
+    shares = [c / len(decided) for c in counts if c]
+    return {
+        "mean_decision": statistics.fmean(values) if values else None,
+        "std_decision": _std(values) if values else None,
+        "mean_score": statistics.fmean(scores) if scores else None,
+        "std_score": _std(scores) if scores else None,
+        "verifier_decision_entropy": sum(p * math.log2(1 / p) for p in shares) if decided else None,
+        "neither_agree_nor_disagree_proportion": _ratio(
+            sum(t.decision is Decision.NEITHER for t in transcripts), len(transcripts)
+        ),
+    }
+
+
+def agent_usage_metrics(
+    agent: str,
+    turns: Sequence[AgentTurn],
+    prices: Mapping[str, tuple[float, float]] | None = None,
+    free_agents: Collection[str] = (),
+) -> dict[str, Any]:
+    """One agent's tokens, API cost and latency over ``turns`` (its own turns).
+
+    ``{agent}.prompt_tokens`` / ``.completion_tokens`` (of the accepted generations),
+    ``{agent}.cost_usd`` (as :func:`cost_usd`), and ``{agent}.mean_latency_s``: the mean
+    wall time of the request behind each turn a backend generated (not served from the
+    cache, not written by a person, not invalid); None when there are none. No total is
+    given: requests run concurrently, and MALT's siblings share one ``n``-sampling request.
+    """
+    generated = [t.latency_s for t in turns if t.valid and not t.cached and not t.overridden]
+    return {
+        f"{agent}.prompt_tokens": sum(t.prompt_tokens for t in turns),
+        f"{agent}.completion_tokens": sum(t.completion_tokens for t in turns),
+        f"{agent}.cost_usd": cost_usd(turns, prices, free_agents),
+        f"{agent}.mean_latency_s": statistics.fmean(generated) if generated else None,
+    }
+
+
 def malt_metrics(trees: Sequence[Any]) -> dict[str, Any]:
-    """Node and preference-pair counts of MALT trees."""
+    """Node and preference-pair counts of MALT trees.
+
+    * ``mean_malt_nodes``: nodes per tree, the root left out; ``mean_non_terminal_malt_nodes``:
+      nodes with children per tree (the root included: it is where the first pairs are).
+    * Per agent that acted in a tree: ``{agent}.malt_pairs`` (all trees),
+      ``{agent}.mean_malt_pairs`` (per tree) and ``{agent}.malt_pair_proportion``: its pairs
+      over the non-terminal nodes of all trees, i.e. the share of branch points that gave
+      it a preference pair (at most one pair per node and agent), as the original logged.
+    """
     if not trees:
         return {}
     nodes = [len(t.nodes) - 1 for t in trees]
@@ -168,9 +267,13 @@ def malt_metrics(trees: Sequence[Any]) -> dict[str, Any]:
         "mean_malt_nodes": statistics.fmean(nodes),
         "mean_non_terminal_malt_nodes": statistics.fmean(open_nodes),
     }
-    agents = sorted({p.agent for t in trees for p in t.pairs})
+    agents = sorted(
+        {p.agent for t in trees for p in t.pairs}
+        | {turn.agent for t in trees for n in t.nodes.values() for turn in n.turns}
+    )
     for agent in agents:
         pairs = [sum(p.agent == agent for p in t.pairs) for t in trees]
         metrics[f"{agent}.mean_malt_pairs"] = statistics.fmean(pairs)
         metrics[f"{agent}.malt_pairs"] = sum(pairs)
+        metrics[f"{agent}.malt_pair_proportion"] = _ratio(sum(pairs), sum(open_nodes))
     return metrics

@@ -24,11 +24,14 @@ def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
 
     Returns:
         Integer counts; rows "correct solution" and "incorrect solution" (the true label),
-        columns "accept", "reject" and "no decision".
+        columns "accept", "reject" and "no decision" (and "neither" when a verifier ended
+        at the middle of its decision scale).
     """
-    counts = pd.DataFrame(
-        0, index=list(LABELS.values()), columns=[d.word for d in DECISIONS], dtype=int
-    )
+    transcripts = list(transcripts)
+    columns = [d.word for d in DECISIONS]
+    if any(t.decision is Decision.NEITHER for t in transcripts):
+        columns.append(Decision.NEITHER.word)
+    counts = pd.DataFrame(0, index=list(LABELS.values()), columns=columns, dtype=int)
     for transcript in transcripts:
         counts.loc[LABELS[transcript.datapoint.y], Decision(transcript.decision).word] += 1
     counts.index.name = "true label"
