@@ -72,6 +72,10 @@ class UnknownProtocolError(NipError, ValueError):
 
 
 # ---------------------------------------------------------------------- generation
+class ProtocolDefinitionError(NipError, TypeError):
+    """A protocol class is not well defined (its agents, channels or turn schedule disagree)."""
+
+
 class GenerationError(NipError):
     """A model backend could not produce a completion."""
 

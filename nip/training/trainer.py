@@ -32,6 +32,7 @@ from nip.errors import BackendUnavailableError, IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters, check_compatibility
 from nip.parameters.groups import group_members
+from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
@@ -89,6 +90,8 @@ class PureTextEiTrainer:
         fine_tune_backends: Backends to use for given groups (by group name), e.g. a local
             server's; by default chosen from each group's provider.
         overwrite: Start afresh even if ``run_dir`` holds a run.
+        protocol: The class of a protocol defined in your own code, which
+            ``hyper_params.interaction_protocol`` names (shipped ones are found by name).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class PureTextEiTrainer:
         *,
         fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
         overwrite: bool = False,
+        protocol: type[ProtocolHandler] | None = None,
         _resuming: bool = False,
     ):
         settings = settings or ExperimentSettings()
@@ -120,7 +124,7 @@ class PureTextEiTrainer:
             self.run_dir.write_json(
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
-        self.session = Session(hyper_params, settings)
+        self.session = Session(hyper_params, settings, protocol=protocol)
         if not _resuming:  # load the data now: a missing dataset fails before any sampling
             self.run_dir.save_dataset_provenance(self._dataset_provenance())
         backends = dict(fine_tune_backends or {})
@@ -163,8 +167,12 @@ class PureTextEiTrainer:
         *,
         force: bool = False,
         fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
+        protocol: type[ProtocolHandler] | None = None,
     ) -> PureTextEiTrainer:
         """Continue the run saved in ``run_dir`` from the stage it had reached.
+
+        A run of a protocol defined in your own code needs its class again (``protocol``);
+        the saved parameters hold only its name.
 
         Raises:
             IncompatibleParametersError: The run was saved by an incompatible nip (pass
@@ -180,7 +188,11 @@ class PureTextEiTrainer:
         settings.run_dir = directory.path
         trainer_cls = TRAINERS[hyper_params.trainer]
         trainer = trainer_cls(
-            hyper_params, settings, fine_tune_backends=fine_tune_backends, _resuming=True
+            hyper_params,
+            settings,
+            fine_tune_backends=fine_tune_backends,
+            protocol=protocol,
+            _resuming=True,
         )
         if directory.exists("state.json"):
             state = directory.read_json("state.json")
