@@ -326,11 +326,15 @@ class PureTextEiTrainer:
     async def _stage_test(self) -> None:
         if not self._test_now() or self.run_dir.has_rollouts("test", self._iteration):
             return
-        hp = self.hyper_params
-        size = None if hp.text_rl.test_on_whole_dataset else hp.rl.rollouts_per_iteration
-        items = self.session.datapoints(size, split=hp.text_rl.test_dataset_split)
+        hyper_params = self.hyper_params
+        size = (
+            None
+            if hyper_params.text_rl.test_on_whole_dataset
+            else hyper_params.rl.rollouts_per_iteration
+        )
+        items = self.session.datapoints(size, split=hyper_params.text_rl.test_dataset_split)
         transcripts: list[Transcript] = []
-        for repeat in range(hp.rl.num_test_iterations):
+        for repeat in range(hyper_params.rl.num_test_iterations):
             batch = await self.session.rollouts_async(
                 items, iteration=10_000 + repeat, description=f"test {self._iteration}"
             )
@@ -548,16 +552,16 @@ class PureTextMaltTrainer(PureTextEiTrainer):
             return
         if self.run_dir.has_rollouts("train", self._iteration):
             return
-        hp = self.hyper_params
+        hyper_params = self.hyper_params
         datapoints = self.session.datapoints(
-            hp.rl.rollouts_per_iteration, split="train", iteration=self._iteration
+            hyper_params.rl.rollouts_per_iteration, split="train", iteration=self._iteration
         )
         trees = await build_trees_async(
             self.session.handler,
             self.session.agents,
             datapoints,
-            malt=hp.pure_text_malt,
-            seed=hp.seed,
+            malt=hyper_params.pure_text_malt,
+            seed=hyper_params.seed,
             iteration=self._iteration,
             frozen_agents=self._frozen_agents(),
         )
