@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from nip.errors import ProtocolDefinitionError
+from nip.errors import ProtocolDefinitionError, ProtocolUsageError
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.protocol import CommonProtocolParameters
 from nip.prompts import PromptTemplate, load_system_template
@@ -149,7 +149,9 @@ class ProtocolHandler(ABC):
         for spec in self.agents:
             if spec.name == name:
                 return spec
-        raise KeyError(f"{self.name} has no agent {name!r}; its agents are {self.agent_names}")
+        raise ProtocolUsageError(
+            f"{self.name} has no agent {name!r}; its agents are {self.agent_names}"
+        )
 
     def active_agents(self, round_id: int, seed: int = 0) -> tuple[str, ...]:
         """The agents that speak in ``round_id``, in the protocol's agent order."""
@@ -202,7 +204,7 @@ class ProtocolHandler(ABC):
     def last_decision_round(self) -> int:
         """The verifier's last chance to decide; the episode is terminated after it."""
         if not self._verifier_rounds:
-            raise AssertionError(f"{self.name}: the verifier never speaks")
+            raise ProtocolDefinitionError(f"{self.name}: the verifier never speaks")
         return self._verifier_rounds[-1]
 
     def num_rounds(self) -> int:
@@ -247,7 +249,7 @@ class ProtocolHandler(ABC):
         """
         spec = self.agent(agent_name)
         if spec.is_verifier or spec.default_stance is None:
-            raise ValueError(f"{agent_name!r} is not a prover of {self.name}")
+            raise ProtocolUsageError(f"{agent_name!r} is not a prover of {self.name}")
         if (
             self.common.randomize_prover_stance
             and self.stance_can_be_randomized
@@ -317,7 +319,9 @@ class ProtocolHandler(ABC):
         done = terminated = False
         if decision is not Decision.NONE:
             if not self.can_decide(round_id, seed):
-                raise ValueError(f"{self.name}: the verifier may not decide in round {round_id}")
+                raise ProtocolUsageError(
+                    f"{self.name}: the verifier may not decide in round {round_id}"
+                )
             forced = self._forced(decision, y)
             if forced is not decision or score is None:
                 score = _DEFAULT_SCORES[forced]
