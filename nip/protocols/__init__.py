@@ -65,7 +65,8 @@ def protocol_class(name: str) -> type[ProtocolHandler]:
     except KeyError:
         raise UnknownProtocolError(
             f"unknown interaction protocol {name!r}; choose one of {', '.join(PROTOCOLS)}, or "
-            "pass the class of a protocol of your own (Session(params, protocol=MyProtocol))"
+            "pass the class of a protocol of your own as protocol= (Session(params, "
+            "protocol=MyProtocol), build_trainer, PureTextEiTrainer.resume)"
         ) from None
 
 
