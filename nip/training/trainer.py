@@ -326,15 +326,11 @@ class PureTextEiTrainer:
     async def _stage_test(self) -> None:
         if not self._test_now() or self.run_dir.has_rollouts("test", self._iteration):
             return
-        hyper_params = self.hyper_params
-        size = (
-            None
-            if hyper_params.text_rl.test_on_whole_dataset
-            else hyper_params.rl.rollouts_per_iteration
-        )
-        items = self.session.datapoints(size, split=hyper_params.text_rl.test_dataset_split)
+        text_rl, rl = self.hyper_params.text_rl, self.hyper_params.rl
+        size = None if text_rl.test_on_whole_dataset else rl.rollouts_per_iteration
+        items = self.session.datapoints(size, split=text_rl.test_dataset_split)
         transcripts: list[Transcript] = []
-        for repeat in range(hyper_params.rl.num_test_iterations):
+        for repeat in range(rl.num_test_iterations):
             batch = await self.session.rollouts_async(
                 items, iteration=10_000 + repeat, description=f"test {self._iteration}"
             )
@@ -453,9 +449,10 @@ class PureTextEiTrainer:
 
     async def _stage_switch_models(self) -> None:
         for group in self._submitted():
-            job = await group.fine_tune_job()  # fetched once, and switched to as fetched
+            job = await group.fine_tune_job()  # fetched once; the switch takes it as fetched
+            # A run killed after switching, before saving, finds the model already in use.
             if job is not None and group.state.model_history[-1:] != [job.fine_tuned_model]:
-                await group.switch_to_next_model(job)  # (not done before a restart)
+                await group.switch_to_next_model(job)
             group.end_iteration()
 
     # ----------------------------------------------------------------- results
