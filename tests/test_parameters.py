@@ -200,8 +200,18 @@ def test_any_valid_agent_parameters_round_trip(
 
 def test_saved_hyper_parameters_carry_a_version_stamp():
     data = HyperParameters().to_dict()
-    assert data["_schema_version"] == "1.0"
+    assert data["_schema_version"] == "1.1"
     assert "_nip_version" in data
+
+
+def test_a_malt_run_saved_with_schema_1_0_keeps_the_leaf_mean_it_was_trained_with():
+    data = HyperParameters(trainer="pure_text_malt").to_dict()
+    data["_schema_version"] = "1.0"
+    del data["pure_text_malt"]["expected_reward_estimator"]
+    with pytest.warns(UserWarning, match="1.0"):
+        loaded = HyperParameters.from_dict(data)
+    assert loaded.pure_text_malt.expected_reward_estimator == "leaf_mean"
+    assert HyperParameters().pure_text_malt.expected_reward_estimator == "recursive_mean"
 
 
 def test_a_different_major_schema_version_is_incompatible():

@@ -40,7 +40,7 @@ TrainerType = Literal["pure_text_ei", "pure_text_malt"]
 
 #: Version of the parameter schema. A saved run whose major version differs cannot be loaded;
 #: a different minor version loads with a warning.
-PARAMETERS_SCHEMA_VERSION = "1.0"
+PARAMETERS_SCHEMA_VERSION = "1.1"
 
 #: The dataset shipped with nip (mutated HumanEval solutions, labels checked by execution).
 DEFAULT_DATASET = "humaneval_cv"
@@ -279,6 +279,7 @@ class HyperParameters(BaseParameters):
             except IncompatibleParametersError:
                 if not force:
                     raise
+            params_dict = _upgrade_from_1_0(params_dict)
         return super().from_dict(_drop_is_random(params_dict), ignore_extra_keys)
 
     @classmethod
@@ -291,6 +292,21 @@ class HyperParameters(BaseParameters):
             },
             rl=RlParameters(num_iterations=2, rollouts_per_iteration=4),
         )
+
+
+def _upgrade_from_1_0(params_dict: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A schema-1.0 dict as schema 1.1 reads it with the same behaviour.
+
+    1.1 changed one default that alters results: MALT's expected reward became the policy's
+    expected return (``recursive_mean``); runs saved before it used the mean over leaves, so a
+    resumed 1.0 MALT run keeps ``leaf_mean``.
+    """
+    if params_dict.get("_schema_version") != "1.0":
+        return params_dict
+    malt = params_dict.get("pure_text_malt")
+    malt = dict(malt) if isinstance(malt, Mapping) else {}
+    malt.setdefault("expected_reward_estimator", "leaf_mean")
+    return {**params_dict, "pure_text_malt": malt}
 
 
 def _drop_is_random(params_dict: Any) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.rollouts.records import Datapoint
@@ -44,8 +45,8 @@ _TEST_ITERATION = 10_000
 
 def is_free(params: PureTextAgentParameters) -> bool:
     """Whether an agent's tokens cost nothing: the dummy API, the embedded model, or one's
-    own server (the rule the trainer's ``cost_usd`` metric follows too)."""
-    return params.use_dummy_api or params.model_provider in ("Local", "SelfHosted")
+    own server. The provider table decides (the trainer's ``cost_usd`` metric reads it too)."""
+    return not provider_for(params).bills_tokens
 
 
 class _Estimator:
