@@ -192,6 +192,20 @@ def test_expert_iteration_trains_and_resumes_a_run_of_the_protocol(tmp_path):
     assert all(":ft-" in model for model in models)
 
 
+def test_the_cost_of_a_run_of_the_protocol_is_estimated_from_its_schedule(tmp_path):
+    from nip.training.cost_estimate import estimate_cost
+
+    params = dummy_params(TwoQuestionsProtocol, dataset=str(dataset_file(tmp_path)))
+    estimate = estimate_cost(params, quiet(), protocol=TwoQuestionsProtocol)
+    assert estimate.protocol == "two_questions"
+    # A full-length dialogue: the verifier in rounds 0, 2, 4, 6 and the prover in 1, 3, 5.
+    first = [line for line in estimate.lines if line.iteration == 0 and line.stage == "train"]
+    assert {line.agent: line.calls for line in first} == {
+        "prover": 3 * params.rl.rollouts_per_iteration,
+        "verifier": 4 * params.rl.rollouts_per_iteration,
+    }
+
+
 def test_the_prompt_inspector_shows_the_protocols_prompt():
     from nip.widgets import PromptInspector
 

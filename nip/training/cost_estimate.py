@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Datapoint
 from nip.settings import ExperimentSettings
 from nip.training.cost_report import CostEstimate, CostLine, Stage
@@ -60,9 +61,10 @@ class _Estimator:
         sample_items: int,
         response_fill: float,
         fine_tuning_prices: Mapping[str, float],
+        protocol: type[ProtocolHandler] | None = None,
     ):
         self.hyper_params = hyper_params
-        self.session = dry_run_session(hyper_params, settings)
+        self.session = dry_run_session(hyper_params, settings, protocol=protocol)
         self.sizer = DialogueSizer(
             self.session, sample_items=sample_items, response_fill=response_fill
         )
@@ -227,6 +229,7 @@ def estimate_cost(
     sample_items: int = 4,
     response_fill: float = 1.0,
     fine_tuning_prices: Mapping[str, float] | None = None,
+    protocol: type[ProtocolHandler] | None = None,
 ) -> CostEstimate:
     """Estimate the model calls, tokens and USD of a run, without calling any model.
 
@@ -240,6 +243,8 @@ def estimate_cost(
             is the upper bound; real answers are usually shorter.
         fine_tuning_prices: USD per 1M training tokens by model, over
             :data:`~nip.training.metrics.OPENAI_FINE_TUNING_PRICES_USD_PER_1M`.
+        protocol: The class of a protocol defined in your own code, which
+            ``hyper_params.interaction_protocol`` names.
 
     Returns:
         A :class:`~nip.training.cost_report.CostEstimate`.
@@ -258,6 +263,7 @@ def estimate_cost(
         sample_items=sample_items,
         response_fill=response_fill,
         fine_tuning_prices=fine_tuning_prices or {},
+        protocol=protocol,
     )
     lines = estimator.run()
     return CostEstimate(
