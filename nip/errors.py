@@ -72,6 +72,15 @@ class UnknownProtocolError(NipError, ValueError):
 
 
 # ---------------------------------------------------------------------- generation
+class ProtocolDefinitionError(NipError, TypeError):
+    """A protocol class is not well defined (its agents, channels or turn schedule disagree)."""
+
+
+class ProtocolUsageError(NipError, ValueError):
+    """A protocol was asked about something it does not have: an agent it lacks, a prover's
+    stance for the verifier, a decision outside the verifier's decision window."""
+
+
 class GenerationError(NipError):
     """A model backend could not produce a completion."""
 

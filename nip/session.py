@@ -16,7 +16,7 @@ from typing import Any
 from nip.agents.agent import PureTextWholeAgent
 from nip.backends.pool import BackendPool
 from nip.parameters import HyperParameters
-from nip.protocols import build_protocol_handler
+from nip.protocols import ProtocolHandler, build_protocol_handler
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.engine import RolloutBatch, run_dialogues_async
 from nip.rollouts.records import Datapoint
@@ -50,6 +50,9 @@ class Session:
         hyper_params: The experiment's parameters.
         settings: Runtime settings (cache, concurrency, progress bars).
         backends: A pool of backends to share with other sessions (made if omitted).
+        protocol: The class of a protocol defined in your own code, which
+            ``hyper_params.interaction_protocol`` names (see
+            :class:`~nip.protocols.ProtocolHandler`); shipped protocols are found by name.
     """
 
     def __init__(
@@ -58,10 +61,11 @@ class Session:
         settings: ExperimentSettings | None = None,
         *,
         backends: BackendPool | None = None,
+        protocol: type[ProtocolHandler] | None = None,
     ):
         self.hyper_params = hyper_params
         self.settings = settings or ExperimentSettings()
-        self.handler = build_protocol_handler(hyper_params)
+        self.handler = build_protocol_handler(hyper_params, protocol)
         self.backends = backends or BackendPool(self.settings)
         self.agents: dict[str, PureTextWholeAgent] = {
             name: PureTextWholeAgent(

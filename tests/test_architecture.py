@@ -34,8 +34,10 @@ from nip.parameters import (
     PureTextAgentParameters,
 )
 from nip.parameters.agents import ModelProvider
+from nip.parameters.hyper_parameters import TrainerType
 from nip.protocols import PROTOCOLS, Decision, build_protocol_handler
 from nip.settings import ExperimentSettings
+from nip.training.trainer import TRAINERS, build_trainer
 
 
 # ------------------------------------------------------------------------- protocols
@@ -123,6 +125,19 @@ def test_the_provider_table_decides_the_endpoint_backends_and_billing_of_an_agen
     assert isinstance(BackendPool(settings).backend_for(params), chat)
     assert isinstance(fine_tune_backend_for(params, settings), fine_tuning)
     assert provider_for(params).bills_tokens is bills
+
+
+# -------------------------------------------------------------------------- trainers
+def test_every_trainer_name_a_configuration_accepts_has_a_trainer_and_no_other():
+    assert set(typing.get_args(TrainerType)) == set(TRAINERS)
+
+
+@pytest.mark.parametrize("name", sorted(TRAINERS))
+def test_build_trainer_makes_the_trainer_the_table_names(name, tmp_path):
+    agents = {a: PureTextAgentParameters(use_dummy_api=True) for a in ("prover", "verifier")}
+    params = HyperParameters(trainer=name, agents=agents)
+    settings = ExperimentSettings(run_dir=tmp_path / "run", show_progress=False, cache="off")
+    assert type(build_trainer(params, settings)) is TRAINERS[name]
 
 
 # -------------------------------------------------------------------------- datasets

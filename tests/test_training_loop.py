@@ -516,6 +516,58 @@ def test_a_crash_after_the_first_groups_submission_does_not_submit_it_again(
     assert resumed.groups[first_group].model_name.endswith(f":ft-{first_group}-it1")
 
 
+class RecordingFineTuning(DummyFineTuneBackend):
+    """The dummy fine-tuning backend, keeping every job's examples and counting fetches."""
+
+    def __init__(self):
+        self.submitted: dict[str, list[dict]] = {}
+        self.fetches = 0
+
+    async def create_job(self, spec):
+        self.submitted[spec.job_name] = list(spec.examples)
+        return await super().create_job(spec)
+
+    async def get_job(self, job_id):
+        self.fetches += 1
+        return await super().get_job(job_id)
+
+
+@pytest.mark.parametrize("trainer_name", ["pure_text_ei", "pure_text_malt"])
+def test_each_job_trains_on_exactly_the_dataset_saved_in_the_run_directory(
+    dataset, tmp_path, trainer_name
+):
+    hp = params(
+        dataset, trainer=trainer_name, nip_protocol=NipProtocolParameters(max_message_rounds=3)
+    )
+    jobs = RecordingFineTuning()
+    trainer = build_trainer(
+        hp, settings(tmp_path / "run"), fine_tune_backends=dict.fromkeys(hp.agents, jobs)
+    )
+    trainer.train()
+    assert sorted(jobs.submitted) == ["prover-it0", "verifier-it0"]
+    for name, examples in jobs.submitted.items():
+        group = name.removesuffix("-it0")
+        assert examples == trainer.run_dir.read_jsonl(f"fine_tune/it0000_{group}.jsonl")
+
+
+def test_switching_models_fetches_each_finished_job_once(dataset, tmp_path):
+    hp = params(dataset)
+    jobs = RecordingFineTuning()
+    trainer = build_trainer(
+        hp, settings(tmp_path / "run"), fine_tune_backends=dict.fromkeys(hp.agents, jobs)
+    )
+    while trainer.state.stage != "switch_models":
+        trainer.train(max_stages=1)
+    jobs.fetches = 0
+    trainer.train(max_stages=1)
+    assert jobs.fetches == 2  # one per group
+    assert [g.model_name for g in trainer.groups.values()] == [
+        "gpt-4o-mini-2024-07-18:ft-prover-it0",
+        "gpt-4o-mini-2024-07-18:ft-verifier-it0",
+    ]
+    assert {g.state.last_job_outcome for g in trainer.groups.values()} == {"none"}
+
+
 def test_a_dummy_run_reports_zero_cost(dataset, tmp_path):
     trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
     trainer.train(max_stages=2)

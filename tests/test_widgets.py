@@ -426,6 +426,20 @@ def test_expert_iteration_selection_keeps_the_dialogues_the_agent_won():
     assert len(launcher.examples) == won < len(ITEMS)
 
 
+def test_the_launcher_selects_and_builds_the_dataset_as_the_trainer_does():
+    from nip.training.expert_iteration import select_group_rollouts, sft_dataset
+
+    session = make_session()
+    batch = session.rollouts(ITEMS)
+    group = verifier_group(session)
+    launcher = FineTuneLauncher(group, batch)
+    launcher.select_box.value = True
+    selected, replaced = select_group_rollouts(
+        batch.transcripts, group.agent_wholes, group.hyper_params, launcher.iteration
+    )
+    assert launcher.examples == sft_dataset(group.agent_wholes, selected, replaced)
+
+
 def test_launch_is_disabled_with_too_few_examples():
     session = make_session()
     launcher = FineTuneLauncher(verifier_group(session), session.rollouts(ITEMS[:3]))

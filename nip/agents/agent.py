@@ -58,8 +58,11 @@ class PureTextWholeAgent:
         self.protocol_handler = protocol_handler or build_protocol_handler(hyper_params)
         self.agent_spec = self.protocol_handler.agent(agent_name)
         self.agent_params: PureTextAgentParameters = hyper_params.agents[agent_name]
-        self.system_prompt_template = load_system_template(
-            self.protocol_handler.name, agent_name, self.agent_params.system_prompt_template_path
+        custom_path = self.agent_params.system_prompt_template_path
+        self.system_prompt_template = (
+            load_system_template(self.protocol_handler.name, agent_name, custom_path)
+            if custom_path is not None
+            else self.protocol_handler.system_prompt_template(agent_name)
         )
         self._check_template_states_the_scale()
         self.backend = backend

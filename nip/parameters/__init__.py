@@ -20,6 +20,7 @@ from nip.parameters.protocol import (
     InteractionProtocolType,
     MnipProtocolParameters,
     NipProtocolParameters,
+    is_shipped_protocol,
     protocol_agent_names,
 )
 from nip.parameters.providers import PROVIDER_CAPABILITIES, ProviderCapabilities
@@ -64,6 +65,7 @@ __all__ = [
     "RlParameters",
     "TextRlParameters",
     "check_compatibility",
+    "is_shipped_protocol",
     "param",
     "protocol_agent_names",
 ]

@@ -13,11 +13,13 @@ from nip.errors import IncompatibleParametersError, InvalidParameterError
 from nip.parameters._base import BaseParameters, param
 from nip.parameters.agents import PureTextAgentParameters
 from nip.parameters.protocol import (
+    PROTOCOL_AGENT_NAMES,
     CommonProtocolParameters,
     DebateProtocolParameters,
     InteractionProtocolType,
     MnipProtocolParameters,
     NipProtocolParameters,
+    is_shipped_protocol,
     protocol_agent_names,
 )
 from nip.parameters.providers import PROVIDER_CAPABILITIES
@@ -68,7 +70,11 @@ class HyperParameters(BaseParameters):
         DEFAULT_DATASET,
         doc="A shipped dataset, a Hub id (lrhammond/buggy-apps), or a file or folder path.",
     )
-    interaction_protocol: InteractionProtocolType = param("nip", doc="The interaction protocol.")
+    interaction_protocol: InteractionProtocolType | str = param(
+        "nip",
+        doc="The interaction protocol: a shipped one, or the name of one defined in your code "
+        "(its class is passed at run time, its agents named in agents).",
+    )
     seed: int = param(6198, doc="Seed of every random choice in the run.")
     agents: dict[str, PureTextAgentParameters] = param(
         default_factory=dict, doc="Parameters of each agent, by agent name."
@@ -101,13 +107,14 @@ class HyperParameters(BaseParameters):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in protocol_agent_names(self.interaction_protocol):
+        for name in self.agent_names:
             if name not in self.agents:
                 self.agents[name] = PureTextAgentParameters()
         self._link_children()
 
     def validate(self) -> None:
-        agent_names = protocol_agent_names(self.interaction_protocol)
+        self._check_custom_protocol()
+        agent_names = self.agent_names
         for name in self.agents:
             if name not in agent_names:
                 raise InvalidParameterError(
@@ -205,10 +212,31 @@ class HyperParameters(BaseParameters):
                 reason=f"{self.dataset!r} has no {split!r} split",
             )
 
+    def _check_custom_protocol(self) -> None:
+        """A protocol defined in user code is known here by its name and its agents only."""
+        name = self.interaction_protocol
+        if is_shipped_protocol(name):
+            return
+        if not name.isidentifier():
+            raise InvalidParameterError(
+                "interaction_protocol", name, "a shipped protocol, or a Python identifier"
+            )
+        if not self.agents:
+            raise InvalidParameterError(
+                "interaction_protocol",
+                name,
+                "one of " + ", ".join(map(repr, PROTOCOL_AGENT_NAMES)),
+                reason=f"no shipped protocol is called {name!r}; for a protocol of your own, "
+                "name its agents in `agents` and pass its class at run time "
+                "(Session(..., protocol=...))",
+            )
+
     @property
     def agent_names(self) -> tuple[str, ...]:
-        """The protocol's agents, in its order."""
-        return protocol_agent_names(self.interaction_protocol)
+        """The protocol's agents, in its order (for a protocol of one's own: ``agents``)."""
+        if is_shipped_protocol(self.interaction_protocol):
+            return protocol_agent_names(self.interaction_protocol)
+        return tuple(self.agents)
 
     def to_dict(self) -> dict[str, Any]:
         """As :meth:`BaseParameters.to_dict`, stamped with the schema and package versions."""

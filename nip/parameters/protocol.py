@@ -29,18 +29,24 @@ PROTOCOL_AGENT_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 
 
 def protocol_agent_names(protocol: str) -> tuple[str, ...]:
-    """The agents of the protocol called ``protocol``, in its order.
+    """The agents of the shipped protocol called ``protocol``, in its order.
 
     Raises:
-        UnknownProtocolError: No protocol has that name.
+        UnknownProtocolError: No shipped protocol has that name.
     """
     try:
         return PROTOCOL_AGENT_NAMES[protocol]
     except KeyError:
         raise UnknownProtocolError(
-            f"unknown interaction protocol {protocol!r}; "
-            f"choose one of {', '.join(PROTOCOL_AGENT_NAMES)}"
+            f"unknown interaction protocol {protocol!r}; choose one of "
+            f"{', '.join(PROTOCOL_AGENT_NAMES)}, or name a protocol of your own and its agents "
+            "(HyperParameters.agents) and pass its class at run time (Session(..., protocol=))"
         ) from None
+
+
+def is_shipped_protocol(protocol: str) -> bool:
+    """Whether ``protocol`` is one of nip's six protocols (not one defined in user code)."""
+    return protocol in PROTOCOL_AGENT_NAMES
 
 
 #: The verifier decision scales (see :mod:`nip.protocols.decision_scales`).

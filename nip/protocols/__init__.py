@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nip.errors import UnknownProtocolError
-from nip.protocols._handler import VERIFIER, ProtocolHandler
+from nip.errors import InvalidParameterError, UnknownProtocolError
+from nip.protocols._handler import MAIN, VERIFIER, ProtocolHandler
 from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome, datapoint_stance
 from nip.protocols.decision_scales import (
     DECISION_SCALES,
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DECISION_SCALES",
+    "MAIN",
     "PROTOCOLS",
     "VERIFIER",
     "AdpProtocol",
@@ -54,22 +55,51 @@ __all__ = [
 
 
 def protocol_class(name: str) -> type[ProtocolHandler]:
-    """The handler class of the protocol called ``name``.
+    """The shipped handler class of the protocol called ``name``.
 
     Raises:
-        UnknownProtocolError: No protocol has that name.
+        UnknownProtocolError: No shipped protocol has that name.
     """
     try:
         return PROTOCOLS[name]
     except KeyError:
         raise UnknownProtocolError(
-            f"unknown interaction protocol {name!r}; choose one of {', '.join(PROTOCOLS)}"
+            f"unknown interaction protocol {name!r}; choose one of {', '.join(PROTOCOLS)}, or "
+            "pass the class of a protocol of your own as protocol= (Session(params, "
+            "protocol=MyProtocol), build_trainer, PureTextEiTrainer.resume)"
         ) from None
 
 
-def build_protocol_handler(hyper_params: HyperParameters) -> ProtocolHandler:
-    """Build the protocol handler a configuration asks for."""
-    cls = protocol_class(hyper_params.interaction_protocol)
+def build_protocol_handler(
+    hyper_params: HyperParameters, protocol: type[ProtocolHandler] | None = None
+) -> ProtocolHandler:
+    """Build the protocol handler a configuration asks for.
+
+    Args:
+        hyper_params: The configuration; ``interaction_protocol`` names the protocol.
+        protocol: The protocol's class, for one defined in your own code (by default the
+            shipped class of that name, from ``PROTOCOLS``).
+
+    Raises:
+        UnknownProtocolError: No class was passed and no shipped protocol has the name.
+        InvalidParameterError: The class passed has another name, or other agents, than the
+            configuration.
+    """
+    cls = protocol or protocol_class(hyper_params.interaction_protocol)
+    if cls.name != hyper_params.interaction_protocol:
+        raise InvalidParameterError(
+            "interaction_protocol",
+            hyper_params.interaction_protocol,
+            repr(cls.name),
+            reason=f"the protocol passed, {cls.__name__}, is called {cls.name!r}",
+        )
+    if set(cls.agent_names) != set(hyper_params.agents):
+        raise InvalidParameterError(
+            "agents",
+            sorted(hyper_params.agents),
+            ", ".join(cls.agent_names),
+            reason=f"{cls.name!r} has the agents {', '.join(cls.agent_names)}",
+        )
     if cls.params_field is None:
         return cls(hyper_params.protocol_common)  # type: ignore[call-arg]
     return cls(hyper_params.protocol_common, hyper_params.get(cls.params_field))  # type: ignore[call-arg]

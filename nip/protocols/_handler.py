@@ -7,6 +7,14 @@ Episode length. The original ran every episode to ``max_message_rounds`` rounds 
 verifier could no longer speak in the last one (a prover then wrote a message nobody read).
 Here an episode ends, terminated, after the verifier's last round without a decision, so
 :meth:`ProtocolHandler.num_rounds` may be one less than ``max_message_rounds``.
+
+A protocol of one's own is a subclass, defined anywhere (a notebook cell will do): its name
+and agents, its channels and who reads them, who speaks in each round (:meth:`speakers`),
+when the verifier may decide (:meth:`can_decide`), its rewards (:meth:`step`, usually as
+inherited) and its system prompts (``system_prompts``: inline templates or template files).
+Pass the class at run time (``Session(params, protocol=MyProtocol)``, ``build_trainer(...,
+protocol=MyProtocol)``); the configuration records only its name. The six shipped protocols
+are subclasses too, found by name in ``nip.protocols.PROTOCOLS``.
 """
 
 from __future__ import annotations
@@ -16,9 +24,14 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from functools import cached_property
-from typing import ClassVar
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
 
+from nip.errors import ProtocolDefinitionError, ProtocolUsageError
+from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.protocol import CommonProtocolParameters
+from nip.prompts import PromptTemplate, load_system_template
 from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome
 from nip.protocols.decision_scales import DecisionScale, decision_scale
 
@@ -26,6 +39,8 @@ from nip.protocols.decision_scales import DecisionScale, decision_scale
 Speakers = Mapping[str, tuple[str, ...]]
 
 VERIFIER = "verifier"
+#: The channel of a protocol with one channel that every agent reads.
+MAIN = "main"
 
 #: The score of a decision given without one (and of a decision ``force_guess`` replaced).
 _DEFAULT_SCORES = {Decision.REJECT: -1.0, Decision.ACCEPT: 1.0, Decision.NEITHER: 0.0}
@@ -34,9 +49,32 @@ _DEFAULT_SCORES = {Decision.REJECT: -1.0, Decision.ACCEPT: 1.0, Decision.NEITHER
 class ProtocolHandler(ABC):
     """Base class of the interaction protocols.
 
-    Subclasses set ``name``, ``agent_names`` (as in ``nip.parameters.PROTOCOL_AGENT_NAMES``),
-    ``stance_can_be_randomized`` and ``params_field``, build their agents and channels, and say
-    who speaks in each round (:meth:`speakers`).
+    Subclasses set ``name`` and ``agent_names`` (for a shipped protocol, as in
+    ``nip.parameters.PROTOCOL_AGENT_NAMES``), build their agents (:meth:`_build_agents`) and
+    channels (:meth:`_build_channels`; by default one channel everyone reads), and say who
+    speaks in each round (:meth:`speakers`). Optionally: ``max_message_rounds`` (or a
+    ``params_field`` holding it), ``stance_can_be_randomized``, ``system_prompts``, and
+    :meth:`can_decide` or :meth:`step` for other decision windows or rewards.
+
+    Example, a protocol defined in a notebook (the verifier must ask two questions first)::
+
+        class TwoQuestions(ProtocolHandler):
+            name = "two_questions"
+            agent_names = ("prover", "verifier")
+            max_message_rounds = 7
+            system_prompts = {"prover": "You are $agent_name ...", "verifier": Path("v.txt")}
+
+            def _build_agents(self):
+                return (AgentSpec("prover", "Expert", default_stance=1),
+                        AgentSpec("verifier", "Verifier", is_verifier=True))
+
+            def speakers(self, round_id, seed=0):
+                return {"verifier" if round_id % 2 == 0 else "prover": (MAIN,)}
+
+            def can_decide(self, round_id, seed=0):
+                return super().can_decide(round_id, seed) and round_id >= 4
+
+        session = Session(TwoQuestions.hyper_parameters(), protocol=TwoQuestions)
     """
 
     #: The protocol's name in configuration (``interaction_protocol``).
@@ -48,30 +86,51 @@ class ProtocolHandler(ABC):
     #: The ``HyperParameters`` field holding this protocol's own parameters (passed to the
     #: constructor after the common ones), or None when it has none.
     params_field: ClassVar[str | None] = None
+    #: The most rounds an episode may last, for a protocol whose constructor does not pass it.
+    max_message_rounds: int
+    #: System prompt templates by agent: a template's text, or the ``Path`` of a template
+    #: file (``$variable`` placeholders, see :mod:`nip.prompts`). An agent not listed here
+    #: uses the built-in ``nip/prompts/templates/system/<name>/<agent>.txt``.
+    system_prompts: ClassVar[Mapping[str, str | Path]] = MappingProxyType({})
 
     def __init__(
         self,
         common: CommonProtocolParameters | None = None,
         *,
-        max_message_rounds: int,
+        max_message_rounds: int | None = None,
         min_message_rounds: int = 0,
     ):
-        if max_message_rounds < 1:
-            raise ValueError(f"max_message_rounds must be at least 1, got {max_message_rounds}")
+        name = type(self).__name__
+        if max_message_rounds is None:
+            max_message_rounds = getattr(type(self), "max_message_rounds", None)
+        if not isinstance(max_message_rounds, int) or max_message_rounds < 1:
+            raise ProtocolDefinitionError(
+                f"{name}: max_message_rounds must be a whole number of at least 1 (a class "
+                f"attribute, or passed by the constructor), got {max_message_rounds!r}"
+            )
         self.common = common or CommonProtocolParameters()
         self.max_message_rounds = max_message_rounds
         self.min_message_rounds = min_message_rounds
         self.agents: tuple[AgentSpec, ...] = self._build_agents()
         self.channels: tuple[ChannelSpec, ...] = self._build_channels()
-        if tuple(a.name for a in self.agents) != self.agent_names:
-            raise AssertionError(f"{type(self).__name__}.agent_names does not match its agents")
+        built = tuple(a.name for a in self.agents)
+        if built != self.agent_names:
+            raise ProtocolDefinitionError(
+                f"{name}.agent_names is {self.agent_names}, but it builds the agents {built}"
+            )
+        unknown = set(self.system_prompts) - set(built)
+        if unknown:
+            raise ProtocolDefinitionError(
+                f"{name}.system_prompts names no agent of the protocol: {sorted(unknown)}"
+            )
 
     # ------------------------------------------------------------------ structure
     @abstractmethod
     def _build_agents(self) -> tuple[AgentSpec, ...]: ...
 
-    @abstractmethod
-    def _build_channels(self) -> tuple[ChannelSpec, ...]: ...
+    def _build_channels(self) -> tuple[ChannelSpec, ...]:
+        """One channel, ``main``, that every agent reads (override for more)."""
+        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
 
     @abstractmethod
     def speakers(self, round_id: int, seed: int = 0) -> Speakers:
@@ -90,7 +149,9 @@ class ProtocolHandler(ABC):
         for spec in self.agents:
             if spec.name == name:
                 return spec
-        raise KeyError(f"{self.name} has no agent {name!r}; its agents are {self.agent_names}")
+        raise ProtocolUsageError(
+            f"{self.name} has no agent {name!r}; its agents are {self.agent_names}"
+        )
 
     def active_agents(self, round_id: int, seed: int = 0) -> tuple[str, ...]:
         """The agents that speak in ``round_id``, in the protocol's agent order."""
@@ -106,6 +167,32 @@ class ProtocolHandler(ABC):
         """The order in which ``agent_name`` reads its visible channels in ``round_id``."""
         return self.visible_channels(agent_name)
 
+    # -------------------------------------------------------------------- prompts
+    def system_prompt_template(self, agent_name: str) -> PromptTemplate:
+        """``agent_name``'s system prompt template: from ``system_prompts``, or built in.
+
+        Raises:
+            PromptTemplateError: The template is missing, unreadable, or uses an unknown
+                variable.
+        """
+        self.agent(agent_name)
+        source = self.system_prompts.get(agent_name)
+        if source is None or isinstance(source, Path):
+            return load_system_template(self.name, agent_name, source)
+        return PromptTemplate(source, f"{type(self).__name__}.system_prompts[{agent_name!r}]")
+
+    @classmethod
+    def hyper_parameters(cls, **fields: Any) -> HyperParameters:
+        """A configuration for this protocol: ``HyperParameters(**fields)`` with
+        ``interaction_protocol`` set to its name and default parameters for each agent not
+        in ``fields["agents"]``."""
+        given = dict(fields.pop("agents", {}))
+        agents = {
+            name: given.pop(name, None) or PureTextAgentParameters() for name in cls.agent_names
+        }
+        agents |= given  # an agent the protocol does not have: refused by the configuration
+        return HyperParameters(interaction_protocol=cls.name, agents=agents, **fields)
+
     # ----------------------------------------------------------------- decisions
     @cached_property
     def _verifier_rounds(self) -> tuple[int, ...]:
@@ -117,7 +204,7 @@ class ProtocolHandler(ABC):
     def last_decision_round(self) -> int:
         """The verifier's last chance to decide; the episode is terminated after it."""
         if not self._verifier_rounds:
-            raise AssertionError(f"{self.name}: the verifier never speaks")
+            raise ProtocolDefinitionError(f"{self.name}: the verifier never speaks")
         return self._verifier_rounds[-1]
 
     def num_rounds(self) -> int:
@@ -162,7 +249,7 @@ class ProtocolHandler(ABC):
         """
         spec = self.agent(agent_name)
         if spec.is_verifier or spec.default_stance is None:
-            raise ValueError(f"{agent_name!r} is not a prover of {self.name}")
+            raise ProtocolUsageError(f"{agent_name!r} is not a prover of {self.name}")
         if (
             self.common.randomize_prover_stance
             and self.stance_can_be_randomized
@@ -232,7 +319,9 @@ class ProtocolHandler(ABC):
         done = terminated = False
         if decision is not Decision.NONE:
             if not self.can_decide(round_id, seed):
-                raise ValueError(f"{self.name}: the verifier may not decide in round {round_id}")
+                raise ProtocolUsageError(
+                    f"{self.name}: the verifier may not decide in round {round_id}"
+                )
             forced = self._forced(decision, y)
             if forced is not decision or score is None:
                 score = _DEFAULT_SCORES[forced]

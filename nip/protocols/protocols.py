@@ -25,10 +25,8 @@ from nip.parameters.protocol import (
     MnipProtocolParameters,
     NipProtocolParameters,
 )
-from nip.protocols._handler import VERIFIER, ProtocolHandler, Speakers, shuffled
+from nip.protocols._handler import MAIN, VERIFIER, ProtocolHandler, Speakers, shuffled
 from nip.protocols._spec import AgentSpec, ChannelSpec
-
-MAIN = "main"
 
 
 def _verifier(**kwargs) -> AgentSpec:
@@ -58,9 +56,6 @@ class NipProtocol(ProtocolHandler):
     def _build_agents(self) -> tuple[AgentSpec, ...]:
         return (AgentSpec("prover", "Expert", default_stance=1), _verifier())
 
-    def _build_channels(self) -> tuple[ChannelSpec, ...]:
-        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
-
     def speakers(self, round_id: int, seed: int = 0) -> Speakers:
         verifier_turn = (round_id % 2 == 0) == self.common.verifier_first
         return {VERIFIER if verifier_turn else "prover": (MAIN,)}
@@ -71,16 +66,11 @@ class AdpProtocol(ProtocolHandler):
 
     name = "adp"
     agent_names = ("prover", VERIFIER)
+    max_message_rounds = 2
     stance_can_be_randomized = True
-
-    def __init__(self, common: CommonProtocolParameters | None = None):
-        super().__init__(common, max_message_rounds=2)
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
         return (AgentSpec("prover", "Expert", default_stance=1), _verifier())
-
-    def _build_channels(self) -> tuple[ChannelSpec, ...]:
-        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
 
     def speakers(self, round_id: int, seed: int = 0) -> Speakers:
         return {"prover": (MAIN,)} if round_id == 0 else {VERIFIER: (MAIN,)}
@@ -94,9 +84,7 @@ class MerlinArthurProtocol(ProtocolHandler):
 
     name = "merlin_arthur"
     agent_names = ("prover0", "prover1", VERIFIER)
-
-    def __init__(self, common: CommonProtocolParameters | None = None):
-        super().__init__(common, max_message_rounds=2)
+    max_message_rounds = 2
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
         return (
@@ -104,9 +92,6 @@ class MerlinArthurProtocol(ProtocolHandler):
             AgentSpec("prover1", "Expert_2", default_stance=1, anonymous=True),
             _verifier(),
         )
-
-    def _build_channels(self) -> tuple[ChannelSpec, ...]:
-        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
 
     def speakers(self, round_id: int, seed: int = 0) -> Speakers:
         if round_id == 0:
@@ -119,15 +104,10 @@ class SoloVerifierProtocol(ProtocolHandler):
 
     name = "solo_verifier"
     agent_names = (VERIFIER,)
-
-    def __init__(self, common: CommonProtocolParameters | None = None):
-        super().__init__(common, max_message_rounds=1)
+    max_message_rounds = 1
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
         return (_verifier(),)
-
-    def _build_channels(self) -> tuple[ChannelSpec, ...]:
-        return (ChannelSpec(MAIN, frozenset(self.agent_names)),)
 
     def speakers(self, round_id: int, seed: int = 0) -> Speakers:
         return {VERIFIER: (MAIN,)}

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Datapoint
 from nip.settings import ExperimentSettings
 from nip.training.cost_report import CostEstimate, CostLine, Stage
@@ -60,9 +61,10 @@ class _Estimator:
         sample_items: int,
         response_fill: float,
         fine_tuning_prices: Mapping[str, float],
+        protocol: type[ProtocolHandler] | None = None,
     ):
-        self.hp = hyper_params
-        self.session = dry_run_session(hyper_params, settings)
+        self.hyper_params = hyper_params
+        self.session = dry_run_session(hyper_params, settings, protocol=protocol)
         self.sizer = DialogueSizer(
             self.session, sample_items=sample_items, response_fill=response_fill
         )
@@ -93,24 +95,24 @@ class _Estimator:
     # ---------------------------------------------------------------- run
     def _frozen(self, agent: str, iteration: int) -> bool:
         """Not trained in ``iteration``: frozen, or not scheduled (the trainer's rule)."""
-        params = self.hp.agents[agent]
+        params = self.hyper_params.agents[agent]
         return params.freeze_agent or not params.update_schedule.is_update_iteration(iteration)
 
     def _trained(self, agent: str, iteration: int) -> bool:
         """Whether the agent's group submits a fine-tuning job after ``iteration`` (the
         last iteration stops after its test)."""
-        last = iteration >= self.hp.rl.num_iterations - 1
+        last = iteration >= self.hyper_params.rl.num_iterations - 1
         return not last and not self._frozen(agent, iteration)
 
     def _test_now(self, iteration: int) -> bool:
-        first, last = iteration == 0, iteration == self.hp.rl.num_iterations - 1
+        first, last = iteration == 0, iteration == self.hyper_params.rl.num_iterations - 1
         return {"none": False, "all": True, "last": last, "first_and_last": first or last}[
-            self.hp.text_rl.test_scheme
+            self.hyper_params.text_rl.test_scheme
         ]
 
     def _model_key(self, agent: str, fine_tuned: bool) -> str:
         """The price-table key the agent's calls are priced at."""
-        key = price_key(self.hp.agents[agent].model_name)
+        key = price_key(self.hyper_params.agents[agent].model_name)
         return key if not fine_tuned or key.startswith("ft:") else f"ft:{key}"
 
     def _seeds(self, items: Sequence[Datapoint], iteration: int) -> list[int]:
@@ -120,30 +122,37 @@ class _Estimator:
         ]
 
     def run(self) -> list[CostLine]:
-        hp = self.hp
+        hyper_params = self.hyper_params
         lines: list[CostLine] = []
         fine_tuned: set[str] = set()
-        for iteration in range(hp.rl.num_iterations):
+        for iteration in range(hyper_params.rl.num_iterations):
             models = {a: self._model_key(a, a in fine_tuned) for a in self.agents}
-            n = hp.rl.rollouts_per_iteration
+            n = hyper_params.rl.rollouts_per_iteration
             items = self.session.datapoints(n, split="train", iteration=iteration)
             malt = (
-                hp.trainer == "pure_text_malt"
-                and iteration >= hp.pure_text_malt.num_initial_ei_iterations
+                hyper_params.trainer == "pure_text_malt"
+                and iteration >= hyper_params.pure_text_malt.num_initial_ei_iterations
             )
             if malt:
                 frozen = {a for a in self.agents if self._frozen(a, iteration)}
-                seeds = [derive_seed(hp.seed, "malt-tree", iteration, i) for i in range(len(items))]
-                train, dialogues = self.sizer.malt_pass(items, seeds, hp.pure_text_malt, frozen)
+                seeds = [
+                    derive_seed(hyper_params.seed, "malt-tree", iteration, i)
+                    for i in range(len(items))
+                ]
+                train, dialogues = self.sizer.malt_pass(
+                    items, seeds, hyper_params.pure_text_malt, frozen
+                )
             else:
                 train = self.sizer.dialogue_pass(items, self._seeds(items, iteration))
                 dialogues = len(items)
             lines += self._lines(iteration, "train", train, models, len(items), dialogues)
             if self._test_now(iteration):
-                size = None if hp.text_rl.test_on_whole_dataset else n
-                test_items = self.session.datapoints(size, split=hp.text_rl.test_dataset_split)
+                size = None if hyper_params.text_rl.test_on_whole_dataset else n
+                test_items = self.session.datapoints(
+                    size, split=hyper_params.text_rl.test_dataset_split
+                )
                 all_items, seeds = [], []
-                for repeat in range(hp.rl.num_test_iterations):
+                for repeat in range(hyper_params.rl.num_test_iterations):
                     all_items += test_items
                     seeds += self._seeds(test_items, _TEST_ITERATION + repeat)
                 test = self.sizer.dialogue_pass(all_items, seeds)
@@ -167,14 +176,17 @@ class _Estimator:
                 stage=stage,
                 agent=agent,
                 model=models[agent],
-                free=is_free(self.hp.agents[agent]),
+                free=is_free(self.hyper_params.agents[agent]),
                 items=items,
                 dialogues=dialogues,
                 calls=cost.calls,
                 prompt_tokens=cost.prompt_tokens,
                 completion_tokens=cost.completion_tokens,
                 usd=self._price(
-                    models[agent], self.hp.agents[agent], cost.prompt_tokens, cost.completion_tokens
+                    models[agent],
+                    self.hyper_params.agents[agent],
+                    cost.prompt_tokens,
+                    cost.completion_tokens,
                 ),
             )
             for agent, cost in usage.items()
@@ -183,16 +195,16 @@ class _Estimator:
     def _fine_tune_lines(
         self, iteration: int, train: Mapping[str, PassUsage], malt: bool
     ) -> list[CostLine]:
-        hp = self.hp
+        hyper_params = self.hyper_params
         lines = []
         for agent, cost in train.items():
             if not self._trained(agent, iteration):
                 continue
-            params = hp.agents[agent]
+            params = hyper_params.agents[agent]
             examples = cost.examples
-            if not malt and hp.text_rl.fine_tune_on_all_previous_rollouts:
+            if not malt and hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
                 examples *= iteration + 1  # every earlier iteration's dialogues too
-            epochs = params.num_epochs or hp.rl.num_epochs
+            epochs = params.num_epochs or hyper_params.rl.num_epochs
             tokens = examples * cost.example_tokens * epochs
             model = price_key(params.model_name).removeprefix("ft:")
             lines.append(
@@ -217,6 +229,7 @@ def estimate_cost(
     sample_items: int = 4,
     response_fill: float = 1.0,
     fine_tuning_prices: Mapping[str, float] | None = None,
+    protocol: type[ProtocolHandler] | None = None,
 ) -> CostEstimate:
     """Estimate the model calls, tokens and USD of a run, without calling any model.
 
@@ -230,6 +243,8 @@ def estimate_cost(
             is the upper bound; real answers are usually shorter.
         fine_tuning_prices: USD per 1M training tokens by model, over
             :data:`~nip.training.metrics.OPENAI_FINE_TUNING_PRICES_USD_PER_1M`.
+        protocol: The class of a protocol defined in your own code, which
+            ``hyper_params.interaction_protocol`` names.
 
     Returns:
         A :class:`~nip.training.cost_report.CostEstimate`.
@@ -248,6 +263,7 @@ def estimate_cost(
         sample_items=sample_items,
         response_fill=response_fill,
         fine_tuning_prices=fine_tuning_prices or {},
+        protocol=protocol,
     )
     lines = estimator.run()
     return CostEstimate(
@@ -261,7 +277,9 @@ def estimate_cost(
     )
 
 
-def _assumptions(hp: HyperParameters, sample_items: int, response_fill: float) -> list[str]:
+def _assumptions(
+    hyper_params: HyperParameters, sample_items: int, response_fill: float
+) -> list[str]:
     found = [
         "every dialogue runs to its last round (the verifier may decide earlier): calls are "
         "an upper bound from the turn schedule; retries of unusable responses (up to "
@@ -276,10 +294,10 @@ def _assumptions(hp: HyperParameters, sample_items: int, response_fill: float) -
         "scheduled job runs; after a job the agent is priced as its fine-tuned model (ft:)",
         "the response cache is ignored; agents on the dummy API, Local or SelfHosted cost 0 USD",
     ]
-    if hp.trainer == "pure_text_malt":
+    if hyper_params.trainer == "pure_text_malt":
         found.append(
             "MALT: every branch of every tree grows to the last round; a node's "
-            f"{hp.pure_text_malt.num_responses_per_timestep} samples share one request (its "
-            "prompt billed once); at most one DPO pair per node and agent"
+            f"{hyper_params.pure_text_malt.num_responses_per_timestep} samples share one "
+            "request (its prompt billed once); at most one DPO pair per node and agent"
         )
     return found

@@ -18,6 +18,7 @@ from nip.backends import GenerationRequest, GenerationResult
 from nip.backends.pool import BackendPool, endpoint_key
 from nip.errors import NipError
 from nip.parameters import HyperParameters, PureTextMaltParameters
+from nip.protocols import ProtocolHandler
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.records import Datapoint, Transcript
 from nip.session import Session
@@ -47,12 +48,18 @@ class _RefusingBackend:
         return None
 
 
-def dry_run_session(hyper_params: HyperParameters, settings: ExperimentSettings) -> Session:
+def dry_run_session(
+    hyper_params: HyperParameters,
+    settings: ExperimentSettings,
+    *,
+    protocol: type[ProtocolHandler] | None = None,
+) -> Session:
     """The run's session (agents, protocol, dataset) with backends that refuse to generate:
     no API key is read and no client is made."""
     refusing = _RefusingBackend()
     overrides = {endpoint_key(p): refusing for p in hyper_params.agents.values()}
-    return Session(hyper_params, settings, backends=BackendPool(settings, overrides=overrides))
+    pool = BackendPool(settings, overrides=overrides)
+    return Session(hyper_params, settings, backends=pool, protocol=protocol)
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ async def settle_fine_tune_job(
         failures = group.failures_in(iteration)
         exhausted = policy.on_failure == "retry" and len(failures) > policy.max_retries
         if policy.on_failure == "keep_previous" or exhausted:
-            group.state.last_job_outcome = "failed"
+            group.keep_previous_model()
             save()
             tries = f" after {len(failures)} attempts" if len(failures) > 1 else ""
             warn_in_run_output(

@@ -2,7 +2,9 @@
 
 Agents with the same ``shared_model_group`` share one model, and it is fine-tuned on the union
 of their examples. The group owns the fine-tuning job and, once it succeeds, switches its
-agents to the new model (for the local backend: loads the new LoRA adapter).
+agents to the new model (for the local backend: loads the new LoRA adapter). It is the only
+writer of its job state: trainers and the failure policy say what happened through its methods
+(``submit_fine_tune_job``, ``skip``, ``keep_previous_model``, ``end_iteration``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,11 @@ from nip.parameters.groups import check_group_agreement
 from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.settings import ExperimentSettings
+from nip.training.expert_iteration import sft_dataset
 
 JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
+#: The outcomes a trainer records for a group it did not submit a job for.
+Skipped = Literal["frozen", "not_scheduled"]
 
 
 @dataclass
@@ -167,17 +172,18 @@ class PureTextSharedModelGroup:
         rollouts_per_agent: Mapping[str, Sequence[Transcript]],
         guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
     ) -> list[dict[str, Any]]:
-        """The SFT lines the group would train on (for previews and the job itself)."""
-        examples: list[dict[str, Any]] = []
-        for name, agent in self.agent_wholes.items():
-            examples += agent.build_fine_tune_dataset(rollouts_per_agent.get(name, ()))
-            examples += agent.build_fine_tune_dataset(
-                (guess_replaced_rollouts or {}).get(name, ()),
-                replace_verifier_guess_with_true_label=True,
-            )
-        return examples
+        """The SFT lines the group would train on (see :mod:`nip.training.expert_iteration`)."""
+        return sft_dataset(self.agent_wholes, rollouts_per_agent, guess_replaced_rollouts)
 
-    async def _submit(self, method: str, examples: list[dict[str, Any]], job_name: str | None):
+    async def submit_fine_tune_job(
+        self, method: str, examples: list[dict[str, Any]], job_name: str | None = None
+    ) -> str | None:
+        """Submit a job on ``examples`` as built (``method``: "supervised" or "dpo").
+
+        Returns:
+            The job id, or None when the group is frozen or has too few examples (see
+            ``state.last_job_outcome``; a warning says why).
+        """
         if not self.is_trainable:
             warnings.warn(
                 f"group {self.group_name!r} is frozen (freeze_agent=True); its model is "
@@ -219,8 +225,8 @@ class PureTextSharedModelGroup:
             The job id, or None when the group is frozen or has too few examples (see
             ``state.last_job_outcome``; a warning says why).
         """
-        examples = self.supervised_examples(rollouts_per_agent, guess_replaced_rollouts)
-        return await self._submit("supervised", examples, job_name)
+        examples = sft_dataset(self.agent_wholes, rollouts_per_agent, guess_replaced_rollouts)
+        return await self.submit_fine_tune_job("supervised", examples, job_name)
 
     async def create_dpo_fine_tune_job(
         self,
@@ -246,13 +252,20 @@ class PureTextSharedModelGroup:
             for name in self.agent_wholes
             for example in positive_examples_per_agent.get(name, ())
         ]
-        return await self._submit("dpo", lines, job_name)
+        return await self.submit_fine_tune_job("dpo", lines, job_name)
 
-    async def resubmit(
-        self, method: str, examples: list[dict[str, Any]], job_name: str | None
-    ) -> str | None:
-        """Submit ``examples`` again after a failed job (a new job id in the state)."""
-        return await self._submit(method, examples, job_name)
+    def skip(self, outcome: Skipped) -> None:
+        """Record that no job is submitted this iteration: the group is ``"frozen"`` or its
+        update schedule skips the iteration (``"not_scheduled"``)."""
+        self.state.last_job_outcome = outcome
+
+    def keep_previous_model(self) -> None:
+        """Record that this iteration's job failed for good: the group keeps its model."""
+        self.state.last_job_outcome = "failed"
+
+    def end_iteration(self) -> None:
+        """Forget this iteration's outcome once its models are switched."""
+        self.state.last_job_outcome = "none"
 
     def record_failure(self, iteration: int, job_id: str, error: str) -> None:
         """Keep a failed job in the group's history (once per job)."""
@@ -278,21 +291,22 @@ class PureTextSharedModelGroup:
         self.state.model_history = [model]
         self.set_state(self.state)
 
-    async def _job(self) -> FineTuneJob | None:
+    async def fine_tune_job(self) -> FineTuneJob | None:
+        """The latest job as the backend reports it now (None when none was submitted)."""
         if self.state.fine_tune_job_id is None:
             return None
         return await self.fine_tune_backend.get_job(self.state.fine_tune_job_id)
 
     async def get_fine_tune_job_status(self) -> JobStatus:
         """pending, running, succeeded, failed, cancelled or not_found."""
-        job = await self._job()
+        job = await self.fine_tune_job()
         return "not_found" if job is None else job.status
 
     async def fine_tune_job_failed(self) -> bool:
         return await self.get_fine_tune_job_status() == "failed"
 
     async def get_fine_tune_job_error_repr(self) -> str:
-        job = await self._job()
+        job = await self.fine_tune_job()
         if job is None:
             return "no fine-tuning job"
         return job.error or f"no error (status {job.status})"
@@ -308,7 +322,7 @@ class PureTextSharedModelGroup:
         """
         started = time.monotonic()
         while True:
-            job = await self._job()
+            job = await self.fine_tune_job()
             if job is None:
                 raise FineTuneError(f"group {self.group_name!r} has no fine-tuning job")
             if job.status == "succeeded":
@@ -319,9 +333,14 @@ class PureTextSharedModelGroup:
                 raise TimeoutError(f"fine-tuning job {job.id} still {job.status}")
             await asyncio.sleep(poll_interval_s)
 
-    async def switch_to_next_model(self) -> str:
-        """Generate with the model the (succeeded) job produced; returns its name."""
-        job = await self._job()
+    async def switch_to_next_model(self, job: FineTuneJob | None = None) -> str:
+        """Generate with the model the (succeeded) job produced; returns its name.
+
+        Args:
+            job: The latest job as already fetched (by default it is fetched now).
+        """
+        if job is None:
+            job = await self.fine_tune_job()
         if job is None or job.status != "succeeded" or not job.fine_tuned_model:
             status = "no job" if job is None else job.status
             raise FineTuneError(f"group {self.group_name!r}: cannot switch models ({status})")

@@ -1,4 +1,4 @@
-"""MALT: grow response trees, score their nodes, and pick DPO preference pairs.
+"""MALT: grow response trees, score their nodes, pick preference pairs, and the DPO dataset.
 
 Trees for all datapoints grow together: every open node of every tree asks, for each agent
 acting in the next round, for ``num_responses_per_timestep`` samples in **one** request
@@ -9,7 +9,7 @@ are in flight at once. The original grew each tree's nodes one after another.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from nip.agents import PureTextWholeAgent
@@ -248,6 +248,14 @@ def dpo_examples(trees: Sequence[ResponseTree], agent: PureTextWholeAgent) -> li
                 )
             )
     return examples
+
+
+def dpo_dataset(
+    trees: Sequence[ResponseTree], agents: Mapping[str, PureTextWholeAgent]
+) -> list[dict]:
+    """The DPO lines of a group: each member's preference pairs, members in order, in the
+    OpenAI fine-tuning API's format (:meth:`DpoExample.to_openai`)."""
+    return [pair.to_openai() for agent in agents.values() for pair in dpo_examples(trees, agent)]
 
 
 def build_trees(*args, **kwargs) -> list[ResponseTree]:

@@ -1,4 +1,8 @@
-"""The resumable training loop: Expert Iteration (``pure_text_ei``) and MALT.
+"""The resumable training loop, and the trainer each ``trainer`` name stands for (``TRAINERS``).
+
+What each algorithm learns from lives in its own module: Expert Iteration's selection and SFT
+dataset in :mod:`nip.training.expert_iteration`, MALT's trees and DPO dataset in
+:mod:`nip.training.malt`. A trainer here says only which stages they change.
 
 Each iteration goes through explicit stages, and the state is saved after every one::
 
@@ -28,15 +32,18 @@ from nip.errors import BackendUnavailableError, IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters, check_compatibility
 from nip.parameters.groups import group_members
+from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.training.checkpoint_start import apply_starting_models
+from nip.training.expert_iteration import select_group_rollouts, sft_dataset
 from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
 from nip.training.groups import PureTextSharedModelGroup
+from nip.training.malt import build_trees_async, dpo_dataset
+from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import malt_metrics, rollout_metrics
 from nip.training.run_dir import RunDirectory
-from nip.training.selection import select_rollouts
 from nip.utils.sync import run_sync
 
 Stage = Literal[
@@ -83,6 +90,8 @@ class PureTextEiTrainer:
         fine_tune_backends: Backends to use for given groups (by group name), e.g. a local
             server's; by default chosen from each group's provider.
         overwrite: Start afresh even if ``run_dir`` holds a run.
+        protocol: The class of a protocol defined in your own code, which
+            ``hyper_params.interaction_protocol`` names (shipped ones are found by name).
     """
 
     def __init__(
@@ -92,6 +101,7 @@ class PureTextEiTrainer:
         *,
         fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
         overwrite: bool = False,
+        protocol: type[ProtocolHandler] | None = None,
         _resuming: bool = False,
     ):
         settings = settings or ExperimentSettings()
@@ -114,7 +124,7 @@ class PureTextEiTrainer:
             self.run_dir.write_json(
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
-        self.session = Session(hyper_params, settings)
+        self.session = Session(hyper_params, settings, protocol=protocol)
         if not _resuming:  # load the data now: a missing dataset fails before any sampling
             self.run_dir.save_dataset_provenance(self._dataset_provenance())
         backends = dict(fine_tune_backends or {})
@@ -157,8 +167,12 @@ class PureTextEiTrainer:
         *,
         force: bool = False,
         fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
+        protocol: type[ProtocolHandler] | None = None,
     ) -> PureTextEiTrainer:
         """Continue the run saved in ``run_dir`` from the stage it had reached.
+
+        A run of a protocol defined in your own code needs its class again (``protocol``);
+        the saved parameters hold only its name.
 
         Raises:
             IncompatibleParametersError: The run was saved by an incompatible nip (pass
@@ -172,9 +186,13 @@ class PureTextEiTrainer:
         hyper_params = HyperParameters.from_dict(saved, ignore_extra_keys=force, force=force)
         settings = settings or ExperimentSettings()
         settings.run_dir = directory.path
-        trainer_cls = PureTextMaltTrainer if hyper_params.trainer == "pure_text_malt" else cls
+        trainer_cls = TRAINERS[hyper_params.trainer]
         trainer = trainer_cls(
-            hyper_params, settings, fine_tune_backends=fine_tune_backends, _resuming=True
+            hyper_params,
+            settings,
+            fine_tune_backends=fine_tune_backends,
+            protocol=protocol,
+            _resuming=True,
         )
         if directory.exists("state.json"):
             state = directory.read_json("state.json")
@@ -308,11 +326,11 @@ class PureTextEiTrainer:
     async def _stage_test(self) -> None:
         if not self._test_now() or self.run_dir.has_rollouts("test", self._iteration):
             return
-        hp = self.hyper_params
-        size = None if hp.text_rl.test_on_whole_dataset else hp.rl.rollouts_per_iteration
-        items = self.session.datapoints(size, split=hp.text_rl.test_dataset_split)
+        text_rl, rl = self.hyper_params.text_rl, self.hyper_params.rl
+        size = None if text_rl.test_on_whole_dataset else rl.rollouts_per_iteration
+        items = self.session.datapoints(size, split=text_rl.test_dataset_split)
         transcripts: list[Transcript] = []
-        for repeat in range(hp.rl.num_test_iterations):
+        for repeat in range(rl.num_test_iterations):
             batch = await self.session.rollouts_async(
                 items, iteration=10_000 + repeat, description=f"test {self._iteration}"
             )
@@ -334,36 +352,32 @@ class PureTextEiTrainer:
         return group.params.update_schedule.is_update_iteration(self._iteration)
 
     async def _stage_create_fine_tune_jobs(self) -> None:
-        transcripts = self._training_transcripts()
-        hp = self.hyper_params
+        data = self._training_data()
         for name, group in self.groups.items():
             if self._job_submitted_this_iteration(name, group):
                 continue
             if not group.is_trainable:  # configured so: recorded, not warned about
-                group.state.last_job_outcome = "frozen"
+                group.skip("frozen")
                 continue
             if not self._scheduled(group):
-                group.state.last_job_outcome = "not_scheduled"
+                group.skip("not_scheduled")
                 continue
-            selected, replaced = {}, {}
-            for agent_name, agent in group.agent_wholes.items():
-                selection = select_rollouts(
-                    transcripts,
-                    agent_name,
-                    ei=hp.pure_text_ei,
-                    text_rl=hp.text_rl,
-                    is_verifier=agent.is_verifier,
-                    iteration=self._iteration,
-                    seed=hp.seed,
-                )
-                selected[agent_name], replaced[agent_name] = (
-                    selection.selected,
-                    selection.guess_replaced,
-                )
-            examples = group.supervised_examples(selected, replaced)
+            examples = self._fine_tune_dataset(group, data)  # built once: saved, then sent
             self.run_dir.write_jsonl(self._fine_tune_name(name), examples)
-            await group.create_supervised_fine_tune_job(selected, replaced, self._job_name(name))
+            method = self._fine_tune_method()
+            await group.submit_fine_tune_job(method, examples, self._job_name(name))
             self._record_submission(name, group)
+
+    def _training_data(self) -> Any:
+        """What this iteration's datasets are built from: the dialogues to select from."""
+        return self._training_transcripts()
+
+    def _fine_tune_dataset(self, group: PureTextSharedModelGroup, data: Any) -> list[dict]:
+        """The lines of ``group``'s job: Expert Iteration's SFT dataset."""
+        selected, replaced = select_group_rollouts(
+            data, group.agent_wholes, self.hyper_params, self._iteration
+        )
+        return sft_dataset(group.agent_wholes, selected, replaced)
 
     def _job_name(self, group: str) -> str:
         return f"{group}-it{self._iteration}"
@@ -417,7 +431,8 @@ class PureTextEiTrainer:
     async def _resubmit(self, name: str) -> None:
         """Submit the group's dataset of this iteration again, exactly as it was saved."""
         examples = self.run_dir.read_jsonl(self._fine_tune_name(name))
-        await self.groups[name].resubmit(self._fine_tune_method(), examples, self._job_name(name))
+        group = self.groups[name]
+        await group.submit_fine_tune_job(self._fine_tune_method(), examples, self._job_name(name))
 
     def _fine_tune_name(self, group: str) -> str:
         return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
@@ -434,13 +449,11 @@ class PureTextEiTrainer:
 
     async def _stage_switch_models(self) -> None:
         for group in self._submitted():
-            if group.state.model_history[-1:] != [await self._finished_model(group)]:
-                await group.switch_to_next_model()
-            group.state.last_job_outcome = "none"
-
-    async def _finished_model(self, group: PureTextSharedModelGroup) -> str | None:
-        job = await group.fine_tune_backend.get_job(group.state.fine_tune_job_id or "")
-        return job.fine_tuned_model
+            job = await group.fine_tune_job()  # fetched once; the switch takes it as fetched
+            # A run killed after switching, before saving, finds the model already in use.
+            if job is not None and group.state.model_history[-1:] != [job.fine_tuned_model]:
+                await group.switch_to_next_model(job)
+            group.end_iteration()
 
     # ----------------------------------------------------------------- results
     async def analyse_async(
@@ -536,18 +549,16 @@ class PureTextMaltTrainer(PureTextEiTrainer):
             return
         if self.run_dir.has_rollouts("train", self._iteration):
             return
-        from nip.training.malt import build_trees_async
-
-        hp = self.hyper_params
+        hyper_params = self.hyper_params
         datapoints = self.session.datapoints(
-            hp.rl.rollouts_per_iteration, split="train", iteration=self._iteration
+            hyper_params.rl.rollouts_per_iteration, split="train", iteration=self._iteration
         )
         trees = await build_trees_async(
             self.session.handler,
             self.session.agents,
             datapoints,
-            malt=hp.pure_text_malt,
-            seed=hp.seed,
+            malt=hyper_params.pure_text_malt,
+            seed=hyper_params.seed,
             iteration=self._iteration,
             frozen_agents=self._frozen_agents(),
         )
@@ -557,8 +568,6 @@ class PureTextMaltTrainer(PureTextEiTrainer):
 
     def load_trees(self, iteration: int | None = None):
         """The MALT trees of ``iteration`` (default: the current one)."""
-        from nip.training.malt_tree import ResponseTree
-
         if iteration is not None:
             name = f"malt/trees_it{iteration:04d}.jsonl"
         else:
@@ -573,33 +582,26 @@ class PureTextMaltTrainer(PureTextEiTrainer):
     def _fine_tune_method(self) -> str:
         return "dpo" if self._malt_now() else "supervised"
 
-    async def _stage_create_fine_tune_jobs(self) -> None:
-        if not self._malt_now():
-            await super()._stage_create_fine_tune_jobs()
-            return
-        from nip.training.malt import dpo_examples
+    def _training_data(self) -> Any:
+        return self.load_trees() if self._malt_now() else super()._training_data()
 
-        trees = self.load_trees()
-        for name, group in self.groups.items():
-            if self._job_submitted_this_iteration(name, group):
-                continue
-            if not group.is_trainable:  # configured so: recorded, not warned about
-                group.state.last_job_outcome = "frozen"
-                continue
-            if not self._scheduled(group):
-                group.state.last_job_outcome = "not_scheduled"
-                continue
-            pairs = {a: dpo_examples(trees, agent) for a, agent in group.agent_wholes.items()}
-            lines = [p.to_openai() for examples in pairs.values() for p in examples]
-            self.run_dir.write_jsonl(self._fine_tune_name(name), lines)
-            await group.create_dpo_fine_tune_job(pairs, job_name=self._job_name(name))
-            self._record_submission(name, group)
+    def _fine_tune_dataset(self, group: PureTextSharedModelGroup, data: Any) -> list[dict]:
+        """The lines of ``group``'s job: MALT's DPO dataset (Expert Iteration's SFT one in
+        the first ``num_initial_ei_iterations`` iterations)."""
+        if not self._malt_now():
+            return super()._fine_tune_dataset(group, data)
+        return dpo_dataset(data, group.agent_wholes)
+
+
+#: The trainer each ``HyperParameters.trainer`` name stands for.
+TRAINERS: dict[str, type[PureTextEiTrainer]] = {
+    "pure_text_ei": PureTextEiTrainer,
+    "pure_text_malt": PureTextMaltTrainer,
+}
 
 
 def build_trainer(
     hyper_params: HyperParameters, settings: ExperimentSettings | None = None, **kwargs: Any
 ) -> PureTextEiTrainer:
-    """The trainer ``hyper_params.trainer`` names."""
-    if hyper_params.trainer == "pure_text_malt":
-        return PureTextMaltTrainer(hyper_params, settings, **kwargs)
-    return PureTextEiTrainer(hyper_params, settings, **kwargs)
+    """The trainer ``hyper_params.trainer`` names (``TRAINERS``)."""
+    return TRAINERS[hyper_params.trainer](hyper_params, settings, **kwargs)

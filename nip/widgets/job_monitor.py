@@ -174,24 +174,16 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         replaced by the true label (Expert Iteration's selection, when it is on)."""
         if not self.select_box.value:
             return self._data, {}
-        from nip.training.selection import select_rollouts
+        from nip.training.expert_iteration import select_group_rollouts
 
-        hp = self.group.hyper_params
-        selected, replaced = {}, {}
-        for name, agent in self.group.agent_wholes.items():
-            selection = select_rollouts(
-                self._data[name],
-                name,
-                ei=hp.pure_text_ei,
-                text_rl=hp.text_rl,
-                is_verifier=agent.is_verifier,
-                iteration=self.iteration,
-                seed=hp.seed,
+        selected: dict[str, list[Transcript]] = {}
+        replaced: dict[str, list[Transcript]] = {}
+        for name, agent in self.group.agent_wholes.items():  # each member from its own data
+            chosen, guess_replaced = select_group_rollouts(
+                self._data[name], {name: agent}, self.group.hyper_params, self.iteration
             )
-            selected[name], replaced[name] = (
-                list(selection.selected),
-                list(selection.guess_replaced),
-            )
+            selected |= chosen
+            replaced |= guess_replaced
         return selected, replaced
 
     def rebuild(self) -> None:

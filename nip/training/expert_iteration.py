@@ -1,4 +1,6 @@
-"""Expert Iteration's choice of rollouts to fine-tune on, per agent.
+"""Expert Iteration: which dialogues each agent learns from, and the SFT dataset they make.
+
+Selection, per agent:
 
 * ``threshold``: keep the dialogues in which the agent's episode reward is at least
   ``reward_threshold`` (by default: the dialogues it won).
@@ -11,15 +13,23 @@
 All randomness comes from a generator seeded by (run seed, iteration, agent), derived with
 SHA-256, so the same run selects the same examples in every process (the original mixed in
 Python's salted ``hash`` of the agent name).
+
+The SFT dataset of a shared model group (:func:`sft_dataset`) is every member's view of its
+selected dialogues, plus the verifier's guess-replaced ones, one ``{"messages": [...]}`` line
+each (the format of the OpenAI fine-tuning API and of TRL's conversational SFT). The trainer
+(:class:`~nip.training.trainer.PureTextEiTrainer`) and the notebook job launcher both select
+with :func:`select_group_rollouts` and build with :func:`sft_dataset`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from nip.parameters import PureTextEiParameters, TextRlParameters
+from nip.agents import PureTextWholeAgent
+from nip.parameters import HyperParameters, PureTextEiParameters, TextRlParameters
 from nip.rollouts.records import Transcript
 from nip.utils.seeding import derive_seed
 
@@ -110,3 +120,57 @@ def select_rollouts(
         indices = weighted_sample_indices(rewards, ei, derive_seed(agent_seed, "weights"))
         selected = [candidates[i] for i in indices]
     return Selection(tuple(selected), tuple(replaced))
+
+
+def select_group_rollouts(
+    transcripts: Sequence[Transcript],
+    agents: Mapping[str, PureTextWholeAgent],
+    hyper_params: HyperParameters,
+    iteration: int,
+) -> tuple[dict[str, list[Transcript]], dict[str, list[Transcript]]]:
+    """Each member's selection: (dialogues used as they are, guess-replaced ones), by agent.
+
+    Args:
+        transcripts: The dialogues to choose from.
+        agents: The members of a shared model group, by name.
+        hyper_params: The experiment (``pure_text_ei``, ``text_rl`` and ``seed`` are read).
+        iteration: The training iteration (it seeds the draw and anneals guess replacement).
+    """
+    selected: dict[str, list[Transcript]] = {}
+    replaced: dict[str, list[Transcript]] = {}
+    for name, agent in agents.items():
+        selection = select_rollouts(
+            transcripts,
+            name,
+            ei=hyper_params.pure_text_ei,
+            text_rl=hyper_params.text_rl,
+            is_verifier=agent.is_verifier,
+            iteration=iteration,
+            seed=hyper_params.seed,
+        )
+        selected[name] = list(selection.selected)
+        replaced[name] = list(selection.guess_replaced)
+    return selected, replaced
+
+
+def sft_dataset(
+    agents: Mapping[str, PureTextWholeAgent],
+    rollouts_per_agent: Mapping[str, Sequence[Transcript]],
+    guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
+) -> list[dict[str, Any]]:
+    """The SFT lines of a group: each member's view of its dialogues, members in order.
+
+    Args:
+        agents: The members, by name.
+        rollouts_per_agent: Dialogues each member learns from as they are.
+        guess_replaced_rollouts: Verifier dialogues whose final decision is rewritten as the
+            true label.
+    """
+    examples: list[dict[str, Any]] = []
+    for name, agent in agents.items():
+        examples += agent.build_fine_tune_dataset(rollouts_per_agent.get(name, ()))
+        examples += agent.build_fine_tune_dataset(
+            (guess_replaced_rollouts or {}).get(name, ()),
+            replace_verifier_guess_with_true_label=True,
+        )
+    return examples
