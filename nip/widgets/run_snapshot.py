@@ -165,15 +165,20 @@ class RunSnapshot:
         names = {k[: -len(suffix)] for row in self.metrics for k in row if k.endswith(suffix)}
         return sorted(names)
 
-    def describe(self) -> str:
-        """One line: where the run stands."""
+    @property
+    def position(self) -> str:
+        """Where the run stands, in words: its iteration and stage."""
         if self.finished:
-            return f"finished: {self.num_iterations} iteration(s)"
+            return f"all {self.num_iterations} iteration(s) done"
         return (
-            f"{self.status} · iteration {self.iteration + 1} of {self.num_iterations} · "
+            f"iteration {self.iteration + 1} of {self.num_iterations} · "
             f"stage {self.stage_number} of {len(self.stages_of_iteration)}: "
             f"{self.stage.replace('_', ' ')}"
         )
+
+    def describe(self) -> str:
+        """One line: the status and the position."""
+        return f"{self.status} · {self.position}"
 
 
 def _read_json(path: Path) -> dict[str, Any]:
