@@ -43,15 +43,20 @@ _STATUS_COLOURS = {
 }
 
 
-def _figure(title: str, y_title: str, height: int = 260) -> go.FigureWidget | go.Figure:
+def _figure(
+    title: str, y_title: str, *, x_title: str = "iteration", y_range: list[float] | None = None
+) -> go.FigureWidget | go.Figure:
+    """An empty line plot sized so that two sit side by side in a notebook."""
     layout = dict(
         title=dict(text=title, font=dict(size=14)),
-        height=height,
-        margin=dict(l=50, r=20, t=40, b=40),
-        xaxis=dict(title=dict(text="iteration" if y_title != "loss" else "step"), dtick=1),
-        yaxis=dict(title=dict(text=y_title)),
+        width=540,
+        height=280,
+        margin=dict(l=55, r=20, t=40, b=40),
+        xaxis=dict(title=dict(text=x_title), dtick=1 if x_title == "iteration" else None),
+        yaxis=dict(title=dict(text=y_title), range=y_range),
         template="plotly_white",
-        legend=dict(orientation="h", y=-0.25),
+        showlegend=True,
+        legend=dict(orientation="h", y=-0.3),
     )
     try:
         return go.FigureWidget(layout=layout)
@@ -109,20 +114,20 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.pause_button.on_click(lambda _: self.ask("pause"))
         self.resume_button.on_click(lambda _: self.ask("run"))
         self.stop_button.on_click(lambda _: self.ask("stop"))
-        self.accuracy_figure = _figure("Verifier accuracy", "accuracy")
+        self.accuracy_figure = _figure("Verifier accuracy", "accuracy", y_range=[-0.02, 1.02])
         self.reward_figure = _figure("Mean episode reward (train)", "reward")
-        self.loss_figure = _figure("Fine-tuning loss (latest job per group)", "loss")
-        self.jobs_view = ipywidgets.HTML()
-        self.plots = ipywidgets.HBox(
-            [self._plot_box(self.accuracy_figure), self._plot_box(self.reward_figure)]
+        self.loss_figure = _figure(
+            "Fine-tuning loss (latest job per group)", "loss", x_title="step"
         )
+        self.jobs_view = ipywidgets.HTML()
         self.children = [
             self.header,
             ipywidgets.HBox([self.progress, self.stage_progress, self.progress_text]),
             ipywidgets.HBox([self.pause_button, self.resume_button, self.stop_button]),
-            self.plots,
-            self.jobs_view,
-            self._plot_box(self.loss_figure),
+            ipywidgets.HBox(
+                [self._plot_box(self.accuracy_figure), self._plot_box(self.reward_figure)]
+            ),
+            ipywidgets.HBox([self.jobs_view, self._plot_box(self.loss_figure)]),
         ]
         self.refresh()
         if start:
@@ -208,8 +213,11 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         )
         self.progress.value = snapshot.progress
         self.progress.bar_style = "success" if snapshot.finished else "info"
-        self.stage_progress.max = len(snapshot.stages_of_iteration)
-        self.stage_progress.value = max(snapshot.stage_number - 1, 0)
+        stages = len(snapshot.stages_of_iteration)
+        self.stage_progress.max = stages
+        self.stage_progress.value = (
+            stages if snapshot.finished else max(snapshot.stage_number - 1, 0)
+        )
         self.progress_text.value = note_html(
             f"{snapshot.stages_completed} of {snapshot.total_stages} stages done"
         )
@@ -279,7 +287,8 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
             for h in ("group", "latest job", "iteration", "status", "loss", "model now")
         )
         self.jobs_view.value = (
-            f"<table style='font-size:90%'><tr>{head}</tr>{''.join(rows)}</table>"
+            f"<table style='font-size:90%;margin:40px 16px 0 0'><tr>{head}</tr>"
+            f"{''.join(rows)}</table>"
             if rows
             else note_html("no fine-tuning jobs yet")
         )
