@@ -273,7 +273,7 @@ def _check_job_launcher_and_dashboard(page, shots: Screenshots) -> None:
     status = launcher.locator(".jp-OutputArea .widget-hbox .widget-html").last
     assert "succeeded" in status.inner_text()
     switch = launcher.get_by_role("button", name="Switch to new model")
-    assert "now generate with" in _changes(page, status, switch.click)
+    assert "verifier now generates with" in _changes(page, status, switch.click)
     assert switch.is_disabled()
     shots.save(page, "job-launcher", status, block="center")
 
