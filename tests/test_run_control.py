@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -131,6 +134,35 @@ def test_a_stop_asked_before_the_run_continues_ends_it_at_the_next_stage_boundar
     state = trainer.train()
     assert state.stages_completed == 2 and not trainer.finished
     assert PureTextEiTrainer.resume(run).train().stage == "done"
+
+
+@pytest.mark.timeout(300)
+def test_a_nip_run_in_another_process_pauses_and_stops_when_asked_with_nip_control(
+    dataset, tmp_path
+):
+    config, run = tmp_path / "config.yaml", tmp_path / "run"
+    params(dataset).save(config)
+    request(run, "pause")  # as the dashboard's button would, before the run starts
+    command = [sys.executable, "-m", "nip.cli", "run", str(config), "--run-dir", str(run)]
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr:
+        process = subprocess.Popen([*command, "--quiet"], stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while read_status(run).get("status") != "paused":
+            assert process.poll() is None, log.read_text()[-2000:]
+            assert time.monotonic() < deadline, "the run did not pause"
+            time.sleep(0.05)
+        assert RunSnapshot.read(run).stages_completed == 1
+        assert main(["control", str(run), "stop"]) == 0
+        assert process.wait(timeout=WAIT_S) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert RunSnapshot.read(run).status == "stopped"
+    assert main(["resume", str(run), "--quiet"]) == 0
+    assert RunSnapshot.read(run).finished
 
 
 def test_an_unknown_request_is_refused_with_the_allowed_ones(tmp_path):
