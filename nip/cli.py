@@ -150,8 +150,11 @@ def _cmd_control(args: argparse.Namespace) -> int:
 
     from nip.training.run_control import read_status, request
 
-    if not (Path(args.run_dir_positional) / "state.json").exists():
-        print(f"error: {args.run_dir_positional} holds no run (no state.json)", file=sys.stderr)
+    if not (Path(args.run_dir_positional) / "hyper_params.json").exists():
+        print(
+            f"error: {args.run_dir_positional} holds no run (no hyper_params.json)",
+            file=sys.stderr,
+        )
         return 2
     request(args.run_dir_positional, args.request)
     status = read_status(args.run_dir_positional).get("status", "not reported yet")

@@ -194,6 +194,7 @@ def test_nip_control_refuses_a_folder_without_a_run(tmp_path, capsys):
 # ------------------------------------------------------------------ the snapshot
 def test_the_snapshot_follows_a_growing_run_directory(dataset, tmp_path):
     run = tmp_path / "run"
+    assert RunSnapshot.read(run).status == "no run"
     trainer = trainer_at(run, dataset)
     assert RunSnapshot.read(run).status == "not started"
 
@@ -266,6 +267,21 @@ def test_the_dashboard_grows_its_plots_and_its_buttons_write_the_control_file(da
     assert list(monitor.accuracy_figure.data[0].x) == [0, 1]
     assert "finished" in monitor.header.value and monitor.stop_button.disabled
     assert "ft-verifier-it0" in monitor.jobs_view.value
+
+
+def test_a_run_can_be_paused_from_the_dashboard_before_its_first_stage_ends(dataset, tmp_path):
+    run = tmp_path / "run"
+    trainer_at(run, dataset)  # built: the background task has not finished a stage yet
+    monitor = RunMonitor(run)
+    assert "not started" in monitor.header.value and not monitor.pause_button.disabled
+    monitor.pause_button.click()
+    assert read_request(run) == "pause" and "pausing" in monitor.header.value
+
+
+def test_the_dashboard_of_a_folder_without_a_run_offers_no_buttons(tmp_path):
+    monitor = RunMonitor(tmp_path)
+    assert "no run" in monitor.header.value
+    assert all(b.disabled for b in (monitor.pause_button, monitor.stop_button))
 
 
 def test_the_dashboard_polls_on_the_running_loop_until_it_is_closed(dataset, tmp_path):

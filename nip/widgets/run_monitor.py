@@ -40,6 +40,7 @@ _STATUS_COLOURS = {
     "stopped": "#c5221f",
     "finished": "#188038",
     "not started": "#666",
+    "no run": "#666",
 }
 
 
@@ -221,7 +222,7 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.progress_text.value = note_html(
             f"{snapshot.stages_completed} of {snapshot.total_stages} stages done"
         )
-        ended = snapshot.finished or not snapshot.started
+        ended = snapshot.finished or not snapshot.exists
         self.pause_button.disabled = ended or snapshot.request == "pause"
         self.resume_button.disabled = ended or snapshot.request == "run"
         self.stop_button.disabled = ended or snapshot.request == "stop"

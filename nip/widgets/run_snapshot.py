@@ -55,7 +55,8 @@ class RunSnapshot:
 
     Attributes:
         run_dir: The run's folder.
-        started: Whether the trainer has saved a state yet.
+        exists: Whether the folder holds a run (a trainer was built there).
+        started: Whether the trainer has saved a state yet (finished a stage).
         iteration: The current iteration (0-based).
         num_iterations: How many the run has.
         stage: The stage being run (or next to run); ``"done"`` once finished.
@@ -68,6 +69,7 @@ class RunSnapshot:
     """
 
     run_dir: Path
+    exists: bool = False
     started: bool = False
     iteration: int = 0
     num_iterations: int = 1
@@ -80,7 +82,7 @@ class RunSnapshot:
 
     @classmethod
     def read(cls, run_dir: str | Path) -> RunSnapshot:
-        """Read the run in ``run_dir`` (a folder without a run yet gives ``started=False``)."""
+        """Read the run in ``run_dir`` (a folder without a run gives ``exists=False``)."""
         directory = RunDirectory(run_dir)
         params = _read_json(directory.path / "hyper_params.json")
         num_iterations = int(params.get("rl", {}).get("num_iterations", 1) or 1)
@@ -93,6 +95,7 @@ class RunSnapshot:
         )
         return cls(
             run_dir=directory.path,
+            exists=bool(params),
             started=bool(state),
             iteration=int(state.get("iteration", 0)),
             num_iterations=num_iterations,
@@ -111,19 +114,19 @@ class RunSnapshot:
 
     @property
     def status(self) -> str:
-        """In words: "not started", "running", "pausing" (asked, not yet at a stage
-        boundary), "paused", "stopping", "stopped" or "finished"."""
+        """In words: "no run", "not started" (no stage finished yet), "running", "pausing"
+        (asked, not yet at a stage boundary), "paused", "stopping", "stopped" or "finished"."""
         if self.finished:
             return "finished"
-        if not self.started:
-            return "not started"
+        if not self.exists:
+            return "no run"
         if self.request == "pause":
             return "paused" if self.reported == "paused" else "pausing"
         if self.request == "stop":
             return "stopping"
         if self.reported == "stopped":
             return "stopped"
-        return "running"
+        return "running" if self.started else "not started"
 
     @property
     def stages_of_iteration(self) -> tuple[str, ...]:
