@@ -145,6 +145,23 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_control(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from nip.training.run_control import read_status, request
+
+    if not (Path(args.run_dir_positional) / "hyper_params.json").exists():
+        print(
+            f"error: {args.run_dir_positional} holds no run (no hyper_params.json)",
+            file=sys.stderr,
+        )
+        return 2
+    request(args.run_dir_positional, args.request)
+    status = read_status(args.run_dir_positional).get("status", "not reported yet")
+    print(f"asked the run to {args.request} (its last status: {status}); it acts between stages")
+    return 0
+
+
 def _cmd_analyse(args: argparse.Namespace) -> int:
     from nip.parameters import PureTextAgentParameters
     from nip.training.analysis import ANALYSERS
@@ -291,6 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
+
+    control = sub.add_parser(
+        "control", help="Pause, resume or stop a run between stages (from any process)."
+    )
+    control.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
+    control.add_argument("request", choices=["pause", "resume", "stop"])
+    control.set_defaults(func=_cmd_control)
 
     compare = sub.add_parser(
         "compare", help="Accuracy per protocol and iteration over several runs, with intervals."

@@ -1,8 +1,10 @@
-"""A tutorial in a real browser: JupyterLab, Debian's Chromium, driven by Playwright.
+"""The tutorials in a real browser: JupyterLab, Debian's Chromium, driven by Playwright.
 
-The MALT tutorial (``notebooks/05_malt_trees.ipynb``) runs at CI size (dummy agents, seconds)
-from JupyterLab's Run menu; its ipywidgets and its plotly figure must render. Screenshots go to
-the test's temporary folder and, when ``NIP_SCREENSHOT_DIR`` is set, there too.
+Each tutorial of :data:`TUTORIALS` runs at CI size from JupyterLab's Run menu in one
+JupyterLab server and one browser shared by all; then its row's check clicks real buttons of
+its widgets and asserts what the page shows next. Screenshots go to the test's temporary folder
+and, when ``NIP_SCREENSHOT_DIR`` is set, there too (``<notebook>-<what>.png``). To cover another
+tutorial, add a row.
 
 ``scripts/setup.sh`` installs Chromium (as root, with apt-get) and the ``dev`` extra installs
 Playwright's Python package; ``playwright install`` is never needed. Without either, the test is
@@ -22,13 +24,14 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = ROOT / "notebooks" / "05_malt_trees.ipynb"
+NOTEBOOKS = ROOT / "notebooks"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -41,7 +44,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 LAB_START_TIMEOUT_S = 60
-RUN_TIMEOUT_S = 180
+#: How long a check waits for the page to answer a click.
+CLICK_TIMEOUT_MS = 60_000
 
 
 def _missing() -> str | None:
@@ -91,16 +95,19 @@ def _lab_settings(home: Path) -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def jupyter_lab(tmp_path: Path) -> Iterator[str]:
-    """JupyterLab serving a scratch copy of the notebook on a free loopback port.
+@pytest.fixture(scope="module")
+def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One JupyterLab for every tutorial, serving scratch copies of them on a free loopback
+    port.
 
     Yields the server's URL. The server (and its kernels, in its process group) is stopped
     afterwards whatever happens.
     """
+    tmp_path = tmp_path_factory.mktemp("jupyterlab")
     root = tmp_path / "root"
     root.mkdir()
-    shutil.copy(NOTEBOOK, root)
+    for tutorial in TUTORIALS:
+        shutil.copy(NOTEBOOKS / tutorial.notebook, root)
     port = _free_port()
     log = tmp_path / "jupyterlab.log"
     command = [
@@ -112,6 +119,7 @@ def jupyter_lab(tmp_path: Path) -> Iterator[str]:
         f"--port={port}",
         "--ServerApp.port_retries=0",
         "--IdentityProvider.token=",
+        "--ServerApp.disable_check_xsrf=True",  # the test shuts kernels down with DELETE
         "--ServerApp.allow_root=True",
         f"--ServerApp.root_dir={root}",
     ]
@@ -158,10 +166,10 @@ def _prompts(page) -> list[str]:
     )
 
 
-def _wait_for_all_cells(page) -> None:
+def _wait_for_all_cells(page, timeout_s: float) -> None:
     """Wait until every code cell has run; fail early, with the errors, if the run stopped."""
     executed = re.compile(r"^\[\d+\]:$")
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     stalled_since = None
     while time.monotonic() < deadline:
         prompts = _prompts(page)
@@ -179,64 +187,201 @@ def _wait_for_all_cells(page) -> None:
     pytest.fail(f"not every cell ran: {_prompts(page)}\n" + "\n".join(errors)[-3000:])
 
 
-def _save(page, name: str, folders: list[Path]) -> None:
-    for folder in folders:
-        folder.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(folder / name))
+class Screenshots:
+    """Saves screenshots of a page as ``<notebook>-<what>.png`` in every folder given."""
+
+    def __init__(self, notebook: str, folders: list[Path]):
+        self.prefix = Path(notebook).stem
+        self.folders = folders
+
+    def save(self, page, what: str, cell=None, block: str = "start") -> None:
+        """Scroll ``cell`` (a locator) into view first (to the top, or ``block``); keep the
+        mouse off the figures."""
+        if cell is not None:
+            cell.evaluate(f"e => e.scrollIntoView({{block: '{block}'}})")
+        page.mouse.move(5, 450)  # no hover label in the picture
+        for folder in self.folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(folder / f"{self.prefix}-{what}.png"))
 
 
-@pytest.mark.timeout(LAB_START_TIMEOUT_S + RUN_TIMEOUT_S + 120)
-def test_the_malt_tutorial_runs_in_jupyterlab_and_its_widgets_and_figure_render(
-    jupyter_lab, tmp_path
-):
+def _cell(page, source_text: str):
+    """The code cell whose source holds ``source_text``."""
+    return page.locator(".jp-CodeCell", has_text=source_text).first
+
+
+def _changes(page, locator, action: Callable[[], None]) -> str:
+    """Run ``action`` (a click) and wait until ``locator``'s text changes; the new text."""
+    before = locator.inner_text()
+    action()
+    page.wait_for_function(
+        "([el, text]) => el.innerText !== text",
+        arg=[locator.element_handle(), before],
+        timeout=CLICK_TIMEOUT_MS,
+    )
+    return locator.inner_text()
+
+
+# ---------------------------------------------------------------- each tutorial's check
+def _check_parameters_form(page, shots: Screenshots) -> None:
+    """01: the form shows every agent's fields; Save writes the YAML and says where."""
+    form = _cell(page, "ParametersForm(params)")
+    assert form.locator(".widget-tab").count() > 0  # one tab per agent
+    status = form.locator(".jupyter-widgets.widget-html").last
+    assert "saved to" in _changes(page, status, form.get_by_role("button", name="Save").click)
+    shots.save(page, "parameters-form", form)
+    # The dialogues' DataFrame reads decisions as words.
+    frame = _cell(page, "df = batch.to_dataframe()")
+    assert re.search(r"\b(accept|reject|no decision)\b", frame.locator("table").inner_text())
+    shots.save(page, "dataframe", frame)
+
+
+def _check_step_controller(page, shots: Screenshots) -> None:
+    """03: the prompt inspector shows another agent's prompt when picked; the controller's
+    Branch button adds a branch with its own controls."""
+    inspector = _cell(page, "PromptInspector(dialogue")
+    agent_picker = inspector.locator(".jp-OutputArea select").first
+    prompt = inspector.locator(".jp-OutputArea .widget-html").first
+    assert "prompt of verifier" in prompt.inner_text()
+    assert "prompt of prover" in _changes(
+        page, prompt, lambda: agent_picker.select_option("prover")
+    )
+    shots.save(page, "prompt-inspector", inspector)
+
+    controller = _cell(page, "controller = DialogueController(")
+    assert "over after" in controller.inner_text()
+    assert controller.get_by_role("button", name="Next round").is_disabled()  # the branch is over
+    branch_title = controller.get_by_text(re.compile(r"^branch 1 \(from round \d+\)$"))
+    assert branch_title.count() == 0
+    controller.get_by_role("button", name="Branch").first.click()
+    branch_title.first.wait_for(timeout=CLICK_TIMEOUT_MS)
+    branch_title.first.click()  # unfold it: the branch has buttons of its own
+    branch_buttons = controller.get_by_role("button", name="Branch")
+    page.wait_for_function(
+        "el => el.querySelectorAll('button').length >= 8",  # 4 per controller
+        arg=controller.element_handle(),
+        timeout=CLICK_TIMEOUT_MS,
+    )
+    assert branch_buttons.count() == 2
+    shots.save(page, "step-controller", controller)
+
+
+def _check_job_launcher_and_dashboard(page, shots: Screenshots) -> None:
+    """04: the launcher shows the job the trainer ran, and its switch button switches the
+    group; the run dashboard shows the finished run with its plots."""
+    launcher = _cell(page, "launcher = FineTuneLauncher(")
+    status = launcher.locator(".jp-OutputArea .widget-hbox .widget-html").last
+    assert "succeeded" in status.inner_text()
+    switch = launcher.get_by_role("button", name="Switch to new model")
+    assert "verifier now generates with" in _changes(page, status, switch.click)
+    assert switch.is_disabled()
+    shots.save(page, "job-launcher", status, block="center")
+
+    dashboard = _cell(page, "RunMonitor(trainer)")
+    dashboard.get_by_text("finished").first.wait_for(timeout=CLICK_TIMEOUT_MS)
+    assert dashboard.get_by_role("button", name="Stop after stage").is_disabled()
+    # Accuracy per split and reward per agent, drawn as lines with markers.
+    assert dashboard.locator("svg.main-svg .scatterlayer .trace").count() >= 3
+    shots.save(page, "dashboard", dashboard)
+
+
+def _check_malt_figures(page, shots: Screenshots) -> None:
+    """05: the tree and icicle figures draw; the tree viewer shows the node picked."""
+    figure = _cell(page, "plot_tree(tree")
+    figure.locator("svg.main-svg").first.wait_for()
+    shots.save(page, "tree", figure)
+    # The icicle summary drew its blocks (an empty plot would still have an svg).
+    summary = _cell(page, "plot_trees_summary(trees")
+    assert summary.locator(".main-svg g.slice").count() > 1
+    shots.save(page, "summary", summary)
+
+    # The tree viewer talks to the kernel: another node in its picker, another panel.
+    viewer = _cell(page, "TreeViewer(tree")
+    node_picker = viewer.locator(".jp-OutputArea .jupyter-widgets select").nth(1)
+    panel = viewer.locator(".jp-OutputArea .widget-html").last
+    options = node_picker.locator("option").all_inner_texts()
+    assert len(options) > 2, options
+    text = _changes(page, panel, lambda: node_picker.select_option(options[1]))
+    assert "The dialogue up to here" in text
+    # Its figure drew the tree's nodes (one marker per node).
+    assert viewer.locator("svg.main-svg .scatterlayer .point").count() >= len(options)
+    shots.save(page, "viewer", viewer)
+
+
+@dataclass(frozen=True)
+class Tutorial:
+    """One tutorial the browser runs, and what it checks once every cell has run."""
+
+    notebook: str
+    check: Callable[..., None]
+    #: How long Run All may take at CI size (generous: a loaded 2-core machine).
+    run_timeout_s: float = 180
+
+
+TUTORIALS = (
+    Tutorial("01_quickstart.ipynb", _check_parameters_form),
+    Tutorial("03_step_through.ipynb", _check_step_controller),
+    Tutorial("04_expert_iteration.ipynb", _check_job_launcher_and_dashboard, 480),
+    Tutorial("05_malt_trees.ipynb", _check_malt_figures),
+)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
     from playwright.sync_api import sync_playwright
 
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _shut_down_kernels(url: str) -> None:
+    """Stop every kernel of the server, so that the next tutorial has the CPU to itself."""
+    with urllib.request.urlopen(f"{url}/api/kernels", timeout=10) as response:
+        kernels = json.load(response)
+    for kernel in kernels:
+        request = urllib.request.Request(f"{url}/api/kernels/{kernel['id']}", method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
+
+
+@pytest.mark.parametrize(
+    "tutorial",
+    [
+        pytest.param(
+            t,
+            id=Path(t.notebook).stem,
+            marks=pytest.mark.timeout(LAB_START_TIMEOUT_S + t.run_timeout_s + 180),
+        )
+        for t in TUTORIALS
+    ],
+)
+def test_the_tutorial_runs_in_jupyterlab_and_its_widgets_answer_clicks(
+    tutorial: Tutorial, jupyter_lab: str, browser, tmp_path: Path
+):
     folders = [tmp_path / "screenshots"]
     if os.environ.get("NIP_SCREENSHOT_DIR"):
         folders.append(Path(os.environ["NIP_SCREENSHOT_DIR"]))
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(90_000)
-            page.goto(f"{jupyter_lab}/lab/tree/{NOTEBOOK.name}")
-            page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.wait_for()
-            page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for()
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.set_default_timeout(90_000)
+        # A workspace of its own: no tab of an earlier tutorial is restored beside it.
+        workspace = Path(tutorial.notebook).stem.replace("_", "-")
+        page.goto(f"{jupyter_lab}/lab/workspaces/{workspace}/tree/{tutorial.notebook}")
+        page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first.wait_for()
+        page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for()
+        if page.locator(".jp-FileBrowser").first.is_visible():
             page.keyboard.press("Control+b")  # hide the file browser: more room for the notebook
 
-            page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-            page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
-            _wait_for_all_cells(page)
+        page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+        page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
+        _wait_for_all_cells(page, tutorial.run_timeout_s)
 
-            assert page.get_by_text("Error displaying widget").count() == 0
-            assert page.locator(".jupyter-widgets").count() > 0
-            figure = page.locator(".jp-CodeCell", has_text="plot_tree(tree").first
-            figure.locator("svg.main-svg").first.wait_for()
-            figure.evaluate("e => e.scrollIntoView({block: 'start'})")
-            _save(page, "05_malt_trees-tree.png", folders)
-            # The icicle summary drew its blocks (an empty plot would still have an svg).
-            summary = page.locator(".jp-CodeCell", has_text="plot_trees_summary(trees").first
-            assert summary.locator(".main-svg g.slice").count() > 1
-            summary.evaluate("e => e.scrollIntoView({block: 'start'})")
-            page.mouse.move(5, 450)  # no hover label in the picture
-            _save(page, "05_malt_trees-summary.png", folders)
-
-            # The tree viewer talks to the kernel: another node in its picker, another panel.
-            viewer = page.locator(".jp-CodeCell", has_text="TreeViewer(tree").first
-            node_picker = viewer.locator(".jp-OutputArea .jupyter-widgets select").nth(1)
-            panel = viewer.locator(".jp-OutputArea .widget-html").last
-            before = panel.inner_text()
-            options = node_picker.locator("option").all_inner_texts()
-            assert len(options) > 2, options
-            node_picker.select_option(options[1])
-            page.wait_for_function(
-                "([el, text]) => el.innerText !== text", arg=[panel.element_handle(), before]
-            )
-            assert "The dialogue up to here" in panel.inner_text()
-            # Its figure drew the tree's nodes (one marker per node).
-            assert viewer.locator("svg.main-svg .scatterlayer .point").count() >= len(options)
-            viewer.evaluate("e => e.scrollIntoView({block: 'start'})")
-            page.mouse.move(5, 450)  # no hover highlight in the picture
-            _save(page, "05_malt_trees-viewer.png", folders)
-        finally:
-            browser.close()
+        assert page.get_by_text("Error displaying widget").count() == 0
+        assert page.locator(".jupyter-widgets").count() > 0
+        tutorial.check(page, Screenshots(tutorial.notebook, folders))
+    finally:
+        page.close()
+        _shut_down_kernels(jupyter_lab)

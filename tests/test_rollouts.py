@@ -15,7 +15,7 @@ from nip.backends import Completion, DummyBackend, GenerationRequest, Generation
 from nip.errors import BackendUnavailableError
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.protocols import Decision
-from nip.rollouts import Datapoint, RolloutBatch
+from nip.rollouts import AgentTurn, Datapoint, RolloutBatch
 from nip.rollouts.dialogue import DialogueOverError
 from nip.session import Session
 from nip.settings import ExperimentSettings
@@ -268,6 +268,30 @@ def test_a_batch_exports_to_jsonl_and_dataframes(tmp_path):
     assert {"correct", "rounds", "verifier.reward", "prover.reward"} <= set(frame.columns)
     turns = batch.messages_dataframe()
     assert len(turns) == sum(len(t.turns) for t in batch)
+
+
+def test_dataframes_write_decisions_as_words():
+    batch = session("nip").rollouts(ITEMS[:6])
+    words = {d.word for d in Decision}
+    assert set(batch.to_dataframe()["decision"]) <= words
+    assert set(batch.messages_dataframe()["decision"]) <= words
+    assert batch.to_dataframe()["decision"][0] == batch[0].decision.word
+
+
+def test_an_agent_turn_shows_as_a_short_line_and_a_card():
+    turn = AgentTurn(
+        round=2,
+        agent="verifier",
+        raw_text="The loop stops one item early.\n" * 5 + "Decision: reject",
+        decision=Decision.REJECT,
+        model="gpt-4o-mini",
+        prompt_tokens=300,
+        completion_tokens=20,
+    )
+    assert repr(turn).startswith("AgentTurn(round 2, verifier, 'The loop stops one item")
+    assert repr(turn).endswith("...', decision=reject)") and len(repr(turn)) < 120
+    card = turn._repr_html_()
+    assert "decides: reject" in card and "300 + 20 tokens" in card and "gpt-4o-mini" in card
 
 
 def test_a_batch_summarises_accuracy_and_rewards():

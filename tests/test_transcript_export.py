@@ -66,7 +66,7 @@ def test_json_transcripts_hold_each_dialogues_turns_decision_and_models(dataset,
     assert [r["id"] for r in readable] == [t.id for t in records]
     first, record = readable[0], records[0]
     assert first["solution"] == record.datapoint.solution
-    assert first["decision"] == record.decision.name.lower()
+    assert first["decision"] == record.decision.word
     assert [t["text"] for t in first["turns"]] == [t.raw_text for t in record.turns]
     assert {t["model"] for t in first["turns"]} == {"gpt-4o-mini-2024-07-18"}
 

@@ -457,7 +457,7 @@ def test_a_dummy_job_goes_from_launch_to_the_new_model():
     assert not launcher.switch_button.disabled
     launcher.switch_button.click()
     assert session.agents["verifier"].model_name == "gpt-4o-mini-2024-07-18:ft-notebook"
-    assert "now generate with gpt-4o-mini-2024-07-18:ft-notebook" in launcher.status.value
+    assert "verifier now generates with gpt-4o-mini-2024-07-18:ft-notebook" in launcher.status.value
     assert launcher.switch_button.disabled and launcher.error_text == ""
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from nip.protocols import Decision
 
 if TYPE_CHECKING:
-    from nip.rollouts.records import Transcript
+    from nip.rollouts.records import AgentTurn, Transcript
 
 _COLOURS = {"verifier": "#e8f0fe", "prover": "#fef7e0", "prover0": "#fce8e6", "prover1": "#e6f4ea"}
 
@@ -28,6 +28,34 @@ def chat_bubble(title: str, text: str, colour: str = "#f1f3f4", note: str = "") 
 
 def _bubble(sender: str, text: str, note: str = "") -> str:
     return chat_bubble(sender, text, _COLOURS.get(sender, "#f1f3f4"), note)
+
+
+def turn_to_html(turn: AgentTurn) -> str:
+    """One agent turn as a small card: who spoke in which round, the decision, the text, and
+    a grey line of what the run recorded about it (model, tokens, retries, cache)."""
+    notes = [f"round {turn.round}"]
+    if Decision(turn.decision) is not Decision.NONE:
+        notes.append(f"decides: {Decision(turn.decision).word}")
+    if not turn.valid:
+        notes.append("invalid" + (f": {turn.error}" if turn.error else ""))
+    if turn.overridden:
+        notes.append("written by hand")
+    details = [turn.model or "", f"{turn.prompt_tokens} + {turn.completion_tokens} tokens"]
+    if turn.retries:
+        details.append(f"{turn.retries} retries")
+    if turn.token_limit:
+        details.append("stopped at the token limit")
+    if turn.cached:
+        details.append("from the cache")
+    if turn.channels:
+        details.append("to " + ", ".join(turn.channels))
+    detail_line = " · ".join(d for d in details if d)
+    return (
+        "<div style='max-width:48em'>"
+        + _bubble(turn.agent, turn.raw_text, " · ".join(notes))
+        + f"<div style='color:#777;font-size:85%;margin:0 8px'>{html.escape(detail_line)}</div>"
+        "</div>"
+    )
 
 
 def transcript_to_html(transcript: Transcript) -> str:

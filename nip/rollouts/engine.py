@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nip.protocols import Decision
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
 
@@ -86,7 +87,9 @@ class RolloutBatch:
         summary: dict[str, Any] = {
             "dialogues": n,
             "accuracy": self.accuracy,
-            "no_decision_rate": sum(t.decision == 2 for t in self.transcripts) / n if n else 0.0,
+            "no_decision_rate": sum(t.decision is Decision.NONE for t in self.transcripts) / n
+            if n
+            else 0.0,
             "mean_rounds": sum(r["rounds"] for r in rows) / n if n else 0.0,
             "retries": sum(r["retries"] for r in rows),
             "invalid_turns": sum(r["invalid_turns"] for r in rows),
@@ -99,19 +102,19 @@ class RolloutBatch:
 
     # ------------------------------------------------------------------ exports
     def to_dataframe(self):
-        """One row per dialogue (see :meth:`Transcript.summary`)."""
+        """One row per dialogue (see :meth:`Transcript.summary`; decisions as words)."""
         import pandas as pd
 
         return pd.DataFrame([t.summary() for t in self.transcripts])
 
     def messages_dataframe(self):
-        """One row per agent turn, with the dialogue's id and label."""
+        """One row per agent turn, with the dialogue's id and label (decisions as words)."""
         import pandas as pd
 
         rows = []
         for t in self.transcripts:
             for turn in t.turns:
-                rows.append({"dialogue": t.id, "y": t.datapoint.y, **turn.to_dict()})
+                rows.append({"dialogue": t.id, "y": t.datapoint.y, **turn.to_row()})
         return pd.DataFrame(rows)
 
     def to_jsonl(self, path: str | Path | None = None) -> str:

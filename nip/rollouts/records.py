@@ -100,6 +100,29 @@ class AgentTurn:
         values["channels"] = tuple(values.get("channels", ()))
         return cls(**values)
 
+    def to_row(self) -> dict[str, Any]:
+        """One flat row for a DataFrame of turns: :meth:`to_dict` with the decision as a
+        word (accept, reject, no decision, neither)."""
+        return self.to_dict() | {"decision": self.decision.word}
+
+    # ---------------------------------------------------------------------- display
+    def __repr__(self) -> str:
+        text = " ".join(self.raw_text.split())
+        text = text if len(text) <= 60 else text[:57] + "..."
+        parts = [f"round {self.round}", self.agent, repr(text)]
+        if self.decision is not Decision.NONE:
+            parts.append(f"decision={self.decision.word}")
+        if not self.valid:
+            parts.append("invalid")
+        if self.overridden:
+            parts.append("overridden")
+        return f"AgentTurn({', '.join(parts)})"
+
+    def _repr_html_(self) -> str:
+        from nip.rollouts._transcript_html import turn_to_html
+
+        return turn_to_html(self)
+
 
 @dataclass
 class Transcript:
@@ -239,7 +262,7 @@ class Transcript:
             "protocol": self.protocol,
             "datapoint_id": self.datapoint.id,
             "y": self.datapoint.y,
-            "decision": int(self.decision),
+            "decision": self.decision.word,
             "score": self.score,
             "correct": self.correct,
             "rounds": self.num_rounds,

@@ -197,7 +197,7 @@ class ResponseTree:
                 "round": node.round,
                 "agents": ",".join(t.agent for t in node.turns),
                 "text": "\n\n".join(f"[{t.agent}] {t.raw_text}" for t in node.turns),
-                "decision": int(node.decision),
+                "decision": Decision(node.decision).word,
                 "done": node.done,
                 "num_leaves": node.num_leaves,
                 "y": self.datapoint.y,

@@ -43,6 +43,7 @@ from nip.training.groups import PureTextSharedModelGroup
 from nip.training.malt import build_trees_async, dpo_dataset
 from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import malt_metrics, rollout_metrics
+from nip.training.run_control import between_stages
 from nip.training.run_dir import RunDirectory
 from nip.utils.sync import run_sync
 
@@ -211,13 +212,19 @@ class PureTextEiTrainer:
         return self.state.stage == "done"
 
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
-        """Run stages until the run is finished (or ``max_stages`` stages were run)."""
+        """Run stages until the run is finished, ``max_stages`` stages were run, or a stop
+        was asked for (``nip control RUN_DIR stop``; a pause waits between stages)."""
         stages_run = 0
         if self._logger is None and not self.finished:
             self._logger = self._make_logger()
         if not self.finished and not self._servers_ready:
             await self._wait_for_servers()
         while not self.finished and (max_stages is None or stages_run < max_stages):
+            # A pause or stop asked for in control.json (nip.training.run_control) acts here.
+            if stages_run and not await between_stages(
+                self.run_dir.path, self.state.stages_completed, poll_interval_s=self.poll_interval_s
+            ):
+                break
             stage = self.state.stage
             await getattr(self, f"_stage_{stage}")()
             self.state.stage = self._next_stage(stage)  # type: ignore[assignment]

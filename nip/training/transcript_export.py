@@ -28,7 +28,7 @@ def readable(transcript: Transcript) -> dict[str, Any]:
         "question": transcript.datapoint.question,
         "solution": transcript.datapoint.solution,
         "true_label": "correct" if transcript.datapoint.y == 1 else "incorrect",
-        "decision": transcript.decision.name.lower(),
+        "decision": transcript.decision.word,
         "verifier_right": transcript.correct,
         "episode_rewards": transcript.episode_rewards,
         "turns": [

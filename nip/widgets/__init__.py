@@ -7,6 +7,8 @@ step-through controller and the fine-tuning launcher.
     PromptInspector(dialogue)                      # the exact messages an agent is sent
     DialogueController(dialogue)                   # Next round / Regenerate / Branch / Run
     FineTuneLauncher(group, transcripts)           # preview, launch, watch, switch
+    RunMonitor(trainer)                            # live dashboard: stage, metrics, jobs,
+                                                   # pause / stop (or RunMonitor(run_dir))
 
 Needs the ``notebook`` extra (``pip install 'nip[notebook]'``); ``import nip`` never loads it.
 """
@@ -20,14 +22,19 @@ from nip.widgets._controls import OptionalControl
 from nip.widgets.config_form import ParametersForm, agents_for_protocol
 from nip.widgets.job_monitor import FineTuneLauncher, job_loss, job_progress
 from nip.widgets.prompt_inspector import PromptInspector
+from nip.widgets.run_monitor import RunMonitor
+from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot
 from nip.widgets.step_controller import DialogueController
 
 __all__ = [
     "DialogueController",
     "FineTuneLauncher",
+    "JobSnapshot",
     "OptionalControl",
     "ParametersForm",
     "PromptInspector",
+    "RunMonitor",
+    "RunSnapshot",
     "agents_for_protocol",
     "job_loss",
     "job_progress",

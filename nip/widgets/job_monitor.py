@@ -295,7 +295,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         model = await self.group.switch_to_next_model()
         self._switched = True
         self.header.value = self._header()
-        self.status.value = escape(f"{self._members()} now generate with {model}")
+        verb = "generates" if len(self.group.agent_wholes) == 1 else "generate"
+        self.status.value = escape(f"{self._members()} now {verb} with {model}")
         self._update_buttons()
         return model
 

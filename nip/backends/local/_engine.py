@@ -24,6 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
+from nip.backends.local._quiet import quiet_loading
 from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit, StopWhenSet
 from nip.backends.local.adapters import AdapterLayer, AdapterStack
 from nip.backends.local.model_store import ensure_local_model
@@ -104,12 +105,13 @@ class Engine:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.default_max_tokens = default_max_tokens
-        self.tokenizer = AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
+        with quiet_loading():
+            self.tokenizer = AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
+            base = AutoModelForCausalLM.from_pretrained(
+                self.folder, dtype=self.dtype, local_files_only=True
+            )
         if not getattr(self.tokenizer, "chat_template", None):
             raise GenerationError(f"The model in {self.folder} has no chat template.")
-        base = AutoModelForCausalLM.from_pretrained(
-            self.folder, dtype=self.dtype, local_files_only=True
-        )
         self.base = base.to(self.device).eval()
         self.peft_model = None  # a PeftModel wrapping self.base once an adapter is loaded
         self._layer_keys: dict[str, str] = {}  # adapter fingerprint -> peft key
@@ -319,13 +321,16 @@ class Engine:
         self._adapter_counter += 1
         key = f"adapter_{self._adapter_counter}"  # peft keys become module names: no dots
         try:
-            if self.peft_model is None:
-                self.peft_model = PeftModel.from_pretrained(
-                    self.base, str(layer.path), adapter_name=key, is_trainable=False
-                )
-                self.peft_model.eval()
-            else:
-                self.peft_model.load_adapter(str(layer.path), adapter_name=key, is_trainable=False)
+            with quiet_loading():
+                if self.peft_model is None:
+                    self.peft_model = PeftModel.from_pretrained(
+                        self.base, str(layer.path), adapter_name=key, is_trainable=False
+                    )
+                    self.peft_model.eval()
+                else:
+                    self.peft_model.load_adapter(
+                        str(layer.path), adapter_name=key, is_trainable=False
+                    )
         except Exception as error:
             raise ModelNotFoundError(
                 f"Could not load the LoRA adapter {name!r} from {layer.path}: {error}"

@@ -196,18 +196,21 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from nip.backends.local._quiet import quiet_loading
+
     folder, filename = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
-    quantised = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=filename, dtype=torch.float32, local_files_only=True
-    )
-    # A model loaded from GGUF refuses save_pretrained; rebuild it as a plain model.
-    config = quantised.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    plain.load_state_dict(quantised.state_dict())
-    plain.generation_config = quantised.generation_config
-    del quantised
-    plain.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
+    with quiet_loading():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
+        quantised = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=filename, dtype=torch.float32, local_files_only=True
+        )
+        # A model loaded from GGUF refuses save_pretrained; rebuild it as a plain model.
+        config = quantised.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+        plain.load_state_dict(quantised.state_dict())
+        plain.generation_config = quantised.generation_config
+        del quantised
+        plain.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)

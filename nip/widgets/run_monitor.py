@@ -1,0 +1,306 @@
+"""A live dashboard of a training run: where it stands, its metrics, its jobs, pause and stop.
+
+::
+
+    task = asyncio.create_task(trainer.train_async())   # or `nip run` in a shell
+    RunMonitor(trainer)                                  # or RunMonitor("runs/my-run")
+
+The dashboard reads the run's directory (:class:`~nip.widgets.run_snapshot.RunSnapshot`) on
+a timer that is an asyncio task on the kernel's own loop, so it never blocks the kernel and
+works for a run in another process too; closing the widget cancels the task. Its buttons
+write the run's control file (:mod:`nip.training.run_control`): the trainer pauses or stops
+at its next stage boundary.
+
+It is a widget taking a trainer rather than a ``trainer.dashboard()`` method because the
+training layer sits below the widgets and must not import them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets
+import plotly.graph_objects as go
+
+from nip.training.run_control import request
+from nip.widgets._html import PlainTextRepr, escape, note_html
+from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
+
+if TYPE_CHECKING:
+    from nip.training.trainer import PureTextEiTrainer
+
+_STATUS_COLOURS = {
+    "running": "#1a73e8",
+    "pausing": "#e37400",
+    "paused": "#e37400",
+    "stopping": "#c5221f",
+    "stopped": "#c5221f",
+    "finished": "#188038",
+    "not started": "#666",
+    "no run": "#666",
+}
+
+
+def _figure(
+    title: str, y_title: str, *, x_title: str = "iteration", y_range: list[float] | None = None
+) -> go.FigureWidget | go.Figure:
+    """An empty line plot sized so that two sit side by side in a notebook."""
+    layout = dict(
+        title=dict(text=title, font=dict(size=14)),
+        width=540,
+        height=280,
+        margin=dict(l=55, r=20, t=40, b=40),
+        xaxis=dict(title=dict(text=x_title), dtick=1 if x_title == "iteration" else None),
+        yaxis=dict(title=dict(text=y_title), range=y_range),
+        template="plotly_white",
+        showlegend=True,
+        legend=dict(orientation="h", y=-0.3),
+    )
+    try:
+        return go.FigureWidget(layout=layout)
+    except ImportError:  # plotly 6+ without anywidget: a static figure, redrawn whole
+        return go.Figure(layout=layout)
+
+
+class RunMonitor(PlainTextRepr, ipywidgets.VBox):
+    """Watch a run while it trains (in this kernel or another process), and pause or stop it.
+
+    Shows the run's status, iteration and stage, its progress, accuracy and mean episode
+    reward per iteration (plots that grow as metrics files appear), each group's latest
+    fine-tuning job with its loss curve, and Pause / Resume / Stop buttons (they act at the
+    next stage boundary; a stopped run resumes with ``nip resume``).
+
+    Args:
+        run: A trainer (its jobs' losses are then also asked of its fine-tuning backends) or
+            a run directory.
+        poll_interval_s: Seconds between reads of the run directory.
+        start: Start polling at once when there is a running event loop (in a notebook).
+    """
+
+    def __init__(
+        self,
+        run: PureTextEiTrainer | str | Path,
+        *,
+        poll_interval_s: float = 1.0,
+        start: bool = True,
+    ):
+        super().__init__()
+        if isinstance(run, str | Path):
+            self.trainer, self.run_dir = None, Path(run)
+        else:
+            self.trainer, self.run_dir = run, Path(run.run_dir.path)
+        self.poll_interval_s = poll_interval_s
+        self.snapshot = RunSnapshot(self.run_dir)
+        self.task: asyncio.Task | None = None
+        self._job_events: dict[str, tuple[tuple[int, float], ...]] = {}
+        self._job_done: dict[str, bool] = {}
+        self._outputs: dict[int, ipywidgets.Output] = {}
+
+        self.header = ipywidgets.HTML()
+        self.progress = ipywidgets.FloatProgress(
+            value=0.0, min=0.0, max=1.0, description="run", bar_style="info"
+        )
+        self.stage_progress = ipywidgets.IntProgress(value=0, min=0, max=6, description="stage")
+        self.progress_text = ipywidgets.HTML()
+        self.pause_button = ipywidgets.Button(description="Pause after stage", icon="pause")
+        self.resume_button = ipywidgets.Button(description="Resume", icon="play")
+        self.stop_button = ipywidgets.Button(
+            description="Stop after stage", icon="stop", button_style="danger"
+        )
+        for button in (self.pause_button, self.resume_button, self.stop_button):
+            button.layout.width = "auto"
+        self.pause_button.on_click(lambda _: self.ask("pause"))
+        self.resume_button.on_click(lambda _: self.ask("run"))
+        self.stop_button.on_click(lambda _: self.ask("stop"))
+        self.accuracy_figure = _figure("Verifier accuracy", "accuracy", y_range=[-0.02, 1.02])
+        self.reward_figure = _figure("Mean episode reward (train)", "reward")
+        self.loss_figure = _figure(
+            "Fine-tuning loss (latest job per group)", "loss", x_title="step"
+        )
+        self.jobs_view = ipywidgets.HTML()
+        self.children = [
+            self.header,
+            ipywidgets.HBox([self.progress, self.stage_progress, self.progress_text]),
+            ipywidgets.HBox([self.pause_button, self.resume_button, self.stop_button]),
+            ipywidgets.HBox(
+                [self._plot_box(self.accuracy_figure), self._plot_box(self.reward_figure)]
+            ),
+            ipywidgets.HBox([self.jobs_view, self._plot_box(self.loss_figure)]),
+        ]
+        self.refresh()
+        if start:
+            self.start()
+
+    def _plot_box(self, figure: Any) -> ipywidgets.Widget:
+        """The figure itself when it is a widget, else an output it is drawn into."""
+        if isinstance(figure, go.FigureWidget):
+            return figure
+        output = ipywidgets.Output()
+        self._outputs[id(figure)] = output
+        return output
+
+    # ------------------------------------------------------------------ polling
+    def start(self) -> asyncio.Task | None:
+        """Poll the run directory on the running event loop until the widget closes (or
+        the run finishes); does nothing without a running loop (call :meth:`refresh`)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        if self.task is None or self.task.done():
+            self.task = loop.create_task(self.watch())
+        return self.task
+
+    async def watch(self) -> RunSnapshot:
+        """Refresh every ``poll_interval_s`` seconds until the run is finished."""
+        while True:
+            await self.refresh_async()
+            if self.snapshot.finished:
+                return self.snapshot
+            await asyncio.sleep(self.poll_interval_s)
+
+    def stop_watching(self) -> None:
+        """Cancel the polling task."""
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    def close(self) -> None:
+        self.stop_watching()
+        super().close()
+
+    async def refresh_async(self) -> RunSnapshot:
+        """Read the run directory (and, with a trainer, its jobs' events) and redraw."""
+        if self.trainer is not None:
+            await self._ask_backends_for_losses()
+        return self.refresh()
+
+    def refresh(self) -> RunSnapshot:
+        """Read the run directory once and redraw."""
+        self.snapshot = RunSnapshot.read(self.run_dir)
+        self._draw()
+        return self.snapshot
+
+    async def _ask_backends_for_losses(self) -> None:
+        for group in self.trainer.groups.values():  # type: ignore[union-attr]
+            job_id = group.state.fine_tune_job_id
+            if not job_id or self._job_done.get(job_id):
+                continue
+            with contextlib.suppress(Exception):  # a backend that cannot answer now
+                backend = group.fine_tune_backend
+                job = await backend.get_job(job_id)
+                events = await backend.list_events(job_id)
+                self._job_events[job_id] = loss_points([{"data": e.data} for e in events])
+                self._job_done[job_id] = job.done
+
+    # ------------------------------------------------------------------ control
+    def ask(self, what: str) -> None:
+        """Write a control request ("pause", "run" or "stop") and redraw."""
+        request(self.run_dir, what)
+        self.refresh()
+
+    # ------------------------------------------------------------------ drawing
+    def _draw(self) -> None:
+        snapshot = self.snapshot
+        status = snapshot.status
+        colour = _STATUS_COLOURS.get(status, "#666")
+        self.header.value = (
+            f"<b>{escape(self.run_dir.name)}</b> &middot; "
+            f"<span style='color:{colour};font-weight:600'>{escape(status)}</span> &middot; "
+            f"{escape(snapshot.position)}" + note_html(f"  ({self.run_dir})")
+        )
+        self.progress.value = snapshot.progress
+        self.progress.bar_style = "success" if snapshot.finished else "info"
+        stages = len(snapshot.stages_of_iteration)
+        self.stage_progress.max = stages
+        self.stage_progress.value = (
+            stages if snapshot.finished else max(snapshot.stage_number - 1, 0)
+        )
+        self.progress_text.value = note_html(
+            f"{snapshot.stages_completed} of {snapshot.total_stages} stages done"
+        )
+        ended = snapshot.finished or not snapshot.exists
+        self.pause_button.disabled = ended or snapshot.request == "pause"
+        self.resume_button.disabled = ended or snapshot.request == "run"
+        self.stop_button.disabled = ended or snapshot.request == "stop"
+        self._draw_metrics()
+        self._draw_jobs()
+
+    def _set_traces(self, figure: Any, series: dict[str, list[tuple[int, float]]]) -> None:
+        """Make ``figure`` show ``series`` (name -> points), updating traces in place."""
+        series = {name: points for name, points in series.items() if points}
+        existing = {trace.name: trace for trace in figure.data}
+        if set(existing) != set(series):
+            figure.data = ()
+            for name in series:
+                figure.add_scatter(name=name, mode="lines+markers")
+            existing = {trace.name: trace for trace in figure.data}
+        with figure.batch_update() if isinstance(figure, go.FigureWidget) else _nothing():
+            for name, points in series.items():
+                xs, ys = zip(*points, strict=True)
+                existing[name].x, existing[name].y = list(xs), list(ys)
+        output = self._outputs.get(id(figure))
+        if output is not None:
+            output.clear_output(wait=True)
+            with output:
+                figure.show()
+
+    def _draw_metrics(self) -> None:
+        snapshot = self.snapshot
+        self._set_traces(
+            self.accuracy_figure,
+            {split: snapshot.metric(split, "accuracy") for split in ("train", "test")},
+        )
+        self._set_traces(
+            self.reward_figure,
+            {a: snapshot.metric("train", f"{a}.mean_episode_reward") for a in snapshot.agents},
+        )
+
+    def job_losses(self, job: JobSnapshot) -> tuple[tuple[int, float], ...]:
+        """A job's loss points: from its folder, else from its backend (with a trainer)."""
+        return job.losses or (self._job_events.get(job.job_id or "", ()))
+
+    def _draw_jobs(self) -> None:
+        rows = []
+        for job in self.snapshot.jobs:
+            losses = self.job_losses(job)
+            last = f"{losses[-1][1]:.4g}" if losses else "–"
+            rows.append(
+                "<tr>"
+                + "".join(
+                    f"<td style='padding:2px 8px'>{escape(v)}</td>"
+                    for v in (
+                        job.group,
+                        job.job_id or "–",
+                        "–" if job.iteration is None else job.iteration,
+                        job.status or job.outcome.replace("_", " "),
+                        last,
+                        job.model or "(base model)",
+                    )
+                )
+                + "</tr>"
+            )
+        head = "".join(
+            f"<th style='padding:2px 8px;text-align:left'>{h}</th>"
+            for h in ("group", "latest job", "iteration", "status", "loss", "model now")
+        )
+        self.jobs_view.value = (
+            f"<table style='font-size:90%;margin:40px 16px 0 0'><tr>{head}</tr>"
+            f"{''.join(rows)}</table>"
+            if rows
+            else note_html("no fine-tuning jobs yet")
+        )
+        self._set_traces(
+            self.loss_figure, {job.group: list(self.job_losses(job)) for job in self.snapshot.jobs}
+        )
+
+    def __repr__(self) -> str:
+        return f"RunMonitor({str(self.run_dir)!r}: {self.snapshot.describe()})"
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield

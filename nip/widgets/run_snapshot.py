@@ -1,0 +1,250 @@
+"""What a run directory says about its run right now: the model the dashboard renders.
+
+:class:`RunSnapshot` is a plain record read from the files a trainer writes (``state.json``,
+``hyper_params.json``, ``metrics/``, the control and status files, local jobs' ``events.jsonl``),
+so it works the same for a run in this kernel and a ``nip run`` in another process, and can
+be tested without a browser::
+
+    snapshot = RunSnapshot.read("runs/my-run")
+    snapshot.stage, snapshot.iteration, snapshot.progress, snapshot.metric("test", "accuracy")
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from nip.training.run_control import read_request, read_status
+from nip.training.run_dir import RunDirectory
+from nip.training.trainer import Stage
+
+#: The stages of one iteration, in the order the trainer runs them.
+ITERATION_STAGES: tuple[str, ...] = tuple(s for s in get_args(Stage) if s != "done")
+#: The last iteration stops after ``test``.
+LAST_ITERATION_STAGES: tuple[str, ...] = ITERATION_STAGES[: ITERATION_STAGES.index("test") + 1]
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """A group's latest fine-tuning job, as the run directory records it.
+
+    Attributes:
+        group: The shared model group.
+        job_id: The job (None when the group never submitted one).
+        iteration: The iteration it was submitted in.
+        outcome: The group's last fine-tuning outcome ("submitted", "frozen", ...).
+        model: The model the group generates with now.
+        status: The job's own status when its folder records one (local LoRA jobs).
+        losses: ``(step, loss)`` points its events reported, oldest first.
+    """
+
+    group: str
+    job_id: str | None
+    iteration: int | None
+    outcome: str
+    model: str | None
+    status: str | None = None
+    losses: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A run's position, metrics and jobs, read from its directory.
+
+    Attributes:
+        run_dir: The run's folder.
+        exists: Whether the folder holds a run (a trainer was built there).
+        started: Whether the trainer has saved a state yet (finished a stage).
+        iteration: The current iteration (0-based).
+        num_iterations: How many the run has.
+        stage: The stage being run (or next to run); ``"done"`` once finished.
+        stages_completed: Stages finished so far.
+        request: The standing control request: "run", "pause" or "stop".
+        reported: The trainer's own report at its last stage boundary ("running", "paused",
+            "stopped"), or None when that report is older than the saved state.
+        metrics: Every saved metrics file, one dict each (with ``split`` and ``iteration``).
+        jobs: Each group's latest job.
+    """
+
+    run_dir: Path
+    exists: bool = False
+    started: bool = False
+    iteration: int = 0
+    num_iterations: int = 1
+    stage: str = "sample_rollouts"
+    stages_completed: int = 0
+    request: str = "run"
+    reported: str | None = None
+    metrics: tuple[dict[str, Any], ...] = ()
+    jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> RunSnapshot:
+        """Read the run in ``run_dir`` (a folder without a run gives ``exists=False``)."""
+        directory = RunDirectory(run_dir)
+        params = _read_json(directory.path / "hyper_params.json")
+        num_iterations = int(params.get("rl", {}).get("num_iterations", 1) or 1)
+        state = _read_json(directory.path / "state.json")
+        status = read_status(directory.path)
+        stages_completed = int(state.get("stages_completed", 0))
+        fresh = status.get("stages_completed") == stages_completed
+        metrics = (
+            tuple(directory.metrics_records()) if (directory.path / "metrics").is_dir() else ()
+        )
+        return cls(
+            run_dir=directory.path,
+            exists=bool(params),
+            started=bool(state),
+            iteration=int(state.get("iteration", 0)),
+            num_iterations=num_iterations,
+            stage=str(state.get("stage", "sample_rollouts")),
+            stages_completed=stages_completed,
+            request=read_request(directory.path),
+            reported=status.get("status") if fresh else None,
+            metrics=metrics,
+            jobs=tuple(_jobs(directory.path, state)),
+        )
+
+    # ------------------------------------------------------------------ position
+    @property
+    def finished(self) -> bool:
+        return self.stage == "done"
+
+    @property
+    def status(self) -> str:
+        """In words: "no run", "not started" (no stage finished yet), "running", "pausing"
+        (asked, not yet at a stage boundary), "paused", "stopping", "stopped" or "finished"."""
+        if self.finished:
+            return "finished"
+        if not self.exists:
+            return "no run"
+        if self.request == "pause":
+            return "paused" if self.reported == "paused" else "pausing"
+        if self.request == "stop":
+            return "stopping"
+        if self.reported == "stopped":
+            return "stopped"
+        return "running" if self.started else "not started"
+
+    @property
+    def stages_of_iteration(self) -> tuple[str, ...]:
+        """The stages the current iteration runs."""
+        last = self.iteration >= self.num_iterations - 1
+        return LAST_ITERATION_STAGES if last else ITERATION_STAGES
+
+    @property
+    def stage_number(self) -> int:
+        """The current stage's place in its iteration, from 1 (0 once finished)."""
+        stages = self.stages_of_iteration
+        return stages.index(self.stage) + 1 if self.stage in stages else 0
+
+    @property
+    def total_stages(self) -> int:
+        """Stages in the whole run."""
+        return len(ITERATION_STAGES) * (self.num_iterations - 1) + len(LAST_ITERATION_STAGES)
+
+    @property
+    def progress(self) -> float:
+        """Share of the run's stages finished, from 0 to 1."""
+        return 1.0 if self.finished else min(self.stages_completed / self.total_stages, 1.0)
+
+    # ------------------------------------------------------------------- metrics
+    def metric(self, split: str, name: str) -> list[tuple[int, float]]:
+        """``(iteration, value)`` of one metric of one split, in order (missing values and
+        undefined ratios left out)."""
+        points = [
+            (int(row["iteration"]), float(row[name]))
+            for row in self.metrics
+            if row.get("split") == split and isinstance(row.get(name), int | float)
+        ]
+        return sorted(points)
+
+    @property
+    def agents(self) -> list[str]:
+        """Agents with a mean episode reward in the metrics."""
+        suffix = ".mean_episode_reward"
+        names = {k[: -len(suffix)] for row in self.metrics for k in row if k.endswith(suffix)}
+        return sorted(names)
+
+    @property
+    def position(self) -> str:
+        """Where the run stands, in words: its iteration and stage."""
+        if self.finished:
+            return f"all {self.num_iterations} iteration(s) done"
+        return (
+            f"iteration {self.iteration + 1} of {self.num_iterations} · "
+            f"stage {self.stage_number} of {len(self.stages_of_iteration)}: "
+            f"{self.stage.replace('_', ' ')}"
+        )
+
+    def describe(self) -> str:
+        """One line: the status and the position."""
+        return f"{self.status} · {self.position}"
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # absent, or being replaced on a file system without rename
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _jobs(run_dir: Path, state: dict[str, Any]) -> list[JobSnapshot]:
+    iterations = state.get("job_iterations", {})
+    jobs = []
+    for group, group_state in sorted(state.get("groups", {}).items()):
+        job_id = group_state.get("fine_tune_job_id")
+        history = group_state.get("model_history") or []
+        model = group_state.get("fine_tuned_model_name") or (history[-1] if history else None)
+        status, losses = _local_job(run_dir, job_id) if job_id else (None, ())
+        jobs.append(
+            JobSnapshot(
+                group=group,
+                job_id=job_id,
+                iteration=iterations.get(group),
+                outcome=str(group_state.get("last_job_outcome", "none")),
+                model=model,
+                status=status,
+                losses=losses,
+            )
+        )
+    return jobs
+
+
+def _local_job(run_dir: Path, job_id: str) -> tuple[str | None, tuple[tuple[int, float], ...]]:
+    """A local LoRA job's status and losses, from its folder under ``jobs/`` (other backends
+    keep theirs on their side: the dashboard asks them when it has the trainer)."""
+    folder = run_dir / "jobs" / job_id
+    if not folder.is_dir():
+        return None, ()
+    status = _read_json(folder / "status.json").get("status")
+    return status, loss_points(_events(folder / "events.jsonl"))
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    events = []
+    for line in lines:
+        try:
+            events.append(json.loads(line))
+        except ValueError:  # the line being appended
+            continue
+    return events
+
+
+def loss_points(events: list[dict[str, Any]]) -> tuple[tuple[int, float], ...]:
+    """``(step, loss)`` of every event data dict reporting a training loss (events without
+    a step are numbered in order)."""
+    points = []
+    for number, event in enumerate(events):
+        data = event.get("data", event)
+        loss = data.get("loss", data.get("train_loss"))
+        if isinstance(loss, int | float):
+            points.append((int(data.get("step", number)), float(loss)))
+    return tuple(points)
