@@ -18,7 +18,12 @@ import httpx
 import pytest
 
 from nip import serve_in_background
-from nip.server.background import ServerHandle, ServerStartError
+from nip.server.background import (
+    VLLM_PYTHON_ENV,
+    ServerHandle,
+    ServerStartError,
+    find_vllm_python,
+)
 from nip.testing.tiny_model import build_tiny_chat_model
 
 #: Every wait in these tests ends by then (a loaded machine included).
@@ -177,3 +182,26 @@ def test_a_kernel_restart_stops_the_server_started_in_the_kernel(tiny_model):
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
+
+
+def fake_vllm_python(folder: Path) -> str:
+    """An interpreter that can import a package named vllm (an empty one)."""
+    (folder / "site" / "vllm").mkdir(parents=True)
+    (folder / "site" / "vllm" / "__init__.py").write_text("")
+    script = folder / "python"
+    script.write_text(f'#!/bin/sh\nPYTHONPATH={folder / "site"} exec {sys.executable} "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_the_interpreter_named_by_the_environment_is_the_vllm_one(tmp_path, monkeypatch):
+    python = fake_vllm_python(tmp_path)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, python)
+
+    assert find_vllm_python() == python
+
+
+def test_an_interpreter_asked_for_without_vllm_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv(VLLM_PYTHON_ENV, fake_vllm_python(tmp_path))
+
+    assert find_vllm_python(explicit=str(tmp_path / "missing-python")) is None

@@ -61,13 +61,15 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     """
     from nip.server.app import vllm_available
 
-    candidates = [explicit, os.environ.get(VLLM_PYTHON_ENV)]
+    if explicit is not None:  # asked for: that one or none
+        return explicit if Path(explicit).exists() and vllm_available(explicit) else None
     roots = [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[2]]
-    candidates += [str(root / ".vllm-venv" / "bin" / "python") for root in roots]
-    for python in candidates:
-        if python and Path(python).exists():
-            return python if vllm_available(python) else None
-    return sys.executable if vllm_available(sys.executable) else None
+    candidates = [os.environ.get(VLLM_PYTHON_ENV), sys.executable]
+    candidates[1:1] = [str(root / ".vllm-venv" / "bin" / "python") for root in roots]
+    for python in dict.fromkeys(filter(None, candidates)):
+        if Path(python).exists() and vllm_available(python):
+            return python
+    return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
