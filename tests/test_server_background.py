@@ -117,6 +117,7 @@ def test_the_handle_shows_a_status_card_with_the_end_of_the_server_log(tiny_mode
         card = server._repr_html_()
     assert server.url in card and "transformers" in card and "engine ready" in card
     assert "Application startup complete" in card  # uvicorn's line, from the log's tail
+    assert "GET /health" not in card  # the handle's own polls would bury everything else
 
 
 def test_a_server_that_cannot_start_is_an_error_with_its_log_and_is_gone(tmp_path):

@@ -95,11 +95,15 @@ def _end_server(process: subprocess.Popen, grace_s: float, temporary: str | None
         shutil.rmtree(temporary, ignore_errors=True)
 
 
+#: Access-log lines of the handle's own readiness polls, left out of the log tail.
+_OWN_POLLS = '"GET /health HTTP'
+
+
 def _tail(path: Path, lines: int) -> str:
     if not path.exists():
         return ""
     with path.open(errors="replace") as file:
-        return "".join(deque(file, maxlen=lines))
+        return "".join(deque((line for line in file if _OWN_POLLS not in line), maxlen=lines))
 
 
 class ServerHandle:
@@ -212,7 +216,8 @@ class ServerHandle:
         return self._health
 
     def log_tail(self, lines: int = 20, *, vllm: bool = False) -> str:
-        """The last ``lines`` lines of the server's log (of vLLM's, with ``vllm=True``)."""
+        """The last ``lines`` lines of the server's log (of vLLM's, with ``vllm=True``),
+        without the access-log lines of ``/health`` polls."""
         return _tail(self.storage / "logs" / "vllm.log" if vllm else self.log_path, lines)
 
     def wait_until_ready(self, timeout_s: float = 900.0, *, show_progress: bool = True) -> None:
