@@ -1,8 +1,9 @@
 """A tutorial in a real browser: JupyterLab, Debian's Chromium, driven by Playwright.
 
-The MALT tutorial (``notebooks/05_malt_trees.ipynb``) runs at CI size (dummy agents, seconds)
-from JupyterLab's Run menu; its ipywidgets and its plotly figure must render. Screenshots go to
-the test's temporary folder and, when ``NIP_SCREENSHOT_DIR`` is set, there too.
+The MALT tutorial (``notebooks/05_malt_trees.ipynb``) runs at CI size (a dummy prover, and the
+embedded verifier with one small DPO job: minutes) from JupyterLab's Run menu; its ipywidgets
+and its plotly figure must render. Screenshots go to the test's temporary folder and, when
+``NIP_SCREENSHOT_DIR`` is set, there too.
 
 ``scripts/setup.sh`` installs Chromium (as root, with apt-get) and the ``dev`` extra installs
 Playwright's Python package; ``playwright install`` is never needed. Without either, the test is
@@ -41,7 +42,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 LAB_START_TIMEOUT_S = 60
-RUN_TIMEOUT_S = 180
+RUN_TIMEOUT_S = 480  # tutorial 5's DPO job trains a LoRA adapter on the CPU
 
 
 def _missing() -> str | None:
