@@ -44,6 +44,8 @@ _LAZY = {
     "PureTextMaltTrainer": "nip.training.trainer",
     "build_trainer": "nip.training.trainer",
     "load_code_validation_dataset": "nip.data",
+    "ServerHandle": "nip.server.background",
+    "serve_in_background": "nip.server.background",
 }
 
 

@@ -34,7 +34,9 @@ TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT_S = 300
 #: Wall-clock limits at CI size: several times what a loaded 2-core machine needs, and room
 #: for converting the embedded model on a fresh machine (about two minutes).
-LIMITS_S = {"04_expert_iteration.ipynb": 600}
+LIMITS_S = {name: 600 for name in ("04_expert_iteration", "05_malt_trees", "07_self_hosted_loop")}
+#: Where tutorial 7's background server keeps its settings (relative to the notebook).
+SELF_HOSTED_SERVER = Path("runs/07_self_hosted/server/background-server.json")
 DEFAULT_LIMIT_S = 360
 
 
@@ -52,8 +54,8 @@ def _kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def test_there_are_six_tutorials():
-    assert [p.name[:3] for p in TUTORIALS] == ["01_", "02_", "03_", "04_", "05_", "06_"]
+def test_there_are_seven_tutorials():
+    assert [p.name[:3] for p in TUTORIALS] == ["01_", "02_", "03_", "04_", "05_", "06_", "07_"]
 
 
 @pytest.mark.parametrize("notebook", TUTORIALS, ids=lambda p: p.stem)
@@ -87,12 +89,14 @@ def test_the_tutorial_reads_the_ci_size_switch_first(notebook: Path):
 @pytest.mark.parametrize(
     "notebook",
     [
-        pytest.param(p, marks=pytest.mark.timeout(LIMITS_S.get(p.name, DEFAULT_LIMIT_S) + 60))
+        pytest.param(p, marks=pytest.mark.timeout(LIMITS_S.get(p.stem, DEFAULT_LIMIT_S) + 60))
         for p in TUTORIALS
     ],
     ids=lambda p: p.stem,
 )
-def test_the_tutorial_runs_top_to_bottom_at_ci_size(notebook: Path, tmp_path: Path):
+def test_the_tutorial_runs_top_to_bottom_at_ci_size(
+    notebook: Path, tmp_path: Path, record_property
+):
     scratch = tmp_path / "notebooks"
     scratch.mkdir()
     copy = Path(shutil.copy(notebook, scratch))
@@ -115,7 +119,7 @@ def test_the_tutorial_runs_top_to_bottom_at_ci_size(notebook: Path, tmp_path: Pa
         "-c",
         str(scratch / "pytest.ini"),
     ]
-    limit_s = LIMITS_S.get(notebook.name, DEFAULT_LIMIT_S)
+    limit_s = LIMITS_S.get(notebook.stem, DEFAULT_LIMIT_S)
     process = subprocess.Popen(
         command,
         cwd=scratch,
@@ -135,6 +139,18 @@ def test_the_tutorial_runs_top_to_bottom_at_ci_size(notebook: Path, tmp_path: Pa
         if process.poll() is None:
             _kill_group(process)
     assert process.returncode == 0, f"{notebook.name} failed:\n{output[-8000:]}"
+    if notebook.name == "07_self_hosted_loop.ipynb":
+        _report_engine(scratch / SELF_HOSTED_SERVER, record_property)
+
+
+def _report_engine(settings: Path, record_property) -> None:
+    """Say which engine tutorial 7's server ran: vLLM wherever vLLM is found, else transformers."""
+    from nip.server.background import find_vllm_python
+
+    engine = json.loads(settings.read_text())["engine"]
+    print(f"07_self_hosted_loop ran the {engine} engine")
+    record_property("engine", engine)
+    assert engine == ("vllm" if find_vllm_python() else "transformers")
 
 
 # ------------------------------------------------------------------ the size switch

@@ -452,3 +452,16 @@ def test_a_trainer_waits_for_its_server_before_the_first_stage_and_names_the_set
             trainer.train(max_stages=1)
     assert trainer.state.stage == "sample_rollouts" and trainer.state.stages_completed == 0
     assert not list((tmp_path / "run").glob("rollouts/*"))
+
+
+def test_openai_auto_hyperparameters_become_the_servers_defaults():
+    from nip.server.fine_tuning import build_spec
+    from nip.server.store import JobRow
+
+    auto = {"n_epochs": "auto", "batch_size": "auto", "beta": "auto"}  # the OpenAI client's
+    method = {"type": "dpo", "dpo": {"hyperparameters": auto}}
+    job = JobRow("ftjob-1", "base", "file-1", method, None, 0, {}, "queued", *[None] * 5, 0, None)
+
+    spec = build_spec(job, [{"input": {"messages": []}}])
+
+    assert (spec.num_epochs, spec.batch_size, spec.dpo_beta) == (1, 2, None)

@@ -23,6 +23,9 @@ _LAZY = {
     "run_server": "nip.server.app",
     "SelfHostedBackend": "nip.backends.self_hosted",
     "wait_for_server": "nip.backends.self_hosted",
+    "ServerHandle": "nip.server.background",
+    "ServerStartError": "nip.server.background",
+    "serve_in_background": "nip.server.background",
 }
 
 

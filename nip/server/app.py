@@ -35,7 +35,8 @@ from nip.server.store import JobRow, ServerStore
 log = logging.getLogger(__name__)
 
 
-def _vllm_available(python: str) -> bool:
+def vllm_available(python: str) -> bool:
+    """Whether the interpreter `python` can import vLLM (checked without importing it)."""
     import subprocess
 
     code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
@@ -51,7 +52,7 @@ def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceE
     if kind == "auto":
         python = config.vllm_python or sys.executable
         gpu = config.resolved_device == "cuda"
-        kind = "vllm" if gpu and _vllm_available(python) else "transformers"
+        kind = "vllm" if gpu and vllm_available(python) else "transformers"
     if kind == "vllm":
         from nip.server.vllm_engine import VllmEngine
 

@@ -117,10 +117,10 @@ def build_spec(job: JobRow, examples: list[dict[str, Any]]) -> FineTuneSpec:
         method=method,
         examples=tuple(examples),
         job_name=job.suffix,
-        num_epochs=hyper.get("n_epochs") or 1,
+        num_epochs=_number(hyper.get("n_epochs"), "n_epochs", low=1, integer=True) or 1,
         learning_rate=job.extra.get("learning_rate") or 1e-4,
-        batch_size=hyper.get("batch_size") or 2,
-        dpo_beta=hyper.get("beta"),
+        batch_size=_number(hyper.get("batch_size"), "batch_size", low=1, integer=True) or 2,
+        dpo_beta=_number(hyper.get("beta"), "beta", low=0.0),  # OpenAI's "auto": our default
         use_lora=lora.get("use_lora", True),
         lora_rank=lora.get("rank", 8),
         lora_alpha=float(lora.get("alpha", 8.0)),

