@@ -43,10 +43,10 @@ def fine_tune_backend_for(
         return DummyFineTuneBackend()
     provider = params.model_provider
     if provider == "Local":
-        from nip.jobs.local_lora import LocalLoraFineTuneBackend
+        from nip.jobs.local_lora import InProcessLoraFineTuneBackend
 
         root = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "runs" / "adhoc"
-        return LocalLoraFineTuneBackend(root / "jobs")
+        return InProcessLoraFineTuneBackend(root / "jobs")
     if provider == "OpenRouter":
         return NotFineTunableBackend("OpenRouter")
     from nip.jobs.openai_api import OpenAIFineTuneBackend
