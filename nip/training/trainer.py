@@ -31,6 +31,7 @@ from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.metrics import malt_metrics, rollout_metrics
+from nip.training.progress import RunReporter
 from nip.training.run_dir import RunDirectory
 from nip.training.selection import select_rollouts
 from nip.utils.sync import run_sync
@@ -123,6 +124,7 @@ class PureTextEiTrainer:
         }
         self.state = TrainerState()
         self.poll_interval_s = 2.0
+        self._reporter = RunReporter(enabled=settings.show_progress)
         self._logger = None
         self._servers_ready = False
 
@@ -179,7 +181,8 @@ class PureTextEiTrainer:
             await self._wait_for_servers()
         while not self.finished and (max_stages is None or stages_run < max_stages):
             stage = self.state.stage
-            await getattr(self, f"_stage_{stage}")()
+            async with self._reporter.stage(self, stage):
+                await getattr(self, f"_stage_{stage}")()
             self.state.stage = self._next_stage(stage)  # type: ignore[assignment]
             if stage == "switch_models":
                 self.state.iteration += 1
