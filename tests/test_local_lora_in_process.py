@@ -200,3 +200,16 @@ def test_the_local_provider_trains_in_process(tmp_path):
     assert isinstance(backend, InProcessLoraFineTuneBackend)
     assert backend.jobs_dir == tmp_path / "run" / "jobs"
     backend.close()
+
+
+@pytest.mark.timeout(300)
+async def test_the_same_job_twice_gives_the_same_adapter(tiny_model, tmp_path):
+    backend = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    first = await wait_done(backend, await backend.create_job(spec(tiny_model, name="a")))
+    second = await wait_done(backend, await backend.create_job(spec(tiny_model, name="b")))
+    backend.close()
+
+    weights = [
+        (Path(j.adapter_path) / "adapter_model.safetensors").read_bytes() for j in (first, second)
+    ]
+    assert weights[0] == weights[1]
