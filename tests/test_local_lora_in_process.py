@@ -213,3 +213,28 @@ async def test_the_same_job_twice_gives_the_same_adapter(tiny_model, tmp_path):
         (Path(j.adapter_path) / "adapter_model.safetensors").read_bytes() for j in (first, second)
     ]
     assert weights[0] == weights[1]
+
+
+def _losses(job_dir: Path) -> list[float]:
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+    return [e["data"]["loss"] for e in events if "loss" in e["data"]]
+
+
+@pytest.mark.timeout(300)
+def test_mixed_precision_training_gives_the_float32_losses_within_two_percent(tiny_model, tmp_path):
+    from nip.jobs.lora_train import cpu_has_native_bf16, run_job
+
+    if not cpu_has_native_bf16():
+        pytest.skip("this CPU has no native bfloat16: jobs train in float32")
+    losses = {}
+    for mixed in (False, True):
+        job_dir = tmp_path / f"mixed-{mixed}"
+        job_dir.mkdir()
+        job = spec(tiny_model, name=job_dir.name, num_epochs=2)
+        (job_dir / "spec.json").write_text(json.dumps(job.to_dict()))
+        assert run_job(job_dir, quiet=True, mixed_precision=mixed)
+        losses[mixed] = _losses(job_dir)
+
+    assert len(losses[True]) == len(losses[False]) > 1
+    for exact, mixed in zip(losses[False], losses[True], strict=True):
+        assert mixed == pytest.approx(exact, rel=0.02)
