@@ -271,11 +271,13 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
 
     @staticmethod
     def _train(job_dir: Path, cancelled: threading.Event) -> None:
+        from nip.backends.local._memory import release_free_memory
         from nip.jobs.lora_train import run_job
 
         with _ONE_JOB_AT_A_TIME:
             if not cancelled.is_set():
                 run_job(job_dir, quiet=True, stop=cancelled)
+            release_free_memory()  # the training peak is not kept from the rest of the run
 
     def close(self) -> None:
         """Let the running job finish and stop the worker thread (queued jobs are dropped)."""

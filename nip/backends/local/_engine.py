@@ -24,6 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
 
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
+from nip.backends.local._memory import release_free_memory
 from nip.backends.local._prefix_cache import PrefixCache
 from nip.backends.local._quiet import quiet_libraries
 from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit, StopWhenSet
@@ -135,6 +136,7 @@ class Engine:
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self.max_positions = getattr(self.base.config, "max_position_embeddings", None)
         self._entropy = random.SystemRandom()
+        release_free_memory()  # what converting and loading freed
 
     # ------------------------------------------------------------------ generation
     def run(
