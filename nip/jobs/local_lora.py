@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -29,7 +30,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from nip.errors import FineTuneError
@@ -211,13 +211,17 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
 
     def __init__(self, jobs_dir: str | Path, *, warm_up: bool = True):
         super().__init__(jobs_dir)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nip-lora")
-        self._running: dict[str, Future[None]] = {}
+        # A daemon thread: a run stopped with Ctrl-C exits at once; its job's state stays on
+        # disk and the resumed run trains it again.
+        self._queue: queue.SimpleQueue[tuple[str, Path, threading.Event] | None] = (
+            queue.SimpleQueue()
+        )
+        self._running: set[str] = set()
         self._cancelled: dict[str, threading.Event] = {}
-        if warm_up:
-            from nip.jobs.lora_train import import_training_libraries
-
-            self._executor.submit(import_training_libraries)
+        self._worker = threading.Thread(
+            target=self._serve, args=(warm_up,), name="nip-lora", daemon=True
+        )
+        self._worker.start()
 
     async def create_job(self, spec: FineTuneSpec) -> str:
         if not spec.examples:
@@ -265,23 +269,30 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
     def _start(self, job_id: str, job_dir: Path) -> None:
         atomic_write_text(job_dir / "pid", str(os.getpid()))
         cancelled = self._cancelled.setdefault(job_id, threading.Event())
-        future = self._executor.submit(self._train, job_dir, cancelled)
-        self._running[job_id] = future
-        future.add_done_callback(lambda _: self._running.pop(job_id, None))
+        self._running.add(job_id)
+        self._queue.put((job_id, job_dir, cancelled))
 
-    @staticmethod
-    def _train(job_dir: Path, cancelled: threading.Event) -> None:
+    def _serve(self, warm_up: bool) -> None:
+        """The worker thread: import the libraries (if asked), then train queued jobs."""
         from nip.backends.local._memory import release_free_memory
-        from nip.jobs.lora_train import run_job
+        from nip.jobs.lora_train import import_training_libraries, run_job
 
-        with _ONE_JOB_AT_A_TIME:
-            if not cancelled.is_set():
-                run_job(job_dir, quiet=True, stop=cancelled)
-            release_free_memory()  # the training peak is not kept from the rest of the run
+        if warm_up:
+            import_training_libraries()
+        while (item := self._queue.get()) is not None:
+            job_id, job_dir, cancelled = item
+            try:
+                with _ONE_JOB_AT_A_TIME:
+                    if not cancelled.is_set():
+                        run_job(job_dir, quiet=True, stop=cancelled)
+                    release_free_memory()  # the training peak is not kept for the run
+            finally:
+                self._running.discard(job_id)
 
     def close(self) -> None:
-        """Let the running job finish and stop the worker thread (queued jobs are dropped)."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        """Let queued and running jobs finish, then stop the worker thread."""
+        self._queue.put(None)
+        self._worker.join()
 
     def __repr__(self) -> str:
         return f"InProcessLoraFineTuneBackend(jobs_dir={str(self.jobs_dir)!r})"
