@@ -8,18 +8,15 @@ instead of reusing it. ``malloc_trim`` returns the free pages of every arena.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 
 
 def release_free_memory() -> None:
     """Collect garbage and return free heap memory to the OS (glibc only; else a no-op)."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return
     try:
-        trim = ctypes.CDLL(name).malloc_trim
+        # The symbols already loaded into this process (no library search, no subprocess).
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return
     trim(0)
