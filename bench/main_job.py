@@ -12,10 +12,12 @@ submitted (``spec.json`` written), training started (the first step's event), fi
 (``status.json``). The local backend's engine is wrapped to time model loads, adapter loads
 and ``model.generate``. Peak memory is this process's maximum RSS (and the children's).
 
-A first run (no converted model, no cached responses) and a second one::
+A first run (no converted model, no cached responses), a second one (the first run's
+responses cached), and one that does all the work again (response cache off)::
 
     .venv/bin/python bench/main_job.py --cache-dir /tmp/nip-cache --fresh-cache
     .venv/bin/python bench/main_job.py --cache-dir /tmp/nip-cache
+    .venv/bin/python bench/main_job.py --cache-dir /tmp/nip-cache --cache off
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def main() -> None:
     parser.add_argument("--run-dir", default=None)
     parser.add_argument("--cache-dir", default=None, help="NIP_CACHE_DIR: models, responses")
     parser.add_argument("--fresh-cache", action="store_true", help="empty --cache-dir first")
+    parser.add_argument("--cache", default="auto", help="the response cache: auto, on or off")
     parser.add_argument("--json", default=None, help="write the figures here too")
     args = parser.parse_args()
 
@@ -78,7 +81,9 @@ def main() -> None:
     _engine.Engine._generate = _timed(engine_calls, "generate", _engine.Engine._generate)
 
     hyper_params = _load_config(args.config)
-    trainer = build_trainer(hyper_params, ExperimentSettings(run_dir=run_dir), overwrite=True)
+    trainer = build_trainer(
+        hyper_params, ExperimentSettings(run_dir=run_dir, cache=args.cache), overwrite=True
+    )
     stages: list[dict] = []
     for stage in (
         "sample_rollouts",
