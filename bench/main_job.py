@@ -177,15 +177,15 @@ def _print(figures: dict) -> None:
             f"{s['cpu_s']:>8.1f}{s['children_cpu_s']:>10.1f}{s['load']:>6.2f}"
         )
     print(
-        f"\n{'job':<16}{'submitted':>10}{'1st step':>10}{'start delay':>12}{'done':>8}{'steps':>6}"
+        f"\n{'job':<16}{'submitted':>10}{'began':>8}{'start delay':>12}{'1st step':>10}"
+        f"{'done':>8}{'steps':>6}"
     )
     for j in figures["jobs"]:
-        first = j["first_step_logged"]
-        delay = f"{first - j['submitted']:.1f}" if first is not None else "-"
-        first_text = f"{first:.1f}" if first is not None else "-"
+        began, first = j.get("training_began"), j["first_step_logged"]
+        delay = began - j["submitted"] if began is not None else None
         print(
-            f"{j['job']:<16}{j['submitted']:>10.1f}{first_text:>10}{delay:>12}"
-            f"{j['finished']:>8.1f}{j['steps']:>6}"
+            f"{j['job']:<16}{j['submitted']:>10.1f}{_num(began):>8}{_num(delay):>12}"
+            f"{_num(first):>10}{j['finished']:>8.1f}{j['steps']:>6}"
         )
     totals: dict[str, list[float]] = {}
     for call in figures["engine"]:
