@@ -139,3 +139,15 @@ async def test_the_base_model_and_the_predecessor_alone_are_unchanged_by_a_stack
     assert texts[0] == (await answers(tiny_model_dir, {}, TINY))[0]
     assert texts[1] == (await answers(tiny_model_dir, {"it0": a}, "it0"))[0]
     assert len(set(texts)) == 3
+
+
+def test_the_fingerprint_ignores_the_order_peft_lists_target_modules_in(tiny_model_dir, tmp_path):
+    import json
+
+    adapter = build_tiny_lora_adapter(tiny_model_dir, tmp_path / "a", seed=0)
+    reordered = Path(shutil.copytree(adapter, tmp_path / "b"))
+    config = json.loads((reordered / "adapter_config.json").read_text())
+    config["target_modules"] = list(reversed(sorted(config["target_modules"])))
+    (reordered / "adapter_config.json").write_text(json.dumps(config, indent=5))
+
+    assert read_adapter_stack(reordered).fingerprint == read_adapter_stack(adapter).fingerprint

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 
 from transformers.utils import logging as hf_logging
 
-from nip.backends.local._quiet import quiet_loading
+from nip.backends.local._quiet import quiet_libraries
 from nip.testing.tiny_model import build_tiny_chat_model
 
 
@@ -24,7 +24,7 @@ def test_while_loading_bars_notices_and_warnings_are_off_and_are_restored_after(
     hf_logging.set_verbosity_warning()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with quiet_loading():
+        with quiet_libraries():
             assert not hf_logging.is_progress_bar_enabled()
             assert hf_logging.get_verbosity() == hf_logging.ERROR
             warnings.warn("a conversion notice", UserWarning, stacklevel=1)

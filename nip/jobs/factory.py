@@ -41,10 +41,11 @@ class NotFineTunableBackend:
 
 
 def _local_lora(params: PureTextAgentParameters, settings: ExperimentSettings) -> FineTuneBackend:
-    from nip.jobs.local_lora import LocalLoraFineTuneBackend  # loads no ML library until used
+    # Jobs train in a worker thread of the run; no ML library loads until one is used.
+    from nip.jobs.local_lora import InProcessLoraFineTuneBackend
 
     root = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "runs" / "adhoc"
-    return LocalLoraFineTuneBackend(root / "jobs")
+    return InProcessLoraFineTuneBackend(root / "jobs")
 
 
 #: The fine-tuning backend of each provider that can fine-tune (see

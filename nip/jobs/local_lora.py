@@ -1,9 +1,20 @@
-"""Local LoRA fine-tuning: each job is a training process (TRL + PEFT) with its own folder.
+"""Local LoRA fine-tuning (TRL + PEFT): each job has its own folder, and its state is on disk.
 
 A job's folder (``<jobs_dir>/<job id>``) holds ``spec.json``, ``status.json``,
 ``events.jsonl``, ``log.txt`` and, once it succeeds, ``adapter/``. The backend keeps no state
-in memory, so a resumed run (or a restarted server) finds its jobs again; creating a job whose
-folder already exists returns the existing job rather than training twice.
+in memory that a restart would need, so a resumed run (or a restarted server) finds its jobs
+again; creating a job whose folder already exists returns the existing job rather than
+training twice.
+
+Two ways to run a job:
+
+- :class:`LocalLoraFineTuneBackend`: one training process per job (``python -m
+  nip.jobs.lora_train JOB_DIR``), which may use several GPUs through ``accelerate``. Each job
+  pays for starting Python and importing torch, transformers, PEFT and TRL again.
+- :class:`InProcessLoraFineTuneBackend`: jobs train in a worker thread of the calling process,
+  one after another, with those libraries already imported and the base model read from the
+  converted cache (a memory map), so a job starts training within seconds. A job whose
+  process died (``kill -9`` of a run) is trained again by the next backend that looks at it.
 """
 
 from __future__ import annotations
@@ -11,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -173,3 +186,113 @@ class LocalLoraFineTuneBackend:
 
     def __repr__(self) -> str:
         return f"LocalLoraFineTuneBackend(jobs_dir={str(self.jobs_dir)!r})"
+
+
+_ONE_JOB_AT_A_TIME = threading.Lock()
+"""Held while a job trains in this process: jobs share the machine's cores (and memory), so
+two backends of one run (prover and verifier) train one after another, not side by side."""
+
+
+class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
+    """Trains LoRA adapters in a worker thread of this process, one job after another.
+
+    The job folder is the same as :class:`LocalLoraFineTuneBackend`'s, with this process's id
+    in ``pid``. When :meth:`get_job` finds a job pending or running whose process is gone (the
+    run was killed), it trains the job again here, from its ``spec.json``: a resumed run
+    completes its jobs. Training output (losses) goes to ``events.jsonl``, not to the terminal.
+
+    Args:
+        jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
+        warm_up: Import the training libraries in the worker thread now, so the first job
+            does not wait for them.
+    """
+
+    name = "local-lora-in-process"
+
+    def __init__(self, jobs_dir: str | Path, *, warm_up: bool = True):
+        super().__init__(jobs_dir)
+        # A daemon thread: a run stopped with Ctrl-C exits at once; its job's state stays on
+        # disk and the resumed run trains it again.
+        self._queue: queue.SimpleQueue[tuple[str, Path, threading.Event] | None] = (
+            queue.SimpleQueue()
+        )
+        self._running: set[str] = set()
+        self._cancelled: dict[str, threading.Event] = {}
+        self._worker = threading.Thread(
+            target=self._serve, args=(warm_up,), name="nip-lora", daemon=True
+        )
+        self._worker.start()
+
+    async def create_job(self, spec: FineTuneSpec) -> str:
+        if not spec.examples:
+            raise FineTuneError("a fine-tuning job needs at least one example")
+        job_id = _slug(spec.job_name or f"{spec.method}-{int(time.time())}")
+        job_dir = self._dir(job_id)
+        if (job_dir / "status.json").exists():
+            return job_id  # submitted before a restart: get_job trains it again if need be
+        job_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(job_dir / "spec.json", json.dumps(spec.to_dict()))
+        atomic_write_text(
+            job_dir / "status.json", json.dumps({"status": "pending", "updated": time.time()})
+        )
+        self._start(job_id, job_dir)
+        return job_id
+
+    async def get_job(self, job_id: str) -> FineTuneJob:
+        job_dir = self._dir(job_id)
+        try:
+            state = json.loads((job_dir / "status.json").read_text())["status"]
+        except FileNotFoundError:
+            return FineTuneJob(id=job_id, status="not_found")
+        if state in ("pending", "running") and job_id not in self._running:
+            pid = self._pid(job_dir)
+            # In this process but not ours: another backend instance is training it.
+            if pid is None or (pid != os.getpid() and not _alive(pid)):
+                # Its process died (a killed run): train it again from its spec.
+                atomic_write_text(
+                    job_dir / "status.json",
+                    json.dumps({"status": "pending", "updated": time.time()}),
+                )
+                self._start(job_id, job_dir)
+        return await super().get_job(job_id)
+
+    async def cancel_job(self, job_id: str) -> None:
+        job_dir = self._dir(job_id)
+        try:
+            status = json.loads((job_dir / "status.json").read_text())
+        except FileNotFoundError:
+            return
+        if job_id in self._cancelled:
+            self._cancelled[job_id].set()  # the job stops at its next step, saving nothing
+        atomic_write_text(job_dir / "status.json", json.dumps({**status, "status": "cancelled"}))
+
+    def _start(self, job_id: str, job_dir: Path) -> None:
+        atomic_write_text(job_dir / "pid", str(os.getpid()))
+        cancelled = self._cancelled.setdefault(job_id, threading.Event())
+        self._running.add(job_id)
+        self._queue.put((job_id, job_dir, cancelled))
+
+    def _serve(self, warm_up: bool) -> None:
+        """The worker thread: import the libraries (if asked), then train queued jobs."""
+        from nip.backends.local._memory import release_free_memory
+        from nip.jobs.lora_train import import_training_libraries, run_job
+
+        if warm_up:
+            import_training_libraries()
+        while (item := self._queue.get()) is not None:
+            job_id, job_dir, cancelled = item
+            try:
+                with _ONE_JOB_AT_A_TIME:
+                    if not cancelled.is_set():
+                        run_job(job_dir, quiet=True, stop=cancelled)
+                    release_free_memory()  # the training peak is not kept for the run
+            finally:
+                self._running.discard(job_id)
+
+    def close(self) -> None:
+        """Let queued and running jobs finish, then stop the worker thread."""
+        self._queue.put(None)
+        self._worker.join()
+
+    def __repr__(self) -> str:
+        return f"InProcessLoraFineTuneBackend(jobs_dir={str(self.jobs_dir)!r})"

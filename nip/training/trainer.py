@@ -43,6 +43,7 @@ from nip.training.groups import PureTextSharedModelGroup
 from nip.training.malt import build_trees_async, dpo_dataset
 from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import malt_metrics, rollout_metrics
+from nip.training.progress import RunReporter
 from nip.training.run_control import between_stages
 from nip.training.run_dir import RunDirectory
 from nip.utils.sync import run_sync
@@ -142,6 +143,7 @@ class PureTextEiTrainer:
         }
         self.state = TrainerState()
         self.poll_interval_s = 2.0
+        self._reporter = RunReporter(enabled=settings.show_progress)
         self._logger = None
         self._servers_ready = False
         if not _resuming:  # a resumed run has its starting models in its saved state
@@ -226,7 +228,8 @@ class PureTextEiTrainer:
             ):
                 break
             stage = self.state.stage
-            await getattr(self, f"_stage_{stage}")()
+            async with self._reporter.stage(self, stage):
+                await getattr(self, f"_stage_{stage}")()
             self.state.stage = self._next_stage(stage)  # type: ignore[assignment]
             if stage == "switch_models":
                 self.state.iteration += 1

@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
 
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
-from nip.backends.local._quiet import quiet_loading
+from nip.backends.local._memory import release_free_memory
+from nip.backends.local._prefix_cache import PrefixCache
+from nip.backends.local._quiet import quiet_libraries
 from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit, StopWhenSet
 from nip.backends.local.adapters import AdapterLayer, AdapterStack
 from nip.backends.local.model_store import ensure_local_model
@@ -41,12 +43,17 @@ class BatchReport:
         generate_calls: Sub-batches run (one ``model.generate`` each).
         completion_tokens: Tokens generated, summed over all completions.
         seconds: Time spent in ``model.generate``.
+        prompt_tokens: Prompt tokens of the batch's rows.
+        reused_prompt_tokens: Of those, tokens whose keys and values came from the prefix
+            cache instead of a forward pass.
     """
 
     results: list[GenerationResult | BaseException]
     generate_calls: int
     completion_tokens: int
     seconds: float
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,9 @@ class Engine:
         cache_dir: Cache root for converted models.
         default_max_tokens: Token limit of requests that set none.
         stop: When set (from any thread), running generation ends at the next token.
+        prefix_cache_mb: Memory for the keys and values of earlier prompts and completions,
+            reused when a later prompt starts with the same tokens (0: no reuse; see
+            :mod:`nip.backends.local._prefix_cache`).
     """
 
     def __init__(
@@ -99,13 +109,17 @@ class Engine:
         cache_dir: str | Path | None = None,
         default_max_tokens: int = 512,
         stop: threading.Event | None = None,
+        prefix_cache_mb: float = 0.0,
     ):
         self.stop = stop or threading.Event()
+        self.prefix_cache = (
+            PrefixCache(int(prefix_cache_mb * 2**20)) if prefix_cache_mb > 0 else None
+        )
         self.folder = ensure_local_model(model, cache_dir)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         self.default_max_tokens = default_max_tokens
-        with quiet_loading():
+        with quiet_libraries():
             self.tokenizer = AutoTokenizer.from_pretrained(self.folder, local_files_only=True)
             base = AutoModelForCausalLM.from_pretrained(
                 self.folder, dtype=self.dtype, local_files_only=True
@@ -122,6 +136,7 @@ class Engine:
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self.max_positions = getattr(self.base.config, "max_position_embeddings", None)
         self._entropy = random.SystemRandom()
+        release_free_memory()  # what converting and loading freed
 
     # ------------------------------------------------------------------ generation
     def run(
@@ -142,7 +157,8 @@ class Engine:
                 index
             )
         results: list[GenerationResult | BaseException | None] = [None] * len(requests)
-        calls, tokens, seconds = 0, 0, 0.0
+        calls, tokens, seconds, prompt_tokens = 0, 0, 0.0, 0
+        reused_before = self.prefix_cache.reused_tokens if self.prefix_cache else 0
         for adapter, members in groups.items():
             prepared = []
             for index in members:
@@ -152,10 +168,11 @@ class Engine:
                     results[index] = error
             if not prepared:
                 continue
+            stack = adapters.get(adapter) if adapter else None
             try:
-                with self._activate(adapter, adapters.get(adapter) if adapter else None):
+                with self._activate(adapter, stack):
                     start = time.perf_counter()
-                    done = self._generate(prepared)
+                    done = self._generate(prepared, stack.fingerprint if stack else "base")
                     seconds += time.perf_counter() - start
             except GenerationError as error:
                 done = [(p.index, error) for p in prepared]
@@ -165,11 +182,13 @@ class Engine:
                 done = [(p.index, failure) for p in prepared]
             else:
                 calls += 1
+                prompt_tokens += sum(len(p.prompt_ids) * len(p.rows) for p in prepared)
             for index, result in done:
                 results[index] = result
                 if isinstance(result, GenerationResult):
                     tokens += result.usage.completion_tokens
-        return BatchReport(results, calls, tokens, seconds)  # type: ignore[arg-type]
+        reused = (self.prefix_cache.reused_tokens if self.prefix_cache else 0) - reused_before
+        return BatchReport(results, calls, tokens, seconds, prompt_tokens, reused)  # type: ignore[arg-type]
 
     def _prepare(self, index: int, request: GenerationRequest) -> _Prepared:
         messages = [dict(m) for m in request.messages]
@@ -205,7 +224,9 @@ class Engine:
         ]
         return _Prepared(index, request, prompt_ids, rows)
 
-    def _generate(self, prepared: list[_Prepared]) -> list[tuple[int, GenerationResult]]:
+    def _generate(
+        self, prepared: list[_Prepared], model_key: str
+    ) -> list[tuple[int, GenerationResult]]:
         rows = [row for p in prepared for row in p.rows]
         prompts = [p.prompt_ids for p in prepared for _ in p.rows]
         width = max(len(ids) for ids in prompts)
@@ -219,7 +240,9 @@ class Engine:
             device=self.device,
         )
         limits = [row.max_new_tokens for row in rows]
+        reuse = self.prefix_cache is not None and min(map(len, prompts)) > 1
         config = GenerationConfig(
+            return_dict_in_generate=reuse,
             max_new_tokens=max(limits),
             do_sample=False,
             num_beams=1,
@@ -230,9 +253,11 @@ class Engine:
         )
         model = self.peft_model if self.peft_model is not None else self.base
         with torch.inference_mode():
+            past = self._prefill(model, model_key, prompts, pad_lengths) if reuse else None
             output = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
+                past_key_values=past,
                 generation_config=config,
                 logits_processor=[RowSampler(rows, pad_lengths, self.device)],
                 stopping_criteria=[
@@ -240,7 +265,10 @@ class Engine:
                     StopWhenSet(self.stop),
                 ],
             )
-        generated = output[:, width:].tolist()
+        sequences = output.sequences if reuse else output
+        generated = sequences[:, width:].tolist()
+        if reuse:
+            self._remember(model_key, prompts, generated, pad_lengths, output.past_key_values)
         done, cursor = [], 0
         for p in prepared:
             completions, used = [], 0
@@ -256,6 +284,61 @@ class Engine:
             result = GenerationResult(tuple(completions), usage=usage, model=p.request.model)
             done.append((p.index, result))
         return done
+
+    def _prefill(
+        self, model, model_key: str, prompts: list[list[int]], pad_lengths: list[int]
+    ) -> DynamicCache:
+        """The batch's keys and values for every prompt token but the last, left-padded.
+
+        Each row reuses the longest cached prefix of its prompt and runs only the rest
+        through the model, unpadded; ``generate`` then starts from the last prompt token.
+        """
+        rows: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        for ids in prompts:
+            hit = self.prefix_cache.lookup(model_key, ids)
+            start = hit.tokens if hit is not None else 0
+            cache = DynamicCache(ddp_cache_data=hit.layers) if hit is not None else DynamicCache()
+            todo = torch.tensor([ids[start:-1]], device=self.device)
+            if todo.shape[1]:
+                # Only the keys and values are wanted: skip the vocabulary projection
+                # (a fifth of the model's arithmetic) for all but one position.
+                output = model(
+                    input_ids=todo, past_key_values=cache, use_cache=True, logits_to_keep=1
+                )
+                cache = output.past_key_values
+            rows.append([(layer.keys, layer.values) for layer in cache.layers])
+        layers = []
+        for index in range(len(rows[0])):
+            keys, values = [], []
+            for row, pad in zip(rows, pad_lengths, strict=True):
+                k, v = row[index]
+                keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
+                values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
+            layers.append((torch.cat(keys), torch.cat(values)))
+        return DynamicCache(ddp_cache_data=layers)
+
+    def _remember(
+        self,
+        model_key: str,
+        prompts: list[list[int]],
+        generated: list[list[int]],
+        pad_lengths: list[int],
+        cache: DynamicCache,
+    ) -> None:
+        """Keep each row's prompt and completion keys and values for later rounds."""
+        width = len(prompts[0]) + pad_lengths[0]
+        cached = cache.get_seq_length()  # the last generated token has no keys yet
+        for row, (prompt, tokens, pad) in enumerate(
+            zip(prompts, generated, pad_lengths, strict=True)
+        ):
+            stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens) - 1)
+            end = min(width + stop + 1, cached)
+            kept = prompt + tokens[: end - width]
+            layers = [
+                (layer.keys[row : row + 1, :, pad:end], layer.values[row : row + 1, :, pad:end])
+                for layer in cache.layers
+            ]
+            self.prefix_cache.store(model_key, kept, layers)
 
     def _completion(self, tokens: list[int], limit: int) -> tuple[Completion, int]:
         tokens = tokens[:limit]  # rows stopped early are padded to the longest row
@@ -321,7 +404,7 @@ class Engine:
         self._adapter_counter += 1
         key = f"adapter_{self._adapter_counter}"  # peft keys become module names: no dots
         try:
-            with quiet_loading():
+            with quiet_libraries():
                 if self.peft_model is None:
                     self.peft_model = PeftModel.from_pretrained(
                         self.base, str(layer.path), adapter_name=key, is_trainable=False

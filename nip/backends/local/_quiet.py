@@ -1,32 +1,40 @@
-"""Loading a model without the libraries' own progress bars and notices.
-
-transformers draws a "Loading weights" bar (a widget in a notebook) and logs notices while it
-loads or converts a model; in a tutorial or a run's output they are noise next to nip's own
-reports. Within :func:`quiet_loading` its bars and its logging below errors are off, and so
-are Python warnings; each is restored on exit.
-"""
+"""Keeping the libraries' own output (progress bars, info logs, deprecation warnings) away
+from the user while nip loads, converts or trains a model: a run says what it does itself."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import warnings
 from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def quiet_loading() -> Iterator[None]:
-    """Load or convert a model quietly (see the module docstring)."""
-    from transformers.utils import logging as hf_logging
+def quiet_libraries() -> Iterator[None]:
+    """Silence transformers (and datasets, if installed) for the duration, then restore them.
 
-    bars = hf_logging.is_progress_bar_enabled()
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    The libraries' settings are process-wide: meant for loading and training, while the
+    rest of the process is not printing through them.
+    """
+    import transformers
+
+    logging = transformers.utils.logging
+    bars, verbosity = logging.is_progress_bar_enabled(), logging.get_verbosity()
+    datasets = None
+    if importlib.util.find_spec("datasets") is not None:
+        import datasets
+    dataset_bars = datasets.is_progress_bar_enabled() if datasets else False
+    logging.disable_progress_bar()
+    logging.set_verbosity_error()
+    if datasets:
+        datasets.disable_progress_bars()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        hf_logging.set_verbosity(verbosity)
+        logging.set_verbosity(verbosity)
         if bars:
-            hf_logging.enable_progress_bar()
+            logging.enable_progress_bar()
+        if dataset_bars:
+            datasets.enable_progress_bars()

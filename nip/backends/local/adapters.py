@@ -89,9 +89,23 @@ def _layer(folder: Path) -> AdapterLayer:
     digest = hashlib.sha256()
     for name in _HASHED_FILES:
         path = folder / name
-        if path.is_file():
-            digest.update(f"{name}\0".encode())
-            with path.open("rb") as file:
-                for block in iter(lambda: file.read(1 << 20), b""):
-                    digest.update(block)
+        if not path.is_file():
+            continue
+        digest.update(f"{name}\0".encode())
+        if name == "adapter_config.json":
+            digest.update(_canonical_config(path))
+            continue
+        with path.open("rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
     return AdapterLayer(folder, digest.hexdigest()[:32])
+
+
+def _canonical_config(path: Path) -> bytes:
+    """The configuration with its keys and its set-like lists sorted: PEFT writes
+    ``target_modules`` from a set, in an order that changes from one process to the next."""
+    config = json.loads(path.read_text())
+    for key in ("target_modules", "modules_to_save"):
+        if isinstance(config.get(key), list):
+            config[key] = sorted(config[key])
+    return json.dumps(config, sort_keys=True).encode()

@@ -44,12 +44,16 @@ class LocalBackendStats:
         batches: ``model.generate`` calls.
         tokens_generated: Completion tokens, summed over all completions.
         generation_seconds: Time spent inside ``model.generate``.
+        prompt_tokens: Prompt tokens of every generated row.
+        reused_prompt_tokens: Of those, tokens taken from the prefix cache (not computed).
     """
 
     requests: int = 0
     batches: int = 0
     tokens_generated: int = 0
     generation_seconds: float = 0.0
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0
 
     @property
     def mean_batch_size(self) -> float:
@@ -87,6 +91,9 @@ class LocalBackend:
         default_max_tokens: Token limit of requests with ``max_tokens=None``.
         cache_dir: Cache root for converted models (default ``$NIP_CACHE_DIR`` or the user
             cache directory).
+        prefix_cache_mb: Memory for the keys and values of earlier prompts and completions:
+            a request whose prompt starts like an earlier one (the next round of a dialogue,
+            the same system prompt) computes only its new tokens. 0 turns reuse off.
 
     Raises:
         ModelNotFoundError: ``model`` is neither a folder nor a known model.
@@ -108,8 +115,12 @@ class LocalBackend:
         max_wait_ms: float = 5.0,
         default_max_tokens: int = 512,
         cache_dir: str | os.PathLike[str] | None = None,
+        prefix_cache_mb: float = 256.0,
     ):
         check_model_name(model)
+        if prefix_cache_mb < 0:
+            raise ValueError(f"prefix_cache_mb must be >= 0, not {prefix_cache_mb}")
+        self.prefix_cache_mb = prefix_cache_mb
         self.name = "local"
         self.model = str(model)
         self.device = device
@@ -213,6 +224,8 @@ class LocalBackend:
             batches=stats.batches + report.generate_calls,
             tokens_generated=stats.tokens_generated + report.completion_tokens,
             generation_seconds=stats.generation_seconds + report.seconds,
+            prompt_tokens=stats.prompt_tokens + report.prompt_tokens,
+            reused_prompt_tokens=stats.reused_prompt_tokens + report.reused_prompt_tokens,
         )
         return report.results
 
@@ -231,6 +244,7 @@ class LocalBackend:
                     cache_dir=self.cache_dir,
                     default_max_tokens=self.default_max_tokens,
                     stop=self._stop,
+                    prefix_cache_mb=self.prefix_cache_mb,
                 )
             except GenerationError as error:
                 return BatchReport([error] * len(requests), 0, 0, 0.0)

