@@ -4,7 +4,7 @@ Run (SmolLM2-135M-Instruct on CPU)::
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py
     HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py --dtype bfloat16 --threads 1 2
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py --prefix-cache-mb 0   # no reuse
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py --prefix-cache-mb 0 256  # reuse off/on
 
 A "stage" here is what sampling does in the README's main job: ``--dialogues`` conversations
 at once, ``--rounds`` rounds each, every round re-sending the whole history (a system prompt
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=60)
     parser.add_argument("--dtype", nargs="+", default=["float32"])
     parser.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1])
-    parser.add_argument("--prefix-cache-mb", nargs="+", type=float, default=[256.0])
+    parser.add_argument("--prefix-cache-mb", nargs="+", type=float, default=[0.0])
     args = parser.parse_args()
 
     import torch
