@@ -208,3 +208,22 @@ async def test_smollm2_knows_the_capital_of_france():
         await smol.aclose()
 
     assert "Paris" in (result.completions[0].text or "")
+
+
+@pytest.mark.timeout(60)
+def test_a_completion_cut_inside_a_character_leaves_out_its_partial_bytes(tiny_model_dir: Path):
+    """As vLLM's detokenizer does: no U+FFFD for a character whose bytes the limit cut off."""
+    from nip.backends.local._engine import Engine
+
+    engine = Engine(str(tiny_model_dir), device="cpu")
+    tokenizer = engine.tokenizer
+    whole = tokenizer.encode("Decision: accept", add_special_tokens=False)
+    partial = next(
+        i for i in range(len(tokenizer)) if tokenizer.decode([i]) == "\ufffd"
+    )  # one byte of a multi-byte character
+    completion, used = engine._completion([*whole, partial], limit=len(whole) + 1)
+    assert (completion.text, completion.finish_reason, used) == (
+        "Decision: accept",
+        "length",
+        len(whole) + 1,
+    )

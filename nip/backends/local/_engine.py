@@ -344,7 +344,9 @@ class Engine:
         tokens = tokens[:limit]  # rows stopped early are padded to the longest row
         stop = next((i for i, t in enumerate(tokens) if t in self.eos_ids), None)
         if stop is None:
-            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            # Cut at the token limit, the last tokens may hold only part of a character's
+            # bytes; like vLLM's detokenizer, leave that part out instead of writing U+FFFD.
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True).rstrip("\ufffd")
             return Completion(text=text, finish_reason="length"), len(tokens)
         text = self.tokenizer.decode(tokens[:stop], skip_special_tokens=True)
         return Completion(text=text, finish_reason="stop"), stop + 1
