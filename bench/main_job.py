@@ -42,11 +42,16 @@ def _timed(record: list[dict], label: str, function):
     """Wrap a sync function so each call appends a timing record."""
 
     def wrapper(*args, **kwargs):
-        start = time.time()
+        start, cpu = time.time(), time.thread_time()
         try:
             return function(*args, **kwargs)
         finally:
-            record.append({"what": label, "start": start, "seconds": time.time() - start})
+            entry = {"what": label, "start": start, "seconds": time.time() - start}
+            entry["thread_cpu_s"] = time.thread_time() - cpu
+            if label == "generate":  # (engine, prepared requests, model key)
+                entry["rows"] = sum(len(p.rows) for p in args[1])
+                entry["prompt_tokens"] = sum(len(p.prompt_ids) * len(p.rows) for p in args[1])
+            record.append(entry)
 
     return wrapper
 
@@ -58,6 +63,7 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=None, help="NIP_CACHE_DIR: models, responses")
     parser.add_argument("--fresh-cache", action="store_true", help="empty --cache-dir first")
     parser.add_argument("--cache", default="auto", help="the response cache: auto, on or off")
+    parser.add_argument("--stages", type=int, default=None, help="stop after this many")
     parser.add_argument("--json", default=None, help="write the figures here too")
     args = parser.parse_args()
 
@@ -112,7 +118,7 @@ def main() -> None:
             )
 
         setattr(trainer, f"_stage_{stage}", timed)
-    trainer.train()
+    trainer.train(max_stages=args.stages)
     wall = time.time() - t0
     own, kids = _cpu()
     jobs = _job_timelines(run_dir / "jobs", t0)
