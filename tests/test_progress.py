@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,9 @@ from nip.training.trainer import PureTextEiTrainer
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("data") / "tiny.jsonl"
-    rows = [
-        {
-            "id": f"item{i}",
-            "question": f"Return {i} plus the argument.",
-            "solution": f"def f(x):\n    return x + {i + i % 2}\n",
-            "y": 1 - i % 2,
-            "split": "train" if i < 8 else "test",
-            "source_task_id": f"task{i}",
-        }
-        for i in range(12)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+def dataset(make_tiny_dataset) -> Path:
+    """12 items: 8 train and 4 test, half of them correct."""
+    return make_tiny_dataset(items=12, train=8)
 
 
 def run(dataset: Path, run_dir: Path, show_progress: bool = True) -> None:

@@ -35,22 +35,9 @@ WAIT_S = 60.0  # a bound on every wait, never reached when things work
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    """8 train and 4 test items, half of them correct."""
-    path = tmp_path_factory.mktemp("data") / "tiny.jsonl"
-    rows = [
-        {
-            "id": f"item{i}",
-            "question": f"Return {i} plus the argument.",
-            "solution": f"def f(x):\n    return x + {i + i % 2}\n",
-            "y": 1 - i % 2,
-            "split": "train" if i < 8 else "test",
-            "source_task_id": f"task{i}",
-        }
-        for i in range(12)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+def dataset(make_tiny_dataset) -> Path:
+    """12 items: 8 train and 4 test, half of them correct."""
+    return make_tiny_dataset(items=12, train=8)
 
 
 def params(dataset: Path) -> HyperParameters:

@@ -37,22 +37,9 @@ from nip.training.trainer import (
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory) -> Path:
-    """A small dataset file: 12 train and 4 test items, half of them correct."""
-    path = tmp_path_factory.mktemp("data") / "tiny.jsonl"
-    rows = [
-        {
-            "id": f"item{i}",
-            "question": f"Return {i} plus the argument.",
-            "solution": f"def f(x):\n    return x + {i + i % 2}\n",
-            "y": 1 - i % 2,
-            "split": "train" if i < 12 else "test",
-            "source_task_id": f"task{i}",
-        }
-        for i in range(16)
-    ]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+def dataset(make_tiny_dataset) -> Path:
+    """16 items: 12 train and 4 test, half of them correct."""
+    return make_tiny_dataset(items=16, train=12)
 
 
 def params(dataset: Path, trainer: str = "pure_text_ei", **overrides) -> HyperParameters:
