@@ -308,6 +308,29 @@ def _check_malt_figures(page, shots: Screenshots) -> None:
     shots.save(page, "viewer", viewer)
 
 
+def _check_self_hosted_loop(page, shots: Screenshots) -> None:
+    """07: the server's card names its engine and adapter; the prompt inspector, talking to
+    the kernel, shows the prover's prompt when picked; the DPO job succeeded."""
+    card = _cell(page, "serve_in_background(").locator(".jp-OutputArea").first
+    assert re.search(
+        r"engine: (vllm|transformers)", _cell(page, "serve_in_background(").inner_text()
+    )
+    shots.save(page, "server", card)
+    inspector = _cell(page, "PromptInspector(dialogue")
+    agent_picker = inspector.locator(".jp-OutputArea select").first
+    prompt = inspector.locator(".jp-OutputArea .widget-html").first
+    assert "prompt of verifier" in prompt.inner_text()
+    assert "prompt of prover" in _changes(
+        page, prompt, lambda: agent_picker.select_option("prover")
+    )
+    shots.save(page, "prompt-inspector", inspector)
+    launcher = _cell(page, "dpo = FineTuneLauncher(")
+    assert "succeeded" in launcher.inner_text()
+    shots.save(page, "dpo-launcher", launcher)
+    switched = _cell(page, "new_model = await dpo.switch()")
+    assert "verifier-it0" in switched.inner_text()
+
+
 @dataclass(frozen=True)
 class Tutorial:
     """One tutorial the browser runs, and what it checks once every cell has run."""
@@ -324,6 +347,8 @@ TUTORIALS = (
     Tutorial("04_expert_iteration.ipynb", _check_job_launcher_and_dashboard, 480),
     # Tutorial 5 trains a LoRA adapter with DPO on the CPU: minutes on a loaded machine.
     Tutorial("05_malt_trees.ipynb", _check_malt_figures, 480),
+    # Tutorial 7 starts nip serve with vLLM's CPU build (or transformers) and trains two jobs.
+    Tutorial("07_self_hosted_loop.ipynb", _check_self_hosted_loop, 600),
 )
 
 

@@ -22,6 +22,7 @@ from nip.server.background import (
     VLLM_PYTHON_ENV,
     ServerHandle,
     ServerStartError,
+    _tail,
     find_vllm_python,
 )
 from nip.testing.tiny_model import build_tiny_chat_model
@@ -206,3 +207,10 @@ def test_an_interpreter_asked_for_without_vllm_is_not_used(tmp_path, monkeypatch
     monkeypatch.setenv(VLLM_PYTHON_ENV, fake_vllm_python(tmp_path))
 
     assert find_vllm_python(explicit=str(tmp_path / "missing-python")) is None
+
+
+def test_a_log_tail_leaves_out_terminal_colour_codes(tmp_path):
+    """vLLM colours its log even into a file; the card would show the codes as text."""
+    log = tmp_path / "vllm.log"
+    log.write_text("\x1b[0;36m(APIServer pid=1)\x1b[0;0m \x1b[32mINFO\x1b[0m Route: /v1/models\n")
+    assert _tail(log, 5) == "(APIServer pid=1) INFO Route: /v1/models\n"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import html
 import os
+import re
 import shutil
 import signal
 import socket
@@ -99,11 +100,16 @@ def _end_server(process: subprocess.Popen, grace_s: float, temporary: str | None
 _OWN_POLLS = '"GET /health HTTP'
 
 
+#: Terminal colour codes (vLLM colours its log even into a file).
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _tail(path: Path, lines: int) -> str:
     if not path.exists():
         return ""
     with path.open(errors="replace") as file:
-        return "".join(deque((line for line in file if _OWN_POLLS not in line), maxlen=lines))
+        tail = deque((line for line in file if _OWN_POLLS not in line), maxlen=lines)
+    return _ANSI_ESCAPE.sub("", "".join(tail))
 
 
 class ServerHandle:
@@ -310,7 +316,8 @@ class ServerHandle:
             "adapters": ", ".join(adapters) or "none yet",
         }
         table = "".join(
-            f"<tr><td style='padding-right:1em;color:#666'>{k}</td><td>{html.escape(v)}</td></tr>"
+            f"<tr><td style='padding-right:1em;color:#666;text-align:left'>{k}</td>"
+            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
             for k, v in rows.items()
         )
         logs = [("server log", self.log_tail(12))]
