@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nip.agents.agent import PureTextWholeAgent
@@ -127,6 +127,7 @@ class Session:
         split: str = "train",
         iteration: int = 0,
         description: str | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> RolloutBatch:
         """Play a batch of dialogues concurrently.
 
@@ -137,6 +138,7 @@ class Session:
             split: Which split to draw from.
             iteration: Seeds and dialogue ids depend on it.
             description: Progress-bar label.
+            on_progress: Called with ``(done, total)`` dialogues as they finish.
         """
         if items is None:
             items = self.datapoints(
@@ -149,6 +151,7 @@ class Session:
             dialogues,
             show_progress=self.settings.show_progress,
             description=description or f"{self.handler.name} dialogues",
+            on_progress=on_progress,
         )
         return RolloutBatch(transcripts)
 

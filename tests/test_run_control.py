@@ -24,7 +24,9 @@ from nip.parameters import (
 from nip.settings import ExperimentSettings
 from nip.training.run_control import (
     RunControlError,
+    StageProgressWriter,
     read_request,
+    read_stage_progress,
     read_status,
     request,
 )
@@ -205,6 +207,47 @@ def test_the_snapshot_follows_a_growing_run_directory(dataset, tmp_path):
     snapshot = RunSnapshot.read(run)
     assert snapshot.status == "finished" and snapshot.progress == 1.0
     assert [i for i, _ in snapshot.metric("train", "accuracy")] == [0, 1]
+
+
+def test_the_rollout_engine_reports_each_finished_dialogue(dataset, tmp_path):
+    trainer = trainer_at(tmp_path / "run", dataset)
+    calls: list[tuple[int, int]] = []
+    trainer.session.rollouts(n=4, on_progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+def test_a_stage_that_plays_dialogues_writes_how_far_it_has_got(dataset, tmp_path):
+    run = tmp_path / "run"
+    trainer = trainer_at(run, dataset)
+    trainer.train(max_stages=1)  # sampled iteration 0's 8 dialogues
+    played = read_stage_progress(run)
+    assert (played["stage"], played["iteration"], played["done"], played["total"]) == (
+        "sample_rollouts",
+        0,
+        8,
+        8,
+    )
+    # The run has moved on to logging: that count is about a finished stage, not shown.
+    assert RunSnapshot.read(run).stage_progress == ""
+
+
+def test_the_snapshot_shows_how_far_the_current_stage_has_got(dataset, tmp_path):
+    run = tmp_path / "run"
+    trainer_at(run, dataset).train(max_stages=2)  # now at iteration 0's test stage
+    report = StageProgressWriter(run, "test", 0, total=8, offset=4)  # the second of two passes
+    report(1, 4)
+    snapshot = RunSnapshot.read(run)
+    assert (snapshot.stage_done, snapshot.stage_total) == (5, 8)
+    assert snapshot.position.endswith("test (5 of 8 dialogues)")
+
+
+def test_stage_progress_is_written_at_most_twice_a_second_but_always_at_the_end(tmp_path):
+    report = StageProgressWriter(tmp_path, "sample_rollouts", 3, min_interval_s=3600)
+    report(0, 10)
+    report(6, 10)  # too soon after the last write: skipped
+    assert read_stage_progress(tmp_path)["done"] == 0
+    report(10, 10)
+    assert read_stage_progress(tmp_path)["done"] == 10
 
 
 def test_the_snapshot_reads_a_local_jobs_losses_from_its_events(tmp_path):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,16 @@ from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts
 
 
 async def run_dialogues_async(
-    dialogues: Sequence[Dialogue], *, show_progress: bool = True, description: str = "dialogues"
+    dialogues: Sequence[Dialogue],
+    *,
+    show_progress: bool = True,
+    description: str = "dialogues",
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> list[Transcript]:
     """Play every dialogue to its end, all at once; returns their transcripts in order.
+
+    ``on_progress(done, total)`` is called before the first dialogue ends and after each one
+    (a run's dashboard reads how far a stage has got from it).
 
     If one dialogue fails (say the backend is unreachable), the others are cancelled and the
     error propagates.
@@ -30,10 +37,17 @@ async def run_dialogues_async(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(dialogues), desc=description, disable=not show_progress or None)
+    done = 0
+    if on_progress is not None:
+        on_progress(0, len(dialogues))
 
     async def play(dialogue: Dialogue) -> Transcript:
+        nonlocal done
         transcript = await dialogue.run_async()
         bar.update(1)
+        done += 1
+        if on_progress is not None:
+            on_progress(done, len(dialogues))
         return transcript
 
     try:

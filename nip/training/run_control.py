@@ -7,6 +7,9 @@ same whether the run is an asyncio task in the same kernel or ``nip run`` in a s
     control.json   {"request": "pause"}      written by the user (atomically)
     run_status.json {"status": "paused", "stages_completed": 4, "updated": ...}
                                               written by the trainer
+    stage_progress.json {"stage": "sample_rollouts", "iteration": 1, "done": 5, "total": 8}
+                                              written by the trainer while a stage plays
+                                              dialogues (at most twice a second)
 
 ``pause`` finishes the current stage, saves the state and waits (polling the file, without
 blocking the event loop) until the request becomes ``run`` or ``stop``. ``stop`` finishes the
@@ -27,17 +30,21 @@ from nip.utils.files import atomic_write_text
 
 __all__ = [
     "CONTROL_FILE",
+    "PROGRESS_FILE",
     "STATUS_FILE",
     "Request",
     "RunControlError",
+    "StageProgressWriter",
     "between_stages",
     "read_request",
+    "read_stage_progress",
     "read_status",
     "request",
 ]
 
 CONTROL_FILE = "control.json"
 STATUS_FILE = "run_status.json"
+PROGRESS_FILE = "stage_progress.json"
 
 #: What a user may ask of a running trainer.
 Request = Literal["run", "pause", "stop"]
@@ -78,6 +85,51 @@ def read_status(run_dir: str | Path) -> dict[str, Any]:
     """The trainer's last report: ``status`` and the ``stages_completed`` it was made at
     (``{}`` before the first)."""
     return _read(Path(run_dir) / STATUS_FILE)
+
+
+def read_stage_progress(run_dir: str | Path) -> dict[str, Any]:
+    """How far the stage being played has got: ``stage``, ``iteration``, ``done`` and
+    ``total`` dialogues (``{}`` before the first report)."""
+    return _read(Path(run_dir) / PROGRESS_FILE)
+
+
+class StageProgressWriter:
+    """Writes a stage's dialogue count to ``stage_progress.json`` as dialogues finish.
+
+    Called with ``(done, total)`` by the rollout engine; ``offset`` and ``total`` place one
+    batch within a stage of several (a test stage's repeats). Writes at most every
+    ``min_interval_s``, and always the last count of a batch.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        stage: str,
+        iteration: int,
+        *,
+        total: int | None = None,
+        offset: int = 0,
+        min_interval_s: float = 0.5,
+    ):
+        self.path = Path(run_dir) / PROGRESS_FILE
+        self.stage, self.iteration = stage, iteration
+        self.total, self.offset = total, offset
+        self.min_interval_s = min_interval_s
+        self._last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self._last < self.min_interval_s:
+            return
+        self._last = now
+        data = {
+            "stage": self.stage,
+            "iteration": self.iteration,
+            "done": self.offset + done,
+            "total": self.total or total,
+            "updated": time.time(),
+        }
+        atomic_write_text(self.path, json.dumps(data) + "\n")
 
 
 def _read(path: Path) -> dict[str, Any]:

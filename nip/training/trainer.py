@@ -44,7 +44,7 @@ from nip.training.malt import build_trees_async, dpo_dataset
 from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import malt_metrics, rollout_metrics
 from nip.training.progress import RunReporter
-from nip.training.run_control import between_stages
+from nip.training.run_control import StageProgressWriter, between_stages
 from nip.training.run_dir import RunDirectory
 from nip.utils.sync import run_sync
 
@@ -297,6 +297,7 @@ class PureTextEiTrainer:
             split="train",
             iteration=self._iteration,
             description=f"iteration {self._iteration}",
+            on_progress=StageProgressWriter(self.run_dir.path, "sample_rollouts", self._iteration),
         )
         self.run_dir.save_rollouts("train", self._iteration, batch.transcripts)
 
@@ -341,8 +342,18 @@ class PureTextEiTrainer:
         items = self.session.datapoints(size, split=text_rl.test_dataset_split)
         transcripts: list[Transcript] = []
         for repeat in range(rl.num_test_iterations):
+            progress = StageProgressWriter(
+                self.run_dir.path,
+                "test",
+                self._iteration,
+                total=len(items) * rl.num_test_iterations,
+                offset=len(items) * repeat,
+            )
             batch = await self.session.rollouts_async(
-                items, iteration=10_000 + repeat, description=f"test {self._iteration}"
+                items,
+                iteration=10_000 + repeat,
+                description=f"test {self._iteration}",
+                on_progress=progress,
             )
             transcripts += batch.transcripts
         self.run_dir.save_rollouts("test", self._iteration, transcripts)

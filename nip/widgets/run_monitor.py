@@ -219,8 +219,9 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.stage_progress.value = (
             stages if snapshot.finished else max(snapshot.stage_number - 1, 0)
         )
+        played = f" · this stage: {snapshot.stage_progress}" if snapshot.stage_progress else ""
         self.progress_text.value = note_html(
-            f"{snapshot.stages_completed} of {snapshot.total_stages} stages done"
+            f"{snapshot.stages_completed} of {snapshot.total_stages} stages done{played}"
         )
         ended = snapshot.finished or not snapshot.exists
         self.pause_button.disabled = ended or snapshot.request == "pause"

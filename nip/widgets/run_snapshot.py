@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-from nip.training.run_control import read_request, read_status
+from nip.training.run_control import read_request, read_stage_progress, read_status
 from nip.training.run_dir import RunDirectory
 from nip.training.trainer import Stage
 
@@ -66,6 +66,9 @@ class RunSnapshot:
             "stopped"), or None when that report is older than the saved state.
         metrics: Every saved metrics file, one dict each (with ``split`` and ``iteration``).
         jobs: Each group's latest job.
+        stage_done: Dialogues the current stage has finished (None when it plays none, or
+            has not reported yet).
+        stage_total: Dialogues the current stage plays (None likewise).
     """
 
     run_dir: Path
@@ -79,6 +82,8 @@ class RunSnapshot:
     reported: str | None = None
     metrics: tuple[dict[str, Any], ...] = ()
     jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
+    stage_done: int | None = None
+    stage_total: int | None = None
 
     @classmethod
     def read(cls, run_dir: str | Path) -> RunSnapshot:
@@ -93,18 +98,24 @@ class RunSnapshot:
         metrics = (
             tuple(directory.metrics_records()) if (directory.path / "metrics").is_dir() else ()
         )
+        iteration = int(state.get("iteration", 0))
+        stage = str(state.get("stage", "sample_rollouts"))
+        played = read_stage_progress(directory.path)
+        current = (played.get("stage"), played.get("iteration")) == (stage, iteration)
         return cls(
             run_dir=directory.path,
             exists=bool(params),
             started=bool(state),
-            iteration=int(state.get("iteration", 0)),
+            iteration=iteration,
             num_iterations=num_iterations,
-            stage=str(state.get("stage", "sample_rollouts")),
+            stage=stage,
             stages_completed=stages_completed,
             request=read_request(directory.path),
             reported=status.get("status") if fresh else None,
             metrics=metrics,
             jobs=tuple(_jobs(directory.path, state)),
+            stage_done=int(played["done"]) if current else None,
+            stage_total=int(played["total"]) if current else None,
         )
 
     # ------------------------------------------------------------------ position
@@ -169,14 +180,22 @@ class RunSnapshot:
         return sorted(names)
 
     @property
+    def stage_progress(self) -> str:
+        """How far the current stage has got, in words ("5 of 8 dialogues"), or ""."""
+        if self.finished or self.stage_total is None:
+            return ""
+        return f"{self.stage_done} of {self.stage_total} dialogues"
+
+    @property
     def position(self) -> str:
-        """Where the run stands, in words: its iteration and stage."""
+        """Where the run stands, in words: its iteration and stage (and how far it has got)."""
         if self.finished:
             return f"all {self.num_iterations} iteration(s) done"
+        played = f" ({self.stage_progress})" if self.stage_progress else ""
         return (
             f"iteration {self.iteration + 1} of {self.num_iterations} · "
             f"stage {self.stage_number} of {len(self.stages_of_iteration)}: "
-            f"{self.stage.replace('_', ' ')}"
+            f"{self.stage.replace('_', ' ')}{played}"
         )
 
     def describe(self) -> str:
