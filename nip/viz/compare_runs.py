@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 
 from nip.training.run_dir import RunDirectory
 from nip.viz import _style
+from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
 from nip.viz.intervals import wilson_interval
 from nip.viz.results import RunResults
 
@@ -165,46 +166,20 @@ def compare_runs(
         rows = table[table["series"] == name]
         dodge = _DODGE * (index - (len(series) - 1) / 2)
         figure.add_trace(
-            go.Scatter(
-                x=rows["iteration"] + dodge,
-                y=rows["accuracy"],
-                mode="lines+markers",
+            accuracy_trace(
+                rows,
                 name=name,
+                offset=dodge,
                 line=dict(color=_style.series_colour(index)),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=rows["ci_high"] - rows["accuracy"],
-                    arrayminus=rows["accuracy"] - rows["ci_low"],
-                    thickness=1.5,
-                    width=5,
-                ),
-                customdata=rows[
-                    ["correct", "dialogues", "ci_low", "ci_high", "iteration", "runs"]
-                ].to_numpy(),
-                hovertemplate=(
-                    f"<b>{name}</b>, iteration %{{customdata[4]}}<br>accuracy %{{y:.1%}} "
-                    "(%{customdata[0]}/%{customdata[1]}, %{customdata[5]} run(s))<br>"
-                    f"{confidence:.0%} CI %{{customdata[2]:.1%}} to %{{customdata[3]:.1%}}"
-                    "<extra></extra>"
-                ),
+                confidence=confidence,
+                dialogues_column="dialogues",
+                extra_hover=("runs", "run(s)"),
             )
         )
-    figure.add_hline(
-        y=0.5,
-        line=dict(color=_style.CHANCE_COLOUR, dash="dot", width=1),
-        annotation_text="chance",
-        annotation_position="bottom right",
-    )
-    figure.update_layout(
-        template=_style.TEMPLATE,
-        title=dict(
-            text=title
-            or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} Wilson intervals)"
-        ),
-        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
-        yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
-        legend=dict(title=dict(text="protocol" if pool_seeds else "run")),
-        hovermode="closest",
+    frame_accuracy_figure(
+        figure,
+        title=title
+        or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} Wilson intervals)",
+        legend_title="protocol" if pool_seeds else "run",
     )
     return figure, table

@@ -24,6 +24,7 @@ from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import rollout_metrics
 from nip.training.run_dir import RunDirectory
 from nip.viz import _style
+from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
 from nip.viz.confusion import plot_confusion
 from nip.viz.intervals import wilson_interval
 
@@ -248,46 +249,19 @@ def plot_accuracy(
         # each other's point and interval (a test pass after the last iteration's training).
         dodge = _DODGE * (index - (len(splits) - 1) / 2)
         figure.add_trace(
-            go.Scatter(
-                x=rows["iteration"] + dodge,
-                y=rows["accuracy"],
-                mode="lines+markers",
+            accuracy_trace(
+                rows,
                 name=split,
+                offset=dodge,
                 line=_line(index, split),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=rows["ci_high"] - rows["accuracy"],
-                    arrayminus=rows["accuracy"] - rows["ci_low"],
-                    thickness=1.5,
-                    width=5,
-                ),
-                customdata=rows[
-                    ["correct", "num_dialogues", "ci_low", "ci_high", "iteration"]
-                ].to_numpy(),
-                hovertemplate=(
-                    f"<b>{split}</b>, iteration %{{customdata[4]}}<br>accuracy %{{y:.1%}} "
-                    "(%{customdata[0]}/%{customdata[1]})<br>"
-                    f"{confidence:.0%} CI %{{customdata[2]:.1%}} to %{{customdata[3]:.1%}}"
-                    "<extra></extra>"
-                ),
+                confidence=confidence,
+                dialogues_column="num_dialogues",
             )
         )
-    figure.add_hline(
-        y=0.5,
-        line=dict(color=_style.CHANCE_COLOUR, dash="dot", width=1),
-        annotation_text="chance",
-        annotation_position="bottom right",
-    )
-    figure.update_layout(
-        template=_style.TEMPLATE,
-        title=dict(
-            text=title or f"Verifier accuracy per iteration ({confidence:.0%} Wilson intervals)"
-        ),
-        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
-        yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
-        legend=dict(title=dict(text="split")),
-        hovermode="closest",
+    frame_accuracy_figure(
+        figure,
+        title=title or f"Verifier accuracy per iteration ({confidence:.0%} Wilson intervals)",
+        legend_title="split",
     )
     return figure
 
