@@ -102,19 +102,27 @@ class LocalLoraFineTuneBackend:
             raise FineTuneError(f"invalid job id {job_id!r}")
         return path
 
-    async def create_job(self, spec: FineTuneSpec) -> str:
+    def _write_new_job(self, spec: FineTuneSpec) -> tuple[str, Path, bool]:
+        """The job's id and folder, and whether it is new: a new job's spec and its
+        ``pending`` status are written (from then on only its trainer writes the status); a
+        job submitted before a restart is left as it is."""
         if not spec.examples:
             raise FineTuneError("a fine-tuning job needs at least one example")
         job_id = _slug(spec.job_name or f"{spec.method}-{int(time.time())}")
         job_dir = self._dir(job_id)
         if (job_dir / "status.json").exists():
-            return job_id  # submitted before a restart: do not train twice
+            return job_id, job_dir, False
         job_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(job_dir / "spec.json", json.dumps(spec.to_dict()))
-        # Written before the process starts; from then on only the process writes it.
         atomic_write_text(
             job_dir / "status.json", json.dumps({"status": "pending", "updated": time.time()})
         )
+        return job_id, job_dir, True
+
+    async def create_job(self, spec: FineTuneSpec) -> str:
+        job_id, job_dir, new = self._write_new_job(spec)
+        if not new:
+            return job_id  # submitted before a restart: do not train twice
         with (job_dir / "log.txt").open("ab") as log:
             process = subprocess.Popen(
                 self.command(job_dir),
@@ -224,18 +232,9 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         self._worker.start()
 
     async def create_job(self, spec: FineTuneSpec) -> str:
-        if not spec.examples:
-            raise FineTuneError("a fine-tuning job needs at least one example")
-        job_id = _slug(spec.job_name or f"{spec.method}-{int(time.time())}")
-        job_dir = self._dir(job_id)
-        if (job_dir / "status.json").exists():
-            return job_id  # submitted before a restart: get_job trains it again if need be
-        job_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(job_dir / "spec.json", json.dumps(spec.to_dict()))
-        atomic_write_text(
-            job_dir / "status.json", json.dumps({"status": "pending", "updated": time.time()})
-        )
-        self._start(job_id, job_dir)
+        job_id, job_dir, new = self._write_new_job(spec)
+        if new:  # one submitted before a restart: get_job trains it again if need be
+            self._start(job_id, job_dir)
         return job_id
 
     async def get_job(self, job_id: str) -> FineTuneJob:
