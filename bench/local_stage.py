@@ -74,6 +74,9 @@ async def stage(args, dtype: str, prefix_cache_mb: float) -> dict:
         prefix_cache_mb=prefix_cache_mb,
     )
     name = args.model
+    if args.adapter:
+        name = "adapter"
+        backend.register_adapter(name, args.adapter)
 
     def ask(messages) -> GenerationRequest:
         return GenerationRequest(name, tuple(messages), max_tokens=args.tokens, temperature=0)
@@ -124,6 +127,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=60)
     parser.add_argument("--dtype", nargs="+", default=["float32"])
     parser.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1])
+    parser.add_argument("--adapter", default=None, help="a LoRA adapter folder to generate with")
     parser.add_argument("--prefix-cache-mb", nargs="+", type=float, default=[0.0])
     args = parser.parse_args()
 

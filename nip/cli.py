@@ -91,6 +91,22 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_prepare_model(args: argparse.Namespace) -> int:
+    import time
+
+    from nip.backends.local import ensure_local_model
+    from nip.errors import GenerationError, ModelNotFoundError
+
+    start = time.perf_counter()
+    try:
+        folder = ensure_local_model(args.name)
+    except (ModelNotFoundError, GenerationError) as error:
+        print(f"nip: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.name}: {folder} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     hyper_params = _load_config(args.config)
     if args.dry_run:
@@ -277,6 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     presets = sub.add_parser("presets", help="List the shipped presets (nip run NAME).")
     presets.set_defaults(func=_cmd_presets)
+
+    prepare = sub.add_parser(
+        "prepare-model",
+        help="Convert an embedded model into nip's cache now, once (setup.sh does it), so no "
+        "run waits for it.",
+    )
+    prepare.add_argument(
+        "name", nargs="?", default="SmolLM2-135M-Instruct", help="The model (default: %(default)s)."
+    )
+    prepare.set_defaults(func=_cmd_prepare_model)
 
     run = sub.add_parser("run", help="Run an experiment from a YAML or JSON config.")
     run.add_argument(

@@ -26,4 +26,6 @@ if [ ! -x /usr/bin/chromium ]; then
         echo "no /usr/bin/chromium (as root: apt-get install chromium): the browser test is skipped"
     fi
 fi
+# Convert the embedded model into nip's cache once, now, so the first run does not wait for it.
+.venv/bin/nip prepare-model
 echo "nip is set up in .venv ($(.venv/bin/python -c 'import nip; print(nip.__version__)'))"

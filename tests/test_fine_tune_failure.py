@@ -263,3 +263,47 @@ def test_a_run_killed_between_a_failure_and_the_resubmission_resubmits_on_resume
     assert state["stage"] == "done"
     assert len(backend.specs) == 3  # failed, resubmitted once, iteration 1
     assert state["groups"]["verifier"]["model_history"] == ["verifier-it0-2", "verifier-it1"]
+
+
+class GivesBackTheFailedJob:
+    """A fine-tuning backend whose every submission answers with one job that failed."""
+
+    name = "gives-back-the-failed-job"
+
+    def __init__(self):
+        self.submissions = 0
+
+    async def create_job(self, spec):
+        self.submissions += 1
+        return "the-one-job"
+
+    async def get_job(self, job_id):
+        from nip.jobs import FineTuneJob
+
+        return FineTuneJob(id=job_id, status="failed", error="out of memory")
+
+    async def cancel_job(self, job_id):
+        return None
+
+    async def list_events(self, job_id):
+        return []
+
+
+def test_a_resubmission_answered_with_the_failed_job_ends_the_retries_instead_of_waiting(
+    dataset, tmp_path, capsys
+):
+    backend = GivesBackTheFailedJob()
+    hp = params(dataset, max_fine_tune_retries=2)
+    run_settings = ExperimentSettings(
+        run_dir=tmp_path / "run", show_progress=False, wandb_mode="disabled"
+    )
+    trainer = build_trainer(hp, run_settings, fine_tune_backends={"verifier": backend})
+    trainer.poll_interval_s = 0.02
+
+    assert trainer.train().stage == "done"
+    # In each of the two iterations that fine-tune: one try and one resubmission, which
+    # gave back the same job: the group keeps its model at once.
+    assert backend.submissions == 2 * 2
+    assert trainer.groups["verifier"].state.last_job_outcome == "failed"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "gave back" in line]
+    assert len(warnings) == 2 and "'the-one-job', not a new one" in warnings[0]

@@ -121,6 +121,21 @@ async def test_a_job_on_an_unknown_model_fails_with_the_reason(tmp_path):
     assert "no-such-model" in job.error
 
 
+@pytest.mark.timeout(120)
+async def test_a_job_named_like_a_failed_one_is_a_new_attempt_in_its_own_folder(tmp_path):
+    backend = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    failing = spec(tmp_path / "no-such-model", name="verifier-it0")
+    first = await backend.create_job(failing)
+    assert (await wait_done(backend, first)).status == "failed"
+    second = await backend.create_job(failing)
+    third = await backend.create_job(failing)  # while the second is pending or done
+    backend.close()
+
+    assert (first, second) == ("verifier-it0", "verifier-it0-2")
+    assert third in (second, "verifier-it0-3")  # the same job while it may still succeed
+    assert (tmp_path / "jobs" / "verifier-it0" / "status.json").exists()
+
+
 @pytest.mark.timeout(300)
 async def test_a_cancelled_job_stops_and_saves_no_adapter(tiny_model, tmp_path):
     backend = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
@@ -222,7 +237,7 @@ def _losses(job_dir: Path) -> list[float]:
 
 @pytest.mark.timeout(300)
 def test_mixed_precision_training_gives_the_float32_losses_within_two_percent(tiny_model, tmp_path):
-    from nip.jobs.lora_train import cpu_has_native_bf16, run_job
+    from nip.jobs.lora_train import TrainingOptions, cpu_has_native_bf16, run_job
 
     if not cpu_has_native_bf16():
         pytest.skip("this CPU has no native bfloat16: jobs train in float32")
@@ -232,9 +247,75 @@ def test_mixed_precision_training_gives_the_float32_losses_within_two_percent(ti
         job_dir.mkdir()
         job = spec(tiny_model, name=job_dir.name, num_epochs=2)
         (job_dir / "spec.json").write_text(json.dumps(job.to_dict()))
-        assert run_job(job_dir, quiet=True, mixed_precision=mixed)
+        assert run_job(job_dir, TrainingOptions(quiet=True, mixed_precision=mixed))
         losses[mixed] = _losses(job_dir)
 
     assert len(losses[True]) == len(losses[False]) > 1
     for exact, mixed in zip(losses[False], losses[True], strict=True):
         assert mixed == pytest.approx(exact, rel=0.02)
+
+
+def _tensor_bytes(weights) -> dict[str, bytes]:
+    return {name: t.detach().contiguous().numpy().tobytes() for name, t in weights.items()}
+
+
+@pytest.mark.timeout(300)
+async def test_a_job_shares_the_local_backends_loaded_weights_and_learns_the_same(
+    tiny_model, tmp_path
+):
+    from nip.backends import GenerationRequest, SharesBaseWeights, capability
+    from nip.backends.local import LocalBackend
+
+    chat = LocalBackend(str(tiny_model), device="cpu")
+    host = capability(chat, SharesBaseWeights)
+    assert host is chat and chat.loaded_base_weights(str(tiny_model)) is None  # not loaded
+    await chat.generate(
+        GenerationRequest(str(tiny_model), ({"role": "user", "content": "Hi"},), max_tokens=2)
+    )
+    weights = chat.loaded_base_weights(str(tiny_model))
+    assert weights is not None and chat.loaded_base_weights("another-model") is None
+    before = _tensor_bytes(weights)
+
+    shared = InProcessLoraFineTuneBackend(
+        tmp_path / "jobs", warm_up=False, base_weights=chat.loaded_base_weights
+    )
+    own = InProcessLoraFineTuneBackend(tmp_path / "jobs", warm_up=False)
+    with_shared = await wait_done(shared, await shared.create_job(spec(tiny_model, name="shared")))
+    with_own = await wait_done(own, await own.create_job(spec(tiny_model, name="own")))
+    shared.close()
+    own.close()
+    await chat.aclose()
+
+    assert with_shared.status == with_own.status == "succeeded"
+    messages = [e.message for e in await shared.list_events("shared")]
+    assert any("shared with the local backend" in m for m in messages)
+    assert not any("shared" in e.message for e in await own.list_events("own"))
+    # Training read the backend's tensors and wrote none of them...
+    assert _tensor_bytes(weights) == before
+    # ...and learned what a job that loaded its own copy learned.
+    adapters = [
+        (Path(j.adapter_path) / "adapter_model.safetensors").read_bytes()
+        for j in (with_shared, with_own)
+    ]
+    assert adapters[0] == adapters[1]
+
+
+@pytest.mark.timeout(300)
+def test_low_memory_training_takes_the_same_steps_from_the_same_first_loss(tiny_model, tmp_path):
+    """Micro-batches of one example (gradient accumulation) and recomputed activations: the
+    same optimizer steps, and the same first loss (the new adapter starts at zero, so
+    dropout cannot change it yet)."""
+    from nip.jobs.lora_train import TrainingOptions, run_job
+
+    losses = {}
+    for low in (False, True):
+        job_dir = tmp_path / f"low-{low}"
+        job_dir.mkdir()
+        job = spec(tiny_model, name=job_dir.name, batch_size=3, lora_dropout=0.0)
+        (job_dir / "spec.json").write_text(json.dumps(job.to_dict()))
+        assert run_job(job_dir, TrainingOptions(quiet=True, low_memory=low))
+        losses[low] = _losses(job_dir)
+
+    assert len(losses[True]) == len(losses[False]) == 2  # 6 examples, batches of 3
+    assert losses[True][0] == pytest.approx(losses[False][0], rel=1e-4)
+    assert losses[True][1] == pytest.approx(losses[False][1], rel=1e-3)

@@ -130,3 +130,15 @@ def test_greedy_outputs_from_the_cache_equal_the_gguf_loads(converted):
     for name, tensor in from_gguf.state_dict().items():
         assert torch.equal(tensor, cached_weights[name]), name
     assert greedy(from_cache) == greedy(from_gguf)
+
+
+def test_nip_prepare_model_prints_the_folder_or_why_not(tmp_path, capsys):
+    from nip.cli import main
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    assert main(["prepare-model", str(folder)]) == 0
+    assert str(folder) in capsys.readouterr().out
+
+    assert main(["prepare-model", "no-such-model"]) == 2
+    assert "Unknown local model 'no-such-model'" in capsys.readouterr().err

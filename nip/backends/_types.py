@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Protocol, TypedDict, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, TypeVar, runtime_checkable
 
 FinishReason = Literal["stop", "length", "content_filter", "tool_calls", "function_call"]
 
@@ -130,6 +131,17 @@ class AdapterHost(Protocol):
 
     def model_fingerprint(self, model: str) -> str | None:
         """What identifies the weights behind ``model`` (an adapter's file), if anything."""
+        ...
+
+
+@runtime_checkable
+class SharesBaseWeights(Protocol):
+    """A backend holding a model's weights in this process that others may share, read-only
+    (the embedded model's, shared with LoRA jobs trained in the same process)."""
+
+    def loaded_base_weights(self, model: str) -> Mapping[str, Any] | None:
+        """The weights (tensors by parameter name) of base model ``model`` if it is loaded
+        here; None if it is not (nothing is loaded by asking)."""
         ...
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
+from nip.backends import ChatBackend, SharesBaseWeights, capability
 from nip.backends.providers import DUMMY, provider_for
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneBackend, FineTuneEvent, FineTuneJob, FineTuneSpec
@@ -40,34 +41,47 @@ class NotFineTunableBackend:
         return []
 
 
-def _local_lora(params: PureTextAgentParameters, settings: ExperimentSettings) -> FineTuneBackend:
-    # Jobs train in a worker thread of the run; no ML library loads until one is used.
+def _local_lora(
+    params: PureTextAgentParameters, settings: ExperimentSettings, chat: ChatBackend | None
+) -> FineTuneBackend:
+    # Jobs train in a worker thread of the run, on the chat backend's weights where it has
+    # loaded them; no ML library loads until one is used.
     from nip.jobs.local_lora import InProcessLoraFineTuneBackend
 
     root = Path(settings.run_dir) if settings.run_dir else Path.cwd() / "runs" / "adhoc"
-    return InProcessLoraFineTuneBackend(root / "jobs")
+    host = capability(chat, SharesBaseWeights) if chat is not None else None
+    return InProcessLoraFineTuneBackend(
+        root / "jobs", base_weights=host.loaded_base_weights if host is not None else None
+    )
 
 
 #: The fine-tuning backend of each provider that can fine-tune (see
-#: :data:`nip.backends.providers.PROVIDERS`), built from an agent's parameters and the settings.
+#: :data:`nip.backends.providers.PROVIDERS`), built from an agent's parameters, the settings
+#: and the chat backend that serves the agents (None where there is none yet).
 FINE_TUNE_BACKENDS: Mapping[
-    str, Callable[[PureTextAgentParameters, ExperimentSettings], FineTuneBackend]
+    str,
+    Callable[[PureTextAgentParameters, ExperimentSettings, ChatBackend | None], FineTuneBackend],
 ] = MappingProxyType(
     {
-        DUMMY: lambda params, settings: DummyFineTuneBackend(),
-        "OpenAI": lambda params, settings: OpenAIFineTuneBackend.from_agent_params(params),
-        "SelfHosted": lambda params, settings: SelfHostedFineTuneBackend.from_agent_params(params),
+        DUMMY: lambda params, settings, chat: DummyFineTuneBackend(),
+        "OpenAI": lambda params, settings, chat: OpenAIFineTuneBackend.from_agent_params(params),
+        "SelfHosted": lambda params, settings, chat: SelfHostedFineTuneBackend.from_agent_params(
+            params
+        ),
         "Local": _local_lora,
     }
 )
 
 
 def fine_tune_backend_for(
-    params: PureTextAgentParameters, settings: ExperimentSettings
+    params: PureTextAgentParameters,
+    settings: ExperimentSettings,
+    chat_backend: ChatBackend | None = None,
 ) -> FineTuneBackend:
     """The fine-tuning backend for agents with these parameters: the provider's (a
-    :class:`NotFineTunableBackend` for a provider that cannot fine-tune)."""
+    :class:`NotFineTunableBackend` for a provider that cannot fine-tune). ``chat_backend`` is
+    the backend the agents generate with (the embedded model lends its loaded weights)."""
     provider = provider_for(params)
     if not provider.can_fine_tune:
         return NotFineTunableBackend(provider.name)
-    return FINE_TUNE_BACKENDS[provider.name](params, settings)
+    return FINE_TUNE_BACKENDS[provider.name](params, settings, chat_backend)

@@ -20,6 +20,7 @@ Two ways to run a job:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import queue
@@ -29,8 +30,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec
@@ -39,6 +41,14 @@ from nip.utils.files import atomic_write_text
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:80] or "job"
+
+
+def _read_status(job_dir: Path) -> str | None:
+    """The job's status, or None where no job was written."""
+    try:
+        return json.loads((job_dir / "status.json").read_text())["status"]
+    except FileNotFoundError:
+        return None
 
 
 def _alive(pid: int) -> bool:
@@ -105,13 +115,20 @@ class LocalLoraFineTuneBackend:
     def _write_new_job(self, spec: FineTuneSpec) -> tuple[str, Path, bool]:
         """The job's id and folder, and whether it is new: a new job's spec and its
         ``pending`` status are written (from then on only its trainer writes the status); a
-        job submitted before a restart is left as it is."""
+        job submitted before a restart is left as it is. A job named like one that failed or
+        was cancelled is a new attempt, in a new folder (``<name>-2``, ``<name>-3``...)."""
         if not spec.examples:
             raise FineTuneError("a fine-tuning job needs at least one example")
-        job_id = _slug(spec.job_name or f"{spec.method}-{int(time.time())}")
-        job_dir = self._dir(job_id)
-        if (job_dir / "status.json").exists():
-            return job_id, job_dir, False
+        name = _slug(spec.job_name or f"{spec.method}-{int(time.time())}")
+        for attempt in itertools.count(1):
+            job_id = name if attempt == 1 else f"{name}-{attempt}"
+            job_dir = self._dir(job_id)
+            status = _read_status(job_dir)
+            if status is None:
+                break  # a new job
+            if status not in ("failed", "cancelled"):
+                return job_id, job_dir, False
+            # A job of that name failed or was cancelled: this is another attempt.
         job_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_text(job_dir / "spec.json", json.dumps(spec.to_dict()))
         atomic_write_text(
@@ -213,12 +230,22 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
         warm_up: Import the training libraries in the worker thread now, so the first job
             does not wait for them.
+        base_weights: Gives the base model's weights already loaded in this process (the
+            local backend's ``loaded_base_weights``), shared by a job instead of loading a
+            second copy; None where nothing is loaded.
     """
 
     name = "local-lora-in-process"
 
-    def __init__(self, jobs_dir: str | Path, *, warm_up: bool = True):
+    def __init__(
+        self,
+        jobs_dir: str | Path,
+        *,
+        warm_up: bool = True,
+        base_weights: Callable[[str], Mapping[str, Any] | None] | None = None,
+    ):
         super().__init__(jobs_dir)
+        self._base_weights = base_weights
         # A daemon thread: a run stopped with Ctrl-C exits at once; its job's state stays on
         # disk and the resumed run trains it again.
         self._queue: queue.SimpleQueue[tuple[str, Path, threading.Event] | None] = (
@@ -274,7 +301,7 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
     def _serve(self, warm_up: bool) -> None:
         """The worker thread: import the libraries (if asked), then train queued jobs."""
         from nip.backends.local._memory import release_free_memory
-        from nip.jobs.lora_train import import_training_libraries, run_job
+        from nip.jobs.lora_train import TrainingOptions, import_training_libraries, run_job
 
         if warm_up:
             import_training_libraries()
@@ -283,7 +310,10 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
             try:
                 with _ONE_JOB_AT_A_TIME:
                     if not cancelled.is_set():
-                        run_job(job_dir, quiet=True, stop=cancelled)
+                        options = TrainingOptions(
+                            quiet=True, stop=cancelled, base_weights=self._base_weights
+                        )
+                        run_job(job_dir, options)
                     release_free_memory()  # the training peak is not kept for the run
             finally:
                 self._running.discard(job_id)

@@ -25,6 +25,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -139,55 +141,123 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
-def train(
-    job_dir: Path,
-    *,
-    quiet: bool = False,
-    stop: threading.Event | None = None,
-    mixed_precision: bool | None = None,
-) -> None:
-    """Run the job described in ``job_dir/spec.json``.
+@dataclass(frozen=True)
+class TrainingOptions:
+    """How a job trains, beside what its spec says (none of these change what it learns).
 
-    Args:
-        job_dir: The job's folder.
+    Attributes:
         quiet: Print nothing (no progress bars or library warnings): for training inside a
             process whose output a user reads.
         stop: When set, training ends at the next step and no adapter is saved.
         mixed_precision: Compute in bfloat16 with float32 weights (autocast); default on a GPU
             and on a CPU with native bfloat16 (:func:`cpu_has_native_bf16`).
+        base_weights: The base model's weights already in this process (the local backend's,
+            see :class:`~nip.backends.SharesBaseWeights`), by the model name asked for; used
+            instead of loading a second copy when they fit the job (same dtype and device, no
+            adapter to merge into them). They are never written.
+        low_memory: Train a batch as micro-batches of one example (gradient accumulation:
+            the same update, without padding) and recompute each layer's activations in the
+            backward pass (gradient checkpointing) instead of keeping them. Default: on the
+            CPU, where a job otherwise needs about 2 GB more; off on a GPU.
+    """
+
+    quiet: bool = False
+    stop: threading.Event | None = None
+    mixed_precision: bool | None = None
+    base_weights: Callable[[str], Mapping[str, Any] | None] | None = None
+    low_memory: bool | None = None
+
+
+def train(job_dir: Path, options: TrainingOptions | None = None) -> None:
+    """Run the job described in ``job_dir/spec.json``.
+
+    Args:
+        job_dir: The job's folder.
+        options: How to train (default: :class:`TrainingOptions`' defaults).
     """
     from nip.backends.local._quiet import quiet_libraries
 
-    with quiet_libraries() if quiet else contextlib.nullcontext():
-        _train(job_dir, stop, quiet, mixed_precision)
+    options = options or TrainingOptions()
+    with quiet_libraries() if options.quiet else contextlib.nullcontext():
+        _train(job_dir, options)
 
 
-def _train(
-    job_dir: Path, stop: threading.Event | None, quiet: bool, mixed_precision: bool | None
-) -> None:
+def _base_model(spec: dict, options: TrainingOptions, cuda: bool):
+    """The job's base model: sharing ``options.base_weights`` where they fit, else loaded."""
     import torch
-    from datasets import Dataset
-    from peft import LoraConfig, PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     from nip.backends.local import ensure_local_model
-    from nip.backends.local.adapters import predecessors, write_predecessors
 
-    spec = json.loads((job_dir / "spec.json").read_text())
-    write_status(job_dir, "running")
-    add_event(job_dir, f"Training started: {spec['method']} on {len(spec['examples'])} examples.")
     model_dir = ensure_local_model(spec["base_model"])
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    cuda = torch.cuda.is_available()
+    dtype = torch.bfloat16 if cuda else torch.float32
     quantization = spec.get("quantization") or "none"
+    weights = options.base_weights(spec["base_model"]) if options.base_weights else None
+    device = "cuda" if cuda else "cpu"
+    fits = (
+        weights
+        and quantization == "none"
+        and not spec.get("stack_lora_adapters")  # merging would write into them
+        and not (spec.get("previous_adapter") and _has_predecessors(spec["previous_adapter"]))
+        and all(w.dtype == dtype and w.device.type == device for w in weights.values())
+    )
+    if fits:
+        from accelerate import init_empty_weights
+
+        config = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+        # Parameters without storage (buffers such as rotary frequencies are real)...
+        with init_empty_weights(include_buffers=False):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        # assign=True: the model's parameters are the given tensors, not copies of them.
+        model.load_state_dict(dict(weights), assign=True, strict=True)
+        model.tie_weights()
+        model.generation_config = _generation_config(model_dir)
+        return model_dir, model, True
     model = AutoModelForCausalLM.from_pretrained(
         model_dir,
         local_files_only=True,
-        dtype=torch.bfloat16 if cuda else torch.float32,
+        dtype=dtype,
         **quantized_loading_kwargs(quantization, cuda),
     )
+    return model_dir, model, False
+
+
+def _has_predecessors(adapter: str) -> bool:
+    from nip.backends.local.adapters import predecessors
+
+    return bool(predecessors(adapter))
+
+
+def _generation_config(model_dir: Path):
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(model_dir, local_files_only=True)
+    except OSError:
+        return GenerationConfig()
+
+
+def _train(job_dir: Path, options: TrainingOptions) -> None:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoTokenizer, TrainerCallback
+
+    from nip.backends.local._memory import release_free_memory
+    from nip.backends.local.adapters import predecessors, write_predecessors
+
+    stop, quiet, mixed_precision = options.stop, options.quiet, options.mixed_precision
+    spec = json.loads((job_dir / "spec.json").read_text())
+    write_status(job_dir, "running")
+    add_event(job_dir, f"Training started: {spec['method']} on {len(spec['examples'])} examples.")
+    cuda = torch.cuda.is_available()
+    quantization = spec.get("quantization") or "none"
+    model_dir, model, shared = _base_model(spec, options, cuda)
+    if shared:
+        add_event(job_dir, "The base model's weights are shared with the local backend.")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
     if quantization != "none":
         from peft import prepare_model_for_kbit_training
 
@@ -216,6 +286,12 @@ def _train(
             peft_config = None
     output = job_dir / "trainer"
 
+    class ReleaseMemoryEachStep(TrainerCallback):
+        """Give the step's freed memory back to the OS, so peaks do not pile up."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            release_free_memory()
+
     class Progress(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
             add_event(job_dir, "Model and data loaded; training steps begin.", step=0)
@@ -233,11 +309,15 @@ def _train(
                     **logs,
                 )
 
+    low_memory = (not cuda) if options.low_memory is None else options.low_memory
+    micro_batch = 1 if low_memory else spec["batch_size"]
     common = dict(
         output_dir=str(output),
         num_train_epochs=spec["num_epochs"],
         learning_rate=spec["learning_rate"],
-        per_device_train_batch_size=spec["batch_size"],
+        per_device_train_batch_size=micro_batch,
+        gradient_accumulation_steps=spec["batch_size"] // micro_batch,
+        gradient_checkpointing=low_memory,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
@@ -247,6 +327,9 @@ def _train(
         max_length=1024,
         disable_tqdm=quiet,
     )
+    callbacks: list[TrainerCallback] = [Progress()]
+    if low_memory:
+        callbacks.append(ReleaseMemoryEachStep())
     if spec["method"] == "supervised":
         from trl import SFTConfig, SFTTrainer
         from trl.chat_template_utils import has_generation_markers
@@ -259,7 +342,7 @@ def _train(
             train_dataset=Dataset.from_list(_sft_rows(spec["examples"])),
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[Progress()],
+            callbacks=callbacks,
         )
     else:
         from trl import DPOConfig, DPOTrainer
@@ -270,7 +353,7 @@ def _train(
             train_dataset=Dataset.from_list(_dpo_rows(spec["examples"])),
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[Progress()],
+            callbacks=callbacks,
         )
     if quiet:  # without tqdm, transformers prints every log dict instead
         from transformers import PrinterCallback
@@ -293,11 +376,10 @@ def _train(
     add_event(job_dir, f"Training finished: loss {result.training_loss:.4f}.")
 
 
-def run_job(job_dir: Path, **options: Any) -> bool:
-    """:func:`train` (with its keyword ``options``), a failure recorded in the job's status;
-    whether it succeeded."""
+def run_job(job_dir: Path, options: TrainingOptions | None = None) -> bool:
+    """:func:`train`, a failure recorded in the job's status; whether it succeeded."""
     try:
-        train(job_dir, **options)
+        train(job_dir, options)
     except BaseException as error:
         message = f"{type(error).__name__}: {error}"
         write_status(job_dir, "failed", error=message, traceback=traceback.format_exc())

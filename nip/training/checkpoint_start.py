@@ -209,10 +209,11 @@ def build_run_artifact(wandb: Any, run_dir: Path, run_id: str) -> Any:
     """A ``wandb.Artifact`` holding what :func:`model_in_run_directory` needs."""
     artifact = wandb.Artifact(artifact_name(run_id), type=ARTIFACT_TYPE)
     for name, path in run_artifact_files(run_dir).items():
-        if path.is_dir():
-            artifact.add_dir(str(path), name=name)
-        else:
-            artifact.add_file(str(path), name=name)
+        # File by file: add_dir prints a line per folder, even in a silent offline run.
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for file in files:
+            inside = name if file == path else f"{name}/{file.relative_to(path).as_posix()}"
+            artifact.add_file(str(file), name=inside)
     return artifact
 
 

@@ -80,6 +80,7 @@ async def settle_fine_tune_job(
         FineTuneStoppedError: The job failed and the policy is ``stop`` (not raised for a
             job that had already failed before this call: resuming a stopped run resubmits).
     """
+    given_back = False  # the backend answered a resubmission with the failed job
     while True:
         job_id = group.state.fine_tune_job_id or ""
         already_failed = group.known_failed(job_id)
@@ -96,19 +97,29 @@ async def settle_fine_tune_job(
                     ) from None
         failures = group.failures_in(iteration)
         exhausted = policy.on_failure == "retry" and len(failures) > policy.max_retries
-        if policy.on_failure == "keep_previous" or exhausted:
+        if policy.on_failure == "keep_previous" or exhausted or given_back:
             group.keep_previous_model()
             save()
             tries = f" after {len(failures)} attempts" if len(failures) > 1 else ""
+            why = (
+                f"; resubmitting gave back the failed job {job_id!r}, not a new one"
+                if given_back
+                else ""
+            )
+            # (A job given back may have failed in an earlier iteration.)
+            error = (failures or group.state.fine_tune_failures)[-1]["error"]
             warn_in_run_output(
-                f"group {group.group_name!r}: fine-tuning failed{tries} ({failures[-1]['error']}); "
-                f"it keeps its previous model {group.model_name!r} for iteration {iteration} "
-                f"(text_rl.on_fine_tune_failure={policy.on_failure!r})"
+                f"group {group.group_name!r}: fine-tuning failed{tries} ({error}"
+                f"{why}); it keeps its previous model {group.model_name!r} for iteration "
+                f"{iteration} (text_rl.on_fine_tune_failure={policy.on_failure!r})"
             )
             return "kept_previous"
         await asyncio.sleep(policy.backoff_before(len(failures)))
         await resubmit()
         save()
+        # A backend that answers with the job that failed (not a new attempt) would be
+        # waited on for ever: no retry can help then.
+        given_back = group.known_failed(group.state.fine_tune_job_id or "")
 
 
 __all__ = ["FailurePolicy", "settle_fine_tune_job", "warn_in_run_output"]

@@ -97,7 +97,8 @@ class PureTextSharedModelGroup:
         if fine_tune_backend is None:
             from nip.jobs.factory import fine_tune_backend_for
 
-            fine_tune_backend = fine_tune_backend_for(self.params, self.settings)
+            chat_backend = next(iter(self.agent_wholes.values())).backend
+            fine_tune_backend = fine_tune_backend_for(self.params, self.settings, chat_backend)
         self.fine_tune_backend = fine_tune_backend
         self.state = PureTextSharedModelGroupState()
 

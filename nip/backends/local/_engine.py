@@ -13,12 +13,14 @@ the base model per stack. One ``model.generate`` still serves all requests for a
 from __future__ import annotations
 
 import contextlib
+import inspect
 import random
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GenerationConfig
@@ -62,6 +64,12 @@ class _Prepared:
     request: GenerationRequest
     prompt_ids: list[int]
     rows: list[RowSettings]
+
+
+def _cache_of(output) -> DynamicCache:
+    """The key-value cache a forward pass or ``generate`` returned (under either name)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
 
 
 def resolve_device(device: str) -> torch.device:
@@ -127,6 +135,11 @@ class Engine:
         if not getattr(self.tokenizer, "chat_template", None):
             raise GenerationError(f"The model in {self.folder} has no chat template.")
         self.base = base.to(self.device).eval()
+        # The weights as loaded, before PEFT wraps any layer: a training job in this process
+        # builds its model on these very tensors (see LocalBackend.loaded_base_weights).
+        self.base_weights: Mapping[str, torch.Tensor] = MappingProxyType(
+            dict(self.base.state_dict())
+        )
         self.peft_model = None  # a PeftModel wrapping self.base once an adapter is loaded
         self._layer_keys: dict[str, str] = {}  # adapter fingerprint -> peft key
         self._name_layers: dict[str, tuple[str, ...]] = {}  # name -> fingerprints it uses
@@ -135,6 +148,9 @@ class Engine:
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
         self.max_positions = getattr(self.base.config, "max_position_embeddings", None)
+        # transformers 5 renamed the key-value cache argument; the old name warns there.
+        forward = inspect.signature(type(self.base).forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward else "past_key_values"
         self._entropy = random.SystemRandom()
         release_free_memory()  # what converting and loading freed
 
@@ -253,11 +269,13 @@ class Engine:
         )
         model = self.peft_model if self.peft_model is not None else self.base
         with torch.inference_mode():
-            past = self._prefill(model, model_key, prompts, pad_lengths) if reuse else None
+            reused = {}
+            if reuse:
+                reused[self._cache_kwarg] = self._prefill(model, model_key, prompts, pad_lengths)
             output = model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                past_key_values=past,
+                **reused,
                 generation_config=config,
                 logits_processor=[RowSampler(rows, pad_lengths, self.device)],
                 stopping_criteria=[
@@ -268,7 +286,7 @@ class Engine:
         sequences = output.sequences if reuse else output
         generated = sequences[:, width:].tolist()
         if reuse:
-            self._remember(model_key, prompts, generated, pad_lengths, output.past_key_values)
+            self._remember(model_key, prompts, generated, pad_lengths, _cache_of(output))
         done, cursor = [], 0
         for p in prepared:
             completions, used = [], 0
@@ -303,9 +321,9 @@ class Engine:
                 # Only the keys and values are wanted: skip the vocabulary projection
                 # (a fifth of the model's arithmetic) for all but one position.
                 output = model(
-                    input_ids=todo, past_key_values=cache, use_cache=True, logits_to_keep=1
+                    input_ids=todo, use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache}
                 )
-                cache = output.past_key_values
+                cache = _cache_of(output)
             rows.append([(layer.keys, layer.values) for layer in cache.layers])
         layers = []
         for index in range(len(rows[0])):

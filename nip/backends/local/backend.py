@@ -19,6 +19,7 @@ import html
 import os
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -152,6 +153,17 @@ class LocalBackend:
     def loaded(self) -> bool:
         """Whether the model has been loaded (it is, after the first request)."""
         return self._engine is not None
+
+    def loaded_base_weights(self, model: str) -> Mapping[str, Any] | None:
+        """The base model's weights if it is loaded and ``model`` names it, else None.
+
+        A LoRA job training in this process shares them instead of loading a second copy
+        (see :class:`~nip.jobs.InProcessLoraFineTuneBackend`); they must not be written.
+        """
+        engine = self._engine
+        if engine is None or model not in self._base_names:
+            return None
+        return engine.base_weights
 
     def register_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
         """Serve the PEFT LoRA adapter in ``path`` under the model name ``name``.
