@@ -46,3 +46,38 @@ def test_loading_the_model_writes_nothing_to_the_output(tmp_path: Path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "loaded\n", "")
+
+
+@pytest.mark.timeout(180)
+def test_generating_base_and_adapter_writes_nothing_to_the_output(tmp_path: Path):
+    """transformers 5 warns on a deprecated cache argument at every generate (also through
+    PEFT): the engine passes none it does not need, under the name the model takes."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    folder = build_tiny_chat_model(tmp_path / "tiny-chat", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    adapter = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear"))
+    adapter.save_pretrained(tmp_path / "adapter")
+    code = f"""
+import asyncio
+from nip.backends import GenerationRequest
+from nip.backends.local import LocalBackend
+
+async def main():
+    for cache_mb in (0, 16):
+        backend = LocalBackend({str(folder)!r}, device="cpu", prefix_cache_mb=cache_mb)
+        backend.register_adapter("tuned", {str(tmp_path / "adapter")!r})
+        hi = ({{"role": "user", "content": "Hi"}},)
+        for name in ({str(folder)!r}, "tuned", "tuned"):
+            await backend.generate(GenerationRequest(name, hi, max_tokens=3))
+        await backend.aclose()
+    print("generated")
+
+asyncio.run(main())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "generated\n", "")
