@@ -63,6 +63,12 @@ def main() -> None:
     parser.add_argument("--cache-dir", default=None, help="NIP_CACHE_DIR: models, responses")
     parser.add_argument("--fresh-cache", action="store_true", help="empty --cache-dir first")
     parser.add_argument("--cache", default="auto", help="the response cache: auto, on or off")
+    parser.add_argument(
+        "--prefix-cache-mb",
+        type=float,
+        default=None,
+        help="the embedded model's prefix cache (LocalBackend's default when not given)",
+    )
     parser.add_argument("--stages", type=int, default=None, help="stop after this many")
     parser.add_argument("--json", default=None, help="write the figures here too")
     args = parser.parse_args()
@@ -82,6 +88,13 @@ def main() -> None:
     from nip.training.trainer import build_trainer
 
     engine_calls: list[dict] = []
+    if args.prefix_cache_mb is not None:
+        engine_init = _engine.Engine.__init__
+
+        def with_prefix_cache(self, *a, **kw):
+            engine_init(self, *a, **{**kw, "prefix_cache_mb": args.prefix_cache_mb})
+
+        _engine.Engine.__init__ = with_prefix_cache
     _engine.Engine.__init__ = _timed(engine_calls, "model load", _engine.Engine.__init__)
     _engine.Engine._load_layer = _timed(engine_calls, "adapter load", _engine.Engine._load_layer)
     _engine.Engine._generate = _timed(engine_calls, "generate", _engine.Engine._generate)
