@@ -266,9 +266,8 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         job_dir = self._dir(job_id)
-        try:
-            state = json.loads((job_dir / "status.json").read_text())["status"]
-        except FileNotFoundError:
+        state = _read_status(job_dir)
+        if state is None:
             return FineTuneJob(id=job_id, status="not_found")
         if state in ("pending", "running") and job_id not in self._running:
             pid = self._pid(job_dir)

@@ -182,8 +182,10 @@ def train(job_dir: Path, options: TrainingOptions | None = None) -> None:
         _train(job_dir, options)
 
 
-def _base_model(spec: dict, options: TrainingOptions, cuda: bool):
-    """The job's base model: sharing ``options.base_weights`` where they fit, else loaded."""
+def _base_model(spec: dict, options: TrainingOptions, cuda: bool, merges: bool):
+    """The job's base model: sharing ``options.base_weights`` where they fit (never when
+    adapters are to be merged into the weights: that would write into them), else
+    loaded."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -197,8 +199,7 @@ def _base_model(spec: dict, options: TrainingOptions, cuda: bool):
     fits = (
         weights
         and quantization == "none"
-        and not spec.get("stack_lora_adapters")  # merging would write into them
-        and not (spec.get("previous_adapter") and _has_predecessors(spec["previous_adapter"]))
+        and not merges
         and all(w.dtype == dtype and w.device.type == device for w in weights.values())
     )
     if fits:
@@ -211,7 +212,6 @@ def _base_model(spec: dict, options: TrainingOptions, cuda: bool):
         # assign=True: the model's parameters are the given tensors, not copies of them.
         model.load_state_dict(dict(weights), assign=True, strict=True)
         model.tie_weights()
-        model.generation_config = _generation_config(model_dir)
         return model_dir, model, True
     model = AutoModelForCausalLM.from_pretrained(
         model_dir,
@@ -220,21 +220,6 @@ def _base_model(spec: dict, options: TrainingOptions, cuda: bool):
         **quantized_loading_kwargs(quantization, cuda),
     )
     return model_dir, model, False
-
-
-def _has_predecessors(adapter: str) -> bool:
-    from nip.backends.local.adapters import predecessors
-
-    return bool(predecessors(adapter))
-
-
-def _generation_config(model_dir: Path):
-    from transformers import GenerationConfig
-
-    try:
-        return GenerationConfig.from_pretrained(model_dir, local_files_only=True)
-    except OSError:
-        return GenerationConfig()
 
 
 def _train(job_dir: Path, options: TrainingOptions) -> None:
@@ -252,7 +237,11 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
     add_event(job_dir, f"Training started: {spec['method']} on {len(spec['examples'])} examples.")
     cuda = torch.cuda.is_available()
     quantization = spec.get("quantization") or "none"
-    model_dir, model, shared = _base_model(spec, options, cuda)
+    previous = spec.get("previous_adapter")
+    # A stacked previous adapter only means something on top of its own predecessors.
+    beneath: list[Path] = predecessors(previous) if previous else []  # oldest first
+    merges = bool(beneath) or bool(previous and spec.get("stack_lora_adapters"))
+    model_dir, model, shared = _base_model(spec, options, cuda, merges)
     if shared:
         add_event(job_dir, "The base model's weights are shared with the local backend.")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
@@ -270,11 +259,7 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         task_type="CAUSAL_LM",
     )
     peft_config: LoraConfig | None = lora
-    previous = spec.get("previous_adapter")
-    beneath: list[Path] = []  # the adapters the new one sits on, oldest first
     if previous:
-        # A stacked previous adapter only means something on top of its own predecessors.
-        beneath = predecessors(previous)
         for layer in beneath:
             model = PeftModel.from_pretrained(model, str(layer)).merge_and_unload()
         if spec.get("stack_lora_adapters"):
