@@ -37,6 +37,7 @@ from typing import Any
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.utils.files import atomic_write_text
+from nip.utils.imports import heavy_imports
 
 
 def _slug(text: str) -> str:
@@ -303,10 +304,13 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         from nip.jobs.lora_train import TrainingOptions, import_training_libraries, run_job
 
         if warm_up:
-            import_training_libraries()
+            with heavy_imports():  # the embedded model's thread may be importing meanwhile
+                import_training_libraries()
         while (item := self._queue.get()) is not None:
             job_id, job_dir, cancelled = item
             try:
+                with heavy_imports():  # imported before the job: training imports nothing new
+                    import_training_libraries()
                 with _ONE_JOB_AT_A_TIME:
                     if not cancelled.is_set():
                         options = TrainingOptions(

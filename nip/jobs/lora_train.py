@@ -124,10 +124,21 @@ def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
 
 
 def import_training_libraries() -> None:
-    """Import what :func:`train` needs, so a process that trains later starts at once."""
+    """Import what :func:`train` needs, so a process that trains later starts at once (and a
+    job in a worker thread imports nothing while another thread may be importing)."""
+    import accelerate  # noqa: F401
+    import datasets  # noqa: F401
     import peft  # noqa: F401
     import trl  # noqa: F401
-    from trl import DPOTrainer, SFTTrainer  # noqa: F401
+    from transformers import (  # noqa: F401
+        AutoConfig,
+        AutoModelForCausalLM,
+        AutoTokenizer,
+        PrinterCallback,
+        TrainerCallback,
+    )
+    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer  # noqa: F401
+    from trl.chat_template_utils import has_generation_markers  # noqa: F401
 
 
 def cpu_has_native_bf16() -> bool:

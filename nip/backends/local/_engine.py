@@ -33,6 +33,7 @@ from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit,
 from nip.backends.local.adapters import AdapterLayer, AdapterStack
 from nip.backends.local.model_store import ensure_local_model
 from nip.errors import GenerationError, ModelNotFoundError
+from nip.utils.imports import heavy_imports
 from nip.utils.seeding import derive_seed
 
 
@@ -419,7 +420,8 @@ class Engine:
         key = self._layer_keys.get(layer.fingerprint)
         if key is not None:
             return key
-        from peft import PeftModel
+        with heavy_imports():
+            from peft import PeftModel
 
         self._adapter_counter += 1
         key = f"adapter_{self._adapter_counter}"  # peft keys become module names: no dots

@@ -31,6 +31,7 @@ from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
 from nip.errors import GenerationError, ModelNotFoundError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
+from nip.utils.imports import heavy_imports
 
 if TYPE_CHECKING:
     from nip.backends.local._engine import BatchReport, Engine
@@ -247,19 +248,21 @@ class LocalBackend:
         self, requests: list[GenerationRequest], adapters: dict[str, AdapterStack]
     ) -> BatchReport:
         """Worker thread: load the model if needed, then generate the batch."""
-        from nip.backends.local._engine import BatchReport, Engine
+        with heavy_imports():  # the LoRA worker thread may be importing TRL meanwhile
+            from nip.backends.local._engine import BatchReport, Engine
 
         if self._engine is None:
             try:
-                self._engine = Engine(
-                    self.model,
-                    device=self.device,
-                    dtype=self.dtype,
-                    cache_dir=self.cache_dir,
-                    default_max_tokens=self.default_max_tokens,
-                    stop=self._stop,
-                    prefix_cache_mb=self.prefix_cache_mb,
-                )
+                with heavy_imports():  # loading imports the model's modules
+                    self._engine = Engine(
+                        self.model,
+                        device=self.device,
+                        dtype=self.dtype,
+                        cache_dir=self.cache_dir,
+                        default_max_tokens=self.default_max_tokens,
+                        stop=self._stop,
+                        prefix_cache_mb=self.prefix_cache_mb,
+                    )
             except GenerationError as error:
                 return BatchReport([error] * len(requests), 0, 0, 0.0)
             except Exception as error:
