@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from pathlib import Path
 
@@ -68,3 +69,36 @@ def test_a_terminal_gets_bars_and_no_per_stage_done_lines():
 
     assert reporter.bars
     assert not RunReporter(stream=io.StringIO()).bars
+
+
+def test_the_fine_tuning_line_counts_the_steps_logged_just_before_the_jobs_end():
+    from types import SimpleNamespace
+
+    from nip.jobs import FineTuneEvent
+
+    events: list[FineTuneEvent] = []
+
+    class Jobs:
+        async def list_events(self, job_id: str) -> list[FineTuneEvent]:
+            return list(events)
+
+    group = SimpleNamespace(
+        state=SimpleNamespace(last_job_outcome="submitted", fine_tune_job_id="verifier-it0"),
+        fine_tune_backend=Jobs(),
+    )
+    trainer = SimpleNamespace(
+        state=SimpleNamespace(iteration=0),
+        hyper_params=SimpleNamespace(rl=SimpleNamespace(num_iterations=2)),
+        groups={"verifier": group},
+    )
+    stream = io.StringIO()
+    reporter = RunReporter(stream=stream, bars=False, poll_s=3600)  # no second regular read
+
+    async def fine_tune() -> None:
+        async with reporter.stage(trainer, "await_fine_tune_jobs"):
+            events.append(FineTuneEvent(0.0, "info", "step 1", {"step": 1, "loss": 1.5}))
+            await asyncio.sleep(0.05)  # the watcher reads step 1
+            events.append(FineTuneEvent(1.0, "info", "step 2", {"step": 2, "loss": 1.25}))
+
+    asyncio.run(fine_tune())
+    assert "  verifier: 2 steps, loss 1.250" in stream.getvalue().splitlines()

@@ -36,6 +36,8 @@ class RunReporter:
         bars: Progress bars (default: when ``stream`` is a terminal or this is a notebook);
             otherwise one plain line per stage.
         poll_s: How often the fine-tuning bar reads the jobs' events.
+        final_read_timeout_s: How long the last read of the events, when fine-tuning ends,
+            may take before the run goes on without it.
     """
 
     def __init__(
@@ -45,11 +47,13 @@ class RunReporter:
         stream: TextIO | None = None,
         bars: bool | None = None,
         poll_s: float = 1.0,
+        final_read_timeout_s: float = 10.0,
     ):
         self.enabled = enabled
         self.stream = stream or sys.stderr
         self.bars = _interactive(self.stream) if bars is None else bars
         self.poll_s = poll_s
+        self.final_read_timeout_s = final_read_timeout_s
         self._iteration_started: float | None = None
 
     @contextlib.asynccontextmanager
@@ -67,15 +71,16 @@ class RunReporter:
         self._print(f"iteration {iteration + 1}/{total} · {label}")
         started = time.monotonic()
         watcher = None
+        ended = asyncio.Event()
         if stage == "await_fine_tune_jobs":
-            watcher = asyncio.ensure_future(self._watch_jobs(trainer))
+            watcher = asyncio.ensure_future(self._watch_jobs(trainer, ended))
         try:
             yield
         finally:
             if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                ended.set()  # one last read, so the jobs' final steps are counted
+                with contextlib.suppress(TimeoutError):  # the watcher is cancelled then
+                    await asyncio.wait_for(watcher, self.final_read_timeout_s)
         if not self.bars:
             self._print(f"  {label}: done in {time.monotonic() - started:.1f} s")
         self._maybe_summarise(trainer, stage)
@@ -91,8 +96,9 @@ class RunReporter:
         if self.enabled:
             self._print(_summary(trainer, iteration, seconds))
 
-    async def _watch_jobs(self, trainer: PureTextEiTrainer) -> None:
-        """Show the submitted jobs' training steps and latest loss until the stage ends."""
+    async def _watch_jobs(self, trainer: PureTextEiTrainer, ended: asyncio.Event) -> None:
+        """Show the submitted jobs' training steps and latest loss until ``ended``, reading
+        their events once more then."""
         groups = _submitted(trainer)
         bar = None
         if self.bars:
@@ -102,6 +108,7 @@ class RunReporter:
         seen: dict[str, tuple[int, float | None]] = {}
         try:
             while True:
+                last_read = ended.is_set()
                 for name, group in groups.items():
                     job_id = group.state.fine_tune_job_id or ""
                     with contextlib.suppress(Exception):  # progress display only
@@ -115,7 +122,10 @@ class RunReporter:
                         " · ".join(f"{n} loss {loss:.3f}" for n, (_, loss) in seen.items()),
                         refresh=True,
                     )
-                await asyncio.sleep(self.poll_s)
+                if last_read:
+                    return
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(ended.wait(), self.poll_s)
         finally:
             if bar is not None:
                 bar.close()
