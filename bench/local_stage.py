@@ -5,6 +5,7 @@ Run (SmolLM2-135M-Instruct on CPU)::
     HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py
     HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py --dtype bfloat16 --threads 1 2
     HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py --prefix-cache-mb 0 256  # reuse off/on
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/local_stage.py --engine vllm  # vLLM's CPU build
 
 A "stage" here is what sampling does in the README's main job: ``--dialogues`` conversations
 at once, ``--rounds`` rounds each, every round re-sending the whole history (a system prompt
@@ -63,16 +64,19 @@ def matmul_gflops(dtype_name: str, tokens: int = 3072, seconds: float = 2.0) -> 
 
 async def stage(args, dtype: str, prefix_cache_mb: float) -> dict:
     from nip.backends import GenerationRequest
-    from nip.backends.local import LocalBackend
+    from nip.backends.local import LocalBackend, LocalVllmBackend
 
-    backend = LocalBackend(
-        args.model,
-        device="cpu",
-        dtype=dtype,
-        max_batch_size=args.dialogues,
-        max_wait_ms=20,
-        prefix_cache_mb=prefix_cache_mb,
-    )
+    if args.engine == "vllm":  # vLLM's own prefix caching; its start is not timed
+        backend = LocalVllmBackend(args.model, dtype=dtype, prefix_caching=prefix_cache_mb > 0)
+    else:
+        backend = LocalBackend(
+            args.model,
+            device="cpu",
+            dtype=dtype,
+            max_batch_size=args.dialogues,
+            max_wait_ms=20,
+            prefix_cache_mb=prefix_cache_mb,
+        )
     name = args.model
     if args.adapter:
         name = "adapter"
@@ -82,8 +86,10 @@ async def stage(args, dtype: str, prefix_cache_mb: float) -> dict:
         return GenerationRequest(name, tuple(messages), max_tokens=args.tokens, temperature=0)
 
     try:
+        started = time.perf_counter()
         await backend.generate(ask([{"role": "user", "content": "Hi"}]))  # load, warm up
-        before = backend.stats()
+        load_s = time.perf_counter() - started
+        before = backend.stats() if args.engine == "transformers" else None
         histories = [
             [
                 {"role": "system", "content": PROBLEM.format(name=f"close_{i}")},
@@ -92,27 +98,29 @@ async def stage(args, dtype: str, prefix_cache_mb: float) -> dict:
             for i in range(args.dialogues)
         ]
         answers = []
+        prompt = completion = 0
         start, cpu = time.perf_counter(), time.process_time()
         for _ in range(args.rounds):
             results = await asyncio.gather(*(backend.generate(ask(h)) for h in histories))
             for history, result in zip(histories, results, strict=True):
                 text = result.completions[0].text or ""
                 answers.append(text)
+                prompt += result.usage.prompt_tokens
+                completion += result.usage.completion_tokens
                 history += [
                     {"role": "assistant", "content": text},
                     {"role": "user", "content": "Expert: I disagree; look again."},
                 ]
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-        after = backend.stats()
+        after = backend.stats() if before is not None else None
     finally:
         await backend.aclose()
-    prompt = after.prompt_tokens - before.prompt_tokens
-    completion = after.tokens_generated - before.tokens_generated
     return {
+        "load_s": load_s,
         "wall_s": wall,
-        "cpu_s": cpu,
+        "cpu_s": cpu,  # this process's: vLLM's own processes are not counted
         "prompt_tokens": prompt,
-        "reused": after.reused_prompt_tokens - before.reused_prompt_tokens,
+        "reused": after.reused_prompt_tokens - before.reused_prompt_tokens if after else -1,
         "completion_tokens": completion,
         "tokens_per_s": (prompt + completion) / wall,
         "answers": hashlib.sha256("\x00".join(answers).encode()).hexdigest()[:12],
@@ -129,6 +137,12 @@ def main() -> None:
     parser.add_argument("--threads", nargs="+", type=int, default=[os.cpu_count() or 1])
     parser.add_argument("--adapter", default=None, help="a LoRA adapter folder to generate with")
     parser.add_argument("--prefix-cache-mb", nargs="+", type=float, default=[0.0])
+    parser.add_argument(
+        "--engine",
+        choices=["transformers", "vllm"],
+        default="transformers",
+        help="the Local engine (vllm: prefix caching on when --prefix-cache-mb > 0)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -137,7 +151,7 @@ def main() -> None:
     header = (
         f"{'dtype':<9}{'threads':>8}{'cache MB':>9}{'wall s':>8}{'CPU s':>7}{'prompt':>8}"
         f"{'reused':>8}{'new':>6}{'tok/s':>8}{'matmul GFLOP/s':>15}{'limit tok/s':>12}"
-        f"{'ratio':>7}  answers"
+        f"{'ratio':>7}{'start s':>8}  answers"
     )
     print(header)
     for dtype in args.dtype:
@@ -151,7 +165,8 @@ def main() -> None:
                     f"{dtype:<9}{threads:>8}{cache_mb:>9.0f}{row['wall_s']:>8.1f}"
                     f"{row['cpu_s']:>7.1f}{row['prompt_tokens']:>8}{row['reused']:>8}"
                     f"{row['completion_tokens']:>6}{row['tokens_per_s']:>8.0f}{gflops:>15.1f}"
-                    f"{limit:>12.0f}{row['tokens_per_s'] / limit:>7.2f}  {row['answers']}"
+                    f"{limit:>12.0f}{row['tokens_per_s'] / limit:>7.2f}{row['load_s']:>8.1f}"
+                    f"  {row['answers']}"
                 )
     print(f"load average {os.getloadavg()[0]:.2f}")
 

@@ -69,6 +69,12 @@ def main() -> None:
         default=None,
         help="the embedded model's prefix cache (LocalBackend's default when not given)",
     )
+    parser.add_argument(
+        "--local-engine",
+        default="transformers",
+        choices=["transformers", "vllm"],
+        help="what runs the embedded model (vllm: its processes' memory is not in the peak)",
+    )
     parser.add_argument("--stages", type=int, default=None, help="stop after this many")
     parser.add_argument("--json", default=None, help="write the figures here too")
     args = parser.parse_args()
@@ -101,7 +107,9 @@ def main() -> None:
 
     hyper_params = _load_config(args.config)
     trainer = build_trainer(
-        hyper_params, ExperimentSettings(run_dir=run_dir, cache=args.cache), overwrite=True
+        hyper_params,
+        ExperimentSettings(run_dir=run_dir, cache=args.cache, local_engine=args.local_engine),
+        overwrite=True,
     )
     stages: list[dict] = []
     for stage in (

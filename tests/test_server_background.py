@@ -25,6 +25,7 @@ from nip.server.background import (
     _tail,
     find_vllm_python,
 )
+from nip.testing.fake_vllm import fake_vllm_python
 from nip.testing.tiny_model import build_tiny_chat_model
 
 #: Every wait in these tests ends by then (a loaded machine included).
@@ -184,16 +185,6 @@ def test_a_kernel_restart_stops_the_server_started_in_the_kernel(tiny_model):
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
-
-
-def fake_vllm_python(folder: Path) -> str:
-    """An interpreter that can import a package named vllm (an empty one)."""
-    (folder / "site" / "vllm").mkdir(parents=True)
-    (folder / "site" / "vllm" / "__init__.py").write_text("")
-    script = folder / "python"
-    script.write_text(f'#!/bin/sh\nPYTHONPATH={folder / "site"} exec {sys.executable} "$@"\n')
-    script.chmod(0o755)
-    return str(script)
 
 
 def test_the_interpreter_named_by_the_environment_is_the_vllm_one(tmp_path, monkeypatch):

