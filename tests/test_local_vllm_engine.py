@@ -170,3 +170,14 @@ def test_nip_run_and_resume_take_the_local_engine():
         assert _settings(args).local_engine == "vllm"
     default = build_parser().parse_args(["run", "quickstart"])
     assert _settings(default).local_engine == "transformers"
+
+
+def test_the_kv_cache_size_given_wins_over_the_environment(fake_vllm, monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")
+    assert LocalVllmBackend(kv_cache_gib=2).environment()["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert LocalVllmBackend().environment()["VLLM_CPU_KVCACHE_SPACE"] == "8"
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE")
+    environment = LocalVllmBackend().environment()
+    assert environment["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert environment["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
+    assert environment["VLLM_API_KEY"]  # a key of its own: nothing else can drive it

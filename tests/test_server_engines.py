@@ -391,7 +391,7 @@ def test_stopping_the_server_ends_the_vllm_process_group(fake_vllm, tmp_path):
         os.kill(pid, 0)
 
 
-def test_the_vllm_command_follows_the_gpu_sharing_setting():
+def test_the_vllm_command_follows_the_gpu_sharing_setting(monkeypatch):
     from nip.server.vllm_engine import vllm_command, vllm_environment
 
     gpu = ServerConfig(device="cuda", gpu_sharing="pause", tensor_parallel_size=2, max_loras=2)
@@ -412,6 +412,9 @@ def test_the_vllm_command_follows_the_gpu_sharing_setting():
     assert "--gpu-memory-utilization" not in vllm_command(cpu, Path("/m"), 8001, "py")
     assert "VLLM_SERVER_DEV_MODE" not in vllm_environment(cpu, "t")
     assert vllm_environment(cpu, "t")["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")  # the setting is not ignored for it
+    larger = ServerConfig(device="cpu", cpu_kv_cache_gib=3)
+    assert vllm_environment(larger, "t")["VLLM_CPU_KVCACHE_SPACE"] == "3"
 
 
 @pytest.mark.slow

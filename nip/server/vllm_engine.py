@@ -69,7 +69,7 @@ def vllm_environment(config: ServerConfig, token: str) -> dict[str, str]:
     env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     env["VLLM_API_KEY"] = token
     if config.resolved_device == "cpu":
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kv_cache_gib))
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)  # the setting wins
     elif config.gpu_sharing == "pause":
         env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep and /wake_up
     if config.inference_devices is not None:

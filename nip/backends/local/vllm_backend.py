@@ -93,7 +93,8 @@ class LocalVllmBackend:
         max_loras: Adapters in one batch (``--max-loras``).
         prefix_caching: vLLM's automatic prefix caching: the next round of a dialogue
             computes only its new tokens.
-        kv_cache_gib: Memory for keys and values on a CPU (``VLLM_CPU_KVCACHE_SPACE``).
+        kv_cache_gib: GiB for keys and values on a CPU (``VLLM_CPU_KVCACHE_SPACE``; None: that
+            variable's value, else 1, room for about 20,000 tokens of the 135M model).
         max_model_len: vLLM's context length (None: the model's).
         startup_timeout_s: How long a start may take before it is given up.
         vllm_args: More command-line arguments for vLLM.
@@ -113,7 +114,7 @@ class LocalVllmBackend:
         max_lora_rank: int = 16,
         max_loras: int = 4,
         prefix_caching: bool = True,
-        kv_cache_gib: int = 2,
+        kv_cache_gib: int | None = None,
         max_model_len: int | None = None,
         startup_timeout_s: float = 600.0,
         vllm_args: Sequence[str] = (),
@@ -279,7 +280,9 @@ class LocalVllmBackend:
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))
+        if self.kv_cache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         env["VLLM_API_KEY"] = self._token
         return env
