@@ -105,6 +105,10 @@ class ModelNotFoundError(GenerationError):
     """The backend does not know the model (or adapter) name asked for."""
 
 
+class UnservableAdapterError(ModelNotFoundError):
+    """A LoRA adapter (or a stack of them) that an engine cannot serve as it is."""
+
+
 class AuthenticationError(GenerationError):
     """The backend refused the API key (HTTP 401/403). The key itself is never shown."""
 

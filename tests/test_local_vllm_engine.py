@@ -3,8 +3,8 @@
 ``ExperimentSettings(local_engine="vllm")`` (``nip run --local-engine vllm``) gives Local agents
 a :class:`LocalVllmBackend`: the same model names and adapters as the transformers engine,
 greedy answers token for token the same, vLLM started with the first request and stopped with
-the backend. The end-to-end test needs vLLM (``scripts/setup_vllm_cpu.sh``); the others use
-a stand-in interpreter.
+the backend; a stacked adapter is served as the one adapter equal to its stack. The end-to-end
+test needs vLLM (``scripts/setup_vllm_cpu.sh``); the others use a stand-in interpreter.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from nip.backends.local import LocalBackend, LocalVllmBackend, local_backend
 from nip.backends.local.adapters import write_predecessors
 from nip.backends.local.vllm_python import VLLM_PYTHON_ENV
 from nip.backends.providers import PROVIDERS
-from nip.errors import BackendUnavailableError, InvalidParameterError, ModelNotFoundError
+from nip.errors import BackendUnavailableError, InvalidParameterError, UnservableAdapterError
 from nip.parameters import PureTextAgentParameters
 from nip.settings import ExperimentSettings
 from nip.testing.fake_vllm import fake_vllm_python
@@ -53,6 +53,9 @@ def test_the_settings_choose_the_local_engine(fake_vllm):
     chosen = local.chat_backend(params, ExperimentSettings(local_engine="vllm"))
     assert isinstance(chosen, LocalVllmBackend) and not chosen.running  # starts on first use
     assert chosen.python == fake_vllm
+    assert chosen.max_lora_rank == params.lora_rank == 8  # room for the agents' adapters
+    params.lora_rank = 12  # rounded up to a rank vLLM accepts
+    assert local.chat_backend(params, ExperimentSettings(local_engine="vllm")).max_lora_rank == 16
     with pytest.raises(InvalidParameterError, match="'transformers' or 'vllm'"):
         ExperimentSettings(local_engine="llama.cpp")
     with pytest.raises(InvalidParameterError, match="local_engine"):
@@ -76,7 +79,9 @@ def test_a_vllm_that_exits_while_starting_is_reported_with_its_log(tmp_path, tin
     asyncio.run(backend.aclose())
 
 
-def test_vllm_serves_one_adapter_of_a_rank_it_was_started_for(tmp_path, tiny_model, fake_vllm):
+def test_vllm_serves_adapters_and_stacks_up_to_the_rank_it_was_started_for(
+    tmp_path, tiny_model, fake_vllm
+):
     from nip.testing.tiny_model import build_tiny_lora_adapter
 
     backend = LocalVllmBackend(str(tiny_model), max_lora_rank=8)
@@ -85,12 +90,17 @@ def test_vllm_serves_one_adapter_of_a_rank_it_was_started_for(tmp_path, tiny_mod
     assert backend.model_names[-1] == "verifier-it0"
     assert backend.model_fingerprint("verifier-it0") is not None
     wide = build_tiny_lora_adapter(tiny_model, tmp_path / "wide", rank=16)
-    with pytest.raises(ModelNotFoundError, match="max_lora_rank=16"):
+    with pytest.raises(UnservableAdapterError, match="max_lora_rank=16 or more"):
         backend.register_adapter("wide", wide)
     stacked = build_tiny_lora_adapter(tiny_model, tmp_path / "stacked", rank=4, seed=1)
     write_predecessors(stacked, [first])
-    with pytest.raises(ModelNotFoundError, match="local_engine='transformers'"):
-        backend.register_adapter("verifier-it1", stacked)
+    backend.register_adapter("verifier-it1", stacked)  # served as one adapter of rank 4 + 4
+    too_wide = build_tiny_lora_adapter(tiny_model, tmp_path / "too-wide", rank=8, seed=2)
+    write_predecessors(too_wide, [first])
+    with pytest.raises(UnservableAdapterError, match=r"rank 12, above .*larger max_lora_rank"):
+        backend.register_adapter("verifier-it2", too_wide)
+    with pytest.raises(InvalidParameterError, match="max_lora_rank"):
+        LocalVllmBackend(str(tiny_model), max_lora_rank=10)  # not a rank vLLM accepts
 
 
 def _vllm_python() -> str | None:
@@ -117,6 +127,8 @@ def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_
     if python is None:
         pytest.skip("no vLLM: run scripts/setup_vllm_cpu.sh (CPU) or install vllm (GPU)")
     adapters = [build_tiny_lora_adapter(tiny_model, tmp_path / f"a{i}", seed=i) for i in (0, 1)]
+    stacked = build_tiny_lora_adapter(tiny_model, tmp_path / "stacked", seed=2)
+    write_predecessors(stacked, [adapters[0]])  # served by vLLM as one adapter of rank 8
     transformers = LocalBackend(str(tiny_model), device="cpu")
     vllm = LocalVllmBackend(
         str(tiny_model), vllm_python=python, max_model_len=512, vllm_args=["--enforce-eager"]
@@ -131,14 +143,16 @@ def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_
     async def run() -> tuple:
         try:
             first, second = await both(adapters[0]), await both(adapters[1])
+            third = await both(stacked)
             process = vllm._process
-            return first, second, process
+            return first, second, third, process
         finally:
             await transformers.aclose()
             await vllm.aclose()
 
-    first, second, process = asyncio.run(run())
+    first, second, third, process = asyncio.run(run())
     assert first[0] == first[1] and second[0] == second[1]  # token for token
+    assert third[0] == third[1]  # a stack too
     assert first[0][0] != first[0][1]  # the adapter changes the answer
     assert first[0][1] != second[0][1]  # and the re-registered one is served
     assert process.poll() is not None  # stopped with the backend

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nip.backends.local.adapters import read_adapter_stack, write_predecessors
-from nip.server.engine import EngineError
-from nip.server.stacked_adapters import concatenated_rank, write_concatenated_adapter
+from nip.backends.local.stacked_adapters import concatenated_rank, write_concatenated_adapter
+from nip.errors import UnservableAdapterError
 from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
 pytest.importorskip("peft")
@@ -80,6 +80,6 @@ def test_the_single_adapter_changes_the_model_exactly_as_the_stack(
 
 
 def test_a_stack_above_every_allowed_rank_is_refused_naming_the_flag(stack, tmp_path):
-    with pytest.raises(EngineError, match=r"rank 6, above .*--max-lora-rank"):
+    with pytest.raises(UnservableAdapterError, match=r"rank 6, above .*serves \(1\)"):
         write_concatenated_adapter(stack, tmp_path / "x", allowed_ranks=(1,))
     assert not (tmp_path / "x").exists()

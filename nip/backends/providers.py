@@ -108,7 +108,7 @@ def _openrouter(params: PureTextAgentParameters, **overrides: Any) -> OpenAIBack
 def _local(params: PureTextAgentParameters, settings: ExperimentSettings) -> ChatBackend:
     from nip.backends.local import local_backend  # cheap, but keeps this module's imports small
 
-    return local_backend(params.model_name, engine=settings.local_engine)
+    return local_backend(params.model_name, engine=settings.local_engine, params=params)
 
 
 def _dummy(params: PureTextAgentParameters, settings: ExperimentSettings) -> ChatBackend:

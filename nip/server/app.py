@@ -190,7 +190,7 @@ def create_server_app(
         if previous is not None:
             # vLLM gets one adapter as wide as the whole stack: refuse now, not after training.
             from nip.backends.local.adapters import read_adapter_stack
-            from nip.server.stacked_adapters import concatenated_rank
+            from nip.backends.local.stacked_adapters import concatenated_rank
 
             total = concatenated_rank(read_adapter_stack(previous)) + rank
             if total > config.max_lora_rank:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from nip.backends.local.vllm_python import VLLM_LORA_RANKS
 from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import InvalidParameterError, NipError
 from nip.parameters._base import BaseParameters, param
@@ -21,9 +22,6 @@ EngineKind = Literal["auto", "vllm", "transformers", "none"]
 GpuSharing = Literal["fraction", "pause"]
 Device = Literal["auto", "cuda", "cpu"]
 Quantization = Literal["none", "bitsandbytes"]
-
-#: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 #: Environment variable holding the server's bearer token (read by server and clients).
 

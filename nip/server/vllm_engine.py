@@ -23,7 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nip.server.config import VLLM_LORA_RANKS, ServerConfig
+from nip.backends.local.vllm_python import VLLM_LORA_RANKS
+from nip.errors import UnservableAdapterError
+from nip.server.config import ServerConfig
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
 
 log = logging.getLogger(__name__)
@@ -288,13 +290,16 @@ class VllmEngine:
 
     def _servable_path(self, path: Path) -> str:
         from nip.backends.local.adapters import predecessors, read_adapter_stack
-        from nip.server.stacked_adapters import write_concatenated_adapter
+        from nip.backends.local.stacked_adapters import write_concatenated_adapter
 
         if not predecessors(path):
             return str(path)
         allowed = [r for r in VLLM_LORA_RANKS if r <= self.config.max_lora_rank]
         out = path.with_name(f"{path.name}-for-vllm")
-        write_concatenated_adapter(read_adapter_stack(path), out, allowed_ranks=allowed)
+        try:
+            write_concatenated_adapter(read_adapter_stack(path), out, allowed_ranks=allowed)
+        except UnservableAdapterError as error:
+            raise EngineError(f"{error} (nip serve --max-lora-rank)") from error
         return str(out)
 
     async def _load(self, name: str) -> None:

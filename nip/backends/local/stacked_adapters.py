@@ -2,7 +2,8 @@
 
 A stacked adapter (``stack_lora_adapters=True``, see :mod:`nip.backends.local.adapters`) was
 trained on the base model with its predecessors merged in, so it must be served *together*
-with them. vLLM applies one adapter per request, so nip serve gives it an adapter that is
+with them. vLLM applies one adapter per request, so nip serve and the ``Local`` provider's vLLM
+engine give it an adapter that is
 exactly the sum of the stack: for every layer, the LoRA update of each adapter is
 ``s_i · B_i A_i`` (``s_i = alpha_i / r_i``), and concatenating along the rank,
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.backends.local.adapters import AdapterStack
-from nip.server.engine import EngineError
+from nip.errors import UnservableAdapterError
 
 _WEIGHTS = "adapter_model.safetensors"
 _KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<side>[AB])\.weight$")
@@ -48,7 +49,7 @@ def write_concatenated_adapter(
             smallest of them that fits. None keeps the exact sum.
 
     Raises:
-        EngineError: An adapter uses a feature the sum cannot express (DoRA, per-module
+        UnservableAdapterError: An adapter uses a feature the sum cannot express (DoRA, per-module
             ranks), has weights other than LoRA A/B matrices, or the sum exceeds every
             allowed rank.
     """
@@ -58,7 +59,9 @@ def write_concatenated_adapter(
     configs = [_config(layer.path) for layer in stack.layers]
     for layer, config in zip(stack.layers, configs, strict=True):
         if config.get("use_dora") or config.get("rank_pattern") or config.get("alpha_pattern"):
-            raise EngineError(f"{layer.path}: DoRA or per-module ranks cannot be stacked for vLLM")
+            raise UnservableAdapterError(
+                f"{layer.path}: DoRA or per-module ranks cannot be stacked for vLLM"
+            )
     ranks = [int(c["r"]) for c in configs]
     rank = _padded(sum(ranks), allowed_ranks)
     pairs: dict[str, list[tuple[Any, Any] | None]] = {}
@@ -101,12 +104,14 @@ def _config(folder: Path) -> dict[str, Any]:
 def _pairs(path: Path, load_file: Any) -> dict[str, tuple[Any, Any]]:
     """The (A, B) matrices of every module in an adapter's weights file."""
     if not path.is_file():
-        raise EngineError(f"{path.parent}: no {_WEIGHTS} (only safetensors adapters are stacked)")
+        raise UnservableAdapterError(
+            f"{path.parent}: no {_WEIGHTS} (only safetensors adapters are stacked)"
+        )
     halves: dict[str, dict[str, Any]] = {}
     for key, tensor in load_file(str(path)).items():
         match = _KEY.match(key)
         if match is None:
-            raise EngineError(f"{path.parent}: {key!r} is not a LoRA A/B matrix")
+            raise UnservableAdapterError(f"{path.parent}: {key!r} is not a LoRA A/B matrix")
         halves.setdefault(match["module"], {})[match["side"]] = tensor
     return {module: (h["A"], h["B"]) for module, h in halves.items()}
 
@@ -116,9 +121,9 @@ def _padded(total: int, allowed_ranks: Sequence[int] | None) -> int:
         return total
     fitting = [r for r in sorted(allowed_ranks) if r >= total]
     if not fitting:
-        raise EngineError(
+        raise UnservableAdapterError(
             f"the stacked adapters add up to rank {total}, above the largest rank the engine "
-            f"serves ({max(allowed_ranks)}; nip serve --max-lora-rank)"
+            f"serves ({max(allowed_ranks)})"
         )
     return fitting[0]
 
