@@ -102,3 +102,19 @@ def test_the_fine_tuning_line_counts_the_steps_logged_just_before_the_jobs_end()
 
     asyncio.run(fine_tune())
     assert "  verifier: 2 steps, loss 1.250" in stream.getvalue().splitlines()
+
+
+def test_a_slow_engine_start_gets_a_line_and_its_duration_and_a_quick_one_nothing():
+    stream = io.StringIO()
+    reporter = RunReporter(stream=stream, bars=False)
+
+    async def wait(seconds: float, after_s: float) -> None:
+        async with reporter.waiting_for_engines(after_s=after_s):
+            await asyncio.sleep(seconds)
+
+    asyncio.run(wait(0.0, after_s=3600))
+    assert stream.getvalue() == ""
+    asyncio.run(wait(0.2, after_s=0.01))
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("starting the agents' model engines")
+    assert lines[1].startswith("  engines ready in ")

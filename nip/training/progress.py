@@ -85,6 +85,30 @@ class RunReporter:
             self._print(f"  {label}: done in {time.monotonic() - started:.1f} s")
         self._maybe_summarise(trainer, stage)
 
+    @contextlib.asynccontextmanager
+    async def waiting_for_engines(self, after_s: float = 2.0) -> AsyncIterator[None]:
+        """Around the wait for the agents' engines (a vLLM or ``nip serve`` starting): a
+        line once it has lasted ``after_s``, and how long it took; nothing if it is quick."""
+        if not self.enabled:
+            yield
+            return
+        started = time.monotonic()
+
+        async def announce() -> None:
+            await asyncio.sleep(after_s)
+            self._print("starting the agents' model engines (vLLM or nip serve: about a minute)")
+
+        announcing = asyncio.ensure_future(announce())
+        try:
+            yield
+        finally:
+            announced = announcing.done()
+            announcing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await announcing
+            if announced:
+                self._print(f"  engines ready in {time.monotonic() - started:.1f} s")
+
     # ------------------------------------------------------------------ details
     def _maybe_summarise(self, trainer: PureTextEiTrainer, stage: str) -> None:
         iteration = trainer.state.iteration

@@ -247,14 +247,15 @@ class PureTextEiTrainer:
         """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is
         still loading, say), instead of failing the first requests."""
         timeout = self.settings.server_ready_timeout_s
-        for name, group in self.groups.items():
-            try:
-                await group.wait_for_ready(timeout)
-            except TimeoutError:
-                raise BackendUnavailableError(
-                    f"the server of group {name!r} was not ready after {timeout:g} s "
-                    "(ExperimentSettings.server_ready_timeout_s)"
-                ) from None
+        async with self._reporter.waiting_for_engines():
+            for name, group in self.groups.items():
+                try:
+                    await group.wait_for_ready(timeout)
+                except TimeoutError:
+                    raise BackendUnavailableError(
+                        f"the server of group {name!r} was not ready after {timeout:g} s "
+                        "(ExperimentSettings.server_ready_timeout_s)"
+                    ) from None
         self._servers_ready = True
 
     def _make_logger(self):
