@@ -64,5 +64,6 @@ class ExperimentSettings:
             if getattr(self, name) not in get_args(kind):
                 from nip.errors import InvalidParameterError
 
-                allowed = " or ".join(map(repr, get_args(kind)))
+                *others, last = map(repr, get_args(kind))
+                allowed = f"{', '.join(others)} or {last}"
                 raise InvalidParameterError(name, getattr(self, name), allowed)

@@ -194,6 +194,16 @@ def test_the_interpreter_named_by_the_environment_is_the_vllm_one(tmp_path, monk
     assert find_vllm_python() == python
 
 
+def test_none_in_the_environment_turns_vllm_off_unless_one_is_named(tmp_path, monkeypatch):
+    python = fake_vllm_python(tmp_path)
+    monkeypatch.setenv(VLLM_PYTHON_ENV, "none")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".vllm-venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".vllm-venv" / "bin" / "python").symlink_to(python)  # would be found
+    assert find_vllm_python() is None
+    assert find_vllm_python(explicit=python) == python
+
+
 def test_an_interpreter_asked_for_without_vllm_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setenv(VLLM_PYTHON_ENV, fake_vllm_python(tmp_path))
 

@@ -39,9 +39,13 @@ def find_vllm_python(explicit: str | None = None) -> str | None:
     Looked for in this order: ``explicit``; ``$NIP_VLLM_PYTHON``; ``.vllm-venv/bin/python``
     in the current folder, its parents, or the checkout nip runs from (where
     ``scripts/setup_vllm_cpu.sh`` puts vLLM's CPU build); this interpreter.
+    ``NIP_VLLM_PYTHON=none`` finds none unless one is named explicitly (``engine="auto"``
+    then picks transformers).
     """
     if explicit is not None:  # asked for: that one or none
         return explicit if Path(explicit).exists() and vllm_available(explicit) else None
+    if os.environ.get(VLLM_PYTHON_ENV, "").strip().lower() == "none":
+        return None
     roots = [Path.cwd(), *Path.cwd().parents, Path(__file__).resolve().parents[3]]
     candidates = [os.environ.get(VLLM_PYTHON_ENV), sys.executable]
     candidates[1:1] = [str(root / ".vllm-venv" / "bin" / "python") for root in roots]
