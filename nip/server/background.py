@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import NipError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
+from nip.utils.processes import free_port
 
 if TYPE_CHECKING:
     from nip.parameters import PureTextAgentParameters
@@ -50,13 +50,6 @@ STOP_GRACE_S = 30.0
 
 class ServerStartError(NipError):
     """A background server exited, or its engine failed, before it was ready."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
 
 
 def _end_server(process: subprocess.Popen, grace_s: float, temporary: str | None) -> None:

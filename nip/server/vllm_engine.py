@@ -18,7 +18,6 @@ import logging
 import os
 import secrets
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from nip.backends.local.vllm_python import VLLM_LORA_RANKS
 from nip.errors import UnservableAdapterError
 from nip.server.config import ServerConfig
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
+from nip.utils.processes import end_of_file, free_port
 
 log = logging.getLogger(__name__)
 
@@ -77,22 +77,6 @@ def vllm_environment(config: ServerConfig, token: str) -> dict[str, str]:
     if config.inference_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = config.inference_devices
     return env
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, size: int = 2000) -> str:
-    """The end of a (possibly large) log file."""
-    try:
-        with path.open("rb") as file:
-            file.seek(max(0, file.seek(0, os.SEEK_END) - size))
-            return file.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
 
 
 class VllmEngine:
@@ -179,7 +163,7 @@ class VllmEngine:
                 return
             self._state = "crashed"  # until the restart is ready
             self._restarts += 1
-            self._error = f"vLLM exited with status {code}:\n{_tail(self.log_path)}"
+            self._error = f"vLLM exited with status {code}:\n{end_of_file(self.log_path)}"
             log.error("vLLM exited with status %s (restart %s)", code, self._restarts)
             if self._restarts > self.config.vllm_max_restarts:
                 self._state = "failed"
@@ -188,7 +172,7 @@ class VllmEngine:
 
     async def _run_once(self) -> int | None:
         """Start vLLM, make it usable, and wait for it to exit; None if it never started."""
-        self.port = self.config.vllm_port or _free_port()
+        self.port = self.config.vllm_port or free_port()
         command = vllm_command(self.config, self.model, self.port, self.python)
         env = vllm_environment(self.config, self._token)
         with self.log_path.open("ab") as log_file:
@@ -206,7 +190,7 @@ class VllmEngine:
                 return self._process.returncode
             self._error = (
                 f"vLLM was not ready after {self.config.vllm_startup_timeout_s:g} s:\n"
-                f"{_tail(self.log_path)}"
+                f"{end_of_file(self.log_path)}"
             )
             await self._terminate()
             self._state = "failed"  # only once the process and its pid file are gone

@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import weakref
@@ -46,24 +45,10 @@ from nip.errors import (
     UnservableAdapterError,
 )
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
+from nip.utils.processes import end_of_file, free_port
 
 #: The name vLLM serves the base model under (requests use the backend's own names).
 BASE_NAME = "nip-base"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _tail(path: Path, size: int = 3000) -> str:
-    try:
-        with path.open("rb") as file:
-            file.seek(max(0, file.seek(0, os.SEEK_END) - size))
-            return file.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
 
 
 def _stop_process(process: subprocess.Popen, folder: str, grace_s: float = 10.0) -> None:
@@ -327,7 +312,7 @@ class LocalVllmBackend:
                 None, ensure_local_model, self.model, self.cache_dir
             )
             self._folder = tempfile.mkdtemp(prefix="nip-local-vllm-")
-            self._port = _free_port()
+            self._port = free_port()
             with open(Path(self._folder) / "vllm.log", "wb") as log:
                 self._process = subprocess.Popen(
                     self.command(folder, self._port),
@@ -377,7 +362,7 @@ class LocalVllmBackend:
             _stop_process(process, folder)
 
     def _log_tail(self) -> str:
-        return _tail(self.log_path) if self.log_path else ""
+        return end_of_file(self.log_path, 3000) if self.log_path else ""
 
     # ------------------------------------------------------------------ adapters
     async def _load(self, name: str) -> str:
