@@ -15,7 +15,6 @@ between batch shapes (which can, rarely, flip a near-tie).
 from __future__ import annotations
 
 import asyncio
-import html
 import os
 import threading
 import time
@@ -29,6 +28,7 @@ from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local._batcher import MicroBatcher
 from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
+from nip.backends.openai_compatible import _html_table
 from nip.errors import GenerationError, ModelNotFoundError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.utils.imports import heavy_imports
@@ -295,9 +295,4 @@ class LocalBackend:
         )
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in self._describe().items()
-        )
-        return f"<table><caption>LocalBackend</caption>{rows}</table>"
+        return _html_table("LocalBackend", self._describe())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import html
 import json
 import os
 import secrets
@@ -36,7 +35,7 @@ from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
 from nip.backends.local.stacked_adapters import concatenated_rank
 from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_LORA_RANKS, find_vllm_python
-from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
+from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig, _html_table
 from nip.errors import (
     BackendUnavailableError,
     GenerationError,
@@ -426,9 +425,4 @@ class LocalVllmBackend:
         )
 
     def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
-            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in self._describe().items()
-        )
-        return f"<table><caption>LocalVllmBackend</caption>{rows}</table>"
+        return _html_table("LocalVllmBackend", self._describe())
