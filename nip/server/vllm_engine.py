@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nip.backends.local.vllm_python import VLLM_LORA_RANKS
+from nip.backends.local.vllm_python import vllm_ranks_up_to
 from nip.errors import UnservableAdapterError
 from nip.server.config import ServerConfig
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
@@ -278,7 +278,7 @@ class VllmEngine:
 
         if not predecessors(path):
             return str(path)
-        allowed = [r for r in VLLM_LORA_RANKS if r <= self.config.max_lora_rank]
+        allowed = vllm_ranks_up_to(self.config.max_lora_rank)
         out = path.with_name(f"{path.name}-for-vllm")
         try:
             write_concatenated_adapter(read_adapter_stack(path), out, allowed_ranks=allowed)

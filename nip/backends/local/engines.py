@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from nip.backends._types import ChatBackend
 from nip.backends.local.backend import LocalBackend
 from nip.backends.local.vllm_backend import LocalVllmBackend
-from nip.backends.local.vllm_python import VLLM_LORA_RANKS
+from nip.backends.local.vllm_python import vllm_rank_at_least
 from nip.errors import InvalidParameterError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 
@@ -33,8 +33,7 @@ def _no_options(params: PureTextAgentParameters) -> dict[str, Any]:
 def _vllm_options(params: PureTextAgentParameters) -> dict[str, Any]:
     """vLLM fixes the largest adapter rank when it starts: the agents' ``lora_rank``, rounded
     up to a rank vLLM accepts (a stack's ranks add up: pass ``max_lora_rank`` for more)."""
-    fitting = [r for r in VLLM_LORA_RANKS if r >= params.lora_rank]
-    return {"max_lora_rank": fitting[0] if fitting else VLLM_LORA_RANKS[-1]}
+    return {"max_lora_rank": vllm_rank_at_least(params.lora_rank)}
 
 
 @dataclass(frozen=True)

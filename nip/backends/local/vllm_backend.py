@@ -34,7 +34,13 @@ from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
 from nip.backends.local.stacked_adapters import concatenated_rank
-from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_LORA_RANKS, find_vllm_python
+from nip.backends.local.vllm_python import (
+    HOW_TO_GET_VLLM,
+    VLLM_LORA_RANKS,
+    find_vllm_python,
+    vllm_rank_at_least,
+    vllm_ranks_up_to,
+)
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig, _html_table
 from nip.errors import (
     BackendUnavailableError,
@@ -182,7 +188,7 @@ class LocalVllmBackend:
             raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
         stack = read_adapter_stack(path)
         if len(stack.layers) > 1:  # served as the one adapter equal to the stack
-            allowed = [r for r in VLLM_LORA_RANKS if r <= self.max_lora_rank]
+            allowed = vllm_ranks_up_to(self.max_lora_rank)
             try:
                 concatenated_rank(stack, allowed)
             except UnservableAdapterError as error:
@@ -196,7 +202,7 @@ class LocalVllmBackend:
                 raise UnservableAdapterError(
                     f"The adapter {name!r} has rank {rank}, above this backend's "
                     f"max_lora_rank ({self.max_lora_rank}); create the backend with "
-                    f"max_lora_rank={min(r for r in VLLM_LORA_RANKS if r >= rank)} or more."
+                    f"max_lora_rank={vllm_rank_at_least(rank)} or more."
                 )
         self._adapters[name] = stack
 
@@ -392,7 +398,7 @@ class LocalVllmBackend:
     def _write_stack(self, stack: AdapterStack, path: Path) -> None:
         from nip.backends.local.stacked_adapters import write_concatenated_adapter
 
-        allowed = [r for r in VLLM_LORA_RANKS if r <= self.max_lora_rank]
+        allowed = vllm_ranks_up_to(self.max_lora_rank)
         write_concatenated_adapter(stack, path, allowed_ranks=allowed)
 
     async def _admin(self, path: str, body: dict[str, Any]) -> None:

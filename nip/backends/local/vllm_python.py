@@ -17,6 +17,17 @@ from pathlib import Path
 #: The LoRA ranks vLLM accepts for ``--max-lora-rank``.
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
+
+def vllm_ranks_up_to(limit: int) -> list[int]:
+    """The ranks vLLM accepts that are at most ``limit`` (what a stack may be padded to)."""
+    return [r for r in VLLM_LORA_RANKS if r <= limit]
+
+
+def vllm_rank_at_least(rank: int) -> int:
+    """The smallest rank vLLM accepts that holds ``rank`` (its largest if none does)."""
+    return next((r for r in VLLM_LORA_RANKS if r >= rank), VLLM_LORA_RANKS[-1])
+
+
 #: Environment variable naming an interpreter with vLLM (e.g. a ``.vllm-venv``'s python).
 VLLM_PYTHON_ENV = "NIP_VLLM_PYTHON"
 
