@@ -19,6 +19,7 @@ from nip.rollouts import AgentTurn, Datapoint, RolloutBatch
 from nip.rollouts.dialogue import DialogueOverError
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.metrics import cost_usd
 from nip.utils.sync import run_sync
 
 ITEMS = [
@@ -162,6 +163,54 @@ def test_an_unknown_finish_reason_is_retried():
     backend = ScriptedBackend([("Decision: accept", "tool_calls"), ("Decision: accept", "stop")])
     s, _ = solo_agent(backend)
     assert s.dialogue(ITEMS[0]).step()[0].retries == 1
+
+
+def test_a_turn_carries_the_tokens_of_its_rejected_attempts_too():
+    # A provider bills every generation, parsed or not (each scripted call: 10 + 3 tokens).
+    backend = ScriptedBackend([("Decision: perhaps", "stop"), ("Decision: accept", "stop")])
+    s, _ = solo_agent(backend)
+    turn = s.dialogue(ITEMS[0]).step()[0]
+    assert turn.retries == 1
+    assert (turn.prompt_tokens, turn.completion_tokens) == (20, 6)
+
+
+def test_a_turn_whose_every_attempt_failed_still_costs_what_they_cost():
+    backend = ScriptedBackend([("", "stop")] * 3)
+    s, _ = solo_agent(backend, retries=2)
+    turn = s.dialogue(ITEMS[0]).step()[0]
+    assert not turn.valid and (turn.prompt_tokens, turn.completion_tokens) == (30, 9)
+    assert turn.model == "scripted" and not turn.cached
+    usd_per_million = {"scripted": (1.0, 2.0)}
+    assert cost_usd([turn], usd_per_million) == pytest.approx((30 * 1.0 + 9 * 2.0) / 1e6)
+
+
+class SampledBackend(ScriptedBackend):
+    """Answers an ``n``-sampled request with the scripted texts of its next ``n`` entries."""
+
+    async def generate(self, request: GenerationRequest) -> GenerationResult:
+        self.requests.append(request)
+        completions = tuple(Completion(*next(self._script)) for _ in range(request.n))
+        return GenerationResult(completions, TokenUsage(100, 10 * request.n + 1), model="s")
+
+
+def test_n_sampled_turns_add_up_to_what_the_requests_cost():
+    # Sample 1 cannot be parsed and is generated again alone: its share stays on its turn.
+    backend = SampledBackend(
+        [
+            ("Decision: accept", "stop"),
+            ("Decision: perhaps", "stop"),
+            ("Decision: reject", "stop"),
+            ("Decision: accept", "stop"),  # sample 1 again
+        ]
+    )
+    s, agent = solo_agent(backend)
+    samples = run_sync(agent.generate_samples(s.dialogue(ITEMS[0]).transcript, 0, 3))
+    turns = [turn for turn, _ in samples]
+    assert [t.sample_index for t in turns] == [0, 4, 2]
+    assert [t.prompt_tokens for t in turns] == [100, 100, 0]  # the n-request's prompt, once
+    assert [t.completion_tokens for t in turns] == [11, 10 + 11, 10]
+    assert sum(t.prompt_tokens for t in turns) == 100 + 100  # both requests' prompts
+    assert sum(t.completion_tokens for t in turns) == 31 + 11  # both requests' completions
 
 
 def test_hitting_the_token_limit_sets_the_flag_and_keeps_the_text():

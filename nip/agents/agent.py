@@ -13,6 +13,7 @@ from typing import Any
 
 from nip.agents.parsing import ParsedResponse, parse_response
 from nip.agents.prompt_builder import build_chat_prompt
+from nip.agents.usage import AttemptsUsage, split_usage, with_usage_added
 from nip.backends import ChatBackend, ChatMessage, Completion, GenerationRequest
 from nip.errors import (
     ContentFilterError,
@@ -299,11 +300,13 @@ class PureTextWholeAgent:
             raise GenerationError(f"agent {self.agent_name!r} has no backend to generate with")
         retries = self.agent_params.num_invalid_generation_retries
         last_error: GenerationError | None = None
+        spent = AttemptsUsage()  # every attempt's tokens: rejected generations are billed too
         for attempt in range(retries + 1):
             request = self.make_request(
                 transcript, round_id, attempt=attempt, sample_index=sample_index
             )
             result = await self.backend.generate(request)
+            spent.add(result.usage, result.cached)
             completion = result.completions[0]
             try:
                 parsed = self.parse_completion(completion, transcript, round_id)
@@ -318,11 +321,9 @@ class PureTextWholeAgent:
                 token_limit=completion.finish_reason == "length",
                 error=str(last_error) if last_error else None,
                 model=result.model or request.model,
-                prompt_tokens=result.usage.prompt_tokens,
-                completion_tokens=result.usage.completion_tokens,
                 latency_s=result.latency_s,
-                cached=result.cached,
                 sample_index=sample_index,
+                **spent.turn_fields(),
             )
         invalid = AgentTurn(
             round=round_id,
@@ -331,8 +332,9 @@ class PureTextWholeAgent:
             retries=retries,
             valid=False,
             error=f"{type(last_error).__name__}: {last_error}",
-            model=self.model_name,
+            model=result.model or self.model_name,
             sample_index=sample_index,
+            **spent.turn_fields(),
         )
         return invalid, []
 
@@ -348,8 +350,8 @@ class PureTextWholeAgent:
             raise GenerationError(f"agent {self.agent_name!r} has no backend to generate with")
         request = self.make_request(transcript, round_id, n=n)
         result = await self.backend.generate(request)
-        share = result.usage.completion_tokens // max(len(result.completions), 1)
-        samples: list[tuple[AgentTurn, list[ChannelMessage]] | None] = []
+        shares = split_usage(result.usage, n)
+        samples: list[tuple[AgentTurn, list[ChannelMessage]]] = []
         for i in range(n):
             completion = result.completions[i] if i < len(result.completions) else None
             try:
@@ -357,7 +359,9 @@ class PureTextWholeAgent:
                     raise InvalidResponseError("the backend returned fewer samples than asked")
                 parsed = self.parse_completion(completion, transcript, round_id)
             except (InvalidResponseError, ContentFilterError, UnknownFinishReasonError):
-                samples.append(None)
+                # Generated again alone; the tokens this sample's share cost stay on its turn.
+                turn, messages = await self.generate_turn(transcript, round_id, sample_index=n + i)
+                samples.append((with_usage_added(turn, shares[i], result.cached), messages))
                 continue
             samples.append(
                 self._turn(
@@ -366,17 +370,14 @@ class PureTextWholeAgent:
                     round_id,
                     token_limit=completion.finish_reason == "length",
                     model=result.model or request.model,
-                    prompt_tokens=result.usage.prompt_tokens if i == 0 else 0,
-                    completion_tokens=share,
+                    prompt_tokens=shares[i].prompt_tokens,
+                    completion_tokens=shares[i].completion_tokens,
                     latency_s=result.latency_s,
                     cached=result.cached,
                     sample_index=i,
                 )
             )
-        for i, sample in enumerate(samples):
-            if sample is None:
-                samples[i] = await self.generate_turn(transcript, round_id, sample_index=n + i)
-        return [s for s in samples if s is not None]
+        return samples
 
     # -------------------------------------------------------------- fine-tuning
     def build_fine_tune_dataset(

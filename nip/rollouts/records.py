@@ -62,9 +62,10 @@ class AgentTurn:
         valid: False when every retry failed; the turn then writes nothing.
         error: The last parsing or generation error, if any.
         model: The model (or adapter) that generated it.
-        prompt_tokens / completion_tokens: Token usage (of the accepted generation).
+        prompt_tokens / completion_tokens: Token usage of every generation of the turn, the
+            rejected attempts included (a provider bills them too).
         latency_s: Wall time of the accepted generation.
-        cached: Served from the response cache.
+        cached: Every generation of the turn was served from the response cache.
         overridden: Written by a person through the step-through API, not generated.
         sample_index: Which sample of the request this is (MALT siblings, regenerations).
     """

@@ -233,7 +233,7 @@ def agent_usage_metrics(
 ) -> dict[str, Any]:
     """One agent's tokens, API cost and latency over ``turns`` (its own turns).
 
-    ``{agent}.prompt_tokens`` / ``.completion_tokens`` (of the accepted generations),
+    ``{agent}.prompt_tokens`` / ``.completion_tokens`` (of every generation, rejected ones too),
     ``{agent}.cost_usd`` (as :func:`cost_usd`), and ``{agent}.mean_latency_s``: the mean
     wall time of the request behind each turn a backend generated (not served from the
     cache, not written by a person, not invalid); None when there are none. No total is
