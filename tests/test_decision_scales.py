@@ -8,6 +8,8 @@ import pytest
 
 from nip.agents import parse_response
 from nip.backends import Completion, GenerationResult, TokenUsage
+from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
+from nip.backends.pool import BackendPool
 from nip.errors import InvalidDecisionError, InvalidParameterError
 from nip.parameters import (
     CommonProtocolParameters,
@@ -31,6 +33,7 @@ from nip.protocols import (
 from nip.rollouts import Datapoint, Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.testing.server import create_app, serve
 from nip.training.malt import build_trees
 
 REJECT, ACCEPT, NEITHER = Decision.REJECT, Decision.ACCEPT, Decision.NEITHER
@@ -360,6 +363,29 @@ def test_dummy_dialogues_on_a_scale_keep_the_score_and_reward_provers_by_it(name
         assert transcript.episode_reward("prover") == pytest.approx(expected)
         assert Transcript.from_dict(transcript.to_dict()).score == transcript.score
         assert transcript.summary()["score"] == transcript.score
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["likert_5", "out_of_100"])
+def test_the_dummy_behind_the_test_server_decides_on_the_scale_its_prompt_states(name):
+    # Over HTTP the dummy sees only the chat messages, not the agent layer's metadata.
+    settings = ExperimentSettings(show_progress=False, cache="off")
+    hp = HyperParameters(
+        interaction_protocol="nip",
+        protocol_common={"verifier_decision_scale": name},
+        agents={n: PureTextAgentParameters(model_name="m") for n in ("prover", "verifier")},
+    )
+    with serve(create_app()) as server:
+        backend = OpenAIBackend(OpenAIBackendConfig(base_url=server.base_url))
+        session = Session(hp, settings, backends=BackendPool(settings, {"openai": backend}))
+        batch = session.rollouts(ITEMS)
+        session.close()
+
+    verifier_turns = [t for d in batch.transcripts for t in d.turns_of("verifier")]
+    assert all(t.valid and t.retries == 0 for t in verifier_turns), [
+        t.error for t in verifier_turns if t.error
+    ]
+    assert all(not t.terminated and t.decision is not Decision.NONE for t in batch.transcripts)
 
 
 class Scripted:

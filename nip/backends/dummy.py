@@ -7,8 +7,9 @@ gives the same transcripts.
 
 The policy reads who is asking from ``request.metadata`` when the agent layer set it
 (``is_verifier``, ``can_decide``, ``channel_headers``, ``decision_texts``: the answers of the
-verifier's decision scale) and otherwise infers it from the prompt,
-so it also works behind an HTTP server that only sees the chat messages.
+verifier's decision scale) and otherwise infers it from the prompt (the scale from the sentence
+of the system prompt that states it), so it also works behind an HTTP server that only sees
+the chat messages.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 from dataclasses import dataclass
 
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
+from nip.protocols import DECISION_SCALES
 
 _WORDS = [
     "loop",
@@ -100,7 +102,8 @@ class DummyPolicy:
                 for m in request.messages
             )
         if can_decide and (last_turn or self._decides(rng, turn)):
-            answers = str(meta.get("decision_texts") or "accept\nreject").split("\n")
+            texts = meta.get("decision_texts")
+            answers = str(texts).split("\n") if texts else _stated_decision_texts(system)
             return "Decision: " + rng.choice(answers)
         headers = meta.get("channel_headers")
         header_list = (
@@ -118,6 +121,15 @@ class DummyPolicy:
     def _sentence(self, rng: random.Random) -> str:
         n = rng.randint(self.min_words, self.max_words)
         return " ".join(rng.choice(_WORDS) for _ in range(n)).capitalize()
+
+
+def _stated_decision_texts(system_prompt: str) -> list[str]:
+    """The answers of the decision scale a verifier's system prompt states (in the order the
+    agent layer sends them as ``decision_texts``); accept/reject when it states none."""
+    stated = [s for s in DECISION_SCALES.values() if s.answer_form in system_prompt]
+    if not stated:
+        return ["accept", "reject"]
+    return list(reversed(max(stated, key=lambda s: len(s.answer_form)).texts))
 
 
 class DummyBackend:
