@@ -24,7 +24,6 @@ import html
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import NipError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
-from nip.utils.processes import free_port
+from nip.utils.processes import free_port, stop_process_group
 
 if TYPE_CHECKING:
     from nip.parameters import PureTextAgentParameters
@@ -54,16 +53,9 @@ class ServerStartError(NipError):
 
 def _end_server(process: subprocess.Popen, grace_s: float, temporary: str | None) -> None:
     """SIGTERM (uvicorn's graceful shutdown, which stops vLLM), then SIGKILL of the whole
-    group after ``grace_s``; removes a temporary storage folder. Safe to call twice."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    group after ``grace_s`` (and of any worker left behind); removes a temporary storage
+    folder. Safe to call twice."""
+    stop_process_group(process, grace_s)
     if temporary is not None:
         shutil.rmtree(temporary, ignore_errors=True)
 

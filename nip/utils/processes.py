@@ -1,9 +1,12 @@
-"""Small helpers for the processes nip starts (vLLM, ``nip serve``): ports and logs."""
+"""Small helpers for the processes nip starts (vLLM, ``nip serve``): ports, logs, stopping."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import subprocess
 from pathlib import Path
 
 
@@ -22,3 +25,28 @@ def end_of_file(path: Path, size: int = 2000) -> str:
             return file.read().decode(errors="replace")
     except FileNotFoundError:
         return ""
+
+
+def stop_process_group(
+    process: subprocess.Popen, grace_s: float, *, terminate_group: bool = False
+) -> None:
+    """Stop a process started with ``start_new_session=True``, and everything it started.
+
+    SIGTERM goes to the process alone (``nip serve`` shuts vLLM down itself) or, with
+    ``terminate_group``, to its whole process group; after ``grace_s`` the group is killed, and
+    so is anything of it that outlived a graceful exit. Safe to call twice.
+    """
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            if terminate_group:
+                os.killpg(process.pid, signal.SIGTERM)
+            else:
+                process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # workers left behind
+        os.killpg(process.pid, signal.SIGKILL)

@@ -21,7 +21,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import weakref
@@ -50,25 +49,15 @@ from nip.errors import (
     UnservableAdapterError,
 )
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
-from nip.utils.processes import end_of_file, free_port
+from nip.utils.processes import end_of_file, free_port, stop_process_group
 
 #: The name vLLM serves the base model under (requests use the backend's own names).
 BASE_NAME = "nip-base"
 
 
 def _stop_process(process: subprocess.Popen, folder: str, grace_s: float = 10.0) -> None:
-    """SIGTERM vLLM, SIGKILL its whole process group after ``grace_s``; remove its folder."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    with contextlib.suppress(ProcessLookupError):  # workers that outlived their parent
-        os.killpg(process.pid, signal.SIGKILL)
+    """SIGTERM vLLM's whole process group, SIGKILL it after ``grace_s``; remove its folder."""
+    stop_process_group(process, grace_s, terminate_group=True)
     shutil.rmtree(folder, ignore_errors=True)
 
 
