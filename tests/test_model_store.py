@@ -142,3 +142,30 @@ def test_nip_prepare_model_prints_the_folder_or_why_not(tmp_path, capsys):
 
     assert main(["prepare-model", "no-such-model"]) == 2
     assert "Unknown local model 'no-such-model'" in capsys.readouterr().err
+
+
+def test_inside_gguf_read_once_a_file_is_parsed_once_and_everything_is_restored_after(tmp_path):
+    import gguf
+    import numpy as np
+
+    from nip.backends.local._gguf_once import gguf_read_once
+
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_string("general.name", "tiny")
+    writer.add_tensor("token_embd.weight", np.ones((4, 2), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    with gguf_read_once():
+        first, second = gguf.GGUFReader(path), gguf.GGUFReader(str(path))
+        assert first is second
+        assert first.fields["general.name"].contents() == "tiny"
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == (reader_class, name_map)
+    assert gguf.GGUFReader(path) is not first

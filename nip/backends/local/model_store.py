@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
+from nip.backends.local._gguf_once import gguf_read_once
 from nip.backends.local._quiet import quiet_libraries
 from nip.errors import GenerationError, ModelNotFoundError
 
@@ -257,10 +258,11 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, filename = str(gguf_path.parent), gguf_path.name
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
-    quantised = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=filename, dtype=torch.float32, local_files_only=True
-    )
+    with gguf_read_once():
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
+        quantised = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=filename, dtype=torch.float32, local_files_only=True
+        )
     # A model loaded from GGUF refuses save_pretrained; rebuild it as a plain model.
     config = quantised.config
     if hasattr(config, "quantization_config"):
