@@ -173,3 +173,19 @@ def test_a_stacked_job_records_the_adapters_it_sits_on(tiny_model, tmp_path):
     assert predecessors(stacked.adapter_path) == [Path(first.adapter_path).resolve()]
     # Training a stacked adapter further keeps it on the adapter beneath it.
     assert predecessors(continued.adapter_path) == [Path(first.adapter_path).resolve()]
+
+
+def test_jobs_made_without_a_name_in_the_same_second_are_two_jobs(tmp_path, monkeypatch):
+    """A job without a name was named for the second it was made: the second job of that
+    second was taken for the first (submitted before a restart) and never trained."""
+    monkeypatch.setattr(time, "time", lambda: 1_790_000_000.0)  # one and the same second
+    backend = LocalLoraFineTuneBackend(tmp_path / "jobs", python="/bin/true")
+    unnamed = FineTuneSpec("base-model", "supervised", SFT)
+
+    async def two_jobs():
+        return await backend.create_job(unnamed), await backend.create_job(unnamed)
+
+    first, second = asyncio.run(two_jobs())
+    assert first != second
+    assert (tmp_path / "jobs" / first / "spec.json").exists()
+    assert (tmp_path / "jobs" / second / "spec.json").exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import pickle
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -263,18 +262,55 @@ def test_a_different_seed_gives_different_transcripts():
     assert session("nip").rollouts(ITEMS).to_jsonl() != other.rollouts(ITEMS).to_jsonl()
 
 
+class WaveGate:
+    """A backend that holds each request until ``size`` are in flight, then lets them all go:
+    dialogues that advance together pass in full waves; an engine that runs them one after
+    another leaves a request waiting alone until ``timeout_s``, and the gate opens for good."""
+
+    name = "wave-gate"
+
+    def __init__(self, inner, size: int, timeout_s: float = 10.0):
+        self.inner, self.size, self.timeout_s = inner, size, timeout_s
+        self.waves: list[int] = []
+        self.timed_out = False
+        self._waiting = 0
+        self._release: asyncio.Event | None = None
+
+    async def generate(self, request):
+        if not self.timed_out:
+            self._release = self._release or asyncio.Event()
+            release = self._release
+            self._waiting += 1
+            if self._waiting == self.size:
+                self.waves.append(self._waiting)
+                self._waiting, self._release = 0, None
+                release.set()
+            else:
+                try:
+                    await asyncio.wait_for(release.wait(), self.timeout_s)
+                except TimeoutError:
+                    self.timed_out = True
+                    self.waves.append(self._waiting)
+                    release.set()
+        return await self.inner.generate(request)
+
+    async def aclose(self) -> None:
+        return None
+
+
 def test_all_dialogues_advance_together():
-    """24 dialogues of 5 dependent calls at 50 ms each take about 5 x 50 ms, not 24 times."""
-    s = session("nip", ExperimentSettings(show_progress=False, dummy_latency_s=0.05))
+    """24 dialogues of 5 dependent calls make 5 waves of 24 requests in flight at once (an
+    engine running them one after another would make 120 waves of one)."""
+    s = session("nip", ExperimentSettings(show_progress=False))
     from nip.backends import DummyPolicy
 
+    gate = WaveGate(DummyBackend(DummyPolicy(decide_on_turn=3)), size=len(ITEMS))
     for agent in s.agents.values():
-        agent.backend = DummyBackend(DummyPolicy(decide_on_turn=3), latency_s=0.05)
-    started = time.perf_counter()
+        agent.backend = gate
     batch = s.rollouts(ITEMS)
-    elapsed = time.perf_counter() - started
     assert all(t.num_rounds == 5 for t in batch)
-    assert elapsed < 2.0  # ideal 5 x 0.05 = 0.25 s; serial would be 24 x 5 x 0.05 = 6 s
+    assert not gate.timed_out
+    assert gate.waves == [24] * 5
 
 
 def test_a_slow_dialogue_does_not_stall_the_others():

@@ -243,11 +243,32 @@ def test_the_snapshot_shows_how_far_the_current_stage_has_got(dataset, tmp_path)
 
 def test_stage_progress_is_written_at_most_twice_a_second_but_always_at_the_end(tmp_path):
     report = StageProgressWriter(tmp_path, "sample_rollouts", 3, min_interval_s=3600)
-    report(0, 10)
+    report(0, 10)  # the first report: always written
     report(6, 10)  # too soon after the last write: skipped
     assert read_stage_progress(tmp_path)["done"] == 0
     report(10, 10)
     assert read_stage_progress(tmp_path)["done"] == 10
+
+
+def test_the_first_stage_progress_is_written_on_a_machine_booted_moments_ago(tmp_path, monkeypatch):
+    """time.monotonic counts from boot: on a machine up for less than min_interval_s, the
+    first report was once skipped (the writer started from 0.0, a value the clock reads)."""
+    monkeypatch.setattr(time, "monotonic", lambda: 12.0)  # up for 12 s
+    report = StageProgressWriter(tmp_path, "sample_rollouts", 0, min_interval_s=3600)
+    report(1, 10)
+    assert read_stage_progress(tmp_path)["done"] == 1
+
+
+def test_stage_progress_intervals_are_measured_on_the_clock_it_is_given(tmp_path):
+    now = [0.0]
+    report = StageProgressWriter(tmp_path, "test", 2, min_interval_s=0.5, clock=lambda: now[0])
+    report(1, 10)  # at 0.0: the first report
+    now[0] = 0.4
+    report(2, 10)  # 0.4 s later: skipped
+    assert read_stage_progress(tmp_path)["done"] == 1
+    now[0] = 0.9
+    report(3, 10)  # 0.5 s after the last write: written
+    assert read_stage_progress(tmp_path)["done"] == 3
 
 
 def test_the_snapshot_reads_a_local_jobs_losses_from_its_events(tmp_path):

@@ -64,6 +64,22 @@ def settings(run_dir: Path) -> ExperimentSettings:
     return ExperimentSettings(run_dir=run_dir, show_progress=False)
 
 
+def test_two_runs_started_in_the_same_second_get_folders_of_their_own(
+    dataset, tmp_path, monkeypatch
+):
+    """Without a run_dir, a run is saved under runs/<local time>: two started in the same
+    second once shared one folder (the second wrote its parameters over the first's)."""
+    monkeypatch.chdir(tmp_path)
+    same_second = time.localtime()
+    monkeypatch.setattr(time, "localtime", lambda *_: same_second)
+    first = PureTextEiTrainer(params(dataset), ExperimentSettings(show_progress=False))
+    second = PureTextEiTrainer(params(dataset, seed=7), ExperimentSettings(show_progress=False))
+    assert first.run_dir.path != second.run_dir.path
+    assert first.run_dir.path.parent == second.run_dir.path.parent == Path("runs")
+    assert second.run_dir.path.name.endswith("-2")
+    assert first.run_dir.read_json("hyper_params.json")["seed"] != 7
+
+
 # ------------------------------------------------------------------ end to end
 def test_expert_iteration_runs_two_iterations_end_to_end(dataset, tmp_path):
     trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -120,7 +121,10 @@ class LocalLoraFineTuneBackend:
         was cancelled is a new attempt, in a new folder (``<name>-2``, ``<name>-3``...)."""
         if not spec.examples:
             raise FineTuneError("a fine-tuning job needs at least one example")
-        name = _slug(spec.job_name or f"{spec.method}-{int(time.time())}")
+        # A job without a name gets a unique one: a name from the clock (the second it was
+        # made) was once shared by two jobs made in the same second, and the second was
+        # taken for the first, submitted before a restart.
+        name = _slug(spec.job_name or f"{spec.method}-{uuid.uuid4().hex[:12]}")
         for attempt in itertools.count(1):
             job_id = name if attempt == 1 else f"{name}-{attempt}"
             job_dir = self._dir(job_id)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -97,8 +98,9 @@ class StageProgressWriter:
     """Writes a stage's dialogue count to ``stage_progress.json`` as dialogues finish.
 
     Called with ``(done, total)`` by the rollout engine; ``offset`` and ``total`` place one
-    batch within a stage of several (a test stage's repeats). Writes at most every
-    ``min_interval_s``, and always the last count of a batch.
+    batch within a stage of several (a test stage's repeats). Writes the first count always,
+    then at most every ``min_interval_s`` of ``clock`` (``time.monotonic``, which counts from
+    the machine's boot), and always the last count of a batch.
     """
 
     def __init__(
@@ -110,16 +112,19 @@ class StageProgressWriter:
         total: int | None = None,
         offset: int = 0,
         min_interval_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.path = Path(run_dir) / PROGRESS_FILE
         self.stage, self.iteration = stage, iteration
         self.total, self.offset = total, offset
         self.min_interval_s = min_interval_s
-        self._last = 0.0
+        self._clock = clock
+        self._last: float | None = None  # never written: no clock value stands for that
 
     def __call__(self, done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - self._last < self.min_interval_s:
+        now = self._clock()
+        recent = self._last is not None and now - self._last < self.min_interval_s
+        if done < total and recent:
             return
         self._last = now
         data = {

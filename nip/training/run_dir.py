@@ -20,7 +20,9 @@ Layout::
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,23 @@ from typing import Any
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
 from nip.utils.files import atomic_write_text
 
-__all__ = ["RunDirectory", "atomic_write_text"]
+__all__ = ["RunDirectory", "atomic_write_text", "new_run_path"]
+
+
+def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None) -> Path:
+    """A new, empty folder under ``root`` named for the local time (``20261126-071500``),
+    claimed atomically: runs started in the same second get ``-2``, ``-3``... instead of
+    sharing one folder."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", now or time.localtime())
+    Path(root).mkdir(parents=True, exist_ok=True)
+    for attempt in itertools.count(1):
+        path = Path(root) / (stamp if attempt == 1 else f"{stamp}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 class RunDirectory:

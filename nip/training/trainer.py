@@ -45,7 +45,7 @@ from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import malt_metrics, rollout_metrics
 from nip.training.progress import RunReporter
 from nip.training.run_control import StageProgressWriter, between_stages
-from nip.training.run_dir import RunDirectory
+from nip.training.run_dir import RunDirectory, new_run_path
 from nip.utils.sync import run_sync
 
 Stage = Literal[
@@ -108,7 +108,7 @@ class PureTextEiTrainer:
     ):
         settings = settings or ExperimentSettings()
         if settings.run_dir is None:
-            settings.run_dir = Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+            settings.run_dir = new_run_path()
         self.hyper_params = hyper_params
         self.settings = settings
         text_rl = hyper_params.text_rl
