@@ -10,26 +10,34 @@ reads it:
 * ``providers``: where an agent's requests and fine-tuning jobs go;
 * ``jobs``: the fine-tuning jobs a short dummy training run submits (base model, method,
   hyper-parameters and every training line, as the fine-tuning backend receives them);
-* ``run``: what a short dummy run does (the stages' files: rollouts, tests, transcripts);
+* ``run``: what a short dummy run does (the stages' files: rollouts, tests, transcripts, and
+  the expected rewards of MALT's trees);
 * ``server``: how ``nip serve`` starts vLLM and its training processes;
 * ``server jobs``: how ``nip serve`` runs two jobs submitted at once (how many train, how
   often they are polled), seen through its HTTP API;
 * ``refused``: building the configuration raises an ``InvalidParameterError`` naming the field.
 
 Each case compares the run with the value against the same run without it (``context``: the
-settings the field needs to act at all, in both runs). A field whose effect can only be seen
-elsewhere (a network address, a timing) is in ``SHOWN_ELSEWHERE`` with the test that shows it.
-A new field with neither fails ``test_every_field_has_a_behavioural_case``, naming it.
+settings the field needs to act at all, in both runs). The base run is small (two iterations
+of four dialogues of at most three rounds, dummy agents, an 18-item dataset); where it sets a
+field for speed (``rl``, ``max_message_rounds``, ``min_fine_tune_examples``,
+``reward_threshold``), that field's case compares against the base's value.
+
+A field whose effect can only be seen elsewhere (a W&B address, a timing, a Hub dataset, the
+server's own address) is in ``SHOWN_ELSEWHERE`` with the test that shows it. A new field with
+neither fails ``test_every_field_has_a_behavioural_case``, naming it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import copy
 import dataclasses
 import inspect
 import json
 import re
+import shutil
 import tempfile
 from collections.abc import Mapping
 from functools import cache
@@ -55,6 +63,8 @@ Shows = Literal[
 
 #: Stands for the directory of a finished run (an earlier run to start from).
 EARLIER_RUN = "<earlier run>"
+#: Stands for a custom system prompt template file.
+TEMPLATE = "<template file>"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +181,7 @@ CASES: tuple[Case, ...] = (
     Case(f"{V}.lora_dropout", 0.1, "jobs"),
     Case(f"{V}.stack_lora_adapters", True, "jobs"),
     Case(f"{V}.per_device_train_batch_size", 4, "jobs"),
-    Case(f"{V}.system_prompt_template_path", "<template>", "requests"),
+    Case(f"{V}.system_prompt_template_path", TEMPLATE, "requests"),
     Case(f"{V}.use_supervisor_message", "all", "requests"),
     Case(
         f"{V}.supervisor_name",
@@ -463,6 +473,7 @@ def covered_field(case: Case) -> str:
 
 # ----------------------------------------------------------- building a run
 DATA_DIR = Path(tempfile.mkdtemp(prefix="nip-settings-"))
+atexit.register(shutil.rmtree, DATA_DIR, True)
 
 
 @cache
@@ -522,7 +533,7 @@ def set_address(tree: dict[str, Any], address: str, value: Any) -> None:
 
 
 def resolve(value: Any) -> Any:
-    if value == "<template>":
+    if value == TEMPLATE:
         return custom_template()
     if value == EARLIER_RUN:
         return str(earlier_run())
