@@ -1,28 +1,24 @@
 """No setting is accepted and silently ignored: each acts, or is refused when configured.
 
-Covers quantization (vLLM's ``--quantization``, QLoRA arguments, refusals), the vLLM port,
-the checkpoint fields' consistency, and a walk over every field of every parameters class
-that fails when a field is read nowhere in nip outside the parameters package.
+Covers quantization (vLLM's ``--quantization``, QLoRA arguments, refusals), the vLLM port and
+the checkpoint fields' consistency. That every field acts, by behaviour, is
+tests/test_settings_behaviour.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import inspect
-import re
+import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
 
-import nip
-import nip.parameters as parameters_package
 from nip.errors import FineTuneError, InvalidParameterError
 from nip.jobs import FineTuneSpec
 from nip.jobs.lora_train import QuantizationUnavailableError, quantized_loading_kwargs
 from nip.jobs.self_hosted import SelfHostedFineTuneBackend
 from nip.parameters import PureTextAgentParameters
-from nip.parameters._base import BaseParameters
 from nip.server.app import create_server_app
 from nip.server.config import ServerConfig
 from nip.server.vllm_engine import vllm_command
@@ -136,71 +132,27 @@ def test_a_checkpoint_field_without_load_checkpoint_and_parameters_is_refused(fi
         PureTextAgentParameters(**{field: value})
 
 
-# ------------------------------------------------------------- every field is read
-#: Fields read nowhere outside nip/parameters, on purpose. Keep this list short: a field
-#: here must be refused when set to anything that would need code to act on it.
-PASSED_THROUGH_ONLY = {
-    # Refused unless 8000 (PureTextAgentParameters.validate): kept so the original's configs
-    # load; the port is ServerConfig.vllm_port.
-    "PureTextAgentParameters.vllm_server_port",
-}
-
-
-def parameter_classes() -> list[type[BaseParameters]]:
-    """Every parameters class defined in nip.parameters (and ServerConfig)."""
-    from nip.server.config import ServerConfig
-
-    found = {ServerConfig}
-    for module in Path(parameters_package.__file__).parent.glob("*.py"):
-        name = f"nip.parameters.{module.stem}".removesuffix(".__init__")
-        imported = __import__(name, fromlist=["_"])
-        for _, cls in inspect.getmembers(imported, inspect.isclass):
-            if issubclass(cls, BaseParameters) and cls is not BaseParameters:
-                found.add(cls)
-    return sorted(found, key=lambda c: c.__name__)
-
-
-def source_outside_parameters() -> str:
-    root = Path(nip.__file__).parent
-    return "\n".join(
-        path.read_text(encoding="utf-8")
-        for path in root.rglob("*.py")
-        if "parameters" not in path.relative_to(root).parts
-    )
-
-
-def is_read(name: str, source: str) -> bool:
-    """Whether ``name`` is read as an attribute, a keyword, a dotted address or a quoted name."""
-    return re.search(rf"(\.{name}\b|\b{name}=|[\"'.]{name}[\"'])", source) is not None
-
-
-def derived_readers(cls: type, field: str) -> list[str]:
-    """Public properties and methods of ``cls`` that use ``field`` (``computed_lora_alpha``
-    reads ``lora_alpha_scale``); validation does not count as use."""
-    readers = []
-    for name, member in inspect.getmembers(cls):
-        if name.startswith("_") or name == "validate":
-            continue
-        function = member.fget if isinstance(member, property) else member
-        if not inspect.isfunction(function) or not function.__qualname__.startswith(cls.__name__):
-            continue
-        if re.search(rf"self\.{field}\b", inspect.getsource(function)):
-            readers.append(name)
-    return readers
+# -------------------------------------------------------- every field acts
+# This file once grepped nip's source for each field's name; a grep cannot see a field that
+# one trainer ignores. tests/test_settings_behaviour.py changes each field and watches the run
+# change; the two tests below keep their names and check that it covers every field.
+def behaviour_cases():
+    """tests/test_settings_behaviour.py, loaded as a module (tests are not a package)."""
+    name = "settings_behaviour_cases"
+    if name not in sys.modules:
+        path = Path(__file__).with_name("test_settings_behaviour.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
 
 
 def test_every_parameter_field_is_read_somewhere_in_nip():
-    source = source_outside_parameters()
-    unread = []
-    for cls in parameter_classes():
-        for field in dataclasses.fields(cls):
-            key = f"{cls.__name__}.{field.name}"
-            names = [field.name, *derived_readers(cls, field.name)]
-            if key not in PASSED_THROUGH_ONLY and not any(is_read(n, source) for n in names):
-                unread.append(key)
-    assert unread == [], f"accepted but read nowhere: {unread}"
+    cases = behaviour_cases()
+    covered = {cases.covered_field(c) for c in cases.CASES} | set(cases.SHOWN_ELSEWHERE)
+    assert sorted(cases.all_fields() - covered) == [], "fields without a behavioural case"
 
 
 def test_the_allow_list_names_only_existing_fields():
-    names = {f"{c.__name__}.{f.name}" for c in parameter_classes() for f in dataclasses.fields(c)}
-    assert names >= PASSED_THROUGH_ONLY
+    cases = behaviour_cases()
+    assert set(cases.SHOWN_ELSEWHERE) <= cases.all_fields()
