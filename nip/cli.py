@@ -81,6 +81,27 @@ def _load_config(name_or_path: str):
     return HyperParameters.load(path)
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    """``--set PATH=VALUE`` (repeatable) and ``--seed N`` as dotted-path overrides (text)."""
+    from nip.parameters.overrides import parse_override
+
+    overrides = dict(parse_override(text) for text in getattr(args, "set", None) or ())
+    if getattr(args, "seed", None) is not None:
+        overrides["seed"] = str(args.seed)
+    return overrides
+
+
+def _add_override_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="Change one parameter by dotted path, typed and checked like the file "
+        "(repeatable): --set rl.num_iterations=4 --set agents.prover.model_name=gpt-4o",
+    )
+    parser.add_argument("--seed", type=int, help="The run's seed (as --set seed=N).")
+
+
 def _cmd_presets(args: argparse.Namespace) -> int:
     from nip.configs import list_presets
 
@@ -110,6 +131,8 @@ def _cmd_prepare_model(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     hyper_params = _load_config(args.config)
+    if overrides := _overrides(args):
+        hyper_params = hyper_params.with_overrides(overrides, from_text=True)
     if args.dry_run:
         from nip.training.cost_estimate import estimate_cost
 
@@ -155,6 +178,14 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
     args.run_dir = args.run_dir_positional
+    if overrides := _overrides(args):
+        from nip.training.run_changes import change_saved_parameters
+
+        changes = change_saved_parameters(
+            args.run_dir, overrides, accept=args.accept_changes, from_text=True
+        )
+        for path, (old, new) in changes.items():
+            print(f"changed {path}: {old!r} -> {new!r}")
     trainer = PureTextEiTrainer.resume(args.run_dir, _settings(args), force=args.force)
     print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
     trainer.train()
@@ -330,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=4,
         help="--dry-run: build the real prompts of this many items per pass (default 4).",
     )
+    _add_override_options(run)
     _add_run_options(run)
     run.set_defaults(func=_cmd_run)
 
@@ -339,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--force",
         action="store_true",
         help="Resume even if the run was saved by an incompatible nip.",
+    )
+    _add_override_options(resume)
+    resume.add_argument(
+        "--accept-changes",
+        action="store_true",
+        help="Let --set/--seed change the saved parameters (refused otherwise).",
     )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
