@@ -174,6 +174,54 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from nip.training import sweep
+
+    action, target = (
+        (args.target[0], args.target[1:]) if len(args.target) > 1 else ("", args.target)
+    )
+    if action not in ("", "status", "resume") or len(target) != 1:
+        print(
+            "usage: nip sweep GRID.yaml | nip sweep status DIR | nip sweep resume DIR",
+            file=sys.stderr,
+        )
+        return 2
+    if action == "status":
+        for cell in sweep.sweep_status(target[0]):
+            print(
+                f"{cell.name:<32}{cell.stage:<24}"
+                f"iteration {cell.iteration + 1}/{cell.num_iterations}"
+            )
+        return 0
+    if action == "resume":
+        spec, sweep_dir = sweep.load_sweep_spec(target[0]), Path(target[0])
+    else:
+        spec = sweep.GridSpec.load(target[0])
+        sweep_dir = Path(args.sweep_dir or Path("runs") / "sweeps" / spec.name)
+    if args.dry_run:
+        from nip.training.sweep_grid import estimate_sweep
+
+        print(estimate_sweep(spec, _settings(args), sample_items=args.sample_items))
+        return 0
+    args.run_dir = None
+    if args.ray:
+        from nip.training.sweep_ray import run_sweep_ray
+
+        outcomes = run_sweep_ray(
+            spec, sweep_dir, _settings(args), address=args.ray, resources=args.cell_resources
+        )
+    else:
+        outcomes = sweep.run_sweep(spec, sweep_dir, _settings(args), max_parallel=args.max_parallel)
+    failed = {name: o for name, o in outcomes.items() if o not in ("done", "stopped")}
+    print(
+        f"\nsweep directory: {sweep_dir} ({len(outcomes) - len(failed)}/{len(outcomes)} cells "
+        f"done or stopped); compare: nip compare {sweep_dir}"
+    )
+    return 1 if failed else 0
+
+
 def _cmd_resume(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
@@ -380,6 +428,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="Run a grid of configurations (nip sweep GRID.yaml; status DIR; resume DIR).",
+        description="Every cell of a grid as a resumable run under one directory; "
+        "see docs/training.md, 'Sweeps'.",
+    )
+    sweep.add_argument("target", nargs="+", metavar="GRID.yaml | status DIR | resume DIR")
+    sweep.add_argument("--sweep-dir", help="Where the cells go (default: runs/sweeps/NAME).")
+    sweep.add_argument("--dry-run", action="store_true", help="Price every cell and the total.")
+    sweep.add_argument("--sample-items", type=int, default=4, help="--dry-run: see nip run.")
+    sweep.add_argument("--max-parallel", type=int, help="Cells at once (default: the grid's, 4).")
+    sweep.add_argument("--ray", metavar="auto|ADDRESS", help="Run each cell as a Ray task.")
+    sweep.add_argument(
+        "--cell-resources", default="cpu=1", help="--ray: each cell's resources (cpu=1,gpu=1)."
+    )
+    _add_run_options(sweep)
+    sweep.set_defaults(func=_cmd_sweep, run_dir=None)
 
     control = sub.add_parser(
         "control", help="Pause, resume or stop a run between stages (from any process)."

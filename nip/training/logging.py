@@ -48,6 +48,7 @@ class WandbLogger:
         config: The hyper-parameters (as a dict) to record.
         mode: See the module docstring.
         project / run_name: W&B project and run name.
+        group: The W&B group (a sweep's runs share one).
         init_timeout_s: How long to wait for W&B to start before going offline.
     """
 
@@ -59,6 +60,7 @@ class WandbLogger:
         mode: WandbMode = "auto",
         project: str = "nip",
         run_name: str | None = None,
+        group: str | None = None,
         init_timeout_s: float = 30.0,
     ):
         import wandb
@@ -71,6 +73,7 @@ class WandbLogger:
             project=project,
             name=run_name,
             id=run_name,
+            group=group,
             resume="allow",
             config=config,
             dir=str(run_dir),
@@ -78,7 +81,10 @@ class WandbLogger:
         try:
             self._run = wandb.init(
                 mode=self.mode,
-                settings=wandb.Settings(init_timeout=init_timeout_s, silent=True),
+                # create_new: a sweep's cells each log to their own run from one process.
+                settings=wandb.Settings(
+                    init_timeout=init_timeout_s, silent=True, reinit="create_new"
+                ),
                 **kwargs,
             )
         except Exception as error:  # W&B must never stop a run
@@ -90,7 +96,11 @@ class WandbLogger:
                 return
             warnings.warn(f"W&B could not start online ({error}); logging offline", stacklevel=2)
             self.mode = "offline"
-            self._run = wandb.init(mode="offline", settings=wandb.Settings(silent=True), **kwargs)
+            self._run = wandb.init(
+                mode="offline",
+                settings=wandb.Settings(silent=True, reinit="create_new"),
+                **kwargs,
+            )
         if self._run is not None:
             self._run.define_metric("analysis_iteration")
             self._run.define_metric("analysis_*", step_metric="analysis_iteration")

@@ -23,6 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from nip.training.run_dir import RunDirectory
+from nip.training.sweep_grid import is_sweep_dir, sweep_run_dirs
 from nip.viz import _style
 from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
 from nip.viz.intervals import wilson_interval
@@ -69,6 +70,17 @@ def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _expand_sweeps(sources: Iterable[RunSource]) -> list[RunSource]:
+    """Each sweep directory (``nip sweep``) replaced by its cells' run directories."""
+    expanded: list[RunSource] = []
+    for source in sources:
+        if isinstance(source, str | Path) and is_sweep_dir(source):
+            expanded += sweep_run_dirs(source)
+        else:
+            expanded.append(source)
+    return expanded
+
+
 def runs_table(
     run_dirs: Iterable[RunSource],
     *,
@@ -79,7 +91,8 @@ def runs_table(
     """Accuracy per series (protocol, or run) and iteration, with Wilson intervals.
 
     Args:
-        run_dirs: Run directories (or :class:`RunResults`).
+        run_dirs: Run directories (or :class:`RunResults`), or sweep directories (each
+            stands for its cells' runs).
         split: Which rollouts: ``test`` (the test passes the test scheme ran) or ``train``.
         confidence: The intervals' coverage.
         pool_seeds: Pool the runs of a protocol (and trainer); else one series per run.
@@ -93,7 +106,7 @@ def runs_table(
         FileNotFoundError: A directory is not a run, or no run saved ``split`` rollouts.
     """
     counts = []
-    for source in run_dirs:
+    for source in _expand_sweeps(run_dirs):
         run = source if isinstance(source, RunResults) else RunResults(source)
         if not run.run_dir.exists("hyper_params.json"):
             raise FileNotFoundError(f"{run.path} is not a run directory (no hyper_params.json)")
