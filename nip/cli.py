@@ -222,6 +222,33 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_retest(args: argparse.Namespace) -> int:
+    from nip.training.retest import retest
+
+    iterations = [int(i) for i in args.iterations.split(",")] if args.iterations else None
+    args.run_dir = None
+    out = retest(
+        args.run_dir_positional,
+        iterations=iterations,
+        passes=args.passes,
+        split=args.split,
+        settings=_settings(args),
+    )
+    print(f"retest results: {out} (nip compare {args.run_dir_positional} shows them)")
+    return 0
+
+
+def _cmd_extend(args: argparse.Namespace) -> int:
+    from nip.training.extend import extend_run, extension_schedule
+
+    print(extension_schedule(args.run_dir_positional, args.iterations))
+    args.run_dir = args.run_dir_positional
+    trainer = extend_run(args.run_dir_positional, args.iterations, _settings(args))
+    trainer.train()
+    _print_metrics(trainer)
+    return 0
+
+
 def _cmd_resume(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
@@ -446,6 +473,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_run_options(sweep)
     sweep.set_defaults(func=_cmd_sweep, run_dir=None)
+
+    retest = sub.add_parser(
+        "retest", help="Test a run's saved models again (more passes, another split)."
+    )
+    retest.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
+    retest.add_argument("--iterations", help="Which iterations, e.g. 0,7 (default: all).")
+    retest.add_argument("--passes", type=int, help="Test passes (default: the run's).")
+    retest.add_argument("--split", help="The dataset split (default: the run's test split).")
+    _add_run_options(retest)
+    retest.set_defaults(func=_cmd_retest)
+
+    extend = sub.add_parser("extend", help="More iterations for a finished run.")
+    extend.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
+    extend.add_argument("--iterations", type=int, required=True, help="How many more.")
+    _add_run_options(extend)
+    extend.set_defaults(func=_cmd_extend)
 
     control = sub.add_parser(
         "control", help="Pause, resume or stop a run between stages (from any process)."

@@ -60,8 +60,12 @@ def test_without_ray_the_ray_option_says_how_to_install_it(tmp_path, capsys, mon
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(make_tiny_dataset, tmp_path):
+def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
+    make_tiny_dataset, tmp_path, monkeypatch
+):
     ray = pytest.importorskip("ray")
+    # A loaded machine starts the node's agents slowly; the raylet waits this long for them.
+    monkeypatch.setenv("RAY_agent_register_timeout_ms", "300000")
     from nip.training.sweep_ray import run_sweep_ray
 
     _base(make_tiny_dataset()).save(tmp_path / "base.yaml")

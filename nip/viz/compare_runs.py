@@ -62,6 +62,7 @@ def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
                 "trainer": hp.get("trainer", "?"),
                 "seed": hp.get("seed"),
                 "run": str(run.path),
+                "variant": _variant(Path(run.path)),
                 "iteration": iteration,
                 "dialogues": len(transcripts),
                 "correct": sum(t.correct for t in transcripts),
@@ -71,14 +72,25 @@ def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
 
 
 def _expand_sweeps(sources: Iterable[RunSource]) -> list[RunSource]:
-    """Each sweep directory (``nip sweep``) replaced by its cells' run directories."""
+    """Each sweep directory (``nip sweep``) replaced by its cells' run directories, and each
+    run followed by its retests (``nip retest``: ``retest/*/`` inside it)."""
     expanded: list[RunSource] = []
     for source in sources:
         if isinstance(source, str | Path) and is_sweep_dir(source):
             expanded += sweep_run_dirs(source)
         else:
             expanded.append(source)
-    return expanded
+    with_retests: list[RunSource] = []
+    for source in expanded:
+        with_retests.append(source)
+        path = source.path if isinstance(source, RunResults | RunDirectory) else Path(source)
+        with_retests += sorted(p.parent for p in path.glob("retest/*/hyper_params.json"))
+    return with_retests
+
+
+def _variant(path: Path) -> str:
+    """`` (retest test-10x)`` for a retest's directory, else empty."""
+    return f" (retest {path.name})" if path.parent.name == "retest" else ""
 
 
 def runs_table(
@@ -118,6 +130,7 @@ def runs_table(
     frame["series"] = frame["protocol"]
     if mixed_trainers:
         frame["series"] += " (" + frame["trainer"] + ")"
+    frame["series"] += frame["variant"]
     if not pool_seeds:
         shared_seed = frame.groupby(["series", "seed"])["run"].transform("nunique") > 1
         frame["series"] += " " + frame["seed"].map(lambda s: f"seed {s}").where(
