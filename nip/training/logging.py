@@ -29,6 +29,9 @@ class NullLogger:
     def save_run_artifact(self, run_dir: Path) -> None:
         return None
 
+    def on_stage_end(self, run_dir: Path, stage: str, iteration: int) -> None:
+        return None
+
 
 def resolve_mode(mode: WandbMode) -> str:
     """The W&B mode to use, from the setting, the environment and the presence of a key."""
@@ -132,5 +135,41 @@ class WandbLogger:
         except Exception as error:
             warnings.warn(f"W&B could not save the run's artifact: {error}", stacklevel=2)
 
+    def on_stage_end(self, run_dir: Path, stage: str, iteration: int) -> None:
+        """After a stage that saved dialogues (``log_stats`` for training, ``test``), log the
+        rollouts and readable transcripts as the original's ``full_rollouts_<run>`` and
+        ``raw_transcript_<run>`` artifacts (a new version each time). Never stops a run."""
+        split = {"log_stats": "train", "test": "test"}.get(stage)
+        if self._run is None or split is None:
+            return
+        if not (Path(run_dir) / "rollouts" / f"{split}_it{iteration:04d}.jsonl").exists():
+            return  # an iteration the test scheme does not test
+        import wandb
+
+        try:
+            for artifact in build_rollout_artifacts(wandb, Path(run_dir), self._run.id):
+                self._run.log_artifact(artifact)
+        except Exception as error:
+            warnings.warn(f"W&B could not save the rollouts' artifact: {error}", stacklevel=2)
+
     def __repr__(self) -> str:
         return f"WandbLogger(mode={self.mode!r})"
+
+
+#: The rollout artifacts, as the original named them: the artifact name's prefix by folder.
+ROLLOUT_ARTIFACTS = {"rollouts": "full_rollouts_", "transcripts": "raw_transcript_"}
+
+
+def build_rollout_artifacts(wandb: Any, run_dir: Path, run_id: str) -> list[Any]:
+    """``full_rollouts_<run>`` (every ``rollouts/*.jsonl`` so far) and, when the run saves
+    readable transcripts, ``raw_transcript_<run>`` (every ``transcripts/*``)."""
+    artifacts = []
+    for folder, prefix in ROLLOUT_ARTIFACTS.items():
+        files = sorted(p for p in (run_dir / folder).glob("*") if p.is_file())
+        if not files:
+            continue
+        artifact = wandb.Artifact(f"{prefix}{run_id}", type=folder)
+        for file in files:  # file by file: add_dir prints a line per folder
+            artifact.add_file(str(file), name=f"{folder}/{file.name}")
+        artifacts.append(artifact)
+    return artifacts

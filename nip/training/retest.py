@@ -8,18 +8,21 @@ Each chosen iteration is tested with the models that generated that iteration's 
 dialogues (the ``model`` of every turn in ``rollouts/train_itNNNN.jsonl``: the base model
 at iteration 0, then each group's fine-tuned model; the groups' ``model_history``), exactly as
 the run's own test stage does: the same items of the split, pass ``k`` seeded as the run's
-test pass ``k``. Nothing of the run is changed: the results go to ``retest/<split>-<passes>x/``
-inside the run directory, itself a run directory (``hyper_params.json`` with the retest's
+test pass ``k``. A local LoRA adapter is found by its job in the run's ``jobs/`` folder.
+Nothing of the run is changed: the results go to ``retest/<split>-<passes>x/`` inside the
+run directory, itself a run directory (``hyper_params.json`` with the retest's
 split and passes, ``rollouts/test_itNNNN.jsonl``, ``metrics/test_itNNNN.json``), which ``nip
 compare`` shows beside the run as its own series (``nip (retest test-10x)``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from nip.backends import AdapterHost, capability
 from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.rollouts.records import Transcript
@@ -53,6 +56,17 @@ def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
             if turn.model and turn.agent not in models:
                 models[turn.agent] = turn.model
     return models
+
+
+def _register_local_adapter(backend, model: str, run_dir: str | Path) -> None:
+    """A local LoRA job's adapter (``jobs/<model>/status.json``), served under its name."""
+    status = Path(run_dir) / "jobs" / model / "status.json"
+    host = capability(backend, AdapterHost)
+    if host is None or not status.is_file():
+        return
+    adapter = json.loads(status.read_text(encoding="utf-8")).get("adapter_path")
+    if adapter:
+        host.register_adapter(model, adapter)
 
 
 def retest_dir(run_dir: str | Path, split: str, passes: int) -> Path:
@@ -98,6 +112,7 @@ async def retest_async(
         items = session.datapoints(size, split=split)
         for iteration in iterations:
             for agent, model in iteration_models(run_dir, iteration).items():
+                _register_local_adapter(session.agents[agent].backend, model, run_dir)
                 session.agents[agent].model_name = model
             transcripts: list[Transcript] = []
             for repeat in range(passes):

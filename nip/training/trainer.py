@@ -233,7 +233,7 @@ class PureTextEiTrainer:
                 self.run_dir.path, self.state.stages_completed, poll_interval_s=self.poll_interval_s
             ):
                 break
-            stage = self.state.stage
+            stage, iteration = self.state.stage, self.state.iteration
             async with self._reporter.stage(self, stage):
                 await getattr(self, f"_stage_{stage}")()
             self.state.stage = self._next_stage(stage)  # type: ignore[assignment]
@@ -241,6 +241,8 @@ class PureTextEiTrainer:
                 self.state.iteration += 1
             self.state.stages_completed += 1
             self._save_state()
+            if self._logger is not None:  # W&B: each iteration's rollouts as artifacts
+                self._logger.on_stage_end(self.run_dir.path, stage, iteration)
             if stage == "switch_models" and self._logger is not None:
                 self._logger.save_run_artifact(self.run_dir.path)
             stages_run += 1
