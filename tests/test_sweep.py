@@ -178,3 +178,19 @@ def test_a_sweep_killed_with_sigkill_resumes_its_unfinished_cells(grid, tmp_path
     for path in sorted(straight.glob("cells/*/rollouts/*.jsonl")):
         relative = path.relative_to(straight)
         assert (killed / relative).read_text() == path.read_text(), relative
+
+
+def test_the_shipped_paper_grid_is_the_six_presets_times_three_seeds():
+    cells = GridSpec.load("paper-ei").cells()
+    assert len(cells) == 18
+    assert {c.hyper_params.interaction_protocol for c in cells} == {
+        "nip",
+        "adp",
+        "debate",
+        "mnip",
+        "merlin_arthur",
+        "solo_verifier",
+    }
+    assert {c.hyper_params.seed for c in cells} == {0, 1, 2}
+    assert cells[0].name == "nip-ei_seed0"
+    assert cells[0].hyper_params.nip_protocol.max_message_rounds == 9  # the preset's own

@@ -151,10 +151,23 @@ class GridSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> GridSpec:
-        """Read a grid file (YAML or JSON)."""
+        """Read a grid file (YAML or JSON), or a shipped grid by name (``paper-ei``: the
+        files of ``nip/configs/sweeps``).
+
+        Raises:
+            ConfigFileError: No such file or shipped grid, or not valid YAML.
+        """
         import yaml
 
         path = Path(path)
+        if not path.is_file():
+            from importlib import resources
+
+            shipped = resources.files("nip.configs").joinpath("sweeps", f"{path.name}.yaml")
+            if not shipped.is_file():
+                raise ConfigFileError(f"no grid file or shipped grid named {str(path)!r}")
+            text = shipped.read_text(encoding="utf-8")
+            return cls.from_dict(yaml.safe_load(text), folder=None, name=path.name)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except yaml.YAMLError as error:
