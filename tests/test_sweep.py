@@ -194,3 +194,16 @@ def test_the_shipped_paper_grid_is_the_six_presets_times_three_seeds():
     assert {c.hyper_params.seed for c in cells} == {0, 1, 2}
     assert cells[0].name == "nip-ei_seed0"
     assert cells[0].hyper_params.nip_protocol.max_message_rounds == 9  # the preset's own
+
+
+def test_the_sweep_monitor_shows_each_cell_and_opens_a_cells_dashboard(grid, tmp_path):
+    from nip.widgets import RunMonitor, SweepMonitor
+
+    run_sweep(GridSpec.load(grid), tmp_path / "sweep", _settings(), max_parallel=1, echo=False)
+    monitor = SweepMonitor(tmp_path / "sweep", start=False)
+    assert monitor.finished and "4/4 cells done" in monitor.table.value
+    assert "debate_seed1" in monitor.table.value
+    monitor.chooser.value = "nip_seed1"
+    (cell,) = monitor.cell_box.children
+    assert isinstance(cell, RunMonitor) and cell.snapshot.finished
+    monitor.close()
