@@ -24,13 +24,17 @@ from nip.errors import InvalidParameterError, NipError
 from nip.settings import ExperimentSettings
 from nip.training.sweep_grid import GridSpec
 
-__all__ = ["RayNotInstalledError", "parse_resources", "run_sweep_ray"]
+__all__ = ["RayClusterError", "RayNotInstalledError", "parse_resources", "run_sweep_ray"]
 
 INSTALL_HINT = "pip install 'nip[ray]'"
 
 
 class RayNotInstalledError(NipError, ImportError):
     """``--ray`` was asked for and Ray is not installed."""
+
+
+class RayClusterError(NipError):
+    """The Ray cluster asked for cannot be reached."""
 
 
 def _ray():
@@ -136,7 +140,13 @@ def run_sweep_ray(
     settings = cell_settings(spec, settings, parallel=2)
     plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
     if address is not None and not ray.is_initialized():
-        ray.init(address=None if address == "local" else address, include_dashboard=False)
+        try:
+            ray.init(address=None if address == "local" else address, include_dashboard=False)
+        except (ConnectionError, RuntimeError) as error:
+            raise RayClusterError(
+                f"could not join the Ray cluster at {address!r} ({error}); start one with "
+                "`ray start --head`, or use --ray local for a cluster on this machine"
+            ) from None
     task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
     options = parse_resources(resources)
     folder = str(spec.folder) if spec.folder else None
