@@ -64,8 +64,10 @@ def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
     make_tiny_dataset, tmp_path, monkeypatch
 ):
     ray = pytest.importorskip("ray")
-    # A loaded machine starts the node's agents slowly; the raylet waits this long for them.
-    monkeypatch.setenv("RAY_agent_register_timeout_ms", "300000")
+    # A loaded machine starts the node's agents slowly (15-20 s here); the raylet waits this
+    # long for their ports (RAY_raylet_start_wait_time_s) before it gives up.
+    monkeypatch.setenv("RAY_raylet_start_wait_time_s", "120")
+    monkeypatch.setenv("RAY_agent_register_timeout_ms", "120000")
     from nip.training.sweep_ray import run_sweep_ray
 
     _base(make_tiny_dataset()).save(tmp_path / "base.yaml")
