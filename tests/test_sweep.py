@@ -207,3 +207,21 @@ def test_the_sweep_monitor_shows_each_cell_and_opens_a_cells_dashboard(grid, tmp
     (cell,) = monitor.cell_box.children
     assert isinstance(cell, RunMonitor) and cell.snapshot.finished
     monitor.close()
+
+
+def test_nip_sweep_dry_run_prints_each_cell_and_the_total_and_writes_nothing(
+    grid, tmp_path, capsys
+):
+    assert main(["sweep", str(grid), "--sweep-dir", str(tmp_path / "s"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "nip_seed0" in out and "debate_seed1" in out and "total:" in out
+    assert not (tmp_path / "s").exists()
+
+
+def test_nip_sweep_resume_runs_the_grid_its_directory_was_made_from(grid, tmp_path, capsys):
+    from nip.training.sweep import prepare_sweep
+
+    prepare_sweep(GridSpec.load(grid), tmp_path / "s")  # as a sweep killed before any cell ran
+    assert main(["sweep", "resume", str(tmp_path / "s"), "--quiet"]) == 0
+    assert {c.stage for c in sweep_status(tmp_path / "s")} == {"done"}
+    assert "4/4 cells done" in capsys.readouterr().out
