@@ -95,4 +95,5 @@ def test_a_sweeps_runs_share_a_wandb_group_named_after_the_sweep(
     assert set(outcomes.values()) == {"done"}
     for cell in ("seed0", "seed1"):
         assert b"groupie" in _written(tmp_path / "s/cells" / cell / "wandb", b"groupie")
+        assert list((tmp_path / "s/cells" / cell / "wandb").glob(f"offline-run-*-groupie-{cell}"))
     assert json.loads((tmp_path / "s/sweep.json").read_text())["name"] == "groupie"

@@ -75,7 +75,9 @@ class WandbLogger:
         kwargs = dict(
             project=project,
             name=run_name,
-            id=run_name,
+            # In a group (a sweep), the id carries the group's name: cells of two sweeps are
+            # named alike (nip_seed0) and must not resume each other's W&B run.
+            id=f"{group}-{run_name}" if group and run_name else run_name,
             group=group,
             resume="allow",
             config=config,

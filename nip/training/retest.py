@@ -25,6 +25,7 @@ from pathlib import Path
 from nip.backends import AdapterHost, capability
 from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
+from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
@@ -81,6 +82,7 @@ async def retest_async(
     passes: int | None = None,
     split: str | None = None,
     settings: ExperimentSettings | None = None,
+    protocol: type[ProtocolHandler] | None = None,
 ) -> Path:
     """Test the chosen iterations' models again; returns the retest's directory.
 
@@ -90,6 +92,7 @@ async def retest_async(
         passes: Test passes per iteration (default: the run's ``rl.num_test_iterations``).
         split: The dataset split (default: the run's ``text_rl.test_dataset_split``).
         settings: Runtime settings (cache, latency); ``run_dir`` is ignored.
+        protocol: The class of a protocol defined in your own code, which the run names.
     """
     saved = saved_parameters(run_dir)
     passes = passes or saved.rl.num_test_iterations
@@ -105,7 +108,7 @@ async def retest_async(
     out = RunDirectory(retest_dir(run_dir, split, passes))
     out.write_json("hyper_params.json", params.to_dict())
     settings = replace(settings or ExperimentSettings(), run_dir=None)
-    session = Session(params, settings)
+    session = Session(params, settings, protocol=protocol)
     free = {n for n, a in session.agents.items() if not provider_for(a.agent_params).bills_tokens}
     try:
         size = None if params.text_rl.test_on_whole_dataset else params.rl.rollouts_per_iteration
