@@ -155,6 +155,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             split=args.split,
             confidence=args.confidence,
             pool_seeds=not args.separate_seeds,
+            over_seeds=args.over_seeds,
         )
     except FileNotFoundError as error:
         print(f"nip compare: {error}", file=sys.stderr)
@@ -511,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--separate-seeds",
         action="store_true",
         help="One series per run instead of pooling a protocol's runs (seeds).",
+    )
+    compare.add_argument(
+        "--over-seeds",
+        action="store_true",
+        help="The mean over seeds with a Student-t interval (how results vary by seed), "
+        "instead of the pooled dialogues' Wilson interval.",
     )
     compare.add_argument("--html", help="Also write the figure to this HTML file.")
     compare.set_defaults(func=_cmd_compare)

@@ -225,3 +225,18 @@ def test_nip_sweep_resume_runs_the_grid_its_directory_was_made_from(grid, tmp_pa
     assert main(["sweep", "resume", str(tmp_path / "s"), "--quiet"]) == 0
     assert {c.stage for c in sweep_status(tmp_path / "s")} == {"done"}
     assert "4/4 cells done" in capsys.readouterr().out
+
+
+def test_compare_over_seeds_gives_the_mean_of_the_seeds_and_a_t_interval(grid, tmp_path):
+    from nip.viz.intervals import seed_interval
+
+    run_sweep(GridSpec.load(grid), tmp_path / "sweep", _settings(), echo=False)
+    pooled = runs_table([tmp_path / "sweep"]).set_index(["series", "iteration"])
+    seeds = runs_table([tmp_path / "sweep"], over_seeds=True).set_index(["series", "iteration"])
+    single = runs_table([tmp_path / "sweep"], pool_seeds=False).set_index(["series", "iteration"])
+    for protocol in ("nip", "debate"):
+        values = [single.loc[(f"{protocol} seed {s}", 1), "accuracy"] for s in (0, 1)]
+        assert seeds.loc[(protocol, 1), "accuracy"] == pytest.approx(sum(values) / 2)
+        low = seed_interval(values)[1]
+        assert seeds.loc[(protocol, 1), "ci_low"] == pytest.approx(low)
+        assert pooled.loc[(protocol, 1), "runs"] == 2

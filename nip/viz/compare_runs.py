@@ -26,7 +26,7 @@ from nip.training.run_dir import RunDirectory
 from nip.training.sweep_grid import is_sweep_dir, sweep_run_dirs
 from nip.viz import _style
 from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
-from nip.viz.intervals import wilson_interval
+from nip.viz.intervals import seed_interval, wilson_interval
 from nip.viz.results import RunResults
 
 #: The columns of :func:`runs_table`, in order.
@@ -99,6 +99,7 @@ def runs_table(
     split: str = "test",
     confidence: float = 0.95,
     pool_seeds: bool = True,
+    over_seeds: bool = False,
 ) -> pd.DataFrame:
     """Accuracy per series (protocol, or run) and iteration, with Wilson intervals.
 
@@ -108,6 +109,9 @@ def runs_table(
         split: Which rollouts: ``test`` (the test passes the test scheme ran) or ``train``.
         confidence: The intervals' coverage.
         pool_seeds: Pool the runs of a protocol (and trainer); else one series per run.
+        over_seeds: The accuracy is the mean of the pooled runs' (seeds') accuracies and the
+            interval its Student-t interval: how much the result varies between seeds, not
+            how precisely the dialogues measure it (NaN for a single run).
 
     Returns:
         Columns :data:`RUNS_COLUMNS`, sorted by series and iteration. A series is named
@@ -140,6 +144,13 @@ def runs_table(
     for (series, iteration), group in frame.groupby(["series", "iteration"], sort=True):
         n, correct = int(group["dialogues"].sum()), int(group["correct"].sum())
         low, high = wilson_interval(correct, n, confidence) if n else (float("nan"),) * 2
+        accuracy = correct / n if n else float("nan")
+        if over_seeds:
+            per_run = group.groupby("run")[["correct", "dialogues"]].sum()
+            values = [
+                c / d for c, d in zip(per_run["correct"], per_run["dialogues"], strict=True) if d
+            ]
+            accuracy, low, high = seed_interval(values, confidence)
         rows.append(
             {
                 "series": series,
@@ -151,7 +162,7 @@ def runs_table(
                 "seeds": ", ".join(str(s) for s in sorted(group["seed"].unique())),
                 "dialogues": n,
                 "correct": correct,
-                "accuracy": correct / n if n else float("nan"),
+                "accuracy": accuracy,
                 "ci_low": low,
                 "ci_high": high,
             }
@@ -169,6 +180,7 @@ def compare_runs(
     split: str = "test",
     confidence: float = 0.95,
     pool_seeds: bool = True,
+    over_seeds: bool = False,
     title: str | None = None,
 ) -> tuple[go.Figure, pd.DataFrame]:
     """The paper-style figure: accuracy per protocol against iteration, with error bars.
@@ -178,6 +190,7 @@ def compare_runs(
         split: ``test`` or ``train`` rollouts.
         confidence: The intervals' coverage.
         pool_seeds: Pool the runs of a protocol (see the module's docstring).
+        over_seeds: Mean over seeds with a Student-t interval (see :func:`runs_table`).
         title: The figure's title.
 
     Returns:
@@ -185,7 +198,13 @@ def compare_runs(
         Wilson error bars, drawn slightly apart so intervals at one iteration do not hide
         each other); the table from :func:`runs_table`.
     """
-    table = runs_table(run_dirs, split=split, confidence=confidence, pool_seeds=pool_seeds)
+    table = runs_table(
+        run_dirs,
+        split=split,
+        confidence=confidence,
+        pool_seeds=pool_seeds,
+        over_seeds=over_seeds,
+    )
     figure = go.Figure()
     series = list(dict.fromkeys(table["series"]))
     for index, name in enumerate(series):
@@ -205,7 +224,8 @@ def compare_runs(
     frame_accuracy_figure(
         figure,
         title=title
-        or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} Wilson intervals)",
+        or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} "
+        + ("t intervals over seeds)" if over_seeds else "Wilson intervals)"),
         legend_title="protocol" if pool_seeds else "run",
     )
     return figure, table
