@@ -240,3 +240,15 @@ def test_compare_over_seeds_gives_the_mean_of_the_seeds_and_a_t_interval(grid, t
         low = seed_interval(values)[1]
         assert seeds.loc[(protocol, 1), "ci_low"] == pytest.approx(low)
         assert pooled.loc[(protocol, 1), "runs"] == 2
+
+
+def test_a_cell_that_fails_does_not_stop_the_others(grid, tmp_path):
+    spec = GridSpec.load(grid)
+    cells = spec.cells()
+    run_dir = cells[1].run_dir(tmp_path / "sweep")
+    run_dir.mkdir(parents=True)
+    (run_dir / "state.json").write_text("{not json")  # a cell whose state is damaged
+    outcomes = run_sweep(spec, tmp_path / "sweep", _settings(), echo=False)
+    assert outcomes[cells[1].name].startswith(("FileNotFoundError", "JSONDecodeError"))
+    assert [o for n, o in outcomes.items() if n != cells[1].name] == ["done"] * 3
+    assert ("error", cells[1].name) in _events(tmp_path / "sweep")

@@ -169,9 +169,18 @@ async def run_sweep_async(
     events = _Events(sweep_dir)
     say = print if echo else (lambda *_: None)
 
+    def failed(cell: SweepCell, error: Exception) -> str:
+        text = f"{type(error).__name__}: {error}"
+        events.write(cell.name, "error", error=text)
+        say(f"{cell.name}: failed: {text}")
+        return text
+
     async def run(cell: SweepCell) -> str:
         async with limit:
-            trainer = open_cell(cell, sweep_dir, settings, backends=pool)
+            try:
+                trainer = open_cell(cell, sweep_dir, settings, backends=pool)
+            except Exception as error:  # a cell that cannot start; the others go on
+                return failed(cell, error)
             if trainer.finished:
                 return "done"
             events.write(cell.name, "start", iteration=trainer.state.iteration)
@@ -182,9 +191,7 @@ async def run_sweep_async(
             try:
                 state = await trainer.train_async()
             except Exception as error:  # recorded; the other cells go on
-                events.write(cell.name, "error", error=f"{type(error).__name__}: {error}")
-                say(f"{cell.name}: failed: {type(error).__name__}: {error}")
-                return f"{type(error).__name__}: {error}"
+                return failed(cell, error)
             outcome = "done" if state.stage == "done" else "stopped"
             events.write(cell.name, "end", outcome=outcome)
             say(f"{cell.name}: {outcome}")
