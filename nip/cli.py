@@ -81,6 +81,27 @@ def _load_config(name_or_path: str):
     return HyperParameters.load(path)
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    """``--set PATH=VALUE`` (repeatable) and ``--seed N`` as dotted-path overrides (text)."""
+    from nip.parameters.overrides import parse_override
+
+    overrides = dict(parse_override(text) for text in getattr(args, "set", None) or ())
+    if getattr(args, "seed", None) is not None:
+        overrides["seed"] = str(args.seed)
+    return overrides
+
+
+def _add_override_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="Change one parameter by dotted path, typed and checked like the file "
+        "(repeatable): --set rl.num_iterations=4 --set agents.prover.model_name=gpt-4o",
+    )
+    parser.add_argument("--seed", type=int, help="The run's seed (as --set seed=N).")
+
+
 def _cmd_presets(args: argparse.Namespace) -> int:
     from nip.configs import list_presets
 
@@ -110,6 +131,8 @@ def _cmd_prepare_model(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     hyper_params = _load_config(args.config)
+    if overrides := _overrides(args):
+        hyper_params = hyper_params.with_overrides(overrides, from_text=True)
     if args.dry_run:
         from nip.training.cost_estimate import estimate_cost
 
@@ -132,6 +155,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             split=args.split,
             confidence=args.confidence,
             pool_seeds=not args.separate_seeds,
+            over_seeds=args.over_seeds,
         )
     except FileNotFoundError as error:
         print(f"nip compare: {error}", file=sys.stderr)
@@ -151,10 +175,93 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from nip.training import sweep
+
+    action, target = (
+        (args.target[0], args.target[1:]) if len(args.target) > 1 else ("", args.target)
+    )
+    if action not in ("", "status", "resume") or len(target) != 1:
+        print(
+            "usage: nip sweep GRID.yaml | nip sweep status DIR | nip sweep resume DIR",
+            file=sys.stderr,
+        )
+        return 2
+    if action == "status":
+        for cell in sweep.sweep_status(target[0]):
+            print(
+                f"{cell.name:<32}{cell.stage:<24}"
+                f"iteration {cell.iteration + 1}/{cell.num_iterations}"
+            )
+        return 0
+    if action == "resume":
+        spec, sweep_dir = sweep.load_sweep_spec(target[0]), Path(target[0])
+    else:
+        spec = sweep.GridSpec.load(target[0])
+        sweep_dir = Path(args.sweep_dir or Path("runs") / "sweeps" / spec.name)
+    if args.dry_run:
+        from nip.training.sweep_grid import estimate_sweep
+
+        print(estimate_sweep(spec, _settings(args), sample_items=args.sample_items))
+        return 0
+    args.run_dir = None
+    if args.ray:
+        from nip.training.sweep_ray import run_sweep_ray
+
+        outcomes = run_sweep_ray(
+            spec, sweep_dir, _settings(args), address=args.ray, resources=args.cell_resources
+        )
+    else:
+        outcomes = sweep.run_sweep(spec, sweep_dir, _settings(args), max_parallel=args.max_parallel)
+    failed = {name: o for name, o in outcomes.items() if o not in ("done", "stopped")}
+    print(
+        f"\nsweep directory: {sweep_dir} ({len(outcomes) - len(failed)}/{len(outcomes)} cells "
+        f"done or stopped); compare: nip compare {sweep_dir}"
+    )
+    return 1 if failed else 0
+
+
+def _cmd_retest(args: argparse.Namespace) -> int:
+    from nip.training.retest import retest
+
+    iterations = [int(i) for i in args.iterations.split(",")] if args.iterations else None
+    args.run_dir = None
+    out = retest(
+        args.run_dir_positional,
+        iterations=iterations,
+        passes=args.passes,
+        split=args.split,
+        settings=_settings(args),
+    )
+    print(f"retest results: {out} (nip compare {args.run_dir_positional} shows them)")
+    return 0
+
+
+def _cmd_extend(args: argparse.Namespace) -> int:
+    from nip.training.extend import extend_run, extension_schedule
+
+    print(extension_schedule(args.run_dir_positional, args.iterations))
+    args.run_dir = args.run_dir_positional
+    trainer = extend_run(args.run_dir_positional, args.iterations, _settings(args))
+    trainer.train()
+    _print_metrics(trainer)
+    return 0
+
+
 def _cmd_resume(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
     args.run_dir = args.run_dir_positional
+    if overrides := _overrides(args):
+        from nip.training.run_changes import change_saved_parameters
+
+        changes = change_saved_parameters(
+            args.run_dir, overrides, accept=args.accept_changes, from_text=True
+        )
+        for path, (old, new) in changes.items():
+            print(f"changed {path}: {old!r} -> {new!r}")
     trainer = PureTextEiTrainer.resume(args.run_dir, _settings(args), force=args.force)
     print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
     trainer.train()
@@ -330,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=4,
         help="--dry-run: build the real prompts of this many items per pass (default 4).",
     )
+    _add_override_options(run)
     _add_run_options(run)
     run.set_defaults(func=_cmd_run)
 
@@ -340,8 +448,48 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Resume even if the run was saved by an incompatible nip.",
     )
+    _add_override_options(resume)
+    resume.add_argument(
+        "--accept-changes",
+        action="store_true",
+        help="Let --set/--seed change the saved parameters (refused otherwise).",
+    )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="Run a grid of configurations (nip sweep GRID.yaml; status DIR; resume DIR).",
+        description="Every cell of a grid as a resumable run under one directory; "
+        "see docs/training.md, 'Sweeps'.",
+    )
+    sweep.add_argument("target", nargs="+", metavar="GRID.yaml | status DIR | resume DIR")
+    sweep.add_argument("--sweep-dir", help="Where the cells go (default: runs/sweeps/NAME).")
+    sweep.add_argument("--dry-run", action="store_true", help="Price every cell and the total.")
+    sweep.add_argument("--sample-items", type=int, default=4, help="--dry-run: see nip run.")
+    sweep.add_argument("--max-parallel", type=int, help="Cells at once (default: the grid's, 4).")
+    sweep.add_argument("--ray", metavar="auto|ADDRESS", help="Run each cell as a Ray task.")
+    sweep.add_argument(
+        "--cell-resources", default="cpu=1", help="--ray: each cell's resources (cpu=1,gpu=1)."
+    )
+    _add_run_options(sweep)
+    sweep.set_defaults(func=_cmd_sweep, run_dir=None)
+
+    retest = sub.add_parser(
+        "retest", help="Test a run's saved models again (more passes, another split)."
+    )
+    retest.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
+    retest.add_argument("--iterations", help="Which iterations, e.g. 0,7 (default: all).")
+    retest.add_argument("--passes", type=int, help="Test passes (default: the run's).")
+    retest.add_argument("--split", help="The dataset split (default: the run's test split).")
+    _add_run_options(retest)
+    retest.set_defaults(func=_cmd_retest)
+
+    extend = sub.add_parser("extend", help="More iterations for a finished run.")
+    extend.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
+    extend.add_argument("--iterations", type=int, required=True, help="How many more.")
+    _add_run_options(extend)
+    extend.set_defaults(func=_cmd_extend)
 
     control = sub.add_parser(
         "control", help="Pause, resume or stop a run between stages (from any process)."
@@ -364,6 +512,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--separate-seeds",
         action="store_true",
         help="One series per run instead of pooling a protocol's runs (seeds).",
+    )
+    compare.add_argument(
+        "--over-seeds",
+        action="store_true",
+        help="The mean over seeds with a Student-t interval (how results vary by seed), "
+        "instead of the pooled dialogues' Wilson interval.",
     )
     compare.add_argument("--html", help="Also write the figure to this HTML file.")
     compare.set_defaults(func=_cmd_compare)

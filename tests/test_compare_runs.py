@@ -135,3 +135,16 @@ def test_nip_compare_prints_the_table_and_writes_the_figure(runs, tmp_path):
     assert header.split()[:3] == ["series", "iteration", "runs"]
     assert [row.split()[0] for row in rows] == ["debate", "debate", "nip", "nip"]
     assert "plotly" in html.read_text(encoding="utf-8")
+
+
+def test_the_t_quantiles_are_students():
+    from nip.viz.intervals import seed_interval, t_quantile
+
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.975, 2) == pytest.approx(4.303, abs=1e-3)
+    assert t_quantile(0.975, 30) == pytest.approx(2.042, abs=1e-3)
+    mean, low, high = seed_interval([0.5, 0.6, 0.7])
+    assert (mean, low, high) == pytest.approx(
+        (0.6, 0.6 - 4.303 * 0.1 / 3**0.5, 0.6 + 4.303 * 0.1 / 3**0.5), abs=1e-3
+    )
+    assert seed_interval([0.5])[1] != seed_interval([0.5])[1]  # NaN: one seed has no spread

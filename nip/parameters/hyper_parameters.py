@@ -282,6 +282,20 @@ class HyperParameters(BaseParameters):
             params_dict = _upgrade_from_1_0(params_dict)
         return super().from_dict(_drop_is_random(params_dict), ignore_extra_keys)
 
+    def with_overrides(self, overrides: Mapping[str, Any], *, from_text: bool = False) -> Self:
+        """A copy with each dotted path set to its value, validated like a file.
+
+        ``params.with_overrides({"agents.prover.model_name": "gpt-4o-2024-08-06",
+        "rl.num_iterations": 4})``; ``from_text=True`` reads string values with YAML's
+        scalar rules, as ``nip run --set PATH=VALUE`` does (:mod:`nip.parameters.overrides`).
+
+        Raises:
+            InvalidParameterError: A path names no parameter, or a value is not allowed.
+        """
+        from nip.parameters.overrides import apply_overrides
+
+        return apply_overrides(self, overrides, from_text=from_text)
+
     @classmethod
     def construct_test_params(cls) -> HyperParameters:
         """Dummy-API agents and a tiny run: offline and fast."""

@@ -29,6 +29,9 @@ class NullLogger:
     def save_run_artifact(self, run_dir: Path) -> None:
         return None
 
+    def on_stage_end(self, run_dir: Path, stage: str, iteration: int) -> None:
+        return None
+
 
 def resolve_mode(mode: WandbMode) -> str:
     """The W&B mode to use, from the setting, the environment and the presence of a key."""
@@ -48,6 +51,7 @@ class WandbLogger:
         config: The hyper-parameters (as a dict) to record.
         mode: See the module docstring.
         project / run_name: W&B project and run name.
+        group: The W&B group (a sweep's runs share one).
         init_timeout_s: How long to wait for W&B to start before going offline.
     """
 
@@ -59,6 +63,7 @@ class WandbLogger:
         mode: WandbMode = "auto",
         project: str = "nip",
         run_name: str | None = None,
+        group: str | None = None,
         init_timeout_s: float = 30.0,
     ):
         import wandb
@@ -70,7 +75,10 @@ class WandbLogger:
         kwargs = dict(
             project=project,
             name=run_name,
-            id=run_name,
+            # In a group (a sweep), the id carries the group's name: cells of two sweeps are
+            # named alike (nip_seed0) and must not resume each other's W&B run.
+            id=f"{group}-{run_name}" if group and run_name else run_name,
+            group=group,
             resume="allow",
             config=config,
             dir=str(run_dir),
@@ -78,7 +86,10 @@ class WandbLogger:
         try:
             self._run = wandb.init(
                 mode=self.mode,
-                settings=wandb.Settings(init_timeout=init_timeout_s, silent=True),
+                # create_new: a sweep's cells each log to their own run from one process.
+                settings=wandb.Settings(
+                    init_timeout=init_timeout_s, silent=True, reinit="create_new"
+                ),
                 **kwargs,
             )
         except Exception as error:  # W&B must never stop a run
@@ -90,7 +101,11 @@ class WandbLogger:
                 return
             warnings.warn(f"W&B could not start online ({error}); logging offline", stacklevel=2)
             self.mode = "offline"
-            self._run = wandb.init(mode="offline", settings=wandb.Settings(silent=True), **kwargs)
+            self._run = wandb.init(
+                mode="offline",
+                settings=wandb.Settings(silent=True, reinit="create_new"),
+                **kwargs,
+            )
         if self._run is not None:
             self._run.define_metric("analysis_iteration")
             self._run.define_metric("analysis_*", step_metric="analysis_iteration")
@@ -122,5 +137,41 @@ class WandbLogger:
         except Exception as error:
             warnings.warn(f"W&B could not save the run's artifact: {error}", stacklevel=2)
 
+    def on_stage_end(self, run_dir: Path, stage: str, iteration: int) -> None:
+        """After a stage that saved dialogues (``log_stats`` for training, ``test``), log the
+        rollouts and readable transcripts as the original's ``full_rollouts_<run>`` and
+        ``raw_transcript_<run>`` artifacts (a new version each time). Never stops a run."""
+        split = {"log_stats": "train", "test": "test"}.get(stage)
+        if self._run is None or split is None:
+            return
+        if not (Path(run_dir) / "rollouts" / f"{split}_it{iteration:04d}.jsonl").exists():
+            return  # an iteration the test scheme does not test
+        import wandb
+
+        try:
+            for artifact in build_rollout_artifacts(wandb, Path(run_dir), self._run.id):
+                self._run.log_artifact(artifact)
+        except Exception as error:
+            warnings.warn(f"W&B could not save the rollouts' artifact: {error}", stacklevel=2)
+
     def __repr__(self) -> str:
         return f"WandbLogger(mode={self.mode!r})"
+
+
+#: The rollout artifacts, as the original named them: the artifact name's prefix by folder.
+ROLLOUT_ARTIFACTS = {"rollouts": "full_rollouts_", "transcripts": "raw_transcript_"}
+
+
+def build_rollout_artifacts(wandb: Any, run_dir: Path, run_id: str) -> list[Any]:
+    """``full_rollouts_<run>`` (every ``rollouts/*.jsonl`` so far) and, when the run saves
+    readable transcripts, ``raw_transcript_<run>`` (every ``transcripts/*``)."""
+    artifacts = []
+    for folder, prefix in ROLLOUT_ARTIFACTS.items():
+        files = sorted(p for p in (run_dir / folder).glob("*") if p.is_file())
+        if not files:
+            continue
+        artifact = wandb.Artifact(f"{prefix}{run_id}", type=folder)
+        for file in files:  # file by file: add_dir prints a line per folder
+            artifact.add_file(str(file), name=f"{folder}/{file.name}")
+        artifacts.append(artifact)
+    return artifacts

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from nip._version import __version__
+from nip.backends.pool import BackendPool
 from nip.backends.providers import provider_for
 from nip.errors import BackendUnavailableError, IncompatibleParametersError
 from nip.jobs import FineTuneBackend
@@ -94,6 +95,8 @@ class PureTextEiTrainer:
         overwrite: Start afresh even if ``run_dir`` holds a run.
         protocol: The class of a protocol defined in your own code, which
             ``hyper_params.interaction_protocol`` names (shipped ones are found by name).
+        backends: A backend pool shared with other trainers (a sweep's cells share one, and
+            so one concurrency limit per endpoint); by default the run's own.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class PureTextEiTrainer:
         fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
         overwrite: bool = False,
         protocol: type[ProtocolHandler] | None = None,
+        backends: BackendPool | None = None,
         _resuming: bool = False,
     ):
         settings = settings or ExperimentSettings()
@@ -126,7 +130,7 @@ class PureTextEiTrainer:
             self.run_dir.write_json(
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
-        self.session = Session(hyper_params, settings, protocol=protocol)
+        self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
         if not _resuming:  # load the data now: a missing dataset fails before any sampling
             self.run_dir.save_dataset_provenance(self._dataset_provenance())
         backends = dict(fine_tune_backends or {})
@@ -171,6 +175,7 @@ class PureTextEiTrainer:
         force: bool = False,
         fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
         protocol: type[ProtocolHandler] | None = None,
+        backends: BackendPool | None = None,
     ) -> PureTextEiTrainer:
         """Continue the run saved in ``run_dir`` from the stage it had reached.
 
@@ -195,6 +200,7 @@ class PureTextEiTrainer:
             settings,
             fine_tune_backends=fine_tune_backends,
             protocol=protocol,
+            backends=backends,
             _resuming=True,
         )
         if directory.exists("state.json"):
@@ -227,7 +233,7 @@ class PureTextEiTrainer:
                 self.run_dir.path, self.state.stages_completed, poll_interval_s=self.poll_interval_s
             ):
                 break
-            stage = self.state.stage
+            stage, iteration = self.state.stage, self.state.iteration
             async with self._reporter.stage(self, stage):
                 await getattr(self, f"_stage_{stage}")()
             self.state.stage = self._next_stage(stage)  # type: ignore[assignment]
@@ -235,6 +241,8 @@ class PureTextEiTrainer:
                 self.state.iteration += 1
             self.state.stages_completed += 1
             self._save_state()
+            if self._logger is not None:  # W&B: each iteration's rollouts as artifacts
+                self._logger.on_stage_end(self.run_dir.path, stage, iteration)
             if stage == "switch_models" and self._logger is not None:
                 self._logger.save_run_artifact(self.run_dir.path)
             stages_run += 1
@@ -269,6 +277,7 @@ class PureTextEiTrainer:
             mode=self.settings.wandb_mode,
             project=self.settings.wandb_project,
             run_name=self.run_dir.path.name,
+            group=self.settings.wandb_group,
         )
 
     def _log(self, metrics: dict[str, Any], prefix: str = "") -> None:

@@ -23,9 +23,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from nip.training.run_dir import RunDirectory
+from nip.training.sweep_grid import is_sweep_dir, sweep_run_dirs
 from nip.viz import _style
 from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
-from nip.viz.intervals import wilson_interval
+from nip.viz.intervals import seed_interval, wilson_interval
 from nip.viz.results import RunResults
 
 #: The columns of :func:`runs_table`, in order.
@@ -61,6 +62,7 @@ def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
                 "trainer": hp.get("trainer", "?"),
                 "seed": hp.get("seed"),
                 "run": str(run.path),
+                "variant": _variant(Path(run.path)),
                 "iteration": iteration,
                 "dialogues": len(transcripts),
                 "correct": sum(t.correct for t in transcripts),
@@ -69,20 +71,47 @@ def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _expand_sweeps(sources: Iterable[RunSource]) -> list[RunSource]:
+    """Each sweep directory (``nip sweep``) replaced by its cells' run directories, and each
+    run followed by its retests (``nip retest``: ``retest/*/`` inside it)."""
+    expanded: list[RunSource] = []
+    for source in sources:
+        if isinstance(source, str | Path) and is_sweep_dir(source):
+            expanded += sweep_run_dirs(source)
+        else:
+            expanded.append(source)
+    with_retests: list[RunSource] = []
+    for source in expanded:
+        with_retests.append(source)
+        path = source.path if isinstance(source, RunResults | RunDirectory) else Path(source)
+        with_retests += sorted(p.parent for p in path.glob("retest/*/hyper_params.json"))
+    return with_retests
+
+
+def _variant(path: Path) -> str:
+    """`` (retest test-10x)`` for a retest's directory, else empty."""
+    return f" (retest {path.name})" if path.parent.name == "retest" else ""
+
+
 def runs_table(
     run_dirs: Iterable[RunSource],
     *,
     split: str = "test",
     confidence: float = 0.95,
     pool_seeds: bool = True,
+    over_seeds: bool = False,
 ) -> pd.DataFrame:
     """Accuracy per series (protocol, or run) and iteration, with Wilson intervals.
 
     Args:
-        run_dirs: Run directories (or :class:`RunResults`).
+        run_dirs: Run directories (or :class:`RunResults`), or sweep directories (each
+            stands for its cells' runs).
         split: Which rollouts: ``test`` (the test passes the test scheme ran) or ``train``.
         confidence: The intervals' coverage.
         pool_seeds: Pool the runs of a protocol (and trainer); else one series per run.
+        over_seeds: The accuracy is the mean of the pooled runs' (seeds') accuracies and the
+            interval its Student-t interval: how much the result varies between seeds, not
+            how precisely the dialogues measure it (NaN for a single run).
 
     Returns:
         Columns :data:`RUNS_COLUMNS`, sorted by series and iteration. A series is named
@@ -93,7 +122,7 @@ def runs_table(
         FileNotFoundError: A directory is not a run, or no run saved ``split`` rollouts.
     """
     counts = []
-    for source in run_dirs:
+    for source in _expand_sweeps(run_dirs):
         run = source if isinstance(source, RunResults) else RunResults(source)
         if not run.run_dir.exists("hyper_params.json"):
             raise FileNotFoundError(f"{run.path} is not a run directory (no hyper_params.json)")
@@ -105,6 +134,7 @@ def runs_table(
     frame["series"] = frame["protocol"]
     if mixed_trainers:
         frame["series"] += " (" + frame["trainer"] + ")"
+    frame["series"] += frame["variant"]
     if not pool_seeds:
         shared_seed = frame.groupby(["series", "seed"])["run"].transform("nunique") > 1
         frame["series"] += " " + frame["seed"].map(lambda s: f"seed {s}").where(
@@ -114,6 +144,13 @@ def runs_table(
     for (series, iteration), group in frame.groupby(["series", "iteration"], sort=True):
         n, correct = int(group["dialogues"].sum()), int(group["correct"].sum())
         low, high = wilson_interval(correct, n, confidence) if n else (float("nan"),) * 2
+        accuracy = correct / n if n else float("nan")
+        if over_seeds:
+            per_run = group.groupby("run")[["correct", "dialogues"]].sum()
+            values = [
+                c / d for c, d in zip(per_run["correct"], per_run["dialogues"], strict=True) if d
+            ]
+            accuracy, low, high = seed_interval(values, confidence)
         rows.append(
             {
                 "series": series,
@@ -125,7 +162,7 @@ def runs_table(
                 "seeds": ", ".join(str(s) for s in sorted(group["seed"].unique())),
                 "dialogues": n,
                 "correct": correct,
-                "accuracy": correct / n if n else float("nan"),
+                "accuracy": accuracy,
                 "ci_low": low,
                 "ci_high": high,
             }
@@ -143,6 +180,7 @@ def compare_runs(
     split: str = "test",
     confidence: float = 0.95,
     pool_seeds: bool = True,
+    over_seeds: bool = False,
     title: str | None = None,
 ) -> tuple[go.Figure, pd.DataFrame]:
     """The paper-style figure: accuracy per protocol against iteration, with error bars.
@@ -152,6 +190,7 @@ def compare_runs(
         split: ``test`` or ``train`` rollouts.
         confidence: The intervals' coverage.
         pool_seeds: Pool the runs of a protocol (see the module's docstring).
+        over_seeds: Mean over seeds with a Student-t interval (see :func:`runs_table`).
         title: The figure's title.
 
     Returns:
@@ -159,7 +198,13 @@ def compare_runs(
         Wilson error bars, drawn slightly apart so intervals at one iteration do not hide
         each other); the table from :func:`runs_table`.
     """
-    table = runs_table(run_dirs, split=split, confidence=confidence, pool_seeds=pool_seeds)
+    table = runs_table(
+        run_dirs,
+        split=split,
+        confidence=confidence,
+        pool_seeds=pool_seeds,
+        over_seeds=over_seeds,
+    )
     figure = go.Figure()
     series = list(dict.fromkeys(table["series"]))
     for index, name in enumerate(series):
@@ -179,7 +224,8 @@ def compare_runs(
     frame_accuracy_figure(
         figure,
         title=title
-        or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} Wilson intervals)",
+        or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} "
+        + ("t intervals over seeds)" if over_seeds else "Wilson intervals)"),
         legend_title="protocol" if pool_seeds else "run",
     )
     return figure, table

@@ -9,6 +9,7 @@ step-through controller and the fine-tuning launcher.
     FineTuneLauncher(group, transcripts)           # preview, launch, watch, switch
     RunMonitor(trainer)                            # live dashboard: stage, metrics, jobs,
                                                    # pause / stop (or RunMonitor(run_dir))
+    SweepMonitor(sweep_dir)                        # a sweep's cells; each cell's RunMonitor
 
 Needs the ``notebook`` extra (``pip install 'nip[notebook]'``); ``import nip`` never loads it.
 """
@@ -25,6 +26,7 @@ from nip.widgets.prompt_inspector import PromptInspector
 from nip.widgets.run_monitor import RunMonitor
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot
 from nip.widgets.step_controller import DialogueController
+from nip.widgets.sweep_monitor import SweepMonitor
 
 __all__ = [
     "DialogueController",
@@ -35,6 +37,7 @@ __all__ = [
     "PromptInspector",
     "RunMonitor",
     "RunSnapshot",
+    "SweepMonitor",
     "agents_for_protocol",
     "job_loss",
     "job_progress",

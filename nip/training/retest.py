@@ -1,0 +1,138 @@
+"""Testing a run's saved models again: more passes, another split, other iterations.
+
+::
+
+    retest("runs/nip-ei", iterations=[0, 7], passes=10)      # nip retest RUN_DIR ...
+
+Each chosen iteration is tested with the models that generated that iteration's training
+dialogues (the ``model`` of every turn in ``rollouts/train_itNNNN.jsonl``: the base model
+at iteration 0, then each group's fine-tuned model; the groups' ``model_history``), exactly as
+the run's own test stage does: the same items of the split, pass ``k`` seeded as the run's
+test pass ``k``. A local LoRA adapter is found by its job in the run's ``jobs/`` folder.
+Nothing of the run is changed: the results go to ``retest/<split>-<passes>x/`` inside the
+run directory, itself a run directory (``hyper_params.json`` with the retest's
+split and passes, ``rollouts/test_itNNNN.jsonl``, ``metrics/test_itNNNN.json``), which ``nip
+compare`` shows beside the run as its own series (``nip (retest test-10x)``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from nip.backends import AdapterHost, capability
+from nip.backends.providers import provider_for
+from nip.errors import InvalidParameterError
+from nip.protocols import ProtocolHandler
+from nip.rollouts.records import Transcript
+from nip.session import Session
+from nip.settings import ExperimentSettings
+from nip.training.metrics import rollout_metrics
+from nip.training.run_changes import saved_parameters
+from nip.training.run_dir import RunDirectory
+from nip.utils.sync import run_sync
+
+__all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
+
+#: The run's test passes are seeded with ``iteration=10_000 + pass`` (the trainer's rule).
+_TEST_ITERATION = 10_000
+
+
+def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
+    """The model each agent generated with in ``iteration``'s training dialogues.
+
+    Raises:
+        InvalidParameterError: The run has no training dialogues of ``iteration``.
+    """
+    directory = RunDirectory(run_dir)
+    if not directory.has_rollouts("train", iteration):
+        raise InvalidParameterError(
+            "--iterations", iteration, "an iteration whose training dialogues the run saved"
+        )
+    models: dict[str, str] = {}
+    for transcript in directory.load_rollouts("train", iteration):
+        for turn in transcript.turns:
+            if turn.model and turn.agent not in models:
+                models[turn.agent] = turn.model
+    return models
+
+
+def _register_local_adapter(backend, model: str, run_dir: str | Path) -> None:
+    """A local LoRA job's adapter (``jobs/<model>/status.json``), served under its name."""
+    status = Path(run_dir) / "jobs" / model / "status.json"
+    host = capability(backend, AdapterHost)
+    if host is None or not status.is_file():
+        return
+    adapter = json.loads(status.read_text(encoding="utf-8")).get("adapter_path")
+    if adapter:
+        host.register_adapter(model, adapter)
+
+
+def retest_dir(run_dir: str | Path, split: str, passes: int) -> Path:
+    """Where a retest's results go, inside the run directory."""
+    return Path(run_dir) / "retest" / f"{split}-{passes}x"
+
+
+async def retest_async(
+    run_dir: str | Path,
+    *,
+    iterations: Iterable[int] | None = None,
+    passes: int | None = None,
+    split: str | None = None,
+    settings: ExperimentSettings | None = None,
+    protocol: type[ProtocolHandler] | None = None,
+) -> Path:
+    """Test the chosen iterations' models again; returns the retest's directory.
+
+    Args:
+        run_dir: The run.
+        iterations: Which iterations (default: every iteration with training dialogues).
+        passes: Test passes per iteration (default: the run's ``rl.num_test_iterations``).
+        split: The dataset split (default: the run's ``text_rl.test_dataset_split``).
+        settings: Runtime settings (cache, latency); ``run_dir`` is ignored.
+        protocol: The class of a protocol defined in your own code, which the run names.
+    """
+    saved = saved_parameters(run_dir)
+    passes = passes or saved.rl.num_test_iterations
+    split = split or saved.text_rl.test_dataset_split
+    params = saved.with_overrides(
+        {"text_rl.test_dataset_split": split, "rl.num_test_iterations": passes}
+    )
+    directory = RunDirectory(run_dir)
+    if iterations is None:
+        iterations = [
+            i for i in range(params.rl.num_iterations) if directory.has_rollouts("train", i)
+        ]
+    out = RunDirectory(retest_dir(run_dir, split, passes))
+    out.write_json("hyper_params.json", params.to_dict())
+    settings = replace(settings or ExperimentSettings(), run_dir=None)
+    session = Session(params, settings, protocol=protocol)
+    free = {n for n, a in session.agents.items() if not provider_for(a.agent_params).bills_tokens}
+    try:
+        size = None if params.text_rl.test_on_whole_dataset else params.rl.rollouts_per_iteration
+        items = session.datapoints(size, split=split)
+        for iteration in iterations:
+            for agent, model in iteration_models(run_dir, iteration).items():
+                _register_local_adapter(session.agents[agent].backend, model, run_dir)
+                session.agents[agent].model_name = model
+            transcripts: list[Transcript] = []
+            for repeat in range(passes):
+                batch = await session.rollouts_async(
+                    items, iteration=_TEST_ITERATION + repeat, description=f"retest {iteration}"
+                )
+                transcripts += batch.transcripts
+            out.save_rollouts("test", iteration, transcripts)
+            metrics = rollout_metrics(
+                transcripts, prices=settings.prices_usd_per_1m, free_agents=free
+            )
+            out.save_metrics("test", iteration, metrics)
+    finally:
+        await session.aclose()
+    return out.path
+
+
+def retest(run_dir: str | Path, **kwargs) -> Path:
+    """Sync :func:`retest_async` (works in scripts and inside Jupyter)."""
+    return run_sync(retest_async(run_dir, **kwargs))

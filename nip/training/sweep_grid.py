@@ -1,0 +1,291 @@
+"""A sweep's grid: a base configuration and axes of values, expanded into named cells.
+
+A grid file (YAML)::
+
+    name: ei-comparison            # optional: the sweep's name (default: the file's stem)
+    base: paper/nip-ei             # a preset or a config file (relative to the grid file)
+    set:                           # optional: overrides every cell shares
+      rl.num_iterations: 4
+    axes:                          # a product over these, in this order
+      interaction_protocol: [nip, debate]
+      seed: [0, 1, 2]
+    zip:                           # optional: groups of axes that move together
+      - agents.prover.model_name: [gpt-4o-mini-2024-07-18, gpt-4o-2024-08-06]
+        agents.verifier.model_name: [gpt-4o-mini-2024-07-18, gpt-4o-2024-08-06]
+    max_parallel: 4                # optional: cells running at once (--max-parallel wins)
+
+An axis is any dotted path :meth:`HyperParameters.with_overrides` takes, or ``base`` itself
+(a list of presets or files: ``base: [paper/nip-ei, paper/debate-ei]`` compares the paper's
+presets, each with its own protocol options). Each cell is named from its axis values
+(``nip-ei_seed0``) and is an ordinary run directory under the sweep's directory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nip.errors import ConfigFileError, InvalidParameterError
+from nip.parameters import HyperParameters
+from nip.settings import ExperimentSettings
+from nip.training.cost_report import CostEstimate
+
+__all__ = [
+    "GridSpec",
+    "SweepCell",
+    "SweepEstimate",
+    "estimate_sweep",
+    "is_sweep_dir",
+    "load_base",
+    "sweep_run_dirs",
+]
+
+#: The manifest a sweep directory holds.
+MANIFEST = "sweep.json"
+
+_KEYS = {"name", "base", "set", "axes", "zip", "max_parallel"}
+
+
+def load_base(name_or_path: str, relative_to: Path | None = None) -> HyperParameters:
+    """A config file (relative to ``relative_to`` when not absolute) or a shipped preset."""
+    from nip.configs import UnknownPresetError, load_preset
+
+    path = Path(name_or_path)
+    if relative_to is not None and not path.is_absolute():
+        path = relative_to / path
+    if path.is_file():
+        return HyperParameters.load(path)
+    try:
+        return load_preset(name_or_path)
+    except UnknownPresetError as error:
+        raise InvalidParameterError(
+            "base",
+            name_or_path,
+            "a shipped preset (nip presets) or a config file",
+            reason=str(error),
+        ) from None
+
+
+def _label(path: str, value: Any) -> str:
+    """The part of a cell's name one axis value gives (``seed0``, ``nip-ei``, ``debate``)."""
+    if path == "base":
+        text = Path(str(value)).stem if str(value).endswith((".yaml", ".yml", ".json")) else value
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", str(text).rsplit("/", 1)[-1])
+    if path == "interaction_protocol":
+        return str(value)
+    leaf = path.rsplit(".", 1)[-1]
+    short = re.sub(r"[^A-Za-z0-9._-]+", "-", str(value))
+    return f"{leaf}{short}" if leaf == "seed" else f"{leaf}-{short}"
+
+
+@dataclass
+class SweepCell:
+    """One configuration of the grid.
+
+    Attributes:
+        name: The cell's name (its run directory's name).
+        values: Its axis values by path (``{"base": "paper/nip-ei", "seed": 0}``).
+        hyper_params: Its whole configuration.
+    """
+
+    name: str
+    values: dict[str, Any]
+    hyper_params: HyperParameters
+
+    def run_dir(self, sweep_dir: str | Path) -> Path:
+        return Path(sweep_dir) / "cells" / self.name
+
+
+@dataclass
+class GridSpec:
+    """A grid file's contents (see the module docstring)."""
+
+    base: str
+    name: str = "sweep"
+    overrides: dict[str, Any] = field(default_factory=dict)
+    axes: dict[str, list[Any]] = field(default_factory=dict)
+    zipped: list[dict[str, list[Any]]] = field(default_factory=list)
+    max_parallel: int = 4
+    folder: Path | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, folder: Path | None = None, name: str = "sweep"):
+        """Read a grid from its dict (``folder``: where relative config paths start)."""
+        if not isinstance(data, Mapping):
+            raise ConfigFileError("a grid is a mapping with base and axes")
+        unknown = set(data) - _KEYS
+        if unknown:
+            raise InvalidParameterError(
+                ", ".join(sorted(unknown)), "...", f"grid keys: {', '.join(sorted(_KEYS))}"
+            )
+        axes = dict(data.get("axes") or {})
+        zipped = [dict(group) for group in data.get("zip") or []]
+        for path, values in [*axes.items(), *(i for g in zipped for i in g.items())]:
+            if not isinstance(values, list) or not values:
+                raise InvalidParameterError(f"axes.{path}", values, "a non-empty list of values")
+        for group in zipped:
+            lengths = {len(v) for v in group.values()}
+            if len(lengths) > 1:
+                raise InvalidParameterError(
+                    "zip", list(group), "lists of the same length in one zip group"
+                )
+        base = data.get("base")
+        if base is None and "base" not in axes:
+            raise InvalidParameterError("base", None, "a preset or config file (or a base axis)")
+        max_parallel = data.get("max_parallel", 4)
+        if not isinstance(max_parallel, int) or max_parallel < 1:
+            raise InvalidParameterError("max_parallel", max_parallel, "an integer >= 1")
+        return cls(
+            base=str(base) if base is not None else "",
+            name=str(data.get("name") or name),
+            overrides=dict(data.get("set") or {}),
+            axes=axes,
+            zipped=zipped,
+            max_parallel=max_parallel,
+            folder=folder,
+        )
+
+    @classmethod
+    def load(cls, path: str | Path) -> GridSpec:
+        """Read a grid file (YAML or JSON), or a shipped grid by name (``paper-ei``: the
+        files of ``nip/configs/sweeps``).
+
+        Raises:
+            ConfigFileError: No such file or shipped grid, or not valid YAML.
+        """
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            from importlib import resources
+
+            shipped = resources.files("nip.configs").joinpath("sweeps", f"{path.name}.yaml")
+            if not shipped.is_file():
+                raise ConfigFileError(f"no grid file or shipped grid named {str(path)!r}")
+            text = shipped.read_text(encoding="utf-8")
+            return cls.from_dict(yaml.safe_load(text), folder=None, name=path.name)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as error:
+            raise ConfigFileError(f"{path}: not valid YAML: {error}", path=path) from None
+        return cls.from_dict(data, folder=path.parent.resolve(), name=path.stem)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "base": self.base, "set": self.overrides}
+        out |= {"axes": self.axes, "zip": self.zipped, "max_parallel": self.max_parallel}
+        return out
+
+    # ------------------------------------------------------------- expansion
+    def _dimensions(self) -> list[list[dict[str, Any]]]:
+        """Each dimension of the product as its list of ``{path: value}`` steps."""
+        dims = [[{path: v} for v in values] for path, values in self.axes.items()]
+        for group in self.zipped:
+            paths = list(group)
+            dims.append(
+                [dict(zip(paths, row, strict=True)) for row in zip(*group.values(), strict=True)]
+            )
+        return dims
+
+    def cells(self) -> list[SweepCell]:
+        """Every cell of the grid, configured and validated, in grid order.
+
+        Raises:
+            InvalidParameterError: A cell's configuration is not allowed (the error names it),
+                or two cells would have the same name.
+        """
+        cells, bases = [], {}
+        for combination in itertools.product(*self._dimensions()):
+            values: dict[str, Any] = {}
+            for step in combination:
+                values.update(step)
+            base = str(values.get("base", self.base))
+            if base not in bases:
+                bases[base] = load_base(base, self.folder)
+            changes = {**self.overrides, **{k: v for k, v in values.items() if k != "base"}}
+            name = "_".join(_label(p, v) for p, v in values.items()) or "cell"
+            try:
+                hyper_params = bases[base].with_overrides(changes)
+            except InvalidParameterError as error:
+                raise InvalidParameterError(
+                    error.field, error.value, error.allowed, reason=f"cell {name}: {error}"
+                ) from None
+            cells.append(SweepCell(name, values, hyper_params))
+        names = [c.name for c in cells]
+        if len(set(names)) != len(names):
+            raise InvalidParameterError("axes", names, "values that name every cell differently")
+        return cells
+
+
+@dataclass
+class SweepEstimate:
+    """The dry run of a whole grid: each cell's estimate and their total."""
+
+    name: str
+    cells: list[tuple[SweepCell, CostEstimate]]
+
+    @property
+    def total_usd(self) -> float | None:
+        """The sum of the cells' estimates (None when one of them has no price)."""
+        values = [estimate.total_usd for _, estimate in self.cells]
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    @property
+    def total_calls(self) -> int:
+        return sum(estimate.total_calls for _, estimate in self.cells)
+
+    def __str__(self) -> str:
+        width = max(8, *(len(cell.name) for cell, _ in self.cells))
+        head = f"{'cell':<{width}}  {'protocol':<14}{'iters':>6}{'dialogues':>11}"
+        head += f"{'calls':>10}{'USD':>12}"
+        lines = [f"Dry run of sweep {self.name!r}: {len(self.cells)} cells", "", head]
+        for cell, estimate in self.cells:
+            hp = cell.hyper_params
+            dialogues = sum(row["dialogues"] for row in estimate.by_stage())
+            usd = "?" if estimate.total_usd is None else f"{estimate.total_usd:,.2f}"
+            lines.append(
+                f"{cell.name:<{width}}  {hp.interaction_protocol:<14}{hp.rl.num_iterations:>6}"
+                f"{dialogues:>11,}{estimate.total_calls:>10,}{usd:>12}"
+            )
+        total = (
+            "unknown (a model has no price)"
+            if self.total_usd is None
+            else f"${self.total_usd:,.2f}"
+        )
+        lines += ["", f"total: {self.total_calls:,} model calls at most, about {total}"]
+        return "\n".join(lines)
+
+
+def estimate_sweep(
+    spec: GridSpec, settings: ExperimentSettings | None = None, *, sample_items: int = 4
+) -> SweepEstimate:
+    """Every cell's dry run (:func:`~nip.training.cost_estimate.estimate_cost`): nothing is
+    called and nothing is written."""
+    from nip.training.cost_estimate import estimate_cost
+
+    settings = settings or ExperimentSettings(show_progress=False)
+    estimates = [
+        (cell, estimate_cost(cell.hyper_params, settings, sample_items=sample_items))
+        for cell in spec.cells()
+    ]
+    return SweepEstimate(spec.name, estimates)
+
+
+def grid_cells(cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
+    """The manifest's cell records."""
+    return [{"name": c.name, "values": c.values, "run_dir": f"cells/{c.name}"} for c in cells]
+
+
+def sweep_run_dirs(sweep_dir: str | Path) -> list[Path]:
+    """The run directories of a sweep's cells, in grid order."""
+    import json
+
+    manifest = json.loads((Path(sweep_dir) / MANIFEST).read_text(encoding="utf-8"))
+    return [Path(sweep_dir) / cell["run_dir"] for cell in manifest["cells"]]
+
+
+def is_sweep_dir(path: str | Path) -> bool:
+    return (Path(path) / MANIFEST).is_file()

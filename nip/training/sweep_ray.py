@@ -1,0 +1,167 @@
+"""Running a sweep on a Ray cluster: each cell a Ray task, results in the sweep directory.
+
+::
+
+    run_sweep_ray(GridSpec.load("grid.yaml"), "/shared/sweeps/ei", address="auto",
+                  resources="cpu=1,gpu=1")
+
+Each cell runs as one task (``max_retries``) that opens the cell's run directory and trains
+it: a task whose worker or node dies is retried by Ray and resumes from the run directory
+like ``nip resume``. Every node must see the sweep directory at the same path (shared
+storage: NFS, a cluster file system), since each cell's state, rollouts and metrics are
+written there; the grid's config files must be readable on the nodes too. Ray is the optional
+extra ``nip[ray]``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from nip.errors import InvalidParameterError, NipError
+from nip.settings import ExperimentSettings
+from nip.training.sweep_grid import GridSpec
+
+__all__ = ["RayClusterError", "RayNotInstalledError", "parse_resources", "run_sweep_ray"]
+
+INSTALL_HINT = "pip install 'nip[ray]'"
+
+
+class RayNotInstalledError(NipError, ImportError):
+    """``--ray`` was asked for and Ray is not installed."""
+
+
+class RayClusterError(NipError):
+    """The Ray cluster asked for cannot be reached."""
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise RayNotInstalledError(f"running a sweep on Ray needs Ray: {INSTALL_HINT}") from None
+    return ray
+
+
+def parse_resources(text: str | dict[str, float] | None) -> dict[str, Any]:
+    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options.
+
+    Raises:
+        InvalidParameterError: An entry is not ``NAME=NUMBER``.
+    """
+    if isinstance(text, dict):
+        items = text.items()
+    else:
+        items = []
+        for entry in filter(None, (text or "").split(",")):
+            name, sep, value = entry.partition("=")
+            try:
+                items.append((name.strip(), float(value)))
+            except ValueError:
+                sep = ""
+            if not sep:
+                raise InvalidParameterError(
+                    "--cell-resources", text, "NAME=NUMBER,... e.g. cpu=1,gpu=1"
+                ) from None
+    options: dict[str, Any] = {}
+    custom: dict[str, float] = {}
+    for name, value in items:
+        if name == "cpu":
+            options["num_cpus"] = value
+        elif name == "gpu":
+            options["num_gpus"] = value
+        elif name == "memory_gb":
+            options["memory"] = int(value * 2**30)
+        else:
+            custom[name] = value
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def _run_cell(
+    grid: dict[str, Any],
+    folder: str | None,
+    cell_name: str,
+    sweep_dir: str,
+    settings: dict[str, Any],
+) -> str:
+    """The Ray task: train one cell to its end from whatever its run directory holds."""
+    from nip.training.sweep import open_cell
+
+    spec = GridSpec.from_dict(
+        {k: v for k, v in grid.items() if not (k == "base" and v == "")},
+        folder=Path(folder) if folder else None,
+    )
+    cell = next(c for c in spec.cells() if c.name == cell_name)
+    run_dir = cell.run_dir(sweep_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    attempts = run_dir / "ray_attempts.txt"  # one line per attempt: its worker's pid
+    with attempts.open("a", encoding="utf-8") as file:
+        file.write(f"{os.getpid()}\n")
+    trainer = open_cell(cell, sweep_dir, ExperimentSettings(**settings))
+    if not trainer.finished:
+        trainer.train()
+    return "done" if trainer.finished else "stopped"
+
+
+def run_sweep_ray(
+    spec: GridSpec,
+    sweep_dir: str | Path,
+    settings: ExperimentSettings | None = None,
+    *,
+    address: str | None = "auto",
+    resources: str | dict[str, float] | None = "cpu=1",
+    max_retries: int = 3,
+    echo: bool = True,
+) -> dict[str, str]:
+    """Run every unfinished cell as a Ray task; returns each cell's outcome.
+
+    Args:
+        spec: The grid.
+        sweep_dir: The sweep's directory, on storage every node sees at this path.
+        settings: Runtime settings for every cell (``run_dir`` is the cell's).
+        address: The cluster (``auto``: the one this machine is part of; ``local``: a new
+            one on this machine; or ``ray://host:10001``); None: the already initialised
+            one.
+        resources: Each task's resources (``cpu=1,gpu=1``).
+        max_retries: How often a cell whose worker or node died is run again (it resumes).
+
+    Raises:
+        RayNotInstalledError: Ray is not installed (``pip install 'nip[ray]'``).
+    """
+    ray = _ray()
+    from nip.training.sweep import cell_settings, prepare_sweep
+
+    sweep_dir = Path(sweep_dir).resolve()
+    cells = prepare_sweep(spec, sweep_dir)
+    settings = cell_settings(spec, settings, parallel=2)
+    plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
+    if address is not None and not ray.is_initialized():
+        try:
+            ray.init(address=None if address == "local" else address, include_dashboard=False)
+        except (ConnectionError, RuntimeError) as error:
+            raise RayClusterError(
+                f"could not join the Ray cluster at {address!r} ({error}); start one with "
+                "`ray start --head`, or use --ray local for a cluster on this machine"
+            ) from None
+    task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
+    options = parse_resources(resources)
+    folder = str(spec.folder) if spec.folder else None
+    refs = {
+        cell.name: task.options(**options).remote(
+            spec.to_dict(), folder, cell.name, str(sweep_dir), plain
+        )
+        for cell in cells
+    }
+    outcomes: dict[str, str] = {}
+    for name, ref in refs.items():
+        try:
+            outcomes[name] = ray.get(ref)
+        except Exception as error:  # a cell that failed every retry; the others go on
+            outcomes[name] = f"{type(error).__name__}: {error}"
+        if echo:
+            print(f"{name}: {outcomes[name]}")
+    return outcomes
