@@ -20,8 +20,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from nip.extras import needs
+
+with needs("server"):
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from nip.backends.local.vllm_python import vllm_available
 from nip.jobs import FineTuneBackend
