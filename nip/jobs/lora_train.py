@@ -112,7 +112,6 @@ def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
             "quantization='bitsandbytes' (QLoRA) needs a CUDA GPU; this job runs on the CPU. "
             "Set quantization='none' for this agent, or train on a GPU server"
         )
-    require("qlora")
     import torch
     from transformers import BitsAndBytesConfig
 
@@ -229,11 +228,11 @@ def _base_model(spec: dict, options: TrainingOptions, cuda: bool, merges: bool):
         model.load_state_dict(dict(weights), assign=True, strict=True)
         model.tie_weights()
         return model_dir, model, True
+    quantized = quantized_loading_kwargs(quantization, cuda)
+    if quantized:
+        require("qlora")  # loading in 4 bits imports bitsandbytes
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir,
-        local_files_only=True,
-        dtype=dtype,
-        **quantized_loading_kwargs(quantization, cuda),
+        model_dir, local_files_only=True, dtype=dtype, **quantized
     )
     return model_dir, model, False
 
