@@ -115,6 +115,7 @@ def test_importing_a_feature_without_its_extra_names_the_extra(
     ("argv", "module", "extra"),
     [
         (["serve", "--engine", "none"], "fastapi", "server"),
+        (["serve", "--engine", "transformers", "--storage-dir", "RUN"], "torch", "local"),
         (["compare", "RUN"], "pandas", "notebook"),
     ],
 )
