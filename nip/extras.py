@@ -59,6 +59,7 @@ FEATURES: Mapping[str, Feature] = MappingProxyType(
             ("torch", "transformers", "peft", "trl", "accelerate", "datasets"),
         ),
         "qlora": Feature("QLoRA (quantization='bitsandbytes')", "qlora", ("bitsandbytes",)),
+        # python_multipart: the module's name since python-multipart 0.0.13.
         "server": Feature("nip serve", "server", ("fastapi", "uvicorn", "python_multipart")),
         "viz": Feature(
             "nip.viz and nip compare (plots and tables)", "notebook", ("pandas", "plotly")

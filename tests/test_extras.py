@@ -212,3 +212,9 @@ def test_analysing_a_local_run_starts_no_training_machinery(monkeypatch, tmp_pat
     PureTextEiTrainer(_params(dataset, "Local"), ExperimentSettings(run_dir=run_dir))
     block(monkeypatch, "accelerate", "trl", "peft")  # building a LoRA backend would fail
     assert main(["analyse", str(run_dir), "--dummy", "--quiet"]) == 0
+
+
+def test_the_readme_says_what_every_extra_brings():
+    readme = (ROOT / "README.md").read_text()
+    for extra in _extra_requirements():
+        assert f"\n| `{extra}` | " in readme, f"README.md: no row for the extra {extra!r}"
