@@ -542,13 +542,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    from nip.errors import NipError
+    from nip.errors import MissingExtraError, NipError
 
     try:
         return args.func(args)
     except NipError as error:
-        # A typed error already says what is wrong and how to fix it: no traceback.
-        print(f"nip: error: {type(error).__name__}: {error}", file=sys.stderr)
+        # A typed error already says what is wrong and how to fix it: no traceback. A missing
+        # extra's message is the feature and its install line, nothing more.
+        kind = "" if isinstance(error, MissingExtraError) else f"{type(error).__name__}: "
+        print(f"nip: error: {kind}{error}", file=sys.stderr)
         return 2
 
 

@@ -10,6 +10,27 @@ class NipError(Exception):
     """Base class of every error raised on purpose by nip."""
 
 
+class MissingExtraError(NipError, ImportError):
+    """A feature needs a pip extra that is not installed (see :mod:`nip.extras`).
+
+    Its message is the whole story in one line: the feature, what is missing, and the exact
+    install command.
+
+    Attributes:
+        feature: The feature, as the user meets it (``"nip serve"``).
+        extra: The extra that installs it (``"server"``).
+        modules: The modules that are missing.
+    """
+
+    def __init__(self, feature: str, extra: str, modules: Iterable[str]):
+        self.feature = feature
+        self.extra = extra
+        self.modules = list(modules)
+        super().__init__(
+            f"{feature} needs {', '.join(self.modules)} (not installed): pip install 'nip[{extra}]'"
+        )
+
+
 class InvalidParameterError(NipError, ValueError):
     """A configuration value is not allowed.
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, overload
 
 from nip.data._records import CodeValidationItem
+from nip.extras import needs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,7 +92,8 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per item; mutation and counterexample fields are flattened (needs pandas)."""
-        import pandas as pd
+        with needs("dataframes"):
+            import pandas as pd
 
         return pd.DataFrame([item.to_row() for item in self._items])
 

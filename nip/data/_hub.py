@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.data._errors import DatasetFormatError, DatasetUnavailableError
+from nip.extras import needs
 
 #: Seconds to wait for the Hub before treating it as unreachable.
 HUB_PROBE_TIMEOUT_S = 5.0
@@ -151,12 +152,7 @@ def _hub_reachable(endpoint: str) -> bool:
 
 
 def _import_datasets() -> Any:
-    try:
+    with needs("hub"):
         import datasets
         import datasets.exceptions
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "Hub datasets and dataset folders are read with Hugging Face datasets: "
-            "pip install 'nip[data]'"
-        ) from error
     return datasets

@@ -32,6 +32,7 @@ from typing import Any
 from nip.data._apps import PROBLEM_ID_COLUMNS, solution_list
 from nip.data._errors import DatasetFormatError
 from nip.data._records import CodeValidationItem, Counterexample, Mutation
+from nip.extras import needs
 from nip.protocols import datapoint_stance
 
 SPLITS = ("train", "test", "validation")
@@ -100,12 +101,8 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
 
 
 def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    try:
+    with needs("parquet"):
         import pandas as pd
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "reading parquet needs pandas and pyarrow: pip install nip[notebook] pyarrow"
-        ) from error
     try:
         frame = pd.read_parquet(path)
     except Exception as error:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import FineTuneError
+from nip.extras import require
 from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.utils.files import atomic_write_text
 from nip.utils.imports import heavy_imports
@@ -238,6 +239,9 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         base_weights: Gives the base model's weights already loaded in this process (the
             local backend's ``loaded_base_weights``), shared by a job instead of loading a
             second copy; None where nothing is loaded.
+
+    Raises:
+        MissingExtraError: The training libraries are not installed (``nip[train]``).
     """
 
     name = "local-lora-in-process"
@@ -249,6 +253,7 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         warm_up: bool = True,
         base_weights: Callable[[str], Mapping[str, Any] | None] | None = None,
     ):
+        require("lora")  # refused here, not in the worker thread
         super().__init__(jobs_dir)
         self._base_weights = base_weights
         # A daemon thread: a run stopped with Ctrl-C exits at once; its job's state stays on

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nip.extras import require
+
 #: ChatML with the assistant's content (and its end token) marked for the loss.
 CHATML_TRAINING_TEMPLATE = (
     "{%- for message in messages %}"
@@ -126,6 +128,7 @@ def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
 def import_training_libraries() -> None:
     """Import what :func:`train` needs, so a process that trains later starts at once (and a
     job in a worker thread imports nothing while another thread may be importing)."""
+    require("lora")
     import accelerate  # noqa: F401
     import datasets  # noqa: F401
     import peft  # noqa: F401
@@ -188,6 +191,7 @@ def train(job_dir: Path, options: TrainingOptions | None = None) -> None:
     """
     from nip.backends.local._quiet import quiet_libraries
 
+    require("lora")  # without the training libraries: the job fails with the install line
     options = options or TrainingOptions()
     with quiet_libraries() if options.quiet else contextlib.nullcontext():
         _train(job_dir, options)
@@ -224,11 +228,11 @@ def _base_model(spec: dict, options: TrainingOptions, cuda: bool, merges: bool):
         model.load_state_dict(dict(weights), assign=True, strict=True)
         model.tie_weights()
         return model_dir, model, True
+    quantized = quantized_loading_kwargs(quantization, cuda)
+    if quantized:
+        require("qlora")  # loading in 4 bits imports bitsandbytes
     model = AutoModelForCausalLM.from_pretrained(
-        model_dir,
-        local_files_only=True,
-        dtype=dtype,
-        **quantized_loading_kwargs(quantization, cuda),
+        model_dir, local_files_only=True, dtype=dtype, **quantized
     )
     return model_dir, model, False
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nip.extras import needs
 from nip.protocols import Decision
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
@@ -117,13 +118,15 @@ class RolloutBatch:
     # ------------------------------------------------------------------ exports
     def to_dataframe(self):
         """One row per dialogue (see :meth:`Transcript.summary`; decisions as words)."""
-        import pandas as pd
+        with needs("dataframes"):
+            import pandas as pd
 
         return pd.DataFrame([t.summary() for t in self.transcripts])
 
     def messages_dataframe(self):
         """One row per agent turn, with the dialogue's id and label (decisions as words)."""
-        import pandas as pd
+        with needs("dataframes"):
+            import pandas as pd
 
         rows = []
         for t in self.transcripts:

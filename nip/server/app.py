@@ -20,8 +20,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from nip.extras import needs, require
+
+with needs("server"):
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from nip.backends.local.vllm_python import vllm_available
 from nip.jobs import FineTuneBackend
@@ -51,6 +54,7 @@ def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceE
 
         return VllmEngine(config, model, log_dir)
     if kind == "transformers":
+        require("local")  # refused before the server starts, not at the first request
         from nip.server.local_engine import TransformersEngine
 
         return TransformersEngine(str(model), config.base_model_name, config.resolved_device)

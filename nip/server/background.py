@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_PYTHON_ENV, find_vllm_python
 from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import NipError
+from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
 from nip.utils.processes import free_port, stop_process_group
@@ -331,9 +332,11 @@ def serve_in_background(
         InvalidParameterError: A setting is not allowed.
         ServerStartError: ``engine="vllm"`` and no vLLM is found, or the server did not
             get ready (the message holds the end of its log).
+        MissingExtraError: The server's extra (``nip[server]``) is not installed here.
     """
     from nip.errors import InvalidParameterError
 
+    require("server")  # the child process is this interpreter's `nip serve`
     if engine not in ("auto", "vllm", "transformers"):
         raise InvalidParameterError("engine", engine, "'auto', 'vllm' or 'transformers'")
     python = settings.pop("vllm_python", None)

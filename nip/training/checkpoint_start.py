@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import NipError
+from nip.extras import needs
 from nip.parameters import PureTextAgentParameters
 from nip.training.groups import PureTextSharedModelGroup
 
@@ -125,7 +126,8 @@ def download_run_artifact(
     )
     try:
         if api is None:
-            import wandb
+            with needs("wandb"):
+                import wandb
 
             api = wandb.Api()
         artifact = api.artifact(address, type=ARTIFACT_TYPE)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
+from nip.extras import needs
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -118,7 +120,8 @@ class CostEstimate:
 
     def to_dataframe(self) -> pd.DataFrame:
         """One row per (iteration, stage, agent), with every :class:`CostLine` field."""
-        import pandas as pd
+        with needs("dataframes"):
+            import pandas as pd
 
         return pd.DataFrame(
             [asdict(line) for line in self.lines], columns=[f.name for f in fields(CostLine)]

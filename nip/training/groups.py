@@ -94,13 +94,26 @@ class PureTextSharedModelGroup:
         self.group_name = group_name
         check_group_agreement(hyper_params)
         self.params: PureTextAgentParameters = next(iter(self.agent_wholes.values())).agent_params
-        if fine_tune_backend is None:
+        self._fine_tune_backend = fine_tune_backend
+        self.state = PureTextSharedModelGroupState()
+
+    @property
+    def fine_tune_backend(self) -> FineTuneBackend:
+        """Where the group's jobs run: chosen from the members' provider when first used, so a
+        group that never trains (``nip analyse``) starts no training machinery (the embedded
+        model's imports TRL, PEFT and accelerate in a worker thread)."""
+        if self._fine_tune_backend is None:
             from nip.jobs.factory import fine_tune_backend_for
 
             chat_backend = next(iter(self.agent_wholes.values())).backend
-            fine_tune_backend = fine_tune_backend_for(self.params, self.settings, chat_backend)
-        self.fine_tune_backend = fine_tune_backend
-        self.state = PureTextSharedModelGroupState()
+            self._fine_tune_backend = fine_tune_backend_for(
+                self.params, self.settings, chat_backend
+            )
+        return self._fine_tune_backend
+
+    @fine_tune_backend.setter
+    def fine_tune_backend(self, backend: FineTuneBackend) -> None:
+        self._fine_tune_backend = backend
 
     # ---------------------------------------------------------------- attributes
     def agent_ids_and_names(self) -> Iterator[tuple[int, str]]:
@@ -361,11 +374,17 @@ class PureTextSharedModelGroup:
             agent.model_name = self.model_name
 
     async def wait_for_ready(self, timeout: float = 300.0) -> None:
-        """Wait until the members' backends can generate (e.g. a server has started).
+        """Wait until the members' backends can generate (e.g. a server has started), and
+        build the fine-tuning backend of a group that will train.
 
         Raises:
             TimeoutError: Not ready within ``timeout`` seconds.
+            MissingExtraError: The fine-tuning backend needs an extra that is not installed.
         """
+        if self.is_trainable and self.hyper_params.rl.num_iterations > 1:
+            # Built now: a missing extra is refused before the first dialogue, and the
+            # embedded model's imports the training libraries while dialogues are sampled.
+            _ = self.fine_tune_backend
         backends = {id(a.backend): a.backend for a in self.agent_wholes.values() if a.backend}
         for backend in backends.values():
             starting = capability(backend, ReportsReadiness)

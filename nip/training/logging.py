@@ -5,16 +5,23 @@ run directory, synced later with ``wandb sync``) when it is not; "disabled" turn
 and the ``WANDB_MODE`` environment variable overrides everything. Starting W&B never hangs a
 run: init has a time-out, and a failure falls back to offline with a warning. The API key
 is never written anywhere by nip.
+
+W&B is an extra (``pip install 'nip[wandb]'``). Without it, a run whose mode was left at
+"auto" logs to its run directory only and says so in one line; a mode asked for explicitly
+(``wandb_mode="online"`` or ``"offline"``, or ``WANDB_MODE``) is refused when the run starts,
+before it writes anything, with the install line (:func:`check_wandb`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-from nip.settings import WandbMode
+from nip.extras import FEATURES, available, require
+from nip.settings import ExperimentSettings, WandbMode
 
 
 class NullLogger:
@@ -33,14 +40,62 @@ class NullLogger:
         return None
 
 
+def _asked_for(mode: WandbMode) -> str | None:
+    """The mode asked for explicitly (``WANDB_MODE``, then the setting), or None for "auto"."""
+    return os.environ.get("WANDB_MODE") or (None if mode == "auto" else mode)
+
+
+def check_wandb(mode: WandbMode) -> None:
+    """Refuse a W&B mode asked for explicitly when W&B is not installed.
+
+    Raises:
+        MissingExtraError: ``mode`` (or ``WANDB_MODE``) asks for W&B and ``wandb`` is missing.
+    """
+    if _asked_for(mode) not in (None, "disabled"):
+        require("wandb")
+
+
 def resolve_mode(mode: WandbMode) -> str:
-    """The W&B mode to use, from the setting, the environment and the presence of a key."""
-    forced = os.environ.get("WANDB_MODE")
-    if forced:
-        return forced
-    if mode == "auto":
-        return "online" if os.environ.get("WANDB_API_KEY") else "offline"
-    return mode
+    """The W&B mode to use, from the setting, the environment, the presence of a key and of
+    W&B itself ("disabled" when it is not installed and was not asked for).
+
+    Raises:
+        MissingExtraError: W&B was asked for explicitly and is not installed.
+    """
+    check_wandb(mode)
+    asked = _asked_for(mode)
+    if asked:
+        return asked
+    if not available("wandb"):
+        return "disabled"
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+def make_logger(
+    run_dir: Path, config: dict[str, Any], settings: ExperimentSettings
+) -> NullLogger | WandbLogger:
+    """The logger of a run: W&B as :func:`resolve_mode` says, else a :class:`NullLogger`.
+
+    Without W&B installed and not asked for, prints one line saying that metrics stay in the
+    run directory.
+    """
+    mode = resolve_mode(settings.wandb_mode)
+    if mode == "disabled":
+        if _asked_for(settings.wandb_mode) is None:
+            print(
+                f"W&B is not installed: metrics are logged to {run_dir} only "
+                f"({FEATURES['wandb'].install_command} to log them to W&B too)",
+                file=sys.stderr,
+            )
+        return NullLogger()
+    return WandbLogger(
+        run_dir,
+        config,
+        mode=settings.wandb_mode,
+        project=settings.wandb_project,
+        run_name=Path(run_dir).name,
+        group=settings.wandb_group,
+    )
 
 
 class WandbLogger:
@@ -66,6 +121,7 @@ class WandbLogger:
         group: str | None = None,
         init_timeout_s: float = 30.0,
     ):
+        require("wandb")
         import wandb
 
         self.mode = resolve_mode(mode)

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nip.extras import needs
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
 from nip.utils.files import atomic_write_text
 
@@ -129,6 +130,7 @@ class RunDirectory:
 
     def metrics_dataframe(self):
         """The run's metrics, one row per (split, iteration)."""
-        import pandas as pd
+        with needs("dataframes"):
+            import pandas as pd
 
         return pd.DataFrame(self.metrics_records())

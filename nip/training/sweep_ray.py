@@ -20,17 +20,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from nip.errors import InvalidParameterError, NipError
+from nip.errors import InvalidParameterError, MissingExtraError, NipError
+from nip.extras import needs
 from nip.settings import ExperimentSettings
 from nip.training.sweep_grid import GridSpec
 
 __all__ = ["RayClusterError", "RayNotInstalledError", "parse_resources", "run_sweep_ray"]
 
-INSTALL_HINT = "pip install 'nip[ray]'"
-
-
-class RayNotInstalledError(NipError, ImportError):
-    """``--ray`` was asked for and Ray is not installed."""
+#: ``--ray`` was asked for and Ray is not installed (the extras table's one line).
+RayNotInstalledError = MissingExtraError
 
 
 class RayClusterError(NipError):
@@ -38,10 +36,8 @@ class RayClusterError(NipError):
 
 
 def _ray():
-    try:
+    with needs("ray"):
         import ray
-    except ImportError:
-        raise RayNotInstalledError(f"running a sweep on Ray needs Ray: {INSTALL_HINT}") from None
     return ray
 
 

@@ -41,6 +41,7 @@ from nip.training.checkpoint_start import apply_starting_models
 from nip.training.expert_iteration import select_group_rollouts, sft_dataset
 from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
 from nip.training.groups import PureTextSharedModelGroup
+from nip.training.logging import check_wandb, make_logger
 from nip.training.malt import build_trees_async, dpo_dataset
 from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import malt_metrics, rollout_metrics
@@ -111,6 +112,7 @@ class PureTextEiTrainer:
         _resuming: bool = False,
     ):
         settings = settings or ExperimentSettings()
+        check_wandb(settings.wandb_mode)  # W&B asked for but not installed: before any write
         if settings.run_dir is None:
             settings.run_dir = new_run_path()
         self.hyper_params = hyper_params
@@ -267,18 +269,7 @@ class PureTextEiTrainer:
         self._servers_ready = True
 
     def _make_logger(self):
-        from nip.training.logging import NullLogger, WandbLogger, resolve_mode
-
-        if resolve_mode(self.settings.wandb_mode) == "disabled":
-            return NullLogger()
-        return WandbLogger(
-            self.run_dir.path,
-            self.hyper_params.to_dict(),
-            mode=self.settings.wandb_mode,
-            project=self.settings.wandb_project,
-            run_name=self.run_dir.path.name,
-            group=self.settings.wandb_group,
-        )
+        return make_logger(self.run_dir.path, self.hyper_params.to_dict(), self.settings)
 
     def _log(self, metrics: dict[str, Any], prefix: str = "") -> None:
         if self._logger is not None:

@@ -14,19 +14,17 @@ step-through controller and the fine-tuning launcher.
 Needs the ``notebook`` extra (``pip install 'nip[notebook]'``); ``import nip`` never loads it.
 """
 
-try:
-    import ipywidgets as _ipywidgets  # noqa: F401
-except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError("nip.widgets needs ipywidgets 8: pip install 'nip[notebook]'") from error
+from nip.extras import needs
 
-from nip.widgets._controls import OptionalControl
-from nip.widgets.config_form import ParametersForm, agents_for_protocol
-from nip.widgets.job_monitor import FineTuneLauncher, job_loss, job_progress
-from nip.widgets.prompt_inspector import PromptInspector
-from nip.widgets.run_monitor import RunMonitor
-from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot
-from nip.widgets.step_controller import DialogueController
-from nip.widgets.sweep_monitor import SweepMonitor
+with needs("widgets"):  # without ipywidgets: one line naming the extra
+    from nip.widgets._controls import OptionalControl
+    from nip.widgets.config_form import ParametersForm, agents_for_protocol
+    from nip.widgets.job_monitor import FineTuneLauncher, job_loss, job_progress
+    from nip.widgets.prompt_inspector import PromptInspector
+    from nip.widgets.run_monitor import RunMonitor
+    from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot
+    from nip.widgets.step_controller import DialogueController
+    from nip.widgets.sweep_monitor import SweepMonitor
 
 __all__ = [
     "DialogueController",

@@ -30,6 +30,7 @@ from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
 from nip.backends.openai_compatible import _html_table
 from nip.errors import GenerationError, ModelNotFoundError
+from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.utils.imports import heavy_imports
 
@@ -199,9 +200,12 @@ class LocalBackend:
         Raises:
             ModelNotFoundError: ``request.model`` is neither the base model nor an adapter.
             GenerationError: The model could not be loaded or generation failed.
+            MissingExtraError: torch or transformers is not installed (``nip[local]``).
         """
         if self._closed:
             raise GenerationError("This LocalBackend has been closed.")
+        if self._engine is None:
+            require("local")  # not a GenerationError: no retry, no failed dialogue
         if request.model not in self._base_names and request.model not in self._adapters:
             raise ModelNotFoundError(
                 f"The local backend serves {', '.join(map(repr, self.model_names))}, "

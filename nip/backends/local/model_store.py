@@ -37,6 +37,7 @@ from types import MappingProxyType
 from nip.backends.local._gguf_once import gguf_read_once
 from nip.backends.local._quiet import quiet_libraries
 from nip.errors import GenerationError, ModelNotFoundError
+from nip.extras import require
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,7 @@ def ensure_local_model(
     if _is_complete(target):
         return target
 
+    require("local")  # converting needs transformers, gguf and torch
     from filelock import FileLock
 
     target.parent.mkdir(parents=True, exist_ok=True)
