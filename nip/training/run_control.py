@@ -115,7 +115,9 @@ class StageProgressWriter:
         self.stage, self.iteration = stage, iteration
         self.total, self.offset = total, offset
         self.min_interval_s = min_interval_s
-        self._last = 0.0
+        # Not 0.0: time.monotonic() counts from boot, so on a machine up for less than
+        # min_interval_s (a fresh CI machine) the first count would never be written.
+        self._last = -float("inf")
 
     def __call__(self, done: int, total: int) -> None:
         now = time.monotonic()
