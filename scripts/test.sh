@@ -7,8 +7,8 @@
 #                                  Chromium set-up, no model conversion
 #
 # The suite runs on NIP_TEST_WORKERS pytest-xdist workers (default 2, one per core; 0: in this
-# process), with `--dist loadgroup`: tests sharing an `xdist_group` (a loaded model, a JupyterLab)
-# run in one worker (see tests/README.md).
+# process), with `--dist loadgroup`, which tests/conftest.py schedules by module (a module's
+# fixtures, a loaded model or a JupyterLab, are built once; see tests/README.md).
 # The vLLM end-to-end test needs vLLM's CPU build in its own venv (.vllm-venv, about 3 GB and
 # 3 min the first time); NIP_SKIP_VLLM=1 leaves it out, and that test then skips.
 set -euo pipefail

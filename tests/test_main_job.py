@@ -13,7 +13,6 @@ from nip.cli import _load_config
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xdist_group("heaviest")  # never beside tutorial 07 (tests/test_notebooks.py)
 def test_the_quickstart_experiment_trains_both_agents_and_tests_them(tmp_path):
     """The quickstart preset, shrunk to 4 dialogues per iteration to save CI time."""
     params = _load_config("quickstart")

@@ -38,9 +38,6 @@ LIMITS_S = {name: 600 for name in ("04_expert_iteration", "05_malt_trees", "07_s
 #: Where tutorial 7's background server keeps its settings (relative to the notebook).
 SELF_HOSTED_SERVER = Path("runs/07_self_hosted/server/background-server.json")
 DEFAULT_LIMIT_S = 360
-#: Run in the pytest-xdist group "heaviest" (one worker, one after another) with the main job
-#: (tests/test_main_job.py): the two longest tests of the suite never share the 2 cores.
-HEAVIEST = {"07_self_hosted_loop"}
 
 
 def _code_cells(path: Path) -> list[dict]:
@@ -92,13 +89,7 @@ def test_the_tutorial_reads_the_ci_size_switch_first(notebook: Path):
 @pytest.mark.parametrize(
     "notebook",
     [
-        pytest.param(
-            p,
-            marks=[
-                pytest.mark.timeout(LIMITS_S.get(p.stem, DEFAULT_LIMIT_S) + 60),
-                *([pytest.mark.xdist_group("heaviest")] if p.stem in HEAVIEST else []),
-            ],
-        )
+        pytest.param(p, marks=pytest.mark.timeout(LIMITS_S.get(p.stem, DEFAULT_LIMIT_S) + 60))
         for p in TUTORIALS
     ],
     ids=lambda p: p.stem,
