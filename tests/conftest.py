@@ -40,3 +40,90 @@ def make_tiny_dataset(tmp_path_factory) -> Callable[..., Path]:
         return path
 
     return write
+
+
+# ------------------------------------------------------------------ tiers and workers
+#: Markers of the tests left out of the quick tier (``bash scripts/test.sh --quick``).
+HEAVY_MARKERS = ("slow", "gpu", "vllm", "browser", "notebook")
+
+
+#: Tests scheduled together, one after another in one pytest-xdist worker, whatever their module:
+#: the suite's two longest never share the 2 cores.
+SHARED_SCOPES = {
+    "tests/test_main_job.py::test_the_quickstart_experiment_trains_both_agents_and_tests_them": (
+        "heaviest"
+    ),
+    "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom_at_ci_size"
+    "[07_self_hosted_loop]": "heaviest",
+}
+#: Modules whose tests share no costly fixture: each test is scheduled on its own.
+SPREAD_MODULES = ("tests/test_notebooks.py",)
+#: Scopes handed out first (longest first), so that no long test starts last; fnmatch patterns.
+FIRST = (
+    "heaviest",
+    "tests/test_browser.py",
+    "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom*",
+    "tests/test_local_lora*",
+)
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module (so a module's fixtures are built once, in
+    one worker), unless :data:`SHARED_SCOPES` or :data:`SPREAD_MODULES` say otherwise."""
+    nodeid = nodeid.split("@")[0]
+    if nodeid in SHARED_SCOPES:
+        return SHARED_SCOPES[nodeid]
+    module = nodeid.split("::")[0]
+    return nodeid if module in SPREAD_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` (scripts/test.sh) schedules by :func:`xdist_scope`.
+
+    pytest-xdist's own ``xdist_group`` marks do nothing under pytest 9 (xdist 3.8 renames
+    ``item._nodeid``, which pytest 9 no longer reads), so the scopes are set here, by test id.
+    """
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from collections import OrderedDict
+    from fnmatch import fnmatch
+
+    from xdist.scheduler import LoadScopeScheduling
+
+    def rank(scope: str) -> int:
+        return next((i for i, p in enumerate(FIRST) if fnmatch(scope, p)), len(FIRST))
+
+    class ScopeScheduling(LoadScopeScheduling):
+        ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the queue is complete at the first assignment
+                self.ordered = True
+                scopes = sorted(self.workqueue, key=rank)  # stable: collection order within
+                self.workqueue = OrderedDict((s, self.workqueue[s]) for s in scopes)
+            super()._assign_work_unit(node)
+
+    config.option.loadscopereorder = False
+    return ScopeScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _quick_tier_loads_no_real_model(request, monkeypatch):
+    """In the quick tier (``NIP_TEST_TIER=quick``, set by ``scripts/test.sh --quick``), a test
+    that reaches the embedded model's GGUF fails and says which marker it lacks."""
+    if os.environ.get("NIP_TEST_TIER") != "quick":
+        return
+    if any(request.node.get_closest_marker(name) for name in HEAVY_MARKERS):
+        return
+    from nip.backends.local import model_store
+
+    def refuse(name, *args, **kwargs):
+        raise AssertionError(
+            f"{request.node.nodeid} reads the real model {name!r}: mark it "
+            "@pytest.mark.slow (the quick tier runs no real model)"
+        )
+
+    monkeypatch.setattr(model_store, "_find_gguf", refuse)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from nip.backends.local.adapters import predecessors, read_adapter_stack, write_
 from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
 pytest.importorskip("torch")
-pytest.importorskip("peft")
+# Not importorskip: importing peft at collection costs every pytest worker seconds.
+pytestmark = pytest.mark.skipif(find_spec("peft") is None, reason="peft is not installed")
 
 TINY = "tiny-chat"
 PROMPTS = ("Who are you?", "Decide: accept or reject?", "What does f(3) return?")

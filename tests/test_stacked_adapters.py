@@ -6,6 +6,7 @@ adapter nip serve gives vLLM must change the base model exactly as the whole sta
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from nip.backends.local.stacked_adapters import concatenated_rank, write_concate
 from nip.errors import UnservableAdapterError
 from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
-pytest.importorskip("peft")
+# Not importorskip: importing peft at collection costs every pytest worker seconds.
+pytestmark = pytest.mark.skipif(find_spec("peft") is None, reason="peft is not installed")
 torch = pytest.importorskip("torch")
 
 

@@ -1,0 +1,58 @@
+"""The suite's test ids, to prove a change dropped none (issue 25: every test kept).
+
+    python scripts/test_ids.py > before.txt          # on the commit before the change
+    python scripts/test_ids.py --against before.txt  # after it: exit 1 if an id is missing
+
+Ids come from ``pytest --collect-only -q`` in this checkout, without workers (pytest-xdist
+suffixes ``@group`` to the ids it reports, not to the collected ones). Renamed tests are listed
+in RENAMED (old id -> new id), so that a rename is not taken for a dropped test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Tests renamed on purpose: old id -> new id.
+RENAMED: dict[str, str] = {}
+
+
+def collected() -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    ids = sorted(line for line in result.stdout.splitlines() if "::" in line)
+    if result.returncode != 0 or not ids:
+        sys.exit(f"collection failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    return ids
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--against", type=Path, help="ids collected before (one per line)")
+    args = parser.parse_args()
+    now = collected()
+    if args.against is None:
+        print("\n".join(now))
+        return 0
+    before = [line.strip() for line in args.against.read_text().splitlines() if "::" in line]
+    present = set(now)
+    missing = [i for i in before if RENAMED.get(i, i) not in present]
+    added = sorted(present - {RENAMED.get(i, i) for i in before})
+    print(f"{len(before)} ids before, {len(now)} now: {len(missing)} missing, {len(added)} new")
+    for test_id in missing:
+        print(f"missing: {test_id}")
+    for test_id in added:
+        print(f"new: {test_id}")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
