@@ -155,7 +155,7 @@ def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_
     assert third[0] == third[1]  # a stack too
     assert first[0][0] != first[0][1]  # the adapter changes the answer
     assert first[0][1] != second[0][1]  # and the re-registered one is served
-    assert process.poll() is not None  # stopped with the backend
+    assert not process.running  # stopped with the backend
     assert _live_members(process.pid) == []  # its workers too
 
 
