@@ -73,7 +73,7 @@ async def wait_done(backend, job_id: str, timeout_s: float = 240):
 @pytest.mark.timeout(300)
 async def test_an_sft_job_trains_in_this_process_and_logs_its_loss(tiny_model, tmp_path):
     backend = InProcessLoraFineTuneBackend(tmp_path / "jobs")
-    job_id = await backend.create_job(spec(tiny_model, name="verifier-it0"))
+    job_id = await backend.create_job(spec(tiny_model, name="verifier-it0", num_epochs=2))
     job = await wait_done(backend, job_id)
     backend.close()
 
@@ -82,6 +82,20 @@ async def test_an_sft_job_trains_in_this_process_and_logs_its_loss(tiny_model, t
     assert (tmp_path / "jobs" / job_id / "pid").read_text() == str(os.getpid())
     events = await backend.list_events(job_id)
     assert any("loss" in e.data for e in events)
+    assert job.trained_tokens == 2 * sum(template_tokens(tiny_model, e["messages"]) for e in SFT)
+
+
+def template_tokens(model: Path, messages: list[dict]) -> int:
+    """Tokens of a conversation as SFT trains on it (the training template)."""
+    from transformers import AutoTokenizer
+
+    from nip.jobs.lora_train import CHATML_TRAINING_TEMPLATE
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    ids = tokenizer.apply_chat_template(
+        messages, chat_template=CHATML_TRAINING_TEMPLATE, tokenize=True, return_dict=True
+    )["input_ids"]
+    return len(ids)
 
 
 @pytest.mark.timeout(300)
@@ -94,6 +108,11 @@ async def test_a_dpo_job_trains_in_this_process(tiny_model, tmp_path):
     assert job.status == "succeeded", job.error
     config = json.loads((Path(job.adapter_path) / "adapter_config.json").read_text())
     assert config["r"] == 4
+    pair = DPO[0]
+    prompt = template_tokens(tiny_model, pair["input"]["messages"])
+    answers = [pair["preferred_output"], pair["non_preferred_output"]]
+    whole = [template_tokens(tiny_model, pair["input"]["messages"] + a) for a in answers]
+    assert prompt < whole[0] and 0 < job.trained_tokens <= len(DPO) * sum(whole)
 
 
 @pytest.mark.timeout(300)

@@ -123,6 +123,36 @@ def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
     return {"quantization_config": config, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
 
 
+def trained_token_count(dataset: Any, max_length: int | None, epochs: float) -> int | None:
+    """The tokens a job trains on, epochs included (OpenAI's ``trained_tokens``): every token
+    of each tokenized example (a DPO pair counts its prompt twice, once with each answer),
+    as truncated to ``max_length``; None for a dataset whose columns are not known."""
+    columns = set(dataset.column_names)
+
+    def cut(n: int) -> int:
+        return n if max_length is None else min(n, max_length)
+
+    if "input_ids" in columns:  # SFT
+        per_epoch = sum(cut(len(ids)) for ids in dataset["input_ids"])
+    else:  # DPO: TRL >= 1.0 names them *_ids, earlier versions *_input_ids
+        names = next(
+            (
+                (f"prompt{s}", f"chosen{s}", f"rejected{s}")
+                for s in ("_ids", "_input_ids")
+                if {f"prompt{s}", f"chosen{s}", f"rejected{s}"} <= columns
+            ),
+            None,
+        )
+        if names is None:
+            return None
+        prompts, chosen, rejected = (dataset[name] for name in names)
+        per_epoch = sum(
+            cut(len(p) + len(c)) + cut(len(p) + len(r))
+            for p, c, r in zip(prompts, chosen, rejected, strict=True)
+        )
+    return round(per_epoch * epochs)
+
+
 def import_training_libraries() -> None:
     """Import what :func:`train` needs, so a process that trains later starts at once (and a
     job in a worker thread imports nothing while another thread may be importing)."""
@@ -367,7 +397,9 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         "succeeded",
         adapter_path=str(adapter_dir),
         training_loss=float(result.training_loss),
-        trained_tokens=None,
+        trained_tokens=trained_token_count(
+            trainer.train_dataset, common["max_length"], spec["num_epochs"]
+        ),
     )
     add_event(job_dir, f"Training finished: loss {result.training_loss:.4f}.")
 
