@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 #: ChatML with the assistant's content (and its end token) marked for the loss.
@@ -200,6 +201,9 @@ class TrainingOptions:
             the same update, without padding) and recompute each layer's activations in the
             backward pass (gradient checkpointing) instead of keeping them. Default: on the
             CPU, where a job otherwise needs about 2 GB more; off on a GPU.
+        loaded_base: Called with the model name and the base weights a job loaded itself
+            (unquantized, nothing merged into them), before any adapter wraps them: a later
+            job may be given them as ``base_weights`` instead of loading them again.
     """
 
     quiet: bool = False
@@ -207,6 +211,7 @@ class TrainingOptions:
     mixed_precision: bool | None = None
     base_weights: Callable[[str], Mapping[str, Any] | None] | None = None
     low_memory: bool | None = None
+    loaded_base: Callable[[str, Mapping[str, Any]], None] | None = None
 
 
 def train(job_dir: Path, options: TrainingOptions | None = None) -> None:
@@ -260,6 +265,9 @@ def _base_model(spec: dict, options: TrainingOptions, cuda: bool, merges: bool):
         dtype=dtype,
         **quantized_loading_kwargs(quantization, cuda),
     )
+    if options.loaded_base is not None and quantization == "none" and not merges:
+        model.to(device)  # where the trainer would put it: kept there for the next job
+        options.loaded_base(spec["base_model"], MappingProxyType(dict(model.state_dict())))
     return model_dir, model, False
 
 
@@ -284,7 +292,7 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
     merges = bool(beneath) or bool(previous and spec.get("stack_lora_adapters"))
     model_dir, model, shared = _base_model(spec, options, cuda, merges)
     if shared:
-        add_event(job_dir, "The base model's weights are shared with the local backend.")
+        add_event(job_dir, "The base model's weights are shared: already loaded in this process.")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
