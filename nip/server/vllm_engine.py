@@ -176,6 +176,8 @@ class VllmEngine:
 
     async def _run_once(self) -> int | None:
         """Start vLLM, make it usable, and wait for it to exit; None if it never started."""
+        if (previous := self._process) is not None:  # it exited: its workers may live on
+            await previous.astop(0.0)
         self.port = self.config.vllm_port or free_port()
         launch = vllm_launch(self.config, self.model, self.python)
         process = VllmProcess(
