@@ -418,6 +418,29 @@ def test_stopping_the_server_also_kills_a_vllm_worker_that_outlived_vllm(
     assert _live_members(group) == []
 
 
+def test_a_worker_left_by_a_crashed_vllm_is_killed_before_the_restart(
+    fake_vllm, tmp_path, monkeypatch
+):
+    config, _ = fake_vllm
+    monkeypatch.setenv("FAKE_VLLM_WORKER", str(tmp_path / "worker.pid"))
+    engine = fake_engine(config, tmp_path)
+
+    async def scenario():
+        await engine.start()
+        try:
+            await until(lambda: engine.status().state == "ready")
+            first_group = int(engine.pid_path.read_text())
+            await engine.forward("chat/completions", {"model": "crash"})
+            await until(lambda: engine.status().restarts == 1)
+            await until(lambda: engine.status().state == "ready")
+            return first_group
+        finally:
+            await engine.stop()  # ends the second vLLM's group, not the first's
+
+    first_group = asyncio.run(scenario())
+    assert _live_members(first_group) == []  # its worker, ignoring SIGTERM, did not outlive it
+
+
 def _live_members(group: int, wait_s: float = 10.0) -> list[int]:
     """Processes of ``group`` that are not zombies, after up to ``wait_s`` for them to end."""
     import contextlib
