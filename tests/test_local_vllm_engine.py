@@ -56,10 +56,49 @@ def test_the_settings_choose_the_local_engine(fake_vllm):
     assert chosen.max_lora_rank == params.lora_rank == 8  # room for the agents' adapters
     params.lora_rank = 12  # rounded up to a rank vLLM accepts
     assert local.chat_backend(params, ExperimentSettings(local_engine="vllm")).max_lora_rank == 16
-    with pytest.raises(InvalidParameterError, match="'transformers' or 'vllm'"):
+    with pytest.raises(InvalidParameterError, match="'transformers', 'vllm' or 'auto'"):
         ExperimentSettings(local_engine="llama.cpp")
     with pytest.raises(InvalidParameterError, match="local_engine"):
         local_backend(engine="llama.cpp")
+
+
+def test_auto_picks_vllm_on_a_cuda_device_where_vllm_is_installed(fake_vllm, monkeypatch, capsys):
+    import torch
+
+    from nip.backends.local.engines import choose_local_engine
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    params = PureTextAgentParameters.local_default()
+    chosen = PROVIDERS["Local"].chat_backend(params, ExperimentSettings(local_engine="auto"))
+    assert isinstance(chosen, LocalVllmBackend) and chosen.python == fake_vllm
+    assert chosen.dtype == "auto" and "--gpu-memory-utilization" in chosen.vllm_args
+    assert chosen.max_lora_rank == 8  # the agents' options still apply
+    assert (
+        capsys.readouterr().err
+        == f"nip: local_engine=auto: vllm (a CUDA device and vLLM ({fake_vllm}))\n"
+    )
+    assert choose_local_engine(cuda=False).engine == "transformers"
+
+
+@pytest.mark.parametrize(
+    ("cuda", "vllm", "why"),
+    [
+        (False, True, "no CUDA device, where vLLM is not faster"),
+        (True, False, "a CUDA device but no vLLM: run scripts/setup_vllm_cpu.sh"),
+    ],
+)
+def test_auto_picks_transformers_otherwise_and_says_why_in_one_line(
+    tmp_path, monkeypatch, capsys, cuda, vllm, why
+):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    python = fake_vllm_python(tmp_path / "fake") if vllm else "none"
+    monkeypatch.setenv(VLLM_PYTHON_ENV, python)
+    chosen = local_backend(engine="auto")
+    assert isinstance(chosen, LocalBackend)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"nip: local_engine=auto: transformers ({why}")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
@@ -155,7 +194,7 @@ def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_
     assert third[0] == third[1]  # a stack too
     assert first[0][0] != first[0][1]  # the adapter changes the answer
     assert first[0][1] != second[0][1]  # and the re-registered one is served
-    assert process.poll() is not None  # stopped with the backend
+    assert not process.running  # stopped with the backend
     assert _live_members(process.pid) == []  # its workers too
 
 

@@ -45,7 +45,10 @@ class QuickTrainer:
         if "fail" in (self.specs[job_id].job_name or ""):
             return FineTuneJob(job_id, "failed", error="CUDA out of memory (simulated)")
         return FineTuneJob(
-            job_id, "succeeded", fine_tuned_model=f"ft:{self.specs[job_id].job_name}"
+            job_id,
+            "succeeded",
+            fine_tuned_model=f"ft:{self.specs[job_id].job_name}",
+            trained_tokens=42 * len(self.specs[job_id].examples),
         )
 
     async def cancel_job(self, job_id: str) -> None:
@@ -110,6 +113,7 @@ def test_an_sft_job_goes_from_upload_to_a_new_model(server):
 
     job_id, job, model = asyncio.run(lifecycle())
     assert job_id.startswith("ftjob-") and job.status == "succeeded"
+    assert job.trained_tokens == 42 * len(ITEMS)  # as the trainer counted them
     assert model == "ft:verifier-it0" and session.agents["verifier"].model_name == model
     (spec,) = trainer.specs.values()
     assert spec.method == "supervised" and len(spec.examples) == len(ITEMS)
@@ -165,6 +169,22 @@ def test_the_server_refuses_an_sft_file_for_a_dpo_job(server):
     line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
     with pytest.raises(FineTuneError, match=r"line 1: each line must be \{\"input\""):
         asyncio.run(backend.create_job(FineTuneSpec("base", "dpo", (line,))))
+
+
+def test_a_malformed_supervised_file_is_refused_with_the_supervised_formats_message(server):
+    import openai
+
+    running, _ = server
+    client = openai.OpenAI(base_url=running.base_url, api_key="test-key", max_retries=0)
+    malformed = ("bad.jsonl", b'{"messages": "not a list"}\n')
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.files.create(file=malformed, purpose="fine-tune")
+    message = str(refused.value)
+    assert "line 1: messages must be a non-empty list" in message
+    assert "preferred_output" not in message  # not the DPO format's message
+    with pytest.raises(openai.BadRequestError, match=r"for supervised fine-tuning .* for DPO"):
+        client.files.create(file=("bad.jsonl", b'{"prompt": "q"}\n'), purpose="fine-tune")
+    client.close()
 
 
 def test_the_server_refuses_an_unknown_model(server):

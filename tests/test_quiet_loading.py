@@ -81,3 +81,34 @@ asyncio.run(main())
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, "generated\n", "")
+
+
+@pytest.mark.timeout(180)
+def test_a_tokenizer_that_asks_for_space_clean_up_writes_nothing_to_the_output(tmp_path: Path):
+    """transformers >= 5.17 warns at a BPE tokenizer's first decode when its configuration
+    asks for WordPiece's space clean-up (it ignores it); nip decodes without it."""
+    import json
+
+    folder = build_tiny_chat_model(tmp_path / "tiny-chat", seed=0)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "clean_up_tokenization_spaces": True}))
+    code = f"""
+import asyncio
+from nip.backends import GenerationRequest
+from nip.backends.local import LocalBackend
+
+async def main():
+    backend = LocalBackend({str(folder)!r}, device="cpu")
+    hi = ({{"role": "user", "content": "Hi, how are you?"}},)
+    await backend.generate(GenerationRequest({str(folder)!r}, hi, max_tokens=6))
+    await backend.aclose()
+    print("generated")
+
+asyncio.run(main())
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=150
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "generated\n", "")

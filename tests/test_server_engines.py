@@ -216,6 +216,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 port = int(sys.argv[sys.argv.index("--port") + 1])
 record = os.environ["FAKE_VLLM_RECORD"]
+if os.environ.get("FAKE_VLLM_WORKER"):  # a worker that outlives SIGTERM, as vLLM's can
+    import subprocess
+    worker = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    pid = subprocess.Popen([sys.executable, "-c", worker]).pid
+    with open(os.environ["FAKE_VLLM_WORKER"], "w") as file:
+        file.write(str(pid))
 
 class Handler(BaseHTTPRequestHandler):
     def reply(self, status, body):
@@ -389,6 +395,68 @@ def test_stopping_the_server_ends_the_vllm_process_group(fake_vllm, tmp_path):
     pid = asyncio.run(scenario())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_stopping_the_server_also_kills_a_vllm_worker_that_outlived_vllm(
+    fake_vllm, tmp_path, monkeypatch
+):
+    config, _ = fake_vllm
+    worker_pid_file = tmp_path / "worker.pid"
+    monkeypatch.setenv("FAKE_VLLM_WORKER", str(worker_pid_file))
+    engine = fake_engine(config, tmp_path)
+
+    async def scenario():
+        await engine.start()
+        await until(lambda: engine.status().state == "ready")
+        group = int(engine.pid_path.read_text())
+        await engine.stop()
+        return group
+
+    group = asyncio.run(scenario())
+    worker = int(worker_pid_file.read_text())
+    assert worker not in _live_members(group)
+    assert _live_members(group) == []
+
+
+def test_a_worker_left_by_a_crashed_vllm_is_killed_before_the_restart(
+    fake_vllm, tmp_path, monkeypatch
+):
+    config, _ = fake_vllm
+    monkeypatch.setenv("FAKE_VLLM_WORKER", str(tmp_path / "worker.pid"))
+    engine = fake_engine(config, tmp_path)
+
+    async def scenario():
+        await engine.start()
+        try:
+            await until(lambda: engine.status().state == "ready")
+            first_group = int(engine.pid_path.read_text())
+            await engine.forward("chat/completions", {"model": "crash"})
+            await until(lambda: engine.status().restarts == 1)
+            await until(lambda: engine.status().state == "ready")
+            return first_group
+        finally:
+            await engine.stop()  # ends the second vLLM's group, not the first's
+
+    first_group = asyncio.run(scenario())
+    assert _live_members(first_group) == []  # its worker, ignoring SIGTERM, did not outlive it
+
+
+def _live_members(group: int, wait_s: float = 10.0) -> list[int]:
+    """Processes of ``group`` that are not zombies, after up to ``wait_s`` for them to end."""
+    import contextlib
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        live = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                if int(fields[2]) == group and fields[0] != "Z":
+                    live.append(int(stat.parent.name))
+        if not live or time.monotonic() > deadline:
+            return live
+        time.sleep(0.2)
 
 
 def test_the_vllm_command_follows_the_gpu_sharing_setting(monkeypatch):

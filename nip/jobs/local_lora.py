@@ -12,9 +12,11 @@ Two ways to run a job:
   nip.jobs.lora_train JOB_DIR``), which may use several GPUs through ``accelerate``. Each job
   pays for starting Python and importing torch, transformers, PEFT and TRL again.
 - :class:`InProcessLoraFineTuneBackend`: jobs train in a worker thread of the calling process,
-  one after another, with those libraries already imported and the base model read from the
-  converted cache (a memory map), so a job starts training within seconds. A job whose
-  process died (``kill -9`` of a run) is trained again by the next backend that looks at it.
+  one after another, with those libraries already imported and the base model's weights
+  loaded once: shared with the local backend's where it has them, else read from the
+  converted cache (a memory map) and, on a GPU, kept there for the next job of the process
+  (:class:`KeptBaseWeights`), so a job starts training within seconds. A job whose process
+  died (``kill -9`` of a run) is trained again by the next backend that looks at it.
 """
 
 from __future__ import annotations
@@ -224,6 +226,32 @@ _ONE_JOB_AT_A_TIME = threading.Lock()
 two backends of one run (prover and verifier) train one after another, not side by side."""
 
 
+class KeptBaseWeights:
+    """The base weights the last in-process job loaded itself, for the next job to share
+    instead of loading them again (one model at a time; used under ``_ONE_JOB_AT_A_TIME``).
+
+    The local backend's own weights, where it has them, come first: these matter where
+    generation runs elsewhere (vLLM), so each of an iteration's jobs would load the model.
+    """
+
+    def __init__(self) -> None:
+        self.model: str | None = None
+        self.weights: Mapping[str, Any] | None = None
+        self.loads = 0  # weights a job had to load itself (kept or not)
+
+    def keep(self, model: str, weights: Mapping[str, Any]) -> None:
+        self.model, self.weights = model, weights
+        self.loads += 1
+
+    def get(self, model: str) -> Mapping[str, Any] | None:
+        return self.weights if model == self.model else None
+
+
+_KEPT_BASE_WEIGHTS = KeptBaseWeights()
+"""Shared by every in-process backend of the process: an iteration's prover and verifier
+jobs come from two backends."""
+
+
 class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
     """Trains LoRA adapters in a worker thread of this process, one job after another.
 
@@ -239,6 +267,10 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         base_weights: Gives the base model's weights already loaded in this process (the
             local backend's ``loaded_base_weights``), shared by a job instead of loading a
             second copy; None where nothing is loaded.
+        keep_base_weights: Where the base weights are not given, keep those a job loads for
+            the next job of the process (:class:`KeptBaseWeights`) instead of loading them
+            again. Default: on a GPU, where loading costs a copy to the device; on the CPU
+            a job reads them from a memory map, and keeping them would hold the memory.
 
     Raises:
         MissingExtraError: The training libraries are not installed (``nip[train]``).
@@ -252,10 +284,14 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         *,
         warm_up: bool = True,
         base_weights: Callable[[str], Mapping[str, Any] | None] | None = None,
+        keep_base_weights: bool | None = None,
+        kept: KeptBaseWeights | None = None,
     ):
         require("lora")  # refused here, not in the worker thread
         super().__init__(jobs_dir)
         self._base_weights = base_weights
+        self._keep = keep_base_weights
+        self.kept = kept or _KEPT_BASE_WEIGHTS
         # A daemon thread: a run stopped with Ctrl-C exits at once; its job's state stays on
         # disk and the resumed run trains it again.
         self._queue: queue.SimpleQueue[tuple[str, Path, threading.Event] | None] = (
@@ -322,13 +358,29 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
                     import_training_libraries()
                 with _ONE_JOB_AT_A_TIME:
                     if not cancelled.is_set():
+                        keep = self._keeps()
                         options = TrainingOptions(
-                            quiet=True, stop=cancelled, base_weights=self._base_weights
+                            quiet=True,
+                            stop=cancelled,
+                            base_weights=self._weights_for,
+                            loaded_base=self.kept.keep if keep else None,
                         )
                         run_job(job_dir, options)
                     release_free_memory()  # the training peak is not kept for the run
             finally:
                 self._running.discard(job_id)
+
+    def _keeps(self) -> bool:
+        if self._keep is not None:
+            return self._keep
+        import torch
+
+        return torch.cuda.is_available()
+
+    def _weights_for(self, model: str) -> Mapping[str, Any] | None:
+        """The base weights a job shares: the local backend's, else those a job kept."""
+        given = self._base_weights(model) if self._base_weights is not None else None
+        return given if given is not None else self.kept.get(model)
 
     def close(self) -> None:
         """Let queued and running jobs finish, then stop the worker thread."""

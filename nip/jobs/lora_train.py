@@ -28,6 +28,7 @@ import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from nip.extras import require
@@ -125,6 +126,36 @@ def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
     return {"quantization_config": config, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
 
 
+def trained_token_count(dataset: Any, max_length: int | None, epochs: float) -> int | None:
+    """The tokens a job trains on, epochs included (OpenAI's ``trained_tokens``): every token
+    of each tokenized example (a DPO pair counts its prompt twice, once with each answer),
+    as truncated to ``max_length``; None for a dataset whose columns are not known."""
+    columns = set(dataset.column_names)
+
+    def cut(n: int) -> int:
+        return n if max_length is None else min(n, max_length)
+
+    if "input_ids" in columns:  # SFT
+        per_epoch = sum(cut(len(ids)) for ids in dataset["input_ids"])
+    else:  # DPO: TRL >= 1.0 names them *_ids, earlier versions *_input_ids
+        names = next(
+            (
+                (f"prompt{s}", f"chosen{s}", f"rejected{s}")
+                for s in ("_ids", "_input_ids")
+                if {f"prompt{s}", f"chosen{s}", f"rejected{s}"} <= columns
+            ),
+            None,
+        )
+        if names is None:
+            return None
+        prompts, chosen, rejected = (dataset[name] for name in names)
+        per_epoch = sum(
+            cut(len(p) + len(c)) + cut(len(p) + len(r))
+            for p, c, r in zip(prompts, chosen, rejected, strict=True)
+        )
+    return round(per_epoch * epochs)
+
+
 def import_training_libraries() -> None:
     """Import what :func:`train` needs, so a process that trains later starts at once (and a
     job in a worker thread imports nothing while another thread may be importing)."""
@@ -173,6 +204,9 @@ class TrainingOptions:
             the same update, without padding) and recompute each layer's activations in the
             backward pass (gradient checkpointing) instead of keeping them. Default: on the
             CPU, where a job otherwise needs about 2 GB more; off on a GPU.
+        loaded_base: Called with the model name and the base weights a job loaded itself
+            (unquantized, nothing merged into them), before any adapter wraps them: a later
+            job may be given them as ``base_weights`` instead of loading them again.
     """
 
     quiet: bool = False
@@ -180,6 +214,7 @@ class TrainingOptions:
     mixed_precision: bool | None = None
     base_weights: Callable[[str], Mapping[str, Any] | None] | None = None
     low_memory: bool | None = None
+    loaded_base: Callable[[str, Mapping[str, Any]], None] | None = None
 
 
 def train(job_dir: Path, options: TrainingOptions | None = None) -> None:
@@ -234,6 +269,9 @@ def _base_model(spec: dict, options: TrainingOptions, cuda: bool, merges: bool):
     model = AutoModelForCausalLM.from_pretrained(
         model_dir, local_files_only=True, dtype=dtype, **quantized
     )
+    if options.loaded_base is not None and quantization == "none" and not merges:
+        model.to(device)  # where the trainer would put it: kept there for the next job
+        options.loaded_base(spec["base_model"], MappingProxyType(dict(model.state_dict())))
     return model_dir, model, False
 
 
@@ -258,7 +296,7 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
     merges = bool(beneath) or bool(previous and spec.get("stack_lora_adapters"))
     model_dir, model, shared = _base_model(spec, options, cuda, merges)
     if shared:
-        add_event(job_dir, "The base model's weights are shared with the local backend.")
+        add_event(job_dir, "The base model's weights are shared: already loaded in this process.")
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -371,7 +409,9 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         "succeeded",
         adapter_path=str(adapter_dir),
         training_loss=float(result.training_loss),
-        trained_tokens=None,
+        trained_tokens=trained_token_count(
+            trainer.train_dataset, common["max_length"], spec["num_epochs"]
+        ),
     )
     add_event(job_dir, f"Training finished: loss {result.training_loss:.4f}.")
 

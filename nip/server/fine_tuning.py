@@ -56,8 +56,25 @@ def _check_messages(messages: Any, line: int, where: str) -> None:
             )
 
 
-def parse_training_file(content: bytes, method: str) -> list[dict[str, Any]]:
+_DPO_KEYS = frozenset({"input", "preferred_output", "non_preferred_output"})
+
+
+def _format_of(row: dict[str, Any]) -> str | None:
+    """The format a training line is written in: any DPO key makes it DPO, else
+    ``messages`` makes it supervised; None for neither."""
+    if row.keys() & _DPO_KEYS:
+        return "dpo"
+    return "supervised" if "messages" in row else None
+
+
+def parse_training_file(content: bytes, method: str | None) -> list[dict[str, Any]]:
     """Check a JSONL training file for ``method`` and return its lines.
+
+    Args:
+        content: The file.
+        method: ``"supervised"`` or ``"dpo"``; None: the format its first line is written in
+            (an upload, before a job says which it needs), so a malformed line is refused with
+            its own format's message.
 
     Raises:
         RequestError: The file is not UTF-8 JSONL of the method's format (names the line).
@@ -76,6 +93,11 @@ def parse_training_file(content: bytes, method: str) -> list[dict[str, Any]]:
             raise RequestError(f"training file line {number} is not JSON: {error.msg}") from None
         if not isinstance(row, dict):
             raise RequestError(f"training file line {number} is not a JSON object")
+        if method is None and (method := _format_of(row)) is None:
+            raise RequestError(
+                f"training file line {number}: for supervised fine-tuning {_SFT_HINT}; "
+                f"for DPO {_DPO_HINT}"
+            )
         if method == "supervised":
             if "messages" not in row:
                 raise RequestError(f"training file line {number}: {_SFT_HINT}")

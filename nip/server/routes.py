@@ -62,10 +62,7 @@ def add_fine_tuning_routes(
             return _error(RequestError("the file is larger than 512 MiB", status=413))
         try:
             # Either format is fine at upload; the job's method decides which is required.
-            try:
-                parse_training_file(content, "supervised")
-            except RequestError:
-                parse_training_file(content, "dpo")
+            parse_training_file(content, None)
         except RequestError as error:
             return _error(error)
         return store.add_file(file.filename or "upload.jsonl", purpose, content)

@@ -5,9 +5,11 @@ random token in ``VLLM_API_KEY``), forwards chat requests, and is the only calle
 administrative endpoints (``/v1/load_lora_adapter``, and ``/sleep`` / ``/wake_up``, which vLLM
 exposes only with ``VLLM_SERVER_DEV_MODE=1`` and does not protect with its key).
 
-The supervisor starts vLLM, waits for ``/health`` with a time-out, loads every registered
-adapter, and restarts vLLM (up to ``vllm_max_restarts`` times) if it dies; each start loads
-the adapters again, since vLLM forgets adapters loaded at run time.
+The supervisor starts vLLM (a :class:`~nip.backends.local.vllm_process.VllmProcess`, as the
+``Local`` provider's vLLM engine does), waits for ``/health`` with a time-out, loads every
+registered adapter, and restarts vLLM (up to ``vllm_max_restarts`` times) if it dies; each
+start loads the adapters again, since vLLM forgets adapters loaded at run time. Stopping it
+ends its whole process group, workers that outlived vLLM included.
 """
 
 from __future__ import annotations
@@ -15,13 +17,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import secrets
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from nip.backends.local.vllm_process import (
+    VllmAdapterError,
+    VllmLaunch,
+    VllmProcess,
+    VllmStartError,
+    stop_stale_vllm,
+)
 from nip.backends.local.vllm_python import vllm_ranks_up_to
 from nip.errors import UnservableAdapterError
 from nip.server.config import ServerConfig
@@ -31,52 +38,49 @@ from nip.utils.processes import end_of_file, free_port
 log = logging.getLogger(__name__)
 
 
+def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:
+    """What ``nip serve`` starts vLLM with, for ``config``."""
+    options = ["--max-cpu-loras", str(config.max_cpu_loras or 4 * config.max_loras)]
+    if config.max_model_len is not None:
+        options += ["--max-model-len", str(config.max_model_len)]
+    if config.quantization != "none":
+        options += ["--quantization", config.quantization]
+    if config.enforce_eager:
+        options.append("--enforce-eager")
+    if config.tensor_parallel_size > 1:
+        options += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
+    if config.data_parallel_size > 1:
+        options += ["--data-parallel-size", str(config.data_parallel_size)]
+    environment = {}
+    if config.resolved_device == "cuda":
+        options += ["--gpu-memory-utilization", str(config.resolved_gpu_memory_utilization)]
+        if config.gpu_sharing == "pause":
+            options.append("--enable-sleep-mode")
+            environment["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep and /wake_up
+    else:
+        environment["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)  # the setting wins
+    if config.inference_devices is not None:
+        environment["CUDA_VISIBLE_DEVICES"] = config.inference_devices
+    return VllmLaunch(
+        python,
+        model,
+        config.base_model_name,
+        dtype=config.dtype,
+        max_lora_rank=config.max_lora_rank,
+        max_loras=config.max_loras,
+        options=(*options, *config.vllm_args),
+        environment=environment,
+    )
+
+
 def vllm_command(config: ServerConfig, model: Path, port: int, python: str) -> list[str]:
     """The command line that starts vLLM's OpenAI-compatible server for ``config``."""
-    command = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model),
-        "--served-model-name", config.base_model_name,
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--enable-lora",
-        "--max-lora-rank", str(config.max_lora_rank),
-        "--max-loras", str(config.max_loras),
-        "--max-cpu-loras", str(config.max_cpu_loras or 4 * config.max_loras),
-        "--dtype", config.dtype,
-    ]  # fmt: skip
-    if config.max_model_len is not None:
-        command += ["--max-model-len", str(config.max_model_len)]
-    if config.quantization != "none":
-        command += ["--quantization", config.quantization]
-    if config.enforce_eager:
-        command.append("--enforce-eager")
-    if config.tensor_parallel_size > 1:
-        command += ["--tensor-parallel-size", str(config.tensor_parallel_size)]
-    if config.data_parallel_size > 1:
-        command += ["--data-parallel-size", str(config.data_parallel_size)]
-    if config.resolved_device == "cuda":
-        command += ["--gpu-memory-utilization", str(config.resolved_gpu_memory_utilization)]
-        if config.gpu_sharing == "pause":
-            command.append("--enable-sleep-mode")
-    return command + list(config.vllm_args)
+    return vllm_launch(config, model, python).command(port)
 
 
 def vllm_environment(config: ServerConfig, token: str) -> dict[str, str]:
     """vLLM's environment: run-time LoRA loading on, the hub and usage reports off."""
-    env = dict(os.environ)
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("VLLM_NO_USAGE_STATS", "1")
-    env.setdefault("DO_NOT_TRACK", "1")
-    env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    env["VLLM_API_KEY"] = token
-    if config.resolved_device == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kv_cache_gib)  # the setting wins
-    elif config.gpu_sharing == "pause":
-        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep and /wake_up
-    if config.inference_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = config.inference_devices
-    return env
+    return vllm_launch(config, Path(config.model or "."), "python").environment_for(token)
 
 
 class VllmEngine:
@@ -109,7 +113,7 @@ class VllmEngine:
         self._restarts = 0
         self._want_pause = False
         self._usable = asyncio.Event()  # ready and awake
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: VllmProcess | None = None
         self._supervisor: asyncio.Task | None = None
         self._client: Any = None
         self._lock = asyncio.Lock()  # one adapter load / sleep / wake at a time
@@ -172,26 +176,21 @@ class VllmEngine:
 
     async def _run_once(self) -> int | None:
         """Start vLLM, make it usable, and wait for it to exit; None if it never started."""
+        if (previous := self._process) is not None:  # it exited: its workers may live on
+            await previous.astop(0.0)
         self.port = self.config.vllm_port or free_port()
-        command = vllm_command(self.config, self.model, self.port, self.python)
-        env = vllm_environment(self.config, self._token)
-        with self.log_path.open("ab") as log_file:
-            self._process = await asyncio.create_subprocess_exec(
-                *command,
-                stdout=log_file,
-                stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,  # its workers share its process group: one kill ends all
-            )
-        self.pid_path.write_text(str(self._process.pid))
-        if not await self._wait_healthy(self._process):
-            if self._process.returncode is not None:
-                return self._process.returncode
-            self._error = (
-                f"vLLM was not ready after {self.config.vllm_startup_timeout_s:g} s:\n"
-                f"{end_of_file(self.log_path)}"
-            )
+        launch = vllm_launch(self.config, self.model, self.python)
+        process = VllmProcess(
+            launch, self.port, self.log_path, token=self._token, pid_path=self.pid_path
+        )
+        self._process = process
+        process.start()
+        try:
+            await process.wait_until_ready(self.config.vllm_startup_timeout_s)
+        except VllmStartError as error:
+            if error.returncode is not None:
+                return error.returncode
+            self._error = str(error)
             await self._terminate()
             self._state = "failed"  # only once the process and its pid file are gone
             return None
@@ -203,56 +202,20 @@ class VllmEngine:
             await self._sleep()
         else:
             self._usable.set()
-        return await self._process.wait()
-
-    async def _wait_healthy(self, process: asyncio.subprocess.Process) -> bool:
-        import httpx
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.vllm_startup_timeout_s
-        while loop.time() < deadline and process.returncode is None:
-            with contextlib.suppress(httpx.HTTPError):
-                reply = await self._client.get(self._url("/health"), timeout=2.0)
-                if reply.status_code == 200:
-                    return True
-            await asyncio.sleep(0.5)
-        return False
+        return await process.wait_for_exit()
 
     async def _terminate(self, grace_s: float = 30.0) -> None:
-        """End the process group (SIGTERM, then SIGKILL after ``grace_s``); the pid file goes
-        too, even when this is cancelled half-way (then the group is killed at once)."""
+        """End vLLM's process group, workers that outlived it included (SIGTERM, then
+        SIGKILL after ``grace_s``); the pid file goes too, even when this is cancelled
+        half-way (then the group is killed at once)."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        try:
-            if process.returncode is not None:
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), grace_s)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
-        finally:
-            if process.returncode is None:  # cancelled while waiting: no more grace
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-            self.pid_path.unlink(missing_ok=True)
+        if process is not None:
+            await process.astop(grace_s)
 
     def _kill_stale(self) -> None:
         """End a vLLM left running by a server that was killed (it would hold the port)."""
-        try:
-            pid = int(self.pid_path.read_text())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (FileNotFoundError, ValueError, OSError):
-            return
-        if b"vllm.entrypoints" in cmdline:
-            log.warning("stopping a vLLM (pid %s) left by an earlier server", pid)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        self.pid_path.unlink(missing_ok=True)
+        if (pid := stop_stale_vllm(self.pid_path)) is not None:
+            log.warning("stopped a vLLM (pid %s) left by an earlier server", pid)
 
     def _url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -287,20 +250,17 @@ class VllmEngine:
         return str(out)
 
     async def _load(self, name: str) -> None:
-        import httpx
 
         async with self._lock:
             if name in self._loaded:
                 return
-            body = {"lora_name": name, "lora_path": self._adapters[name]}
+            if (process := self._process) is None:
+                raise EngineError(f"loading adapter {name!r} failed: vLLM is not running")
             try:
-                reply = await self._client.post(self._url("/v1/load_lora_adapter"), json=body)
-            except httpx.HTTPError as error:  # vLLM died: the supervisor restarts it
-                raise EngineError(f"loading adapter {name!r} failed: {error}") from None
-            # "already been loaded": a load that raced with a restart's reload.
-            if reply.status_code != 200 and "already" not in reply.text:
-                self._error = f"loading adapter {name!r} failed: {reply.text[:500]}"
-                raise EngineError(self._error)
+                await process.load_adapter(name, self._adapters[name])
+            except VllmAdapterError as error:  # a dead vLLM is restarted by the supervisor
+                self._error = f"loading adapter {name!r} failed: {error}"
+                raise EngineError(self._error) from None
             self._loaded.add(name)
 
     # ------------------------------------------------------------------ GPU sharing
@@ -329,8 +289,10 @@ class VllmEngine:
         import httpx
 
         async with self._lock:
+            if self._process is None:
+                return
             try:
-                reply = await self._client.post(self._url(path), params=params)
+                reply = await self._process.admin(path, params=params)
                 reply.raise_for_status()
             except httpx.HTTPError as error:  # the supervisor notices a dead vLLM
                 log.warning("vLLM %s failed: %s", path, error)

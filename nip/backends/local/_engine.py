@@ -135,6 +135,10 @@ class Engine:
             )
         if not getattr(self.tokenizer, "chat_template", None):
             raise GenerationError(f"The model in {self.folder} has no chat template.")
+        # WordPiece's space clean-up strips spaces before punctuation from a BPE model's text;
+        # transformers >= 5.17 skips it and warns at the first decode, earlier versions apply
+        # it. Off: the model's own text, the same under every version, and no warning.
+        self.tokenizer.clean_up_tokenization_spaces = False
         self.base = base.to(self.device).eval()
         # The weights as loaded, before PEFT wraps any layer: a training job in this process
         # builds its model on these very tensors (see LocalBackend.loaded_base_weights).

@@ -5,11 +5,13 @@
 ================  ==========================================  ===================================
 ``transformers``  :class:`~nip.backends.local.LocalBackend`    this process (the default)
 ``vllm``          :class:`~nip.backends.local.LocalVllmBackend`  a vLLM process the backend owns
+``auto``          one of those, by :func:`choose_local_engine`  vLLM on a CUDA device with vLLM
 ================  ==========================================  ===================================
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from nip.backends._types import ChatBackend
 from nip.backends.local.backend import LocalBackend
 from nip.backends.local.vllm_backend import LocalVllmBackend
-from nip.backends.local.vllm_python import vllm_rank_at_least
+from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, find_vllm_python, vllm_rank_at_least
 from nip.errors import InvalidParameterError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 
@@ -53,6 +55,47 @@ LOCAL_ENGINES: Mapping[str, LocalEngineEntry] = MappingProxyType(
 )
 
 
+#: Every name ``local_engine`` accepts: an engine, or "auto" (see :func:`choose_local_engine`).
+LOCAL_ENGINE_NAMES = ("auto", *LOCAL_ENGINES)
+
+#: vLLM's share of a GPU it shares with the in-process LoRA jobs (its own default is 0.9).
+GPU_MEMORY_FOR_VLLM = 0.5
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """What ``local_engine="auto"`` runs, why, and the options that engine gets for it."""
+
+    engine: str
+    reason: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def choose_local_engine(cuda: bool | None = None) -> EngineChoice:
+    """The engine for ``local_engine="auto"``: vLLM on a CUDA device where an interpreter
+    with vLLM is found (:func:`~nip.backends.local.vllm_python.find_vllm_python`), else
+    transformers (on a CPU vLLM is not faster: bench/README.md).
+
+    Args:
+        cuda: Whether a CUDA device is there (None: ask torch).
+    """
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if not cuda:
+        return EngineChoice("transformers", "no CUDA device, where vLLM is not faster")
+    python = find_vllm_python()
+    if python is None:
+        return EngineChoice("transformers", f"a CUDA device but no vLLM: {HOW_TO_GET_VLLM}")
+    options = {
+        "dtype": "auto",  # bfloat16 where the GPU has it, as the transformers engine uses
+        "vllm_python": python,
+        "vllm_args": ("--gpu-memory-utilization", str(GPU_MEMORY_FOR_VLLM)),
+    }
+    return EngineChoice("vllm", f"a CUDA device and vLLM ({python})", options)
+
+
 def local_backend(
     model: str = DEFAULT_LOCAL_MODEL,
     *,
@@ -64,7 +107,8 @@ def local_backend(
 
     Args:
         model: The model name or folder.
-        engine: A key of :data:`LOCAL_ENGINES`.
+        engine: A key of :data:`LOCAL_ENGINES`, or "auto": :func:`choose_local_engine`
+            decides, and one line on standard error says which and why.
         params: The agent's parameters, from which the engine may take options (vLLM: the
             largest LoRA rank); ``options`` win over them.
         **options: Keyword arguments of the engine's backend class.
@@ -72,8 +116,14 @@ def local_backend(
     Raises:
         InvalidParameterError: No engine has that name.
     """
-    if engine not in LOCAL_ENGINES:
-        raise InvalidParameterError("local_engine", engine, " or ".join(map(repr, LOCAL_ENGINES)))
+    if engine not in LOCAL_ENGINE_NAMES:
+        allowed = " or ".join(map(repr, LOCAL_ENGINE_NAMES))
+        raise InvalidParameterError("local_engine", engine, allowed)
+    chosen: Mapping[str, Any] = {}
+    if engine == "auto":
+        choice = choose_local_engine()
+        print(f"nip: local_engine=auto: {choice.engine} ({choice.reason})", file=sys.stderr)
+        engine, chosen = choice.engine, choice.options
     entry = LOCAL_ENGINES[engine]
     derived = entry.options(params) if params is not None else {}
-    return entry.backend(model, **{**derived, **options})
+    return entry.backend(model, **{**derived, **chosen, **options})

@@ -16,23 +16,21 @@ faster there, so transformers stays the default; on a GPU vLLM is the engine to 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import subprocess
 import tempfile
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local.adapters import AdapterStack, read_adapter_stack
 from nip.backends.local.model_store import canonical_model_name, check_model_name
 from nip.backends.local.stacked_adapters import concatenated_rank
+from nip.backends.local.vllm_process import VllmLaunch, VllmProcess
 from nip.backends.local.vllm_python import (
     HOW_TO_GET_VLLM,
     VLLM_LORA_RANKS,
@@ -49,15 +47,15 @@ from nip.errors import (
     UnservableAdapterError,
 )
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
-from nip.utils.processes import end_of_file, free_port, stop_process_group
+from nip.utils.processes import free_port
 
 #: The name vLLM serves the base model under (requests use the backend's own names).
 BASE_NAME = "nip-base"
 
 
-def _stop_process(process: subprocess.Popen, folder: str, grace_s: float = 10.0) -> None:
-    """SIGTERM vLLM's whole process group, SIGKILL it after ``grace_s``; remove its folder."""
-    stop_process_group(process, grace_s, terminate_group=True)
+def _stop_process(process: VllmProcess, folder: str, grace_s: float = 10.0) -> None:
+    """Stop vLLM and every worker of its process group; remove its folder."""
+    process.stop(grace_s)
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -134,7 +132,7 @@ class LocalVllmBackend:
         self._adapters: dict[str, AdapterStack] = {}
         self._loaded: dict[str, str] = {}  # adapter name -> the name vLLM serves it under
         self._token = secrets.token_urlsafe(24)
-        self._process: subprocess.Popen | None = None
+        self._process: VllmProcess | None = None
         self._folder: str | None = None
         self._finalizer: weakref.finalize | None = None
         self._client: OpenAIBackend | None = None
@@ -152,7 +150,7 @@ class LocalVllmBackend:
     @property
     def running(self) -> bool:
         """Whether the vLLM process is up (it starts with the first request)."""
-        return self._process is not None and self._process.poll() is None
+        return self._process is not None and self._process.running
 
     @property
     def log_path(self) -> Path | None:
@@ -233,13 +231,7 @@ class LocalVllmBackend:
             if self._client is not None and self.running:
                 return
             try:
-                await asyncio.wait_for(self._start(), timeout_s)
-            except TimeoutError:
-                tail = self._log_tail()
-                self._stop()
-                raise BackendUnavailableError(
-                    f"vLLM was not ready in {timeout_s:g} s; its log ended with:\n{tail}"
-                ) from None
+                await self._start(timeout_s)
             except BaseException:
                 self._stop()
                 raise
@@ -255,36 +247,34 @@ class LocalVllmBackend:
         await asyncio.get_running_loop().run_in_executor(None, self._stop)
 
     # ------------------------------------------------------------------ the process
+    def launch(self, model_folder: Path) -> VllmLaunch:
+        """What this backend starts vLLM with."""
+        options = [
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching"
+        ]
+        if self.max_model_len is not None:
+            options += ["--max-model-len", str(self.max_model_len)]
+        environment = {}
+        if self.kv_cache_gib is not None:  # else the environment's, else 1
+            environment["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
+        return VllmLaunch(
+            self.python,
+            model_folder,
+            BASE_NAME,
+            dtype=self.dtype,
+            max_lora_rank=self.max_lora_rank,
+            max_loras=self.max_loras,
+            options=(*options, *self.vllm_args),
+            environment=environment,
+        )
+
     def command(self, model_folder: Path, port: int) -> list[str]:
         """vLLM's command line for this backend."""
-        command = [
-            self.python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_folder),
-            "--served-model-name", BASE_NAME,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--dtype", self.dtype,
-            "--enable-lora",
-            "--max-lora-rank", str(self.max_lora_rank),
-            "--max-loras", str(self.max_loras),
-            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
-        ]  # fmt: skip
-        if self.max_model_len is not None:
-            command += ["--max-model-len", str(self.max_model_len)]
-        return command + list(self.vllm_args)
+        return self.launch(model_folder).command(port)
 
     def environment(self) -> dict[str, str]:
         """vLLM's environment: this backend's key, run-time adapters, no hub, no reports."""
-        env = dict(os.environ)
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("VLLM_NO_USAGE_STATS", "1")
-        env.setdefault("DO_NOT_TRACK", "1")
-        if self.kv_cache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.kv_cache_gib)
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-        env["VLLM_API_KEY"] = self._token
-        return env
+        return self.launch(Path(self.model)).environment_for(self._token)
 
     def _loop_locks(self) -> tuple[asyncio.Lock, asyncio.Lock]:
         """This event loop's locks (starting, loading adapters): notebooks may use several."""
@@ -293,32 +283,25 @@ class LocalVllmBackend:
             self._locks = (loop, asyncio.Lock(), asyncio.Lock())
         return self._locks[1], self._locks[2]
 
-    async def _start(self) -> None:
+    async def _start(self, timeout_s: float | None) -> None:
         from nip.backends.local.model_store import ensure_local_model
 
-        loop = asyncio.get_running_loop()
         if self._client is not None:  # from a vLLM that has died since
             await self._client.aclose()
             self._client = None
         if not self.running:
             self._stop()
-            folder = await loop.run_in_executor(
-                None, ensure_local_model, self.model, self.cache_dir
-            )
+            folder = await asyncio.to_thread(ensure_local_model, self.model, self.cache_dir)
             self._folder = tempfile.mkdtemp(prefix="nip-local-vllm-")
             self._port = free_port()
-            with open(Path(self._folder) / "vllm.log", "wb") as log:
-                self._process = subprocess.Popen(
-                    self.command(folder, self._port),
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=self.environment(),
-                    start_new_session=True,  # its workers share its group: one kill ends all
-                )
+            self._process = VllmProcess(
+                self.launch(folder), self._port, Path(self._folder) / "vllm.log", token=self._token
+            )
+            self._process.start()
             self._finalizer = weakref.finalize(self, _stop_process, self._process, self._folder)
             self._loaded.clear()
-        await self._wait_for_health()
+        assert self._process is not None
+        await self._process.wait_until_ready(timeout_s)  # VllmStartError ends with its log
         self._client = OpenAIBackend(
             OpenAIBackendConfig(
                 base_url=f"http://127.0.0.1:{self._port}/v1",
@@ -329,23 +312,6 @@ class LocalVllmBackend:
             )
         )
 
-    async def _wait_for_health(self) -> None:
-        import httpx
-
-        url = f"http://127.0.0.1:{self._port}/health"
-        async with httpx.AsyncClient(timeout=5.0) as client:
-            while True:
-                assert self._process is not None
-                if (code := self._process.poll()) is not None:
-                    raise BackendUnavailableError(
-                        f"vLLM exited with status {code} while starting; its log ended "
-                        f"with:\n{self._log_tail()}"
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(url)).status_code == 200:
-                        return
-                await asyncio.sleep(0.5)
-
     def _stop(self) -> None:
         process, folder, self._process, self._folder = self._process, self._folder, None, None
         self._loaded.clear()
@@ -354,9 +320,6 @@ class LocalVllmBackend:
             self._finalizer = None
         if process is not None and folder is not None:
             _stop_process(process, folder)
-
-    def _log_tail(self) -> str:
-        return end_of_file(self.log_path, 3000) if self.log_path else ""
 
     # ------------------------------------------------------------------ adapters
     async def _load(self, name: str) -> str:
@@ -370,17 +333,16 @@ class LocalVllmBackend:
             previous = self._loaded.get(name)
             if previous == served:
                 return served
+            assert self._process is not None
             if previous is not None:
-                await self._admin("/v1/unload_lora_adapter", {"lora_name": previous})
+                await self._process.unload_adapter(previous)
                 del self._loaded[name]
             path = stack.path
             if len(stack.layers) > 1:
                 assert self._folder is not None
                 path = Path(self._folder) / "adapters" / served
                 await asyncio.to_thread(self._write_stack, stack, path)
-            await self._admin(
-                "/v1/load_lora_adapter", {"lora_name": served, "lora_path": str(path)}
-            )
+            await self._process.load_adapter(served, path)
             self._loaded[name] = served
         return served
 
@@ -389,15 +351,6 @@ class LocalVllmBackend:
 
         allowed = vllm_ranks_up_to(self.max_lora_rank)
         write_concatenated_adapter(stack, path, allowed_ranks=allowed)
-
-    async def _admin(self, path: str, body: dict[str, Any]) -> None:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {self._token}"}
-        async with httpx.AsyncClient(timeout=300.0, headers=headers) as client:
-            reply = await client.post(f"http://127.0.0.1:{self._port}{path}", json=body)
-        if reply.status_code != 200:
-            raise GenerationError(f"vLLM refused {path} for {body}: {reply.text[:500]}")
 
     # ------------------------------------------------------------------ display
     def _describe(self) -> dict[str, str]:

@@ -1,0 +1,297 @@
+""":class:`VllmProcess`: one vLLM server process, started, watched and stopped in one place.
+
+nip never imports vLLM: it starts ``python -m vllm.entrypoints.openai.api_server`` on a
+loopback port, with a random key only its owner knows, and speaks HTTP to it. Both owners, the
+``Local`` provider's vLLM engine (:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`)
+and ``nip serve``'s (:class:`~nip.server.vllm_engine.VllmEngine`), describe what they want in
+a :class:`VllmLaunch` and leave the rest here: the command line and environment, the start,
+the wait for ``/health`` (a vLLM that dies or hangs while starting is reported with the end of
+its log), LoRA adapters loaded and unloaded at run time, and the stop, which ends vLLM's whole
+process group, workers that outlived it included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import subprocess
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nip.errors import BackendUnavailableError, GenerationError
+from nip.utils.processes import end_of_file, stop_process_group
+
+#: The module ``python -m`` runs: vLLM's OpenAI-compatible server.
+API_SERVER = "vllm.entrypoints.openai.api_server"
+
+
+class VllmStartError(BackendUnavailableError):
+    """vLLM exited (``returncode`` set) or was not ready in time (``returncode`` None) while
+    starting; the message ends with its log."""
+
+    def __init__(self, message: str, *, returncode: int | None):
+        super().__init__(message)
+        self.returncode = returncode
+
+
+class VllmAdapterError(GenerationError):
+    """vLLM refused to load or unload an adapter, or did not answer."""
+
+
+@dataclass(frozen=True)
+class VllmLaunch:
+    """What one vLLM server is started with.
+
+    Args:
+        python: An interpreter with vLLM.
+        model: The base model's folder.
+        served_model_name: The name vLLM serves the base model under.
+        dtype: ``--dtype``.
+        max_lora_rank: ``--max-lora-rank`` (one of vLLM's ranks).
+        max_loras: ``--max-loras``: adapters in one batch.
+        options: More of vLLM's command-line arguments, after nip's.
+        environment: Variables set over ``os.environ`` and nip's defaults (no hub, no usage
+            reports, 1 GiB of CPU KV cache unless the environment says otherwise).
+    """
+
+    python: str
+    model: Path
+    served_model_name: str
+    dtype: str = "auto"
+    max_lora_rank: int = 16
+    max_loras: int = 4
+    options: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    def command(self, port: int) -> list[str]:
+        """vLLM's command line, listening on loopback ``port``, LoRA adapters enabled."""
+        return [
+            self.python, "-m", API_SERVER,
+            "--model", str(self.model),
+            "--served-model-name", self.served_model_name,
+            "--host", "127.0.0.1",
+            "--port", str(port),
+            "--dtype", self.dtype,
+            "--enable-lora",
+            "--max-lora-rank", str(self.max_lora_rank),
+            "--max-loras", str(self.max_loras),
+            *self.options,
+        ]  # fmt: skip
+
+    def environment_for(self, token: str) -> dict[str, str]:
+        """vLLM's environment: key ``token``, run-time adapters, no hub, no reports."""
+        env = dict(os.environ)
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        env.setdefault("DO_NOT_TRACK", "1")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        env.update(self.environment)
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        env["VLLM_API_KEY"] = token
+        return env
+
+
+class VllmProcess:
+    """One vLLM server process: :meth:`start`, :meth:`wait_until_ready`, adapters, :meth:`stop`.
+
+    Args:
+        launch: What it is started with.
+        port: The loopback port it listens on.
+        log_path: Where its output goes (appended to: a restart keeps the earlier log).
+        token: Its API key (default: a random one).
+        pid_path: A file holding its pid while it runs (for :func:`stop_stale_vllm` after a
+            crash of its owner); None: no file.
+
+    If nobody stops it, it is stopped when this object is garbage collected or the
+    interpreter ends.
+    """
+
+    def __init__(
+        self,
+        launch: VllmLaunch,
+        port: int,
+        log_path: Path,
+        *,
+        token: str | None = None,
+        pid_path: Path | None = None,
+    ):
+        self.launch = launch
+        self.port = port
+        self.log_path = Path(log_path)
+        self.token = token or secrets.token_urlsafe(24)
+        self.pid_path = pid_path
+        self._popen: subprocess.Popen | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._popen.pid if self._popen is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        """Its exit status; None while it runs (or before it started)."""
+        return self._popen.poll() if self._popen is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self._popen is not None and self._popen.poll() is None
+
+    def url(self, path: str = "") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def log_tail(self, size: int = 3000) -> str:
+        return end_of_file(self.log_path, size)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start vLLM in a process group of its own (its workers join it: one kill ends all)."""
+        if self._popen is not None:
+            raise RuntimeError("this VllmProcess has been started already")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._popen = subprocess.Popen(
+                self.launch.command(self.port),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.launch.environment_for(self.token),
+                start_new_session=True,
+            )
+        self._finalizer = weakref.finalize(self, _stop, self._popen, 10.0, self.pid_path)
+        if self.pid_path is not None:
+            self.pid_path.write_text(str(self._popen.pid))
+
+    async def wait_until_ready(self, timeout_s: float | None) -> None:
+        """Wait until ``/health`` answers 200.
+
+        Raises:
+            VllmStartError: It exited (``returncode`` set), or was not ready within
+                ``timeout_s`` (it keeps running: the caller decides); the message ends with
+                its log.
+        """
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                if (code := self.returncode) is not None or self._popen is None:
+                    raise VllmStartError(
+                        f"vLLM exited with status {code} while starting; its log ended "
+                        f"with:\n{self.log_tail()}",
+                        returncode=code,
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(self.url("/health"))).status_code == 200:
+                        return
+                if deadline is not None and loop.time() >= deadline:
+                    raise VllmStartError(
+                        f"vLLM was not ready after {timeout_s:g} s; its log ended with:\n"
+                        f"{self.log_tail()}",
+                        returncode=None,
+                    )
+                await asyncio.sleep(0.5)
+
+    async def wait_for_exit(self, poll_s: float = 0.2) -> int:
+        """Its exit status, once it has exited (polled: works in any event loop)."""
+        assert self._popen is not None, "not started"
+        while (code := self._popen.poll()) is None:
+            await asyncio.sleep(poll_s)
+        return code
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM its process group, SIGKILL it after ``grace_s``, then kill whatever of the
+        group outlived vLLM (workers); remove the pid file. Blocks; safe to call twice."""
+        if self._finalizer is not None and self._finalizer.detach() is not None:
+            _stop(self._popen, grace_s, self.pid_path)  # once: never again at exit
+
+    async def astop(self, grace_s: float = 10.0) -> None:
+        """:meth:`stop` without blocking the event loop; cancelled half-way, it kills the
+        group at once."""
+        if self._popen is None:
+            return
+        try:
+            await asyncio.to_thread(_stop, self._popen, grace_s, self.pid_path)
+        finally:
+            if self._popen.poll() is None:  # cancelled while waiting: no more grace
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self._popen.pid, signal.SIGKILL)
+            self.stop()
+
+    # ------------------------------------------------------------------ adapters
+    async def admin(
+        self, path: str, *, json: dict[str, Any] | None = None, params: dict[str, str] | None = None
+    ) -> Any:
+        """POST to one of vLLM's endpoints with its key; the ``httpx.Response``.
+
+        Raises:
+            httpx.HTTPError: vLLM did not answer.
+        """
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"}
+        async with httpx.AsyncClient(timeout=300.0, headers=headers) as client:
+            return await client.post(self.url(path), json=json, params=params)
+
+    async def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts as loaded).
+
+        Raises:
+            VllmAdapterError: vLLM refused it or did not answer.
+        """
+        body = {"lora_name": name, "lora_path": str(path)}
+        reply = await self._admin_or_raise("/v1/load_lora_adapter", body)
+        # "already been loaded": a load that raced with a restart's reload.
+        if reply.status_code != 200 and "already" not in reply.text:
+            raise VllmAdapterError(f"vLLM refused to load adapter {name!r}: {reply.text[:500]}")
+
+    async def unload_adapter(self, name: str) -> None:
+        """Stop serving adapter ``name``.
+
+        Raises:
+            VllmAdapterError: vLLM refused or did not answer.
+        """
+        reply = await self._admin_or_raise("/v1/unload_lora_adapter", {"lora_name": name})
+        if reply.status_code != 200:
+            raise VllmAdapterError(f"vLLM refused to unload adapter {name!r}: {reply.text[:500]}")
+
+    async def _admin_or_raise(self, path: str, body: dict[str, Any]) -> Any:
+        import httpx
+
+        try:
+            return await self.admin(path, json=body)
+        except httpx.HTTPError as error:
+            raise VllmAdapterError(f"vLLM did not answer {path}: {error!r}") from None
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else f"exited ({self.returncode})"
+        return f"VllmProcess(pid={self.pid}, port={self.port}, {state})"
+
+
+def _stop(popen: subprocess.Popen, grace_s: float, pid_path: Path | None) -> None:
+    stop_process_group(popen, grace_s, terminate_group=True)
+    if pid_path is not None:
+        pid_path.unlink(missing_ok=True)
+
+
+def stop_stale_vllm(pid_path: Path) -> int | None:
+    """Kill the vLLM whose pid ``pid_path`` holds, if it still runs (left by an owner that was
+    killed: it would hold the port and the GPU); remove the file. Its pid, or None."""
+    try:
+        pid = int(pid_path.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ValueError, OSError):
+        pid_path.unlink(missing_ok=True)
+        return None
+    pid_path.unlink(missing_ok=True)
+    if API_SERVER.encode() not in cmdline:
+        return None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    return pid
