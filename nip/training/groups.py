@@ -166,6 +166,9 @@ class PureTextSharedModelGroup:
             quantization=params.quantization,
             stack_lora_adapters=params.stack_lora_adapters,
             seed=self.hyper_params.seed,
+            openai_n_epochs=params.openai_n_epochs,
+            openai_batch_size=params.openai_batch_size,
+            openai_learning_rate_multiplier=params.openai_learning_rate_multiplier,
         )
 
     def supervised_examples(
