@@ -202,8 +202,11 @@ class _Estimator:
                 continue
             params = hyper_params.agents[agent]
             examples = cost.examples
-            if not malt and hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
-                examples *= iteration + 1  # every earlier iteration's dialogues too
+            if hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
+                # Every earlier compatible iteration's data too: all of Expert Iteration's
+                # dialogues; MALT's trees since its first MALT iteration.
+                first = hyper_params.pure_text_malt.num_initial_ei_iterations if malt else 0
+                examples *= iteration - first + 1
             epochs = params.num_epochs or hyper_params.rl.num_epochs
             tokens = examples * cost.example_tokens * epochs
             model = price_key(params.model_name).removeprefix("ft:")

@@ -605,7 +605,16 @@ class PureTextMaltTrainer(PureTextEiTrainer):
         return "dpo" if self._malt_now() else "supervised"
 
     def _training_data(self) -> Any:
-        return self.load_trees() if self._malt_now() else super()._training_data()
+        """This iteration's trees, or with ``fine_tune_on_all_previous_rollouts`` the trees of
+        every MALT iteration so far (the compatible ones: Expert Iteration's first
+        ``num_initial_ei_iterations`` have no trees). Earlier trees are kept even when the
+        agents' models have changed since, as the original concatenated them."""
+        if not self._malt_now():
+            return super()._training_data()
+        if not self.hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
+            return self.load_trees()
+        first = self.hyper_params.pure_text_malt.num_initial_ei_iterations
+        return [tree for i in range(first, self._iteration + 1) for tree in self.load_trees(i)]
 
     def _fine_tune_dataset(self, group: PureTextSharedModelGroup, data: Any) -> list[dict]:
         """The lines of ``group``'s job: MALT's DPO dataset (Expert Iteration's SFT one in
