@@ -110,16 +110,24 @@ def _cmd_prepare_model(args: argparse.Namespace) -> int:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     hyper_params = _load_config(args.config)
-    if args.dry_run:
+    if args.dry_run:  # the plan, then its cost
         from nip.training.cost_estimate import estimate_cost
 
-        print(estimate_cost(hyper_params, _settings(args), sample_items=args.sample_items))
+        estimate = estimate_cost(hyper_params, _settings(args), sample_items=args.sample_items)
+        print(f"{estimate.plan}\n\n{estimate}")
         return 0
     from nip.training.trainer import build_trainer
 
     trainer = build_trainer(hyper_params, _settings(args), overwrite=args.overwrite)
     trainer.train()
     _print_metrics(trainer)
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from nip.training.plan import plan_run
+
+    print(plan_run(_load_config(args.config)))
     return 0
 
 
@@ -155,7 +163,12 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
     args.run_dir = args.run_dir_positional
-    trainer = PureTextEiTrainer.resume(args.run_dir, _settings(args), force=args.force)
+    trainer = PureTextEiTrainer.resume(
+        args.run_dir,
+        _settings(args),
+        force=args.force,
+        accept_plan_change=args.accept_plan_change,
+    )
     print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
     trainer.train()
     _print_metrics(trainer)
@@ -340,8 +353,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Resume even if the run was saved by an incompatible nip.",
     )
+    resume.add_argument(
+        "--accept-plan-change",
+        action="store_true",
+        help="Resume even if the run's plan (plan.json) would now differ; the diff is shown "
+        "otherwise.",
+    )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
+
+    plan = sub.add_parser(
+        "plan",
+        help="Print what a run would do, iteration by iteration: items, tests, which groups "
+        "train how, and each job's settings as sent (no model called, no API key).",
+    )
+    plan.add_argument("config", help="HyperParameters as YAML/JSON, or a preset (paper/nip-ei).")
+    plan.set_defaults(func=_cmd_plan)
 
     control = sub.add_parser(
         "control", help="Pause, resume or stop a run between stages (from any process)."

@@ -14,6 +14,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from nip.agents import PureTextWholeAgent
@@ -30,6 +31,23 @@ from nip.training.expert_iteration import sft_dataset
 JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
 #: The outcomes a trainer records for a group it did not submit a job for.
 Skipped = Literal["frozen", "not_scheduled"]
+
+#: What each reason a group is not trained means, in the words every reader shows.
+SKIP_REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "frozen": "frozen (freeze_agent=True): never fine-tuned",
+        "not_scheduled": "not scheduled: its update_schedule skips this iteration",
+        "insufficient_data": "too few examples (text_rl.min_fine_tune_examples)",
+    }
+)
+
+
+def too_few_examples(group: str, count: int, method: str, minimum: int) -> str:
+    """The one sentence for a group with fewer examples than ``min_fine_tune_examples``."""
+    return (
+        f"group {group!r}: too few examples to fine-tune ({count} {method} example(s), fewer "
+        f"than text_rl.min_fine_tune_examples={minimum}); the model is not fine-tuned"
+    )
 
 
 @dataclass
@@ -59,6 +77,41 @@ class PureTextSharedModelGroupState:
     fine_tune_failures: list[dict[str, Any]] = field(default_factory=list)
     start_model: str | None = None
     start_adapter_path: str | None = None
+
+
+def fine_tune_spec(
+    hyper_params: HyperParameters,
+    params: PureTextAgentParameters,
+    method: str,
+    examples: Sequence[dict[str, Any]],
+    job_name: str | None,
+    *,
+    base_model: str,
+    previous_adapter: str | None = None,
+) -> FineTuneSpec:
+    """A group's job from its members' parameters: what the group submits and what the run
+    plan shows (:mod:`nip.training.plan`)."""
+    return FineTuneSpec(
+        base_model=base_model,
+        method=method,  # type: ignore[arg-type]
+        examples=tuple(examples),
+        job_name=job_name,
+        num_epochs=params.num_epochs or hyper_params.rl.num_epochs,
+        learning_rate=hyper_params.rl.lr,
+        batch_size=params.per_device_train_batch_size,
+        dpo_beta=params.dpo_beta,
+        use_lora=params.use_lora,
+        lora_rank=params.lora_rank,
+        lora_alpha=params.computed_lora_alpha,
+        lora_dropout=params.lora_dropout,
+        previous_adapter=previous_adapter,
+        quantization=params.quantization,
+        stack_lora_adapters=params.stack_lora_adapters,
+        seed=hyper_params.seed,
+        openai_n_epochs=params.openai_n_epochs,
+        openai_batch_size=params.openai_batch_size,
+        openai_learning_rate_multiplier=params.openai_learning_rate_multiplier,
+    )
 
 
 class PureTextSharedModelGroup:
@@ -133,7 +186,7 @@ class PureTextSharedModelGroup:
 
     @property
     def num_epochs(self) -> int:
-        return self.params.num_epochs or self.hyper_params.rl.num_epochs
+        return self._spec("supervised", [], None).num_epochs
 
     @property
     def rl_learning_rate(self) -> float:
@@ -149,26 +202,14 @@ class PureTextSharedModelGroup:
         continue_by_name = not from_scratch and self.state.adapter_path is None
         base = self.params.model_name if self.state.start_adapter_path else self.base_model_name
         previous = self.state.start_adapter_path if from_scratch else self.state.adapter_path
-        return FineTuneSpec(
+        return fine_tune_spec(
+            self.hyper_params,
+            params,
+            method,
+            examples,
+            job_name,
             base_model=self.model_name if continue_by_name else base,
-            method=method,  # type: ignore[arg-type]
-            examples=tuple(examples),
-            job_name=job_name,
-            num_epochs=self.num_epochs,
-            learning_rate=self.rl_learning_rate,
-            batch_size=params.per_device_train_batch_size,
-            dpo_beta=params.dpo_beta,
-            use_lora=params.use_lora,
-            lora_rank=params.lora_rank,
-            lora_alpha=self.lora_alpha,
-            lora_dropout=params.lora_dropout,
             previous_adapter=previous,
-            quantization=params.quantization,
-            stack_lora_adapters=params.stack_lora_adapters,
-            seed=self.hyper_params.seed,
-            openai_n_epochs=params.openai_n_epochs,
-            openai_batch_size=params.openai_batch_size,
-            openai_learning_rate_multiplier=params.openai_learning_rate_multiplier,
         )
 
     def supervised_examples(
@@ -199,10 +240,7 @@ class PureTextSharedModelGroup:
         minimum = self.hyper_params.text_rl.min_fine_tune_examples
         if len(examples) < minimum:
             warnings.warn(
-                f"group {self.group_name!r}: {len(examples)} {method} example(s), fewer than "
-                f"text_rl.min_fine_tune_examples={minimum}; the model is not fine-tuned "
-                "this iteration",
-                stacklevel=3,
+                too_few_examples(self.group_name, len(examples), method, minimum), stacklevel=3
             )
             self.state.last_job_outcome = "insufficient_data"
             return None

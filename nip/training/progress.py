@@ -187,7 +187,7 @@ def _submitted(trainer: PureTextEiTrainer) -> dict[str, Any]:
 def _shown(trainer: PureTextEiTrainer, stage: str) -> bool:
     """Whether the stage does anything worth a line (a test only runs on some iterations)."""
     if stage == "test":
-        return trainer._test_now()
+        return trainer.plan[trainer.state.iteration].tests
     if stage == "await_fine_tune_jobs":
         return bool(_submitted(trainer))
     return True

@@ -43,6 +43,7 @@ from nip.training.groups import PureTextSharedModelGroup
 from nip.training.malt import build_trees_async, dpo_dataset
 from nip.training.malt_tree import ResponseTree
 from nip.training.metrics import malt_metrics, rollout_metrics
+from nip.training.plan import PlanChangedError, RunPlan, job_name, plan_for_session
 from nip.training.progress import RunReporter
 from nip.training.run_control import StageProgressWriter, between_stages
 from nip.training.run_dir import RunDirectory
@@ -129,6 +130,10 @@ class PureTextEiTrainer:
         self.session = Session(hyper_params, settings, protocol=protocol)
         if not _resuming:  # load the data now: a missing dataset fails before any sampling
             self.run_dir.save_dataset_provenance(self._dataset_provenance())
+        #: What the run does, iteration by iteration (:mod:`nip.training.plan`).
+        self.plan: RunPlan = self.make_plan()
+        if not _resuming:
+            self.run_dir.write_json("plan.json", self.plan.to_dict())
         backends = dict(fine_tune_backends or {})
         self.groups: dict[str, PureTextSharedModelGroup] = {
             name: PureTextSharedModelGroup(
@@ -152,6 +157,10 @@ class PureTextEiTrainer:
             online = resolve_mode(settings.wandb_mode) == "online"
             apply_starting_models(self.groups, self.run_dir.path, wandb_online=online)
 
+    def make_plan(self) -> RunPlan:
+        """The plan of this run, from its parameters and its dataset's splits."""
+        return plan_for_session(self.hyper_params, self.session)
+
     def _dataset_provenance(self) -> dict[str, dict]:
         """Source, Hub revision and fingerprint of each split the run will use."""
         from nip.data import dataset_provenance
@@ -171,6 +180,7 @@ class PureTextEiTrainer:
         force: bool = False,
         fine_tune_backends: Mapping[str, FineTuneBackend] | None = None,
         protocol: type[ProtocolHandler] | None = None,
+        accept_plan_change: bool = False,
     ) -> PureTextEiTrainer:
         """Continue the run saved in ``run_dir`` from the stage it had reached.
 
@@ -180,6 +190,9 @@ class PureTextEiTrainer:
         Raises:
             IncompatibleParametersError: The run was saved by an incompatible nip (pass
                 ``force=True`` to try anyway).
+            PlanChangedError: The plan this nip makes from the saved parameters and data
+                differs from the run's ``plan.json`` (pass ``accept_plan_change=True`` to go
+                on with the new plan).
         """
         directory = RunDirectory(run_dir)
         saved = directory.read_json("hyper_params.json")
@@ -197,12 +210,28 @@ class PureTextEiTrainer:
             protocol=protocol,
             _resuming=True,
         )
+        trainer._check_plan(accept_plan_change)
         if directory.exists("state.json"):
             state = directory.read_json("state.json")
             trainer.state = TrainerState(**state)
             for name, group_state in trainer.state.groups.items():
                 trainer.groups[name].set_state(group_state)
         return trainer
+
+    def _check_plan(self, accept: bool) -> None:
+        if self.run_dir.exists("plan.json"):
+            saved = RunPlan.from_dict(self.run_dir.read_json("plan.json"))
+            changes = saved.differences(self.plan)
+            if changes and not accept:
+                shown = "\n  ".join(changes[:20])
+                more = f"\n  ... and {len(changes) - 20} more" if len(changes) > 20 else ""
+                raise PlanChangedError(
+                    f"{self.run_dir.path} would now run a different plan (saved -> now):\n  "
+                    f"{shown}{more}\nA changed configuration, dataset or nip changed the "
+                    "schedule; resume with accept_plan_change=True (nip resume "
+                    "--accept-plan-change) to go on with the new plan."
+                )
+        self.run_dir.write_json("plan.json", self.plan.to_dict())
 
     def _save_state(self) -> None:
         self.state.groups = {n: g.get_state_dict() for n, g in self.groups.items()}
@@ -322,21 +351,10 @@ class PureTextEiTrainer:
     def _extra_metrics(self) -> dict[str, Any]:
         return {}
 
-    def _test_now(self) -> bool:
-        scheme = self.hyper_params.text_rl.test_scheme
-        first, last = (
-            self._iteration == 0,
-            self._iteration == self.hyper_params.rl.num_iterations - 1,
-        )
-        return {
-            "none": False,
-            "all": True,
-            "last": last,
-            "first_and_last": first or last,
-        }[scheme]
-
     async def _stage_test(self) -> None:
-        if not self._test_now() or self.run_dir.has_rollouts("test", self._iteration):
+        if not self.plan[self._iteration].tests or self.run_dir.has_rollouts(
+            "test", self._iteration
+        ):
             return
         text_rl, rl = self.hyper_params.text_rl, self.hyper_params.rl
         size = None if text_rl.test_on_whole_dataset else rl.rollouts_per_iteration
@@ -362,32 +380,26 @@ class PureTextEiTrainer:
         self.run_dir.save_metrics("test", self._iteration, metrics)
         self._log(metrics, prefix="test_")
 
-    def _training_transcripts(self) -> list[Transcript]:
-        iterations = (
-            range(self._iteration + 1)
-            if self.hyper_params.text_rl.fine_tune_on_all_previous_rollouts
-            else [self._iteration]
-        )
-        return [t for i in iterations for t in self.run_dir.load_rollouts("train", i)]
+    def _data_iterations(self) -> tuple[int, ...]:
+        """The iterations this iteration's jobs learn from (the plan's)."""
+        steps = [g for g in self.plan[self._iteration].groups if g.method]
+        return steps[0].data_iterations if steps else (self._iteration,)
 
-    def _scheduled(self, group: PureTextSharedModelGroup) -> bool:
-        return group.params.update_schedule.is_update_iteration(self._iteration)
+    def _training_transcripts(self) -> list[Transcript]:
+        return [t for i in self._data_iterations() for t in self.run_dir.load_rollouts("train", i)]
 
     async def _stage_create_fine_tune_jobs(self) -> None:
         data = self._training_data()
-        for name, group in self.groups.items():
+        for step in self.plan[self._iteration].groups:
+            name, group = step.group, self.groups[step.group]
             if self._job_submitted_this_iteration(name, group):
                 continue
-            if not group.is_trainable:  # configured so: recorded, not warned about
-                group.skip("frozen")
-                continue
-            if not self._scheduled(group):
-                group.skip("not_scheduled")
+            if step.skip is not None:  # configured so: recorded, not warned about
+                group.skip(step.skip)  # type: ignore[arg-type]
                 continue
             examples = self._fine_tune_dataset(group, data)  # built once: saved, then sent
             self.run_dir.write_jsonl(self._fine_tune_name(name), examples)
-            method = self._fine_tune_method()
-            await group.submit_fine_tune_job(method, examples, self._job_name(name))
+            await group.submit_fine_tune_job(step.method, examples, self._job_name(name))
             self._record_submission(name, group)
 
     def _training_data(self) -> Any:
@@ -402,7 +414,7 @@ class PureTextEiTrainer:
         return sft_dataset(group.agent_wholes, selected, replaced)
 
     def _job_name(self, group: str) -> str:
-        return f"{group}-it{self._iteration}"
+        return job_name(group, self._iteration)
 
     def _job_submitted_this_iteration(self, name: str, group: PureTextSharedModelGroup) -> bool:
         """Whether the group's job of this iteration was submitted before a restart."""
@@ -460,7 +472,10 @@ class PureTextEiTrainer:
         return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
 
     def _fine_tune_method(self) -> str:
-        return "supervised"
+        return "dpo" if self._malt_now() else "supervised"
+
+    def _malt_now(self) -> bool:
+        return self.plan[self._iteration].algorithm == "malt"
 
     def _add_train_metrics(self, metrics: dict[str, Any]) -> None:
         """Add ``metrics`` to this iteration's training metrics (file and logger)."""
@@ -551,16 +566,8 @@ class PureTextMaltTrainer(PureTextEiTrainer):
     The first ``num_initial_ei_iterations`` iterations are Expert Iteration.
     """
 
-    def _malt_now(self) -> bool:
-        return self._iteration >= self.hyper_params.pure_text_malt.num_initial_ei_iterations
-
     def _frozen_agents(self) -> frozenset[str]:
-        return frozenset(
-            agent
-            for group in self.groups.values()
-            if not group.is_trainable or not self._scheduled(group)
-            for agent in group.agent_wholes
-        )
+        return frozenset(self.plan[self._iteration].frozen_agents)
 
     def _trees_name(self) -> str:
         return f"malt/trees_it{self._iteration:04d}.jsonl"
@@ -601,20 +608,15 @@ class PureTextMaltTrainer(PureTextEiTrainer):
             return {}
         return malt_metrics(self.load_trees())
 
-    def _fine_tune_method(self) -> str:
-        return "dpo" if self._malt_now() else "supervised"
-
     def _training_data(self) -> Any:
-        """This iteration's trees, or with ``fine_tune_on_all_previous_rollouts`` the trees of
-        every MALT iteration so far (the compatible ones: Expert Iteration's first
-        ``num_initial_ei_iterations`` have no trees). Earlier trees are kept even when the
-        agents' models have changed since, as the original concatenated them."""
+        """The trees of the plan's data iterations: this one's, or with
+        ``fine_tune_on_all_previous_rollouts`` every MALT iteration's so far (the compatible
+        ones: Expert Iteration's first ``num_initial_ei_iterations`` have no trees). Earlier
+        trees are kept even when the agents' models have changed since, as the original
+        concatenated them."""
         if not self._malt_now():
             return super()._training_data()
-        if not self.hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
-            return self.load_trees()
-        first = self.hyper_params.pure_text_malt.num_initial_ei_iterations
-        return [tree for i in range(first, self._iteration + 1) for tree in self.load_trees(i)]
+        return [tree for i in self._data_iterations() for tree in self.load_trees(i)]
 
     def _fine_tune_dataset(self, group: PureTextSharedModelGroup, data: Any) -> list[dict]:
         """The lines of ``group``'s job: MALT's DPO dataset (Expert Iteration's SFT one in
