@@ -19,7 +19,12 @@ from typing import Any, Literal
 
 from nip.agents import PureTextWholeAgent
 from nip.backends import AdapterHost, ReportsReadiness, capability
-from nip.errors import FineTuneError, FineTuneJobFailed, SharedModelGroupError
+from nip.errors import (
+    BackendUnavailableError,
+    FineTuneError,
+    FineTuneJobFailed,
+    SharedModelGroupError,
+)
 from nip.jobs import FineTuneBackend, FineTuneJob, FineTuneSpec, JobStatus
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.groups import check_group_agreement
@@ -450,3 +455,20 @@ class PureTextSharedModelGroup:
 class OpenAiSharedModelGroup(PureTextSharedModelGroup):
     """The original's name for a shared model group; the fine-tuning backend is chosen by
     ``model_provider`` (OpenAI API, a self-hosted server, local LoRA or dummy)."""
+
+
+async def wait_for_groups(groups: Mapping[str, PureTextSharedModelGroup], timeout: float) -> None:
+    """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is still
+    loading, say), instead of failing the first requests.
+
+    Raises:
+        BackendUnavailableError: A group's server was not ready within ``timeout`` seconds.
+    """
+    for name, group in groups.items():
+        try:
+            await group.wait_for_ready(timeout)
+        except TimeoutError:
+            raise BackendUnavailableError(
+                f"the server of group {name!r} was not ready after {timeout:g} s "
+                "(ExperimentSettings.server_ready_timeout_s)"
+            ) from None

@@ -32,7 +32,9 @@ from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.algorithms import ALGORITHMS
 from nip.training.groups import SKIP_REASONS, fine_tune_spec, too_few_examples
+from nip.training.run_dir import RunDirectory
 
 __all__ = [
     "SKIP_REASONS",
@@ -40,6 +42,7 @@ __all__ = [
     "IterationPlan",
     "PlanChangedError",
     "RunPlan",
+    "check_saved_plan",
     "make_run_plan",
     "plan_for_session",
     "plan_run",
@@ -384,7 +387,7 @@ def _group_step(
     skip = _skip_reason(hyper_params, agents, iteration)
     if skip is not None:
         return GroupStep(group, tuple(agents), skip=skip)
-    method = "dpo" if algorithm_of(hyper_params, iteration) == "malt" else "supervised"
+    method = ALGORITHMS[algorithm_of(hyper_params, iteration)].method
     continues = not params.fine_tune_from_scratch and iteration > 0
     start = (
         f"<the model of run {params.checkpoint_run_id}>"
@@ -468,3 +471,24 @@ def plan_run(
     settings = settings or ExperimentSettings(show_progress=False)
     session = dry_run_session(hyper_params, settings, protocol=protocol)
     return plan_for_session(hyper_params, session, need_data=False)
+
+
+def check_saved_plan(run_dir: RunDirectory, plan: RunPlan, *, accept: bool = False) -> None:
+    """Compare ``plan`` with the run's saved ``plan.json``, then save ``plan``.
+
+    Raises:
+        PlanChangedError: They differ and ``accept`` is False (the message lists the
+            differences, saved -> now).
+    """
+    if run_dir.exists("plan.json"):
+        changes = RunPlan.from_dict(run_dir.read_json("plan.json")).differences(plan)
+        if changes and not accept:
+            shown = "\n  ".join(changes[:20])
+            more = f"\n  ... and {len(changes) - 20} more" if len(changes) > 20 else ""
+            raise PlanChangedError(
+                f"{run_dir.path} would now run a different plan (saved -> now):\n  "
+                f"{shown}{more}\nA changed configuration, dataset or nip changed the "
+                "schedule; resume with accept_plan_change=True (nip resume "
+                "--accept-plan-change) to go on with the new plan."
+            )
+    run_dir.write_json("plan.json", plan.to_dict())

@@ -19,7 +19,7 @@ from typing import Any, get_args
 from nip.training.plan import RunPlan
 from nip.training.run_control import read_request, read_stage_progress, read_status
 from nip.training.run_dir import RunDirectory
-from nip.training.trainer import Stage
+from nip.training.state import Stage
 
 #: The stages of one iteration, in the order the trainer runs them.
 ITERATION_STAGES: tuple[str, ...] = tuple(s for s in get_args(Stage) if s != "done")
