@@ -156,6 +156,22 @@ class StageProgressCallback(TrainerCallback):
         self._writers[key](done, total)
 
 
+def make_logger(trainer: PureTextEiTrainer) -> Any:
+    """The run's W&B logger (a ``NullLogger`` when W&B is disabled)."""
+    from nip.training.logging import NullLogger, WandbLogger, resolve_mode
+
+    settings = trainer.settings
+    if resolve_mode(settings.wandb_mode) == "disabled":
+        return NullLogger()
+    return WandbLogger(
+        trainer.run_dir.path,
+        trainer.hyper_params.to_dict(),
+        mode=settings.wandb_mode,
+        project=settings.wandb_project,
+        run_name=trainer.run_dir.path.name,
+    )
+
+
 def default_callbacks(show_progress: bool) -> list[TrainerCallback]:
     """The callbacks every run has: the reporter, W&B, the control file and the progress
     file."""

@@ -1,21 +1,17 @@
 """The resumable training loop: a small loop over the run plan.
 
-Which items each iteration samples, whether it tests, which algorithm it runs and which groups
-train how are the run plan's (:mod:`nip.training.plan`); what an algorithm collects and learns
-from is its own object (:mod:`nip.training.algorithms`); what watches the run (the terminal
-reporter, W&B, the control file, the dashboard's progress file) are callbacks
-(:mod:`nip.training.callbacks`). Each iteration goes through explicit stages, and the state is
-saved after every one::
+The plan (:mod:`nip.training.plan`) says what each iteration samples, tests and trains; the
+algorithms (:mod:`nip.training.algorithms`) what an iteration collects and learns from; the
+callbacks (:mod:`nip.training.callbacks`) watch the run. Each iteration's stages, the state
+saved after each::
 
     sample_rollouts -> log_stats -> test -> create_fine_tune_jobs -> await_fine_tune_jobs
     -> switch_models -> (next iteration)
 
 The last iteration stops after ``test``. Every stage can be repeated safely, so a run killed
-at any point (even ``kill -9``) resumes from its directory with :meth:`Trainer.resume`,
-without lost or duplicated rollouts: a stage's output is written atomically before the state
-moves on, and sampling is deterministic given the seed (and free, with the response cache).
-A fine-tuning job is recorded in the state the moment it is submitted, so a run killed
-mid-stage never pays for a group's job twice.
+at any point (even ``kill -9``) resumes with :meth:`~PureTextEiTrainer.resume`, without lost or
+duplicated rollouts: a stage's output is written atomically before the state moves on, sampling
+is deterministic given the seed, and a job is recorded the moment it is submitted.
 """
 
 from __future__ import annotations
@@ -29,33 +25,29 @@ from typing import Any
 from nip._version import __version__
 from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneBackend
-from nip.parameters import HyperParameters, check_compatibility
+from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import ALGORITHMS, TrainingAlgorithm, load_trees
-from nip.training.callbacks import TrainerCallback, WandbCallback, default_callbacks
+from nip.training.callbacks import (
+    TrainerCallback,
+    WandbCallback,
+    default_callbacks,
+    make_logger,
+)
 from nip.training.checkpoint_start import apply_starting_models
 from nip.training.fine_tune_stages import FineTuneStages
 from nip.training.groups import PureTextSharedModelGroup, wait_for_groups
 from nip.training.metrics import priced_rollout_metrics
 from nip.training.plan import RunPlan, check_saved_plan, plan_for_session
 from nip.training.results import RunResults
-from nip.training.run_dir import RunDirectory
-from nip.training.state import NEXT_STAGE, Stage, TrainerState
+from nip.training.run_dir import RunDirectory, split_provenance
+from nip.training.state import NEXT_STAGE, TrainerState
+from nip.training.state import Stage as Stage  # re-exported: the stages' names
 from nip.utils.sync import run_sync
-
-__all__ = [
-    "TRAINERS",
-    "PureTextEiTrainer",
-    "PureTextMaltTrainer",
-    "RunDirectoryError",
-    "Stage",
-    "TrainerState",
-    "build_trainer",
-]
 
 #: The trainer's iteration numbers for test passes (seeds and dialogue ids).
 TEST_ITERATION = 10_000
@@ -114,7 +106,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             )
         self.session = Session(hyper_params, settings, protocol=protocol)
         if not _resuming:  # load the data now: a missing dataset fails before any sampling
-            self.run_dir.save_dataset_provenance(self._dataset_provenance())
+            self.run_dir.save_dataset_provenance(split_provenance(self.session))
         #: What the run does, iteration by iteration (:mod:`nip.training.plan`).
         self.plan: RunPlan = self.make_plan()
         if not _resuming:
@@ -148,15 +140,6 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         """The plan of this run, from its parameters and its dataset's splits."""
         return plan_for_session(self.hyper_params, self.session)
 
-    def _dataset_provenance(self) -> dict[str, dict]:
-        """Source, Hub revision and fingerprint of each split the run will use."""
-        from nip.data import dataset_provenance
-
-        splits = ["train"]
-        if self.hyper_params.text_rl.test_scheme != "none":
-            splits.append(self.hyper_params.text_rl.test_dataset_split)
-        return {split: dataset_provenance(self.session.dataset(split)) for split in splits}
-
     # ------------------------------------------------------------------ resume
     @classmethod
     def resume(
@@ -182,11 +165,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
                 on with the new plan).
         """
         directory = RunDirectory(run_dir)
-        saved = directory.read_json("hyper_params.json")
-        if "_schema_version" not in saved and not force:
-            check_compatibility(saved)  # raises: the file was not written by nip
-        # from_dict checks the schema version stamp (an error, or a warning for a minor one).
-        hyper_params = HyperParameters.from_dict(saved, ignore_extra_keys=force, force=force)
+        hyper_params = directory.load_hyper_params(force=force)
         settings = settings or ExperimentSettings()
         settings.run_dir = directory.path
         trainer_cls = TRAINERS[hyper_params.trainer]
@@ -197,16 +176,13 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             protocol=protocol,
             _resuming=True,
         )
-        trainer._check_plan(accept_plan_change)
+        check_saved_plan(trainer.run_dir, trainer.plan, accept=accept_plan_change)
         if directory.exists("state.json"):
             state = directory.read_json("state.json")
             trainer.state = TrainerState(**state)
             for name, group_state in trainer.state.groups.items():
                 trainer.groups[name].set_state(group_state)
         return trainer
-
-    def _check_plan(self, accept: bool) -> None:
-        check_saved_plan(self.run_dir, self.plan, accept=accept)
 
     def _save_state(self) -> None:
         self.state.groups = {n: g.get_state_dict() for n, g in self.groups.items()}
@@ -274,17 +250,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         self._servers_ready = True
 
     def _make_logger(self):
-        from nip.training.logging import NullLogger, WandbLogger, resolve_mode
-
-        if resolve_mode(self.settings.wandb_mode) == "disabled":
-            return NullLogger()
-        return WandbLogger(
-            self.run_dir.path,
-            self.hyper_params.to_dict(),
-            mode=self.settings.wandb_mode,
-            project=self.settings.wandb_project,
-            run_name=self.run_dir.path.name,
-        )
+        return make_logger(self)
 
     @property
     def _logger(self) -> Any:
