@@ -18,7 +18,6 @@ plan it would make now with the saved one and refuses a difference (:class:`Plan
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -34,6 +33,7 @@ from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import ALGORITHMS
 from nip.training.groups import SKIP_REASONS, fine_tune_spec, too_few_examples
+from nip.training.plan_display import plan_diff, plan_html, plan_jobs, plan_rows, plan_text
 from nip.training.run_dir import RunDirectory
 
 __all__ = [
@@ -171,77 +171,22 @@ class RunPlan:
 
     def differences(self, other: RunPlan) -> list[str]:
         """Readable lines, one per setting that differs from ``other`` (empty: the same)."""
-        return _diff(self.to_dict(), other.to_dict(), "")
+        return plan_diff(self.to_dict(), other.to_dict())
 
     # ---------------------------------------------------------------- display
     def rows(self) -> list[dict[str, str]]:
         """One row per iteration: what it samples, tests and trains."""
-        rows = []
-        for it in self.iterations:
-            count = str(it.test_items) if it.test_items or it.test_item_ids is not None else "all"
-            test = f"{it.test_passes} x {count} {self.test_split}" if it.tests else "no test"
-            train = "; ".join(_describe_step(g) for g in it.groups) or "nothing (last iteration)"
-            rows.append(
-                {
-                    "iteration": str(it.iteration),
-                    "algorithm": "MALT" if it.algorithm == "malt" else "Expert Iteration",
-                    "samples": f"{it.items} {self.train_split}"
-                    + (" trees" if it.algorithm == "malt" else " dialogues"),
-                    "test": test,
-                    "fine-tuning": train,
-                }
-            )
-        return rows
+        return plan_rows(self)
 
     def jobs_text(self) -> list[str]:
         """Each distinct job's settings, as sent to its provider, with the first iteration."""
-        seen: dict[str, str] = {}
-        lines = []
-        for it in self.iterations:
-            for g in it.groups:
-                if g.job is None:
-                    continue
-                settings = {k: v for k, v in g.job.items() if k not in ("suffix", "job_name")}
-                key = f"{g.group}:{sorted(settings.items(), key=str)}"
-                if key not in seen:
-                    seen[key] = g.group
-                    lines.append(f"{g.group} (from iteration {it.iteration}): {settings}")
-        return lines
+        return plan_jobs(self)
 
     def __str__(self) -> str:
-        rows = self.rows()
-        head = (
-            f"Run plan: {self.protocol}, {self.trainer}, seed {self.seed}, "
-            f"{len(self.iterations)} iteration(s)"
-        )
-        if self.iterations and self.iterations[0].item_ids is None:
-            head += " (the dataset is not at hand here: items are counted, not named)"
-        if not rows:
-            return head
-        columns = list(rows[0])
-        widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns[:-1]}
-        lines = [head, "  ".join(c.ljust(widths.get(c, 0)) for c in columns)]
-        for r in rows:
-            lines.append("  ".join(r[c].ljust(widths.get(c, 0)) for c in columns))
-        jobs = self.jobs_text()
-        if jobs:
-            lines += ["", "Jobs as sent to their provider:"] + [f"  {j}" for j in jobs]
-        return "\n".join(lines)
+        return plan_text(self)
 
     def _repr_html_(self) -> str:
-        rows = self.rows()
-        head = html.escape(str(self).splitlines()[0])
-        if not rows:
-            return f"<b>{head}</b>"
-        header = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
-        body = "".join(
-            "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r.values()) + "</tr>"
-            for r in rows
-        )
-        jobs = "".join(f"<li><code>{html.escape(j)}</code></li>" for j in self.jobs_text())
-        return f"<b>{head}</b><table><tr>{header}</tr>{body}</table>" + (
-            f"<p>Jobs as sent to their provider:</p><ul>{jobs}</ul>" if jobs else ""
-        )
+        return plan_html(self)
 
     def __repr__(self) -> str:
         return (
@@ -250,38 +195,8 @@ class RunPlan:
         )
 
 
-def _describe_step(step: GroupStep) -> str:
-    if step.method is None:
-        return f"{step.group}: {step.skip}"
-    data = step.data_iterations
-    span = f"it {data[0]}" if len(data) == 1 else f"its {data[0]}-{data[-1]}"
-    return f"{step.group}: {step.method} on {span}"
-
-
 def _tuple(value: Any) -> tuple | None:
     return None if value is None else tuple(value)
-
-
-def _diff(old: Any, new: Any, where: str) -> list[str]:
-    if isinstance(old, dict) and isinstance(new, dict):
-        lines = []
-        for key in list(old) + [k for k in new if k not in old]:
-            lines += _diff(old.get(key), new.get(key), f"{where}.{key}" if where else str(key))
-        return lines
-    same_shape = (
-        isinstance(old, list | tuple) and isinstance(new, list | tuple) and len(old) == len(new)
-    )
-    if same_shape and all(isinstance(v, dict) for v in (*old, *new)):
-        pairs = zip(old, new, strict=True)
-        return [line for i, (a, b) in enumerate(pairs) for line in _diff(a, b, f"{where}[{i}]")]
-    if old != new:
-        return [f"{where}: {_short(old)} -> {_short(new)}"]
-    return []
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 # ----------------------------------------------------------------- making a plan
