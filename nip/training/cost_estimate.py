@@ -37,7 +37,7 @@ from nip.training.metrics import (
     OPENAI_PRICES_USD_PER_1M,
     price_key,
 )
-from nip.training.plan import IterationPlan, RunPlan, plan_for_session
+from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
 from nip.utils.seeding import derive_seed
 
 __all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "is_free"]
@@ -295,8 +295,4 @@ def _assumptions(
 
 
 def _sends_auto_epochs(job: Mapping[str, Any] | None) -> bool:
-    method = (job or {}).get("method")
-    if not isinstance(method, Mapping):  # a job trained here: its spec names its method
-        return False
-    hyper = (method.get(method.get("type"), {}) or {}).get("hyperparameters", {})
-    return hyper.get("n_epochs") == "auto"
+    return sent_hyperparameters(job).get("n_epochs") == "auto"

@@ -317,13 +317,14 @@ def _group_step(
         job_name(group, iteration),
         base_model=f"<{group}'s latest model>" if continues else start,
     )
+    job = job_settings(params, spec)
     return GroupStep(
         group,
         tuple(agents),
         method=method,
         data_iterations=data_iterations(hyper_params, iteration),
-        job=job_settings(params, spec),
-        epochs=_epochs(params, spec.num_epochs),
+        job=job,
+        epochs=_epochs(job, spec.num_epochs),
     )
 
 
@@ -338,12 +339,20 @@ def _skip_reason(
     return None
 
 
-def _epochs(params: Any, num_epochs: int) -> int:
-    from nip.backends.providers import provider_for
+def sent_hyperparameters(job: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``method`` hyper-parameters a job sends to an API (empty for a job trained here,
+    whose settings are its spec)."""
+    method = (job or {}).get("method")
+    if not isinstance(method, Mapping):
+        return {}
+    return dict((method.get(method.get("type")) or {}).get("hyperparameters", {}))
 
-    if provider_for(params).name == "OpenAI":
-        return params.openai_n_epochs or num_epochs
-    return num_epochs
+
+def _epochs(job: Mapping[str, Any] | None, num_epochs: int) -> int:
+    """The epochs a job trains: the number it sends, or ``num_epochs`` where the provider
+    chooses (``"auto"``) or the job trains here."""
+    sent = sent_hyperparameters(job).get("n_epochs")
+    return sent if isinstance(sent, int) else num_epochs
 
 
 def job_name(group: str, iteration: int) -> str:
