@@ -43,6 +43,8 @@ _LAZY = {
     "PureTextEiTrainer": "nip.training.trainer",
     "PureTextMaltTrainer": "nip.training.trainer",
     "build_trainer": "nip.training.trainer",
+    "RunPlan": "nip.training.plan",
+    "plan_run": "nip.training.plan",
     "load_code_validation_dataset": "nip.data",
     "ServerHandle": "nip.server.background",
     "serve_in_background": "nip.server.background",

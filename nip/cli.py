@@ -133,16 +133,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     hyper_params = _load_config(args.config)
     if overrides := _overrides(args):
         hyper_params = hyper_params.with_overrides(overrides, from_text=True)
-    if args.dry_run:
+    if args.dry_run:  # the plan, then its cost
         from nip.training.cost_estimate import estimate_cost
 
-        print(estimate_cost(hyper_params, _settings(args), sample_items=args.sample_items))
+        estimate = estimate_cost(hyper_params, _settings(args), sample_items=args.sample_items)
+        print(f"{estimate.plan}\n\n{estimate}")
         return 0
     from nip.training.trainer import build_trainer
 
     trainer = build_trainer(hyper_params, _settings(args), overwrite=args.overwrite)
     trainer.train()
     _print_metrics(trainer)
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from nip.training.plan import plan_run
+
+    hyper_params = _load_config(args.config)
+    if overrides := _overrides(args):
+        hyper_params = hyper_params.with_overrides(overrides, from_text=True)
+    print(plan_run(hyper_params))
     return 0
 
 
@@ -254,6 +265,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
     args.run_dir = args.run_dir_positional
+    changes = {}
     if overrides := _overrides(args):
         from nip.training.run_changes import change_saved_parameters
 
@@ -262,7 +274,13 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         )
         for path, (old, new) in changes.items():
             print(f"changed {path}: {old!r} -> {new!r}")
-    trainer = PureTextEiTrainer.resume(args.run_dir, _settings(args), force=args.force)
+    trainer = PureTextEiTrainer.resume(
+        args.run_dir,
+        _settings(args),
+        force=args.force,
+        # Accepted changes change the plan too: what they change is what was asked for.
+        accept_plan_change=args.accept_plan_change or bool(changes),
+    )
     print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
     trainer.train()
     _print_metrics(trainer)
@@ -455,6 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Let --set/--seed change the saved parameters (refused otherwise).",
     )
+    resume.add_argument(
+        "--accept-plan-change",
+        action="store_true",
+        help="Resume even if the run's plan (plan.json) would now differ; the diff is shown "
+        "otherwise.",
+    )
     _add_run_options(resume)
     resume.set_defaults(func=_cmd_resume)
 
@@ -491,6 +515,15 @@ def build_parser() -> argparse.ArgumentParser:
     extend.add_argument("--iterations", type=int, required=True, help="How many more.")
     _add_run_options(extend)
     extend.set_defaults(func=_cmd_extend)
+
+    plan = sub.add_parser(
+        "plan",
+        help="Print what a run would do, iteration by iteration: items, tests, which groups "
+        "train how, and each job's settings as sent (no model called, no API key).",
+    )
+    plan.add_argument("config", help="HyperParameters as YAML/JSON, or a preset (paper/nip-ei).")
+    _add_override_options(plan)
+    plan.set_defaults(func=_cmd_plan)
 
     control = sub.add_parser(
         "control", help="Pause, resume or stop a run between stages (from any process)."

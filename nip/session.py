@@ -15,6 +15,7 @@ from typing import Any
 
 from nip.agents.agent import PureTextWholeAgent
 from nip.backends.pool import BackendPool
+from nip.data.order import held_out_indices, train_indices
 from nip.parameters import HyperParameters
 from nip.protocols import ProtocolHandler, build_protocol_handler
 from nip.rollouts.dialogue import Dialogue
@@ -91,14 +92,18 @@ class Session:
     def datapoints(
         self, n: int | None = None, *, split: str = "train", iteration: int = 0
     ) -> list[Datapoint]:
-        """``n`` datapoints of ``split`` (all when None), walking through it by iteration."""
-        items = list(self.dataset(split))
-        if not items:
-            return []
-        if n is None:
-            return [to_datapoint(i) for i in items]
-        start = (iteration * n) % len(items)
-        return [to_datapoint(items[(start + k) % len(items)]) for k in range(n)]
+        """``n`` datapoints of ``split`` (all when None) for ``iteration``.
+
+        The train split is walked in a seeded shuffled order, iteration after iteration; the
+        other splits are shuffled once with the run's seed (:mod:`nip.data.order`).
+        """
+        items = self.dataset(split)
+        seed = self.hyper_params.seed
+        if split == "train" and n is not None:
+            indices = train_indices(len(items), n, iteration, seed)
+        else:
+            indices = held_out_indices(len(items), n, seed, iteration)
+        return [to_datapoint(items[i]) for i in indices]
 
     # --------------------------------------------------------------- dialogues
     def dialogue(

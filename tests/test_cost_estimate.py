@@ -245,6 +245,24 @@ def test_fine_tuning_on_all_previous_rollouts_grows_the_examples_each_iteration(
     assert [job.examples for job in jobs] == [6, 12]
 
 
+def test_malt_on_all_previous_rollouts_prices_the_pairs_of_every_earlier_malt_iteration():
+    """As the trainer: iteration 2's DPO job holds the pairs of iterations 1 and 2 (iteration 0
+    is Expert Iteration and has no trees)."""
+
+    def jobs(all_previous: bool) -> list[int]:
+        hp = openai_params(
+            trainer="pure_text_malt",
+            nip_protocol=NipProtocolParameters(max_message_rounds=3),
+            rl=RlParameters(num_iterations=4, rollouts_per_iteration=2),
+            text_rl=TextRlParameters(fine_tune_on_all_previous_rollouts=all_previous),
+            pure_text_malt=PureTextMaltParameters(num_initial_ei_iterations=1),
+        )
+        return [j.examples for j in lines(estimate_cost(hp), "fine-tune", agent="verifier")]
+
+    alone, together = jobs(False), jobs(True)
+    assert together == [alone[0], alone[1], 2 * alone[2]]
+
+
 def test_dummy_and_local_agents_cost_nothing_but_still_show_tokens():
     hp = openai_params(agent=PureTextAgentParameters(use_dummy_api=True))
     estimate = estimate_cost(hp)

@@ -218,3 +218,51 @@ def test_each_job_call_closes_its_connections_before_it_returns(server):
         gc.enable()
 
     assert still_open == 0
+
+
+def openai_hyperparameters(method: str = "supervised", **agent) -> dict:
+    """What OpenAI's fine-tuning API is sent for the verifier's group."""
+    from nip.jobs.openai_api import spec_to_method
+
+    hp = HyperParameters(
+        agents={
+            "prover": PureTextAgentParameters(use_dummy_api=True),
+            "verifier": PureTextAgentParameters(use_dummy_api=True, **agent),
+        }
+    )
+    session = Session(hp)
+    group = PureTextSharedModelGroup(
+        hp, None, session.handler, {"verifier": session.agents["verifier"]}, "verifier"
+    )
+    return spec_to_method(group._spec(method, [], "job"))[method]["hyperparameters"]
+
+
+@pytest.mark.parametrize("method", ["supervised", "dpo"])
+def test_openai_chooses_its_own_hyper_parameters_unless_the_agent_sets_them(method):
+    """As the original: "auto" for epochs, batch size and learning rate; the LoRA training's
+    epochs and batch size (num_epochs, per_device_train_batch_size) are not sent to OpenAI."""
+    sent = openai_hyperparameters(method, num_epochs=4, per_device_train_batch_size=8)
+    assert {k: sent[k] for k in ("n_epochs", "batch_size", "learning_rate_multiplier")} == {
+        "n_epochs": "auto",
+        "batch_size": "auto",
+        "learning_rate_multiplier": "auto",
+    }
+    chosen = openai_hyperparameters(
+        method, openai_n_epochs=3, openai_batch_size=16, openai_learning_rate_multiplier=0.5
+    )
+    assert (chosen["n_epochs"], chosen["batch_size"], chosen["learning_rate_multiplier"]) == (
+        3,
+        16,
+        0.5,
+    )
+
+
+def test_nip_serve_is_sent_the_lora_trainings_epochs_and_batch_size():
+    from nip.jobs.openai_api import job_request
+
+    spec = FineTuneSpec("base", "supervised", (), num_epochs=3, batch_size=4, lora_rank=16)
+    request = job_request(spec, lora_settings=True)
+    hyper = request["method"]["supervised"]["hyperparameters"]
+    assert (hyper["n_epochs"], hyper["batch_size"]) == (3, 4)
+    assert request["extra_body"]["lora"]["rank"] == 16
+    assert "extra_body" not in job_request(spec)

@@ -43,6 +43,17 @@ def test_the_expert_iteration_presets_use_the_values_of_the_papers_script(protoc
         assert (protocol_params.min_message_rounds, protocol_params.max_message_rounds) == (1, 9)
 
 
+@pytest.mark.parametrize("name", PAPER_PRESETS)
+def test_the_paper_presets_share_one_prover_model_and_test_ten_times_as_the_script(name):
+    """scripts/ei_cv.py put both provers in one group (provers_group) and the original tested
+    rl.num_test_iterations=10 times, without which the "always fails" figure means nothing."""
+    params = load_preset(name)
+    assert params.rl.num_test_iterations == 10
+    provers = [a for a in params.agent_names if a.startswith("prover")]
+    groups = {params.agents[a].shared_model_group or a for a in provers}
+    assert len(groups) <= 1, groups  # solo_verifier has no prover
+
+
 def test_nip_presets_lists_every_preset_with_its_description(capsys):
     assert main(["presets"]) == 0
     lines = capsys.readouterr().out.splitlines()

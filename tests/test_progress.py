@@ -118,3 +118,14 @@ def test_a_slow_engine_start_gets_a_line_and_its_duration_and_a_quick_one_nothin
     lines = stream.getvalue().splitlines()
     assert lines[0].startswith("starting the agents' model engines")
     assert lines[1].startswith("  engines ready in ")
+
+
+def test_in_a_notebook_the_stage_lines_are_plain_output_not_standard_error(monkeypatch):
+    import sys
+    import types
+
+    kernel = types.SimpleNamespace(config={"IPKernelApp": {}})
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: kernel))
+    assert RunReporter().stream is sys.stdout
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: None))
+    assert RunReporter().stream is sys.stderr

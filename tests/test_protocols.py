@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nip.errors import UnknownProtocolError
+from nip.errors import InvalidParameterError, UnknownProtocolError
 from nip.parameters import (
     CommonProtocolParameters,
     DebateProtocolParameters,
@@ -417,13 +417,24 @@ def test_stance_randomisation_applies_where_the_protocol_allows_it(name):
 
 @pytest.mark.parametrize("name", ["debate", "merlin_arthur"])
 def test_debate_and_mac_stances_are_never_randomised(name):
-    hp = HyperParameters(
-        interaction_protocol=name,
-        protocol_common=CommonProtocolParameters(randomize_prover_stance=True),
-    )
-    handler = build_protocol_handler(hp)
+    """Their stances are fixed: asking to randomise them is refused, naming the field and the
+    protocol, rather than accepted and ignored."""
+    with pytest.raises(InvalidParameterError, match=rf"randomize_prover_stance.*{name}"):
+        HyperParameters(
+            interaction_protocol=name,
+            protocol_common=CommonProtocolParameters(randomize_prover_stance=True),
+        )
+    handler = build_protocol_handler(HyperParameters(interaction_protocol=name))
     assert handler.prover_stance("prover0", datapoint_stance=1) == 0
     assert handler.prover_stance("prover1", datapoint_stance=0) == 1
+
+
+def test_the_protocols_that_accept_stance_randomisation_are_those_whose_class_applies_it():
+    from nip.parameters.protocol import PROTOCOL_AGENT_NAMES, STANCE_RANDOMIZABLE_PROTOCOLS
+    from nip.protocols import protocol_class
+
+    applies = {n for n in PROTOCOL_AGENT_NAMES if protocol_class(n).stance_can_be_randomized}
+    assert applies == STANCE_RANDOMIZABLE_PROTOCOLS
 
 
 def test_without_randomisation_single_provers_argue_accept():

@@ -121,7 +121,6 @@ ANNEALED = {
 CUDA = {"server.device": "cuda"}
 
 # The issue (22 §1) another branch fixes; each case states the behaviour wanted.
-ISSUE_22 = "issue 22 §1"
 
 CASES: tuple[Case, ...] = (
     # ------------------------------------------------------------ HyperParameters
@@ -225,7 +224,6 @@ CASES: tuple[Case, ...] = (
         "jobs",
         context={**THREE_ITERATIONS, **MALT},
         label="pure_text_malt",
-        xfail=ISSUE_22,
     ),
     Case("text_rl.verifier_guess_replacement_proportion", 1.0, "jobs"),
     Case(
@@ -312,7 +310,6 @@ CASES: tuple[Case, ...] = (
         "refused",
         context=DEBATE,
         label="debate",
-        xfail=ISSUE_22,
     ),
     Case(
         "protocol_common.randomize_prover_stance",
@@ -320,7 +317,6 @@ CASES: tuple[Case, ...] = (
         "refused",
         context={"interaction_protocol": "merlin_arthur"},
         label="merlin_arthur",
-        xfail=ISSUE_22,
     ),
     Case("protocol_common.verifier_decision_scale", "likert_5", "requests"),
     Case(

@@ -149,6 +149,30 @@ def test_malt_starts_with_expert_iteration_when_asked(dataset, tmp_path):
     assert "messages" in trainer.run_dir.read_jsonl("fine_tune/it0000_verifier.jsonl")[0]
 
 
+def test_malt_trains_on_the_pairs_of_every_earlier_malt_iteration_when_asked(dataset, tmp_path):
+    """text_rl.fine_tune_on_all_previous_rollouts: the DPO dataset of iteration 2 holds the pairs
+    of the trees of iterations 1 and 2 (the compatible ones: iteration 0 was Expert Iteration,
+    which has no trees), as the original concatenated earlier iterations."""
+    from nip.training.malt import dpo_dataset
+
+    hp = params(
+        dataset,
+        trainer="pure_text_malt",
+        rl=RlParameters(num_iterations=4, rollouts_per_iteration=3),
+        text_rl=TextRlParameters(
+            min_fine_tune_examples=1, test_scheme="none", fine_tune_on_all_previous_rollouts=True
+        ),
+        pure_text_malt=PureTextMaltParameters(num_initial_ei_iterations=1),
+    )
+    trainer = build_trainer(hp, settings(tmp_path / "run"))
+    trainer.train()
+    verifier = trainer.groups["verifier"].agent_wholes
+    lines = trainer.run_dir.read_jsonl("fine_tune/it0002_verifier.jsonl")
+    earlier, now = trainer.load_trees(1), trainer.load_trees(2)
+    assert lines == dpo_dataset(earlier + now, verifier)
+    assert len(lines) > len(dpo_dataset(now, verifier)) > 0
+
+
 def test_a_frozen_agent_is_never_fine_tuned(dataset, tmp_path):
     hp = params(dataset)
     hp.agents["prover"] = PureTextAgentParameters(use_dummy_api=True, freeze_agent=True)

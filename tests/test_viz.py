@@ -306,10 +306,12 @@ def test_without_widgets_the_viewer_uses_a_static_figure_and_the_node_list():
 
 def test_with_the_agents_the_viewer_shows_the_exact_prompt_behind_a_message(dataset):
     session = Session(dummy_params(dataset), ExperimentSettings(show_progress=False))
-    items = session.datapoints(1)
-    tree = build_trees(
+    items = session.datapoints(4)
+    trees = build_trees(
         session.handler, session.agents, items, malt=PureTextMaltParameters(), seed=1
-    )[0]
+    )
+    # A node two rounds down (the dummy verifier may decide at once in some trees).
+    tree = next(t for t in trees if f"{t.tree_id}.0.0" in t.nodes)
     node = tree.nodes[f"{tree.tree_id}.0.0"]
     viewer = TreeViewer(tree, agents=session.agents, interactive=False)
     viewer.select(node.id)

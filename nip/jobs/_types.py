@@ -35,6 +35,9 @@ class FineTuneSpec:
         stack_lora_adapters: Stack a new adapter on ``previous_adapter`` rather than train it.
         seed: Training seed.
         quantization: "bitsandbytes" trains on 4-bit base weights (QLoRA; CUDA only).
+        openai_n_epochs / openai_batch_size / openai_learning_rate_multiplier: What OpenAI's
+            API is sent (None: "auto", OpenAI chooses); ``num_epochs``, ``batch_size`` and
+            the LoRA settings go to local training and ``nip serve`` only.
     """
 
     base_model: str
@@ -53,6 +56,9 @@ class FineTuneSpec:
     stack_lora_adapters: bool = False
     seed: int = 0
     quantization: str = "none"
+    openai_n_epochs: int | None = None
+    openai_batch_size: int | None = None
+    openai_learning_rate_multiplier: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from nip.backends import ChatBackend, SharesBaseWeights, capability
 from nip.backends.providers import DUMMY, provider_for
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneBackend, FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.jobs.dummy import DummyFineTuneBackend
-from nip.jobs.openai_api import OpenAIFineTuneBackend
+from nip.jobs.openai_api import OpenAIFineTuneBackend, job_request
 from nip.jobs.self_hosted import SelfHostedFineTuneBackend
 from nip.parameters import PureTextAgentParameters
 from nip.settings import ExperimentSettings
@@ -85,3 +86,32 @@ def fine_tune_backend_for(
     if not provider.can_fine_tune:
         return NotFineTunableBackend(provider.name)
     return FINE_TUNE_BACKENDS[provider.name](params, settings, chat_backend)
+
+
+def _spec_settings(spec: FineTuneSpec) -> dict[str, Any]:
+    """A job trained here (local LoRA, the dummy): the spec itself, less its examples."""
+    settings = spec.to_dict()
+    settings.pop("examples")
+    return settings
+
+
+#: What each provider's backend sends for a job (all but its training data): the OpenAI API
+#: its ``fine_tuning.jobs.create`` settings, ``nip serve`` the same with the LoRA settings,
+#: local training the spec. The backends send exactly this; the run plan shows it.
+JOB_SETTINGS: Mapping[str, Callable[[FineTuneSpec], dict[str, Any]]] = MappingProxyType(
+    {
+        DUMMY: _spec_settings,
+        "OpenAI": job_request,
+        "SelfHosted": lambda spec: job_request(spec, lora_settings=True),
+        "Local": _spec_settings,
+    }
+)
+
+
+def job_settings(params: PureTextAgentParameters, spec: FineTuneSpec) -> dict[str, Any] | None:
+    """The settings a job of agents with ``params`` is sent with (None: the provider cannot
+    fine-tune)."""
+    provider = provider_for(params)
+    if not provider.can_fine_tune:
+        return None
+    return JOB_SETTINGS[provider.name](spec)

@@ -36,17 +36,62 @@ def spec_to_jsonl(spec: FineTuneSpec) -> bytes:
     return "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in spec.examples).encode()
 
 
-def spec_to_method(spec: FineTuneSpec) -> dict[str, Any]:
-    """The ``method`` argument of ``fine_tuning.jobs.create``."""
-    hyperparameters: dict[str, Any] = {
-        "n_epochs": spec.num_epochs,
-        "batch_size": spec.batch_size,
-        "learning_rate_multiplier": "auto",
-    }
+def _auto(value: Any) -> Any:
+    return "auto" if value is None else value
+
+
+def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
+    """The ``method`` argument of ``fine_tuning.jobs.create``.
+
+    OpenAI is sent ``"auto"`` for each hyper-parameter the agent does not set explicitly
+    (``openai_n_epochs``, ``openai_batch_size``, ``openai_learning_rate_multiplier``), as the
+    original did: OpenAI picks them from the dataset's size. ``nip serve`` (``lora_settings``)
+    is sent the LoRA training's own epochs and batch size instead.
+    """
+    if lora_settings:
+        hyperparameters: dict[str, Any] = {
+            "n_epochs": spec.num_epochs,
+            "batch_size": spec.batch_size,
+            "learning_rate_multiplier": "auto",
+        }
+    else:
+        hyperparameters = {
+            "n_epochs": _auto(spec.openai_n_epochs),
+            "batch_size": _auto(spec.openai_batch_size),
+            "learning_rate_multiplier": _auto(spec.openai_learning_rate_multiplier),
+        }
     if spec.method == "dpo":
-        hyperparameters["beta"] = spec.dpo_beta if spec.dpo_beta is not None else "auto"
+        hyperparameters["beta"] = _auto(spec.dpo_beta)
         return {"type": "dpo", "dpo": {"hyperparameters": hyperparameters}}
     return {"type": "supervised", "supervised": {"hyperparameters": hyperparameters}}
+
+
+def job_request(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
+    """The settings of ``fine_tuning.jobs.create`` for ``spec``, all but the training file.
+
+    The backend sends exactly this, and the run plan shows it (:mod:`nip.training.plan`), so
+    the two cannot disagree.
+    """
+    request: dict[str, Any] = {
+        "model": spec.base_model,
+        "method": spec_to_method(spec, lora_settings=lora_settings),
+        "suffix": (spec.job_name or None) and spec.job_name[:64],
+        "seed": spec.seed,
+    }
+    if lora_settings:
+        request["extra_body"] = {
+            "lora": {
+                "use_lora": spec.use_lora,
+                "rank": spec.lora_rank,
+                "alpha": spec.lora_alpha,
+                "dropout": spec.lora_dropout,
+                "stack": spec.stack_lora_adapters,
+                "quantization": spec.quantization,
+                "previous_adapter": spec.previous_adapter,
+            },
+            "learning_rate": spec.learning_rate,
+        }
+    return request
 
 
 class OpenAIFineTuneBackend:
@@ -117,29 +162,8 @@ class OpenAIFineTuneBackend:
         extra: dict[str, Any] = {}
         if self.wandb_project:
             extra["integrations"] = [{"type": "wandb", "wandb": {"project": self.wandb_project}}]
-        body: dict[str, Any] | None = None
-        if self.send_lora_settings:
-            body = {
-                "lora": {
-                    "use_lora": spec.use_lora,
-                    "rank": spec.lora_rank,
-                    "alpha": spec.lora_alpha,
-                    "dropout": spec.lora_dropout,
-                    "stack": spec.stack_lora_adapters,
-                    "quantization": spec.quantization,
-                    "previous_adapter": spec.previous_adapter,
-                },
-                "learning_rate": spec.learning_rate,
-            }
-        job = await client.fine_tuning.jobs.create(
-            model=spec.base_model,
-            training_file=upload.id,
-            method=spec_to_method(spec),
-            suffix=(spec.job_name or None) and spec.job_name[:64],
-            seed=spec.seed,
-            extra_body=body,
-            **extra,
-        )
+        request = job_request(spec, lora_settings=self.send_lora_settings)
+        job = await client.fine_tuning.jobs.create(training_file=upload.id, **request, **extra)
         return job.id
 
     async def get_job(self, job_id: str) -> FineTuneJob:

@@ -116,7 +116,25 @@ class PureTextAgentParameters(BaseParameters):
     stack_lora_adapters: bool = param(
         False, doc="Stack a new adapter on the previous one rather than reuse it."
     )
-    per_device_train_batch_size: int = param(2, doc="Training batch size per device.", ge=1)
+    per_device_train_batch_size: int = param(
+        2, doc="Training batch size per device (LoRA training: local, nip serve).", ge=1
+    )
+    openai_n_epochs: int | None = param(
+        None,
+        doc="OpenAI fine-tuning only: n_epochs sent to the API (None: 'auto', OpenAI chooses, "
+        "as the original did). num_epochs and rl.num_epochs apply to LoRA training.",
+        ge=1,
+    )
+    openai_batch_size: int | None = param(
+        None,
+        doc="OpenAI fine-tuning only: batch_size sent to the API (None: 'auto').",
+        ge=1,
+    )
+    openai_learning_rate_multiplier: float | None = param(
+        None,
+        doc="OpenAI fine-tuning only: learning_rate_multiplier sent to the API (None: 'auto').",
+        gt=0.0,
+    )
     system_prompt_template_path: str | None = param(
         None, doc="Path of a custom system prompt template (None: the built-in one)."
     )

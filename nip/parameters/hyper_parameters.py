@@ -14,6 +14,7 @@ from nip.parameters._base import BaseParameters, param
 from nip.parameters.agents import PureTextAgentParameters
 from nip.parameters.protocol import (
     PROTOCOL_AGENT_NAMES,
+    STANCE_RANDOMIZABLE_PROTOCOLS,
     CommonProtocolParameters,
     DebateProtocolParameters,
     InteractionProtocolType,
@@ -126,6 +127,7 @@ class HyperParameters(BaseParameters):
         from nip.parameters.groups import check_group_agreement
 
         check_group_agreement(self)
+        self._check_stance_randomisation()
         malt = self.pure_text_malt
         if (
             self.trainer == "pure_text_malt"
@@ -138,6 +140,24 @@ class HyperParameters(BaseParameters):
             )
         self._check_fine_tunable()
         self._check_files_exist()
+
+    def _check_stance_randomisation(self) -> None:
+        """Refuse ``randomize_prover_stance`` where the protocol fixes the stances: it would
+        be accepted and do nothing."""
+        name = self.interaction_protocol
+        if (
+            self.protocol_common.randomize_prover_stance
+            and is_shipped_protocol(name)
+            and name not in STANCE_RANDOMIZABLE_PROTOCOLS
+        ):
+            allowed = ", ".join(sorted(STANCE_RANDOMIZABLE_PROTOCOLS))
+            raise InvalidParameterError(
+                "protocol_common.randomize_prover_stance",
+                True,
+                f"False for interaction_protocol={name!r} (it applies to {allowed})",
+                reason=f"the provers of {name!r} argue fixed stances, so the setting would "
+                "do nothing",
+            )
 
     def _check_fine_tunable(self) -> None:
         """Reject trainable agents of providers that cannot fine-tune (OpenRouter): they would

@@ -28,6 +28,14 @@ PROTOCOL_AGENT_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 
 
+#: The shipped protocols whose provers' stances ``randomize_prover_stance`` may set. In the
+#: others a prover's stance is the protocol itself (debate's two sides, Merlin-Arthur's
+#: helpful Merlin and deceiving Morgana) or there is no prover (solo_verifier), so the setting
+#: would do nothing and is refused. The handler classes say the same
+#: (``stance_can_be_randomized``; a test ties the two).
+STANCE_RANDOMIZABLE_PROTOCOLS: frozenset[str] = frozenset({"nip", "adp", "mnip"})
+
+
 def protocol_agent_names(protocol: str) -> tuple[str, ...]:
     """The agents of the shipped protocol called ``protocol``, in its order.
 

@@ -17,6 +17,7 @@ listed in :attr:`CostEstimate.assumptions`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
@@ -36,6 +37,7 @@ from nip.training.metrics import (
     OPENAI_PRICES_USD_PER_1M,
     price_key,
 )
+from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
 from nip.utils.seeding import derive_seed
 
 __all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "is_free"]
@@ -72,6 +74,7 @@ class _Estimator:
         self.prices = {**OPENAI_PRICES_USD_PER_1M, **settings.prices_usd_per_1m}
         self.ft_prices = {**OPENAI_FINE_TUNING_PRICES_USD_PER_1M, **fine_tuning_prices}
         self.unpriced: set[str] = set()
+        self.plan = plan_for_session(hyper_params, self.session)
 
     # ------------------------------------------------------------- pricing
     def _price(self, model: str, params: PureTextAgentParameters, prompt: int, completion: int):
@@ -93,23 +96,6 @@ class _Estimator:
         return tokens * price / 1e6
 
     # ---------------------------------------------------------------- run
-    def _frozen(self, agent: str, iteration: int) -> bool:
-        """Not trained in ``iteration``: frozen, or not scheduled (the trainer's rule)."""
-        params = self.hyper_params.agents[agent]
-        return params.freeze_agent or not params.update_schedule.is_update_iteration(iteration)
-
-    def _trained(self, agent: str, iteration: int) -> bool:
-        """Whether the agent's group submits a fine-tuning job after ``iteration`` (the
-        last iteration stops after its test)."""
-        last = iteration >= self.hyper_params.rl.num_iterations - 1
-        return not last and not self._frozen(agent, iteration)
-
-    def _test_now(self, iteration: int) -> bool:
-        first, last = iteration == 0, iteration == self.hyper_params.rl.num_iterations - 1
-        return {"none": False, "all": True, "last": last, "first_and_last": first or last}[
-            self.hyper_params.text_rl.test_scheme
-        ]
-
     def _model_key(self, agent: str, fine_tuned: bool) -> str:
         """The price-table key the agent's calls are priced at."""
         key = price_key(self.hyper_params.agents[agent].model_name)
@@ -122,43 +108,37 @@ class _Estimator:
         ]
 
     def run(self) -> list[CostLine]:
+        """Price every pass of the run plan, the one the trainer executes."""
         hyper_params = self.hyper_params
         lines: list[CostLine] = []
         fine_tuned: set[str] = set()
-        for iteration in range(hyper_params.rl.num_iterations):
+        for step in self.plan.iterations:
+            iteration = step.iteration
             models = {a: self._model_key(a, a in fine_tuned) for a in self.agents}
-            n = hyper_params.rl.rollouts_per_iteration
-            items = self.session.datapoints(n, split="train", iteration=iteration)
-            malt = (
-                hyper_params.trainer == "pure_text_malt"
-                and iteration >= hyper_params.pure_text_malt.num_initial_ei_iterations
-            )
-            if malt:
-                frozen = {a for a in self.agents if self._frozen(a, iteration)}
+            items = self.session.datapoints(step.items, split="train", iteration=iteration)
+            if step.algorithm == "malt":
                 seeds = [
                     derive_seed(hyper_params.seed, "malt-tree", iteration, i)
                     for i in range(len(items))
                 ]
                 train, dialogues = self.sizer.malt_pass(
-                    items, seeds, hyper_params.pure_text_malt, frozen
+                    items, seeds, hyper_params.pure_text_malt, set(step.frozen_agents)
                 )
             else:
                 train = self.sizer.dialogue_pass(items, self._seeds(items, iteration))
                 dialogues = len(items)
             lines += self._lines(iteration, "train", train, models, len(items), dialogues)
-            if self._test_now(iteration):
-                size = None if hyper_params.text_rl.test_on_whole_dataset else n
-                test_items = self.session.datapoints(
-                    size, split=hyper_params.text_rl.test_dataset_split
-                )
+            if step.tests:
+                size = None if hyper_params.text_rl.test_on_whole_dataset else step.items
+                test_items = self.session.datapoints(size, split=self.plan.test_split)
                 all_items, seeds = [], []
-                for repeat in range(hyper_params.rl.num_test_iterations):
+                for repeat in range(step.test_passes):
                     all_items += test_items
                     seeds += self._seeds(test_items, _TEST_ITERATION + repeat)
                 test = self.sizer.dialogue_pass(all_items, seeds)
                 lines += self._lines(iteration, "test", test, models, len(all_items), len(seeds))
-            lines += self._fine_tune_lines(iteration, train, malt)
-            fine_tuned |= {a for a in self.agents if self._trained(a, iteration)}
+            lines += self._fine_tune_lines(step, train)
+            fine_tuned |= {a for g in step.groups if g.method for a in g.agents}
         return lines
 
     def _lines(
@@ -193,32 +173,34 @@ class _Estimator:
         ]
 
     def _fine_tune_lines(
-        self, iteration: int, train: Mapping[str, PassUsage], malt: bool
+        self, step: IterationPlan, train: Mapping[str, PassUsage]
     ) -> list[CostLine]:
-        hyper_params = self.hyper_params
+        """One line per agent of each group the plan trains after ``step``: its examples of
+        every iteration the job learns from, times its tokens, times the job's epochs."""
         lines = []
-        for agent, cost in train.items():
-            if not self._trained(agent, iteration):
+        for group in step.groups:
+            if group.method is None:
                 continue
-            params = hyper_params.agents[agent]
-            examples = cost.examples
-            if not malt and hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
-                examples *= iteration + 1  # every earlier iteration's dialogues too
-            epochs = params.num_epochs or hyper_params.rl.num_epochs
-            tokens = examples * cost.example_tokens * epochs
-            model = price_key(params.model_name).removeprefix("ft:")
-            lines.append(
-                CostLine(
-                    iteration=iteration,
-                    stage="fine-tune",
-                    agent=agent,
-                    model=model,
-                    free=is_free(params),
-                    examples=examples,
-                    training_tokens=tokens,
-                    usd=self._training_price(model, params, tokens),
+            for agent in group.agents:
+                cost = train.get(agent)
+                if cost is None:
+                    continue
+                params = self.hyper_params.agents[agent]
+                examples = cost.examples * len(group.data_iterations)
+                tokens = examples * cost.example_tokens * group.epochs
+                model = price_key(params.model_name).removeprefix("ft:")
+                lines.append(
+                    CostLine(
+                        iteration=step.iteration,
+                        stage="fine-tune",
+                        agent=agent,
+                        model=model,
+                        free=is_free(params),
+                        examples=examples,
+                        training_tokens=tokens,
+                        usd=self._training_price(model, params, tokens),
+                    )
                 )
-            )
         return lines
 
 
@@ -267,18 +249,19 @@ def estimate_cost(
     )
     lines = estimator.run()
     return CostEstimate(
+        plan=estimator.plan,
         protocol=hyper_params.interaction_protocol,
         trainer=hyper_params.trainer,
         num_iterations=hyper_params.rl.num_iterations,
         lines=lines,
         tokenizers={a: c.name for a, c in estimator.sizer.counters.items()},
-        assumptions=_assumptions(hyper_params, sample_items, response_fill),
+        assumptions=_assumptions(hyper_params, estimator.plan, sample_items, response_fill),
         unpriced=sorted(estimator.unpriced),
     )
 
 
 def _assumptions(
-    hyper_params: HyperParameters, sample_items: int, response_fill: float
+    hyper_params: HyperParameters, plan: RunPlan, sample_items: int, response_fill: float
 ) -> list[str]:
     found = [
         "every dialogue runs to its last round (the verifier may decide earlier): calls are "
@@ -294,10 +277,22 @@ def _assumptions(
         "scheduled job runs; after a job the agent is priced as its fine-tuned model (ft:)",
         "the response cache is ignored; agents on the dummy API, Local or SelfHosted cost 0 USD",
     ]
-    if hyper_params.trainer == "pure_text_malt":
+    auto = sorted(
+        {g.group for it in plan.iterations for g in it.groups if _sends_auto_epochs(g.job)}
+    )
+    if auto:
+        found.append(
+            f"OpenAI chooses the epochs of {', '.join(auto)} ('auto'); they are priced at "
+            "num_epochs (rl.num_epochs): set openai_n_epochs to send and price a fixed number"
+        )
+    if any(it.algorithm == "malt" for it in plan.iterations):
         found.append(
             "MALT: every branch of every tree grows to the last round; a node's "
             f"{hyper_params.pure_text_malt.num_responses_per_timestep} samples share one "
             "request (its prompt billed once); at most one DPO pair per node and agent"
         )
     return found
+
+
+def _sends_auto_epochs(job: Mapping[str, Any] | None) -> bool:
+    return sent_hyperparameters(job).get("n_epochs") == "auto"

@@ -76,6 +76,7 @@ class CostEstimate:
         tokenizers: How each agent's tokens were counted (``o200k_base (tiktoken)``...).
         assumptions: What the estimate assumes, in words.
         unpriced: Models without a price (their lines' ``usd`` is None).
+        plan: The :class:`~nip.training.plan.RunPlan` priced (the one the trainer runs).
     """
 
     protocol: str
@@ -85,6 +86,7 @@ class CostEstimate:
     tokenizers: dict[str, str] = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
     unpriced: list[str] = field(default_factory=list)
+    plan: Any = None
 
     # ------------------------------------------------------------------ sums
     @property

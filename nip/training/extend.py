@@ -19,23 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from nip.errors import InvalidParameterError
-from nip.parameters import HyperParameters
 from nip.settings import ExperimentSettings
+from nip.training.plan import tests_in
 from nip.training.run_changes import change_saved_parameters, saved_parameters
 from nip.training.run_dir import RunDirectory
 from nip.training.trainer import PureTextEiTrainer
 
 __all__ = ["extend_run", "extension_schedule"]
-
-
-def _tested(params: HyperParameters, iteration: int) -> bool:
-    last = iteration == params.rl.num_iterations - 1
-    return {
-        "none": False,
-        "all": True,
-        "last": last,
-        "first_and_last": iteration == 0 or last,
-    }[params.text_rl.test_scheme]
 
 
 def extension_schedule(run_dir: str | Path, iterations: int) -> str:
@@ -51,7 +41,7 @@ def extension_schedule(run_dir: str | Path, iterations: int) -> str:
     ]
     for iteration in range(old, old + iterations):
         steps = [f"sample {after.rl.rollouts_per_iteration} dialogues"]
-        if _tested(after, iteration):
+        if tests_in(after, iteration):
             steps.append(f"test ({after.rl.num_test_iterations} pass(es))")
         if iteration < old + iterations - 1:
             steps.append("fine-tune")
@@ -84,4 +74,5 @@ def extend_run(
     change_saved_parameters(run_dir, {"rl.num_iterations": old + iterations}, accept=True)
     # The old last iteration went from test to done; its fine-tuning comes next.
     directory.write_json("state.json", {**state, "stage": "create_fine_tune_jobs"})
-    return PureTextEiTrainer.resume(run_dir, settings, **kwargs)
+    # More iterations is a new plan by design (extension_schedule shows it first).
+    return PureTextEiTrainer.resume(run_dir, settings, accept_plan_change=True, **kwargs)

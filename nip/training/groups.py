@@ -14,11 +14,17 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from nip.agents import PureTextWholeAgent
 from nip.backends import AdapterHost, ReportsReadiness, capability
-from nip.errors import FineTuneError, FineTuneJobFailed, SharedModelGroupError
+from nip.errors import (
+    BackendUnavailableError,
+    FineTuneError,
+    FineTuneJobFailed,
+    SharedModelGroupError,
+)
 from nip.jobs import FineTuneBackend, FineTuneJob, FineTuneSpec, JobStatus
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.groups import check_group_agreement
@@ -30,6 +36,23 @@ from nip.training.expert_iteration import sft_dataset
 JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
 #: The outcomes a trainer records for a group it did not submit a job for.
 Skipped = Literal["frozen", "not_scheduled"]
+
+#: What each reason a group is not trained means, in the words every reader shows.
+SKIP_REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "frozen": "frozen (freeze_agent=True): never fine-tuned",
+        "not_scheduled": "not scheduled: its update_schedule skips this iteration",
+        "insufficient_data": "too few examples (text_rl.min_fine_tune_examples)",
+    }
+)
+
+
+def too_few_examples(group: str, count: int, method: str, minimum: int) -> str:
+    """The one sentence for a group with fewer examples than ``min_fine_tune_examples``."""
+    return (
+        f"group {group!r}: too few examples to fine-tune ({count} {method} example(s), fewer "
+        f"than text_rl.min_fine_tune_examples={minimum}); the model is not fine-tuned"
+    )
 
 
 @dataclass
@@ -59,6 +82,41 @@ class PureTextSharedModelGroupState:
     fine_tune_failures: list[dict[str, Any]] = field(default_factory=list)
     start_model: str | None = None
     start_adapter_path: str | None = None
+
+
+def fine_tune_spec(
+    hyper_params: HyperParameters,
+    params: PureTextAgentParameters,
+    method: str,
+    examples: Sequence[dict[str, Any]],
+    job_name: str | None,
+    *,
+    base_model: str,
+    previous_adapter: str | None = None,
+) -> FineTuneSpec:
+    """A group's job from its members' parameters: what the group submits and what the run
+    plan shows (:mod:`nip.training.plan`)."""
+    return FineTuneSpec(
+        base_model=base_model,
+        method=method,  # type: ignore[arg-type]
+        examples=tuple(examples),
+        job_name=job_name,
+        num_epochs=params.num_epochs or hyper_params.rl.num_epochs,
+        learning_rate=hyper_params.rl.lr,
+        batch_size=params.per_device_train_batch_size,
+        dpo_beta=params.dpo_beta,
+        use_lora=params.use_lora,
+        lora_rank=params.lora_rank,
+        lora_alpha=params.computed_lora_alpha,
+        lora_dropout=params.lora_dropout,
+        previous_adapter=previous_adapter,
+        quantization=params.quantization,
+        stack_lora_adapters=params.stack_lora_adapters,
+        seed=hyper_params.seed,
+        openai_n_epochs=params.openai_n_epochs,
+        openai_batch_size=params.openai_batch_size,
+        openai_learning_rate_multiplier=params.openai_learning_rate_multiplier,
+    )
 
 
 class PureTextSharedModelGroup:
@@ -146,7 +204,7 @@ class PureTextSharedModelGroup:
 
     @property
     def num_epochs(self) -> int:
-        return self.params.num_epochs or self.hyper_params.rl.num_epochs
+        return self._spec("supervised", [], None).num_epochs
 
     @property
     def rl_learning_rate(self) -> float:
@@ -162,23 +220,14 @@ class PureTextSharedModelGroup:
         continue_by_name = not from_scratch and self.state.adapter_path is None
         base = self.params.model_name if self.state.start_adapter_path else self.base_model_name
         previous = self.state.start_adapter_path if from_scratch else self.state.adapter_path
-        return FineTuneSpec(
+        return fine_tune_spec(
+            self.hyper_params,
+            params,
+            method,
+            examples,
+            job_name,
             base_model=self.model_name if continue_by_name else base,
-            method=method,  # type: ignore[arg-type]
-            examples=tuple(examples),
-            job_name=job_name,
-            num_epochs=self.num_epochs,
-            learning_rate=self.rl_learning_rate,
-            batch_size=params.per_device_train_batch_size,
-            dpo_beta=params.dpo_beta,
-            use_lora=params.use_lora,
-            lora_rank=params.lora_rank,
-            lora_alpha=self.lora_alpha,
-            lora_dropout=params.lora_dropout,
             previous_adapter=previous,
-            quantization=params.quantization,
-            stack_lora_adapters=params.stack_lora_adapters,
-            seed=self.hyper_params.seed,
         )
 
     def supervised_examples(
@@ -209,10 +258,7 @@ class PureTextSharedModelGroup:
         minimum = self.hyper_params.text_rl.min_fine_tune_examples
         if len(examples) < minimum:
             warnings.warn(
-                f"group {self.group_name!r}: {len(examples)} {method} example(s), fewer than "
-                f"text_rl.min_fine_tune_examples={minimum}; the model is not fine-tuned "
-                "this iteration",
-                stacklevel=3,
+                too_few_examples(self.group_name, len(examples), method, minimum), stacklevel=3
             )
             self.state.last_job_outcome = "insufficient_data"
             return None
@@ -428,3 +474,20 @@ class PureTextSharedModelGroup:
 class OpenAiSharedModelGroup(PureTextSharedModelGroup):
     """The original's name for a shared model group; the fine-tuning backend is chosen by
     ``model_provider`` (OpenAI API, a self-hosted server, local LoRA or dummy)."""
+
+
+async def wait_for_groups(groups: Mapping[str, PureTextSharedModelGroup], timeout: float) -> None:
+    """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is still
+    loading, say), instead of failing the first requests.
+
+    Raises:
+        BackendUnavailableError: A group's server was not ready within ``timeout`` seconds.
+    """
+    for name, group in groups.items():
+        try:
+            await group.wait_for_ready(timeout)
+        except TimeoutError:
+            raise BackendUnavailableError(
+                f"the server of group {name!r} was not ready after {timeout:g} s "
+                "(ExperimentSettings.server_ready_timeout_s)"
+            ) from None

@@ -105,6 +105,18 @@ def _std(values: Sequence[float]) -> float:
 _DECISION_VALUES = {Decision.REJECT: 0.0, Decision.ACCEPT: 1.0, Decision.NEITHER: 0.5}
 
 
+def priced_rollout_metrics(
+    transcripts: Sequence[Transcript], agents: Mapping[str, Any], settings: Any
+) -> dict[str, Any]:
+    """:func:`rollout_metrics` of a run's dialogues, priced as the run is: models on this
+    machine or one's own server, and the dummy API, cost nothing per token; API models are
+    priced by name (``settings.prices_usd_per_1m`` over the table)."""
+    from nip.backends.providers import provider_for
+
+    free = {n for n, a in agents.items() if not provider_for(a.agent_params).bills_tokens}
+    return rollout_metrics(transcripts, prices=settings.prices_usd_per_1m, free_agents=free)
+
+
 def rollout_metrics(
     transcripts: Sequence[Transcript],
     *,

@@ -28,7 +28,8 @@ _SUMMARY = {
 
 
 class RunReporter:
-    """Prints a run's progress to ``stream`` (standard error by default).
+    """Prints a run's progress to ``stream`` (standard error by default; in a notebook,
+    standard output, so the lines are plain output rather than red error blocks).
 
     Args:
         enabled: Print anything at all.
@@ -50,7 +51,9 @@ class RunReporter:
         final_read_timeout_s: float = 10.0,
     ):
         self.enabled = enabled
-        self.stream = stream or sys.stderr
+        # In a notebook, standard error shows as a red block under the cell: the run's lines
+        # are plain output there.
+        self.stream = stream or (sys.stdout if _in_notebook() else sys.stderr)
         self.bars = _interactive(self.stream) if bars is None else bars
         self.poll_s = poll_s
         self.final_read_timeout_s = final_read_timeout_s
@@ -187,7 +190,7 @@ def _submitted(trainer: PureTextEiTrainer) -> dict[str, Any]:
 def _shown(trainer: PureTextEiTrainer, stage: str) -> bool:
     """Whether the stage does anything worth a line (a test only runs on some iterations)."""
     if stage == "test":
-        return trainer._test_now()
+        return trainer.plan[trainer.state.iteration].tests
     if stage == "await_fine_tune_jobs":
         return bool(_submitted(trainer))
     return True
@@ -213,10 +216,14 @@ def _summary(trainer: PureTextEiTrainer, iteration: int, seconds: float) -> str:
     return f"iteration {iteration + 1}/{total} done in {seconds:.0f} s · " + " · ".join(parts)
 
 
-def _interactive(stream: TextIO) -> bool:
+def _in_notebook() -> bool:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
-    if shell is not None and "IPKernelApp" in getattr(shell, "config", {}):
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def _interactive(stream: TextIO) -> bool:
+    if _in_notebook():
         return True  # a notebook: tqdm.auto draws widgets
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())

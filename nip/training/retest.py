@@ -32,12 +32,10 @@ from nip.settings import ExperimentSettings
 from nip.training.metrics import rollout_metrics
 from nip.training.run_changes import saved_parameters
 from nip.training.run_dir import RunDirectory
+from nip.training.trainer import TEST_ITERATION  # the run's own test passes' seeds
 from nip.utils.sync import run_sync
 
 __all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
-
-#: The run's test passes are seeded with ``iteration=10_000 + pass`` (the trainer's rule).
-_TEST_ITERATION = 10_000
 
 
 def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
@@ -120,7 +118,7 @@ async def retest_async(
             transcripts: list[Transcript] = []
             for repeat in range(passes):
                 batch = await session.rollouts_async(
-                    items, iteration=_TEST_ITERATION + repeat, description=f"retest {iteration}"
+                    items, iteration=TEST_ITERATION + repeat, description=f"retest {iteration}"
                 )
                 transcripts += batch.transcripts
             out.save_rollouts("test", iteration, transcripts)

@@ -50,6 +50,15 @@ def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None)
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
+def split_provenance(session: Any) -> dict[str, dict]:
+    """Source, Hub revision and fingerprint of each split a run of ``session`` uses."""
+    from nip.data import dataset_provenance
+
+    text_rl = session.hyper_params.text_rl
+    splits = ["train"] + ([text_rl.test_dataset_split] if text_rl.test_scheme != "none" else [])
+    return {split: dataset_provenance(session.dataset(split)) for split in splits}
+
+
 class RunDirectory:
     """Reads and writes the files of one run (see the module docstring for the layout).
 
@@ -88,6 +97,20 @@ class RunDirectory:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     # ----------------------------------------------------------------- dataset
+    def load_hyper_params(self, *, force: bool = False) -> Any:
+        """The run's saved ``HyperParameters``.
+
+        Raises:
+            IncompatibleParametersError: Saved by an incompatible nip (``force``: try anyway).
+        """
+        from nip.parameters import HyperParameters, check_compatibility
+
+        saved = self.read_json("hyper_params.json")
+        if "_schema_version" not in saved and not force:
+            check_compatibility(saved)  # raises: the file was not written by nip
+        # from_dict checks the schema version stamp (an error, or a warning for a minor one).
+        return HyperParameters.from_dict(saved, ignore_extra_keys=force, force=force)
+
     def save_dataset_provenance(self, splits: dict[str, dict[str, Any]]) -> Path:
         """Record which data each split used (see ``nip.data.dataset_provenance``), so that
         two runs can be compared: same fingerprint, same items."""

@@ -207,12 +207,13 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
 
     def _launch_problem(self) -> str:
         minimum = self.group.hyper_params.text_rl.min_fine_tune_examples
+        from nip.training.groups import SKIP_REASONS, too_few_examples
+
         if not self.group.is_trainable:
-            return "the group is frozen (freeze_agent=True): it is never fine-tuned"
+            return f"the group is {SKIP_REASONS['frozen']}"
         if len(self._examples) < minimum:
-            return (
-                f"too few examples to fine-tune: {len(self._examples)} < "
-                f"text_rl.min_fine_tune_examples={minimum}"
+            return too_few_examples(
+                self.group.group_name, len(self._examples), self.method, minimum
             )
         return ""
 

@@ -210,7 +210,9 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.header.value = (
             f"<b>{escape(self.run_dir.name)}</b> &middot; "
             f"<span style='color:{colour};font-weight:600'>{escape(status)}</span> &middot; "
-            f"{escape(snapshot.position)}" + note_html(f"  ({self.run_dir})")
+            f"{escape(snapshot.position)}"
+            + (f"<br>{escape(snapshot.planned)}" if snapshot.planned else "")
+            + note_html(f"  ({self.run_dir})")
         )
         self.progress.value = snapshot.progress
         self.progress.bar_style = "success" if snapshot.finished else "info"

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+from nip.training.plan import RunPlan
 from nip.training.run_control import read_request, read_stage_progress, read_status
 from nip.training.run_dir import RunDirectory
-from nip.training.trainer import Stage
+from nip.training.state import Stage
 
 #: The stages of one iteration, in the order the trainer runs them.
 ITERATION_STAGES: tuple[str, ...] = tuple(s for s in get_args(Stage) if s != "done")
@@ -69,6 +70,7 @@ class RunSnapshot:
         stage_done: Dialogues the current stage has finished (None when it plays none, or
             has not reported yet).
         stage_total: Dialogues the current stage plays (None likewise).
+        plan: The run's plan (``plan.json``; None for a run saved before plans).
     """
 
     run_dir: Path
@@ -84,6 +86,7 @@ class RunSnapshot:
     jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
     stage_done: int | None = None
     stage_total: int | None = None
+    plan: RunPlan | None = None
 
     @classmethod
     def read(cls, run_dir: str | Path) -> RunSnapshot:
@@ -116,6 +119,7 @@ class RunSnapshot:
             jobs=tuple(_jobs(directory.path, state)),
             stage_done=int(played["done"]) if current else None,
             stage_total=int(played["total"]) if current else None,
+            plan=_read_plan(directory.path),
         )
 
     # ------------------------------------------------------------------ position
@@ -198,9 +202,25 @@ class RunSnapshot:
             f"{self.stage.replace('_', ' ')}{played}"
         )
 
+    @property
+    def planned(self) -> str:
+        """What the plan has this iteration do, in words: its test and its fine-tuning."""
+        if self.plan is None or self.finished or self.iteration >= len(self.plan):
+            return ""
+        row = self.plan.rows()[self.iteration]
+        return f"{row['test']} · fine-tuning: {row['fine-tuning']}"
+
     def describe(self) -> str:
         """One line: the status and the position."""
         return f"{self.status} · {self.position}"
+
+
+def _read_plan(run_dir: Path) -> RunPlan | None:
+    data = _read_json(run_dir / "plan.json")
+    try:
+        return RunPlan.from_dict(data) if data else None
+    except (TypeError, KeyError):  # a plan.json of another nip
+        return None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

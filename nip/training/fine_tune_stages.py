@@ -1,0 +1,109 @@
+"""The fine-tuning stages of the training loop: submit each group's job as the run plan says,
+wait for the jobs (a failed one is handled by ``text_rl.on_fine_tune_failure``), switch the
+groups to their new models. Mixed into the trainer (:mod:`nip.training.trainer`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
+from nip.training.groups import PureTextSharedModelGroup
+from nip.training.plan import job_name
+
+
+class FineTuneStages:
+    """``create_fine_tune_jobs``, ``await_fine_tune_jobs`` and ``switch_models``."""
+
+    async def _stage_create_fine_tune_jobs(self) -> None:
+        algorithm = self.algorithm
+        data = algorithm.training_data(self, self._data_iterations())
+        for step in self.plan[self._iteration].groups:
+            name, group = step.group, self.groups[step.group]
+            if self._job_submitted_this_iteration(name, group):
+                continue
+            if step.skip is not None:  # configured so: recorded, not warned about
+                group.skip(step.skip)  # type: ignore[arg-type]
+                continue
+            examples = algorithm.dataset(self, group, data)  # built once: saved, then sent
+            self.run_dir.write_jsonl(self._fine_tune_name(name), examples)
+            job_id = await group.submit_fine_tune_job(
+                algorithm.method, examples, self._job_name(name)
+            )
+            self._record_submission(name, group)
+            if job_id is not None:
+                await self._call("on_job_submitted", name, job_id)
+
+    def _job_name(self, group: str) -> str:
+        return job_name(group, self._iteration)
+
+    def _job_submitted_this_iteration(self, name: str, group: PureTextSharedModelGroup) -> bool:
+        """Whether the group's job of this iteration was submitted before a restart."""
+        return (
+            group.state.last_job_outcome == "submitted"
+            and self.state.job_iterations.get(name) == self._iteration
+        )
+
+    def _record_submission(self, name: str, group: PureTextSharedModelGroup) -> None:
+        """Save the state as soon as a job is submitted: a run killed before the stage ends
+        then finds the job on resume instead of paying for a second one."""
+        if group.state.last_job_outcome == "submitted":
+            self.state.job_iterations[name] = self._iteration
+            self._save_state()
+
+    def _submitted(self) -> list[PureTextSharedModelGroup]:
+        return [g for g in self.groups.values() if g.state.last_job_outcome == "submitted"]
+
+    async def _stage_await_fine_tune_jobs(self) -> None:
+        """Wait for each submitted job; a failed one is handled by
+        ``text_rl.on_fine_tune_failure`` (:mod:`nip.training.failure_policy`)."""
+        policy = FailurePolicy.from_params(self.hyper_params.text_rl)
+        names = [n for n, g in self.groups.items() if g.state.last_job_outcome == "submitted"]
+        settled = await asyncio.gather(
+            *(
+                settle_fine_tune_job(
+                    self.groups[name],
+                    self._iteration,
+                    policy,
+                    resubmit=lambda name=name: self._resubmit(name),
+                    save=self._save_state,
+                    poll_interval_s=self.poll_interval_s,
+                )
+                for name in names
+            ),
+            return_exceptions=True,
+        )
+        for name, outcome in zip(names, settled, strict=True):
+            if outcome == "kept_previous":
+                failures = len(self.groups[name].failures_in(self._iteration))
+                self._add_train_metrics(
+                    {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures}
+                )
+        errors = [e for e in settled if isinstance(e, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _resubmit(self, name: str) -> None:
+        """Submit the group's dataset of this iteration again, exactly as it was saved."""
+        examples = self.run_dir.read_jsonl(self._fine_tune_name(name))
+        group = self.groups[name]
+        method = self.algorithm.method
+        await group.submit_fine_tune_job(method, examples, self._job_name(name))
+
+    def _fine_tune_name(self, group: str) -> str:
+        return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
+
+    def _add_train_metrics(self, metrics: dict[str, Any]) -> None:
+        """Add ``metrics`` to this iteration's training metrics (file and logger)."""
+        name = f"metrics/train_it{self._iteration:04d}.json"
+        saved = self.run_dir.read_json(name) if self.run_dir.exists(name) else {}
+        self.run_dir.save_metrics("train", self._iteration, saved | metrics)
+        self._log(metrics)
+
+    async def _stage_switch_models(self) -> None:
+        for group in self._submitted():
+            job = await group.fine_tune_job()  # fetched once; the switch takes it as fetched
+            # A run killed after switching, before saving, finds the model already in use.
+            if job is not None and group.state.model_history[-1:] != [job.fine_tuned_model]:
+                await group.switch_to_next_model(job)
+            group.end_iteration()

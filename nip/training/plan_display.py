@@ -1,0 +1,115 @@
+"""How a run plan reads: a table per iteration, its jobs, and the differences between two
+plans (:mod:`nip.training.plan`)."""
+
+from __future__ import annotations
+
+import html
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nip.training.plan import GroupStep, RunPlan
+
+
+def plan_rows(self: RunPlan) -> list[dict[str, str]]:
+    """One row per iteration: what it samples, tests and trains."""
+    rows = []
+    for it in self.iterations:
+        count = str(it.test_items) if it.test_items or it.test_item_ids is not None else "all"
+        test = f"{it.test_passes} x {count} {self.test_split}" if it.tests else "no test"
+        train = "; ".join(_describe_step(g) for g in it.groups) or "nothing (last iteration)"
+        rows.append(
+            {
+                "iteration": str(it.iteration),
+                "algorithm": "MALT" if it.algorithm == "malt" else "Expert Iteration",
+                "samples": f"{it.items} {self.train_split}"
+                + (" trees" if it.algorithm == "malt" else " dialogues"),
+                "test": test,
+                "fine-tuning": train,
+            }
+        )
+    return rows
+
+
+def plan_jobs(self: RunPlan) -> list[str]:
+    """Each distinct job's settings, as sent to its provider, with the first iteration."""
+    seen: dict[str, str] = {}
+    lines = []
+    for it in self.iterations:
+        for g in it.groups:
+            if g.job is None:
+                continue
+            settings = {k: v for k, v in g.job.items() if k not in ("suffix", "job_name")}
+            key = f"{g.group}:{sorted(settings.items(), key=str)}"
+            if key not in seen:
+                seen[key] = g.group
+                lines.append(f"{g.group} (from iteration {it.iteration}): {settings}")
+    return lines
+
+
+def plan_text(self: RunPlan) -> str:
+    """The plan as a text table, and its jobs."""
+    rows = plan_rows(self)
+    head = (
+        f"Run plan: {self.protocol}, {self.trainer}, seed {self.seed}, "
+        f"{len(self.iterations)} iteration(s)"
+    )
+    if self.iterations and self.iterations[0].item_ids is None:
+        head += " (the dataset is not at hand here: items are counted, not named)"
+    if not rows:
+        return head
+    columns = list(rows[0])
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns[:-1]}
+    lines = [head, "  ".join(c.ljust(widths.get(c, 0)) for c in columns)]
+    for r in rows:
+        lines.append("  ".join(r[c].ljust(widths.get(c, 0)) for c in columns))
+    jobs = plan_jobs(self)
+    if jobs:
+        lines += ["", "Jobs as sent to their provider:"] + [f"  {j}" for j in jobs]
+    return "\n".join(lines)
+
+
+def plan_html(self: RunPlan) -> str:
+    """The plan as an HTML table, and its jobs."""
+    rows = plan_rows(self)
+    head = html.escape(plan_text(self).splitlines()[0])
+    if not rows:
+        return f"<b>{head}</b>"
+    header = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r.values()) + "</tr>" for r in rows
+    )
+    jobs = "".join(f"<li><code>{html.escape(j)}</code></li>" for j in plan_jobs(self))
+    return f"<b>{head}</b><table><tr>{header}</tr>{body}</table>" + (
+        f"<p>Jobs as sent to their provider:</p><ul>{jobs}</ul>" if jobs else ""
+    )
+
+
+def _describe_step(step: GroupStep) -> str:
+    if step.method is None:
+        return f"{step.group}: {step.skip}"
+    data = step.data_iterations
+    span = f"it {data[0]}" if len(data) == 1 else f"its {data[0]}-{data[-1]}"
+    return f"{step.group}: {step.method} on {span}"
+
+
+def plan_diff(old: Any, new: Any, where: str = "") -> list[str]:
+    """Readable lines, one per value that differs between two plans' dicts."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        lines = []
+        for key in list(old) + [k for k in new if k not in old]:
+            lines += plan_diff(old.get(key), new.get(key), f"{where}.{key}" if where else str(key))
+        return lines
+    same_shape = (
+        isinstance(old, list | tuple) and isinstance(new, list | tuple) and len(old) == len(new)
+    )
+    if same_shape and all(isinstance(v, dict) for v in (*old, *new)):
+        pairs = zip(old, new, strict=True)
+        return [line for i, (a, b) in enumerate(pairs) for line in plan_diff(a, b, f"{where}[{i}]")]
+    if old != new:
+        return [f"{where}: {_short(old)} -> {_short(new)}"]
+    return []
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

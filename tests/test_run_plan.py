@@ -1,0 +1,167 @@
+"""The run plan: what a run will do, computed once, and read by the trainer, the dry run,
+the reporter and ``nip plan``; a resumed run refuses a changed plan."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nip.cli import main
+from nip.configs import list_presets
+from nip.jobs import FineTuneSpec
+from nip.jobs.dummy import DummyFineTuneBackend
+from nip.jobs.factory import JOB_SETTINGS
+from nip.jobs.openai_api import job_request
+from nip.parameters import (
+    HyperParameters,
+    NipProtocolParameters,
+    PureTextAgentParameters,
+    PureTextMaltParameters,
+    RlParameters,
+    TextRlParameters,
+)
+from nip.settings import ExperimentSettings
+from nip.training.cost_estimate import estimate_cost
+from nip.training.plan import PlanChangedError, RunPlan, make_run_plan, plan_run
+from nip.training.trainer import PureTextEiTrainer, build_trainer
+
+
+@pytest.fixture(scope="module")
+def dataset(make_tiny_dataset) -> Path:
+    return make_tiny_dataset(items=16, train=12)
+
+
+def params(dataset: Path, **overrides) -> HyperParameters:
+    values = dict(
+        dataset=str(dataset),
+        agents={
+            "prover": PureTextAgentParameters(use_dummy_api=True),
+            "verifier": PureTextAgentParameters(use_dummy_api=True),
+        },
+        nip_protocol=NipProtocolParameters(max_message_rounds=3),
+        rl=RlParameters(num_iterations=3, rollouts_per_iteration=4),
+        text_rl=TextRlParameters(min_fine_tune_examples=1, test_scheme="first_and_last"),
+    )
+    values.update(overrides)
+    return HyperParameters(**values)
+
+
+def settings(run_dir: Path) -> ExperimentSettings:
+    return ExperimentSettings(run_dir=run_dir, show_progress=False)
+
+
+def test_the_plan_says_what_each_iteration_samples_tests_and_trains():
+    hp = HyperParameters.construct_test_params()
+    hp.trainer = "pure_text_malt"
+    hp.rl = RlParameters(num_iterations=4, rollouts_per_iteration=3, num_test_iterations=2)
+    hp.text_rl = TextRlParameters(
+        test_scheme="first_and_last", fine_tune_on_all_previous_rollouts=True
+    )
+    hp.pure_text_malt = PureTextMaltParameters(num_initial_ei_iterations=1)
+    hp.agents["prover"].freeze_agent = True
+    plan = make_run_plan(hp, train_ids=[f"t{i}" for i in range(10)], test_ids=["a", "b", "c"])
+    assert [it.algorithm for it in plan] == ["expert_iteration", "malt", "malt", "malt"]
+    assert [it.tests for it in plan] == [True, False, False, True]
+    assert plan[0].test_passes == 2 and sorted(plan[0].test_item_ids) == ["a", "b", "c"]
+    assert plan[0].item_ids != ("t0", "t1", "t2")  # a seeded shuffled walk
+    assert len(set(plan[0].item_ids + plan[1].item_ids + plan[2].item_ids)) == 9
+    verifier = [it.group("verifier") for it in plan]
+    assert [v.method for v in verifier[:3]] == ["supervised", "dpo", "dpo"]
+    assert [v.data_iterations for v in verifier[:3]] == [(0,), (1,), (1, 2)]
+    assert verifier[3] is None and not plan[3].fine_tunes  # the last iteration trains nothing
+    assert plan[1].group("prover").skip == "frozen" and plan[1].frozen_agents == ("prover",)
+    assert "verifier: dpo on its 1-2" in str(plan)
+
+
+def test_the_plan_round_trips_through_a_dict_and_json():
+    plan = plan_run(HyperParameters.construct_test_params())
+    assert RunPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert "<table>" in plan._repr_html_()
+
+
+def test_a_jobs_settings_in_the_plan_are_what_the_backend_is_sent(dataset, tmp_path):
+    submitted: list[FineTuneSpec] = []
+
+    class Recording(DummyFineTuneBackend):
+        async def create_job(self, spec):
+            submitted.append(spec)
+            return await super().create_job(spec)
+
+    hp = params(dataset, rl=RlParameters(num_iterations=2, rollouts_per_iteration=4))
+    trainer = build_trainer(
+        hp, settings(tmp_path / "run"), fine_tune_backends={"verifier": Recording()}
+    )
+    trainer.train()
+    (spec,) = submitted
+    assert JOB_SETTINGS["dummy"](spec) == trainer.plan[0].group("verifier").job
+    openai = HyperParameters.construct_test_params()
+    openai.agents["verifier"] = PureTextAgentParameters(model_provider="OpenAI")
+    job = plan_run(openai)[0].group("verifier").job
+    assert job == job_request(FineTuneSpec(**{**spec.to_dict(), "base_model": job["model"]}))
+
+
+def test_the_trainer_samples_and_tests_as_the_plan_says_and_saves_it(dataset, tmp_path):
+    trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+    trainer.train()
+    plan = trainer.plan
+    for it in plan:
+        sampled = [t.datapoint.id for t in trainer.run_dir.load_rollouts("train", it.iteration)]
+        assert tuple(sampled) == it.item_ids
+        assert trainer.run_dir.has_rollouts("test", it.iteration) == it.tests
+    assert RunPlan.from_dict(trainer.run_dir.read_json("plan.json")) == plan
+
+
+def test_the_dry_run_prices_the_plan_the_trainer_runs(dataset, tmp_path):
+    hp = params(dataset)
+    trainer = PureTextEiTrainer(hp, settings(tmp_path / "run"))
+    assert estimate_cost(hp).plan == trainer.plan
+
+
+def test_resuming_with_a_changed_plan_is_refused_with_a_diff_unless_accepted(dataset, tmp_path):
+    run = tmp_path / "run"
+    PureTextEiTrainer(params(dataset), settings(run)).train(max_stages=1)
+    saved = json.loads((run / "hyper_params.json").read_text())
+    saved["text_rl"]["test_scheme"] = "all"
+    (run / "hyper_params.json").write_text(json.dumps(saved))
+    with pytest.raises(PlanChangedError, match=r"iterations\[1\]\.tests: False -> True"):
+        PureTextEiTrainer.resume(run, settings(run))
+    trainer = PureTextEiTrainer.resume(run, settings(run), accept_plan_change=True)
+    assert trainer.plan[1].tests
+    assert PureTextEiTrainer.resume(run, settings(run)).plan == trainer.plan  # saved now
+
+
+def test_an_unchanged_run_resumes_without_a_word_about_its_plan(dataset, tmp_path):
+    run = tmp_path / "run"
+    PureTextEiTrainer(params(dataset), settings(run)).train(max_stages=2)
+    assert PureTextEiTrainer.resume(run, settings(run)).train().stage == "done"
+
+
+@pytest.mark.parametrize("preset", [p.name for p in list_presets()])
+def test_nip_plan_prints_the_plan_of_every_preset(preset, capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["plan", preset]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Run plan:") and "iteration" in out
+
+
+def test_nip_resume_takes_accept_plan_change():
+    from nip.cli import build_parser
+
+    args = build_parser().parse_args(["resume", "runs/x", "--accept-plan-change"])
+    assert args.accept_plan_change
+
+
+def test_the_dashboard_snapshot_shows_what_the_plan_has_this_iteration_do(dataset, tmp_path):
+    from nip.widgets.run_snapshot import RunSnapshot
+
+    run = tmp_path / "run"
+    trainer = PureTextEiTrainer(params(dataset), settings(run))
+    trainer.train(max_stages=1)
+    snapshot = RunSnapshot.read(run)
+    assert snapshot.plan == trainer.plan
+    assert (
+        snapshot.planned
+        == "1 x 4 test · fine-tuning: prover: supervised on it 0; verifier: supervised on it 0"
+    )
