@@ -52,14 +52,26 @@ from nip.errors import InvalidParameterError
 from nip.parameters import BaseParameters, HyperParameters
 from nip.server.config import ServerConfig
 from nip.settings import ExperimentSettings
+from nip.training.plan import plan_run
 
 pytestmark = pytest.mark.timeout(120)
 
 TESTS = Path(__file__).parent
 
 Shows = Literal[
-    "requests", "transcripts", "providers", "jobs", "run", "server", "server jobs", "refused"
+    "plan",
+    "requests",
+    "transcripts",
+    "providers",
+    "jobs",
+    "run",
+    "server",
+    "server jobs",
+    "refused",
 ]
+
+#: A verifier on the OpenAI API (its plan is made without a key; nothing is sent).
+OPENAI_VERIFIER = {"agents.verifier.use_dummy_api": False}
 
 #: Stands for the directory of a finished run (an earlier run to start from).
 EARLIER_RUN = "<earlier run>"
@@ -212,10 +224,14 @@ CASES: tuple[Case, ...] = (
     ),
     # ---------------------------------------------------------------- RlParameters
     Case("rl.num_iterations", 3, "jobs"),
-    Case("rl.rollouts_per_iteration", 3, "jobs"),
+    Case("rl.rollouts_per_iteration", 3, "plan"),
     Case("rl.num_test_iterations", 2, "run"),
     Case("rl.num_epochs", 2, "jobs"),
     Case("rl.lr", 1e-3, "jobs"),
+    # What an OpenAI job sends (the plan holds each job's request as sent; "auto" by default).
+    Case("agents.verifier.openai_n_epochs", 3, "plan", context=OPENAI_VERIFIER),
+    Case("agents.verifier.openai_batch_size", 4, "plan", context=OPENAI_VERIFIER),
+    Case("agents.verifier.openai_learning_rate_multiplier", 0.5, "plan", context=OPENAI_VERIFIER),
     # ------------------------------------------------------------ TextRlParameters
     Case("text_rl.fine_tune_on_all_previous_rollouts", True, "jobs", context=THREE_ITERATIONS),
     Case(
@@ -783,7 +799,9 @@ def observe(case: Case, settings: Mapping[str, Any]) -> Any:
         [kind, case.invalid_from, case.jobs_fail, settings], sort_keys=True, default=str
     )
     if key not in _observed:
-        if kind == "session":
+        if kind == "plan":
+            _observed[key] = {"plan": plan_run(build(settings)).to_dict()}
+        elif kind == "session":
             _observed[key] = session_observation(settings, case.invalid_from)
         elif kind == "providers":
             _observed[key] = providers_observation(settings)
