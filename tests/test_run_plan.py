@@ -132,6 +132,21 @@ def test_resuming_with_a_changed_plan_is_refused_with_a_diff_unless_accepted(dat
     assert PureTextEiTrainer.resume(run, settings(run)).plan == trainer.plan  # saved now
 
 
+def test_a_run_started_before_run_plans_is_not_resumed_on_shuffled_items_unless_accepted(
+    dataset, tmp_path
+):
+    """A run without plan.json drew its items in the file's order: resuming it with the
+    shuffled walk would change its data without a word."""
+    run = tmp_path / "run"
+    PureTextEiTrainer(params(dataset), settings(run)).train(max_stages=1)
+    (run / "plan.json").unlink()  # as an older nip left it
+    with pytest.raises(PlanChangedError, match="without run plans"):
+        PureTextEiTrainer.resume(run, settings(run))
+    PureTextEiTrainer.resume(run, settings(run), accept_plan_change=True)
+    assert (run / "plan.json").exists()
+    PureTextEiTrainer.resume(run, settings(run))  # the plan is saved now
+
+
 def test_an_unchanged_run_resumes_without_a_word_about_its_plan(dataset, tmp_path):
     run = tmp_path / "run"
     PureTextEiTrainer(params(dataset), settings(run)).train(max_stages=2)

@@ -415,4 +415,13 @@ def check_saved_plan(run_dir: RunDirectory, plan: RunPlan, *, accept: bool = Fal
                 "schedule; resume with accept_plan_change=True (nip resume "
                 "--accept-plan-change) to go on with the new plan."
             )
+    elif run_dir.exists("state.json") and not accept:
+        # A run started by a nip without run plans drew its training items in the file's
+        # order; this one walks a seeded shuffle, so going on would change its data silently.
+        raise PlanChangedError(
+            f"{run_dir.path} was started by a nip without run plans (no plan.json): it drew "
+            "its items in the dataset's order, and this nip draws them in a seeded shuffled "
+            "order (docs/training.md). Resume with accept_plan_change=True (nip resume "
+            "--accept-plan-change) to go on with the new plan."
+        )
     run_dir.write_json("plan.json", plan.to_dict())
