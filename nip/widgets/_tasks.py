@@ -53,6 +53,20 @@ def start(
     return task
 
 
+def poll_on_running_loop(
+    task: asyncio.Task | None, watch: Callable[[], Coroutine[Any, Any, Any]]
+) -> asyncio.Task | None:
+    """A widget's polling task: ``task`` while it runs, else ``watch()`` as a new task on the
+    running loop; None without a running loop (the widget refreshes when asked instead)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+    if task is None or task.done():
+        task = loop.create_task(watch())
+    return task
+
+
 def show_error(output: ipywidgets.Output, error: BaseException) -> None:
     """Append ``error`` and its traceback to ``output`` (shown in the notebook, kept in
     ``output.outputs`` when there is no kernel)."""

@@ -27,6 +27,7 @@ import plotly.graph_objects as go
 
 from nip.training.run_control import request
 from nip.widgets._html import PlainTextRepr, escape, note_html
+from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
 if TYPE_CHECKING:
@@ -146,12 +147,7 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
     def start(self) -> asyncio.Task | None:
         """Poll the run directory on the running event loop until the widget closes (or
         the run finishes); does nothing without a running loop (call :meth:`refresh`)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return None
-        if self.task is None or self.task.done():
-            self.task = loop.create_task(self.watch())
+        self.task = poll_on_running_loop(self.task, self.watch)
         return self.task
 
     async def watch(self) -> RunSnapshot:

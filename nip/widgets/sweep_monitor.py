@@ -19,6 +19,7 @@ import ipywidgets
 
 from nip.training.sweep import CellStatus, sweep_status
 from nip.widgets._html import escape
+from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_monitor import RunMonitor
 
 __all__ = ["SweepMonitor"]
@@ -78,12 +79,7 @@ class SweepMonitor(ipywidgets.VBox):
 
     def start(self) -> asyncio.Task | None:
         """Poll on the running event loop until every cell is done or the widget closes."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return None
-        if self.task is None or self.task.done():
-            self.task = loop.create_task(self.watch())
+        self.task = poll_on_running_loop(self.task, self.watch)
         return self.task
 
     async def watch(self) -> list[CellStatus]:
