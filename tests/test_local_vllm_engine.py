@@ -10,10 +10,8 @@ test needs vLLM (``scripts/setup_vllm_cpu.sh``); the others use a stand-in inter
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from nip.errors import BackendUnavailableError, InvalidParameterError, Unservabl
 from nip.parameters import PureTextAgentParameters
 from nip.settings import ExperimentSettings
 from nip.testing.fake_vllm import fake_vllm_python
+from nip.testing.processes import live_group_members
 
 VLLM_VENV_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
 PROMPT = ({"role": "user", "content": "Is the loop correct? Answer with a decision."},)
@@ -195,22 +194,7 @@ def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_
     assert first[0][0] != first[0][1]  # the adapter changes the answer
     assert first[0][1] != second[0][1]  # and the re-registered one is served
     assert not process.running  # stopped with the backend
-    assert _live_members(process.pid) == []  # its workers too
-
-
-def _live_members(group: int, wait_s: float = 10.0) -> list[int]:
-    """Processes of ``group`` that are not zombies, after up to ``wait_s`` for them to end."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        live = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError):
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                if int(fields[2]) == group and fields[0] != "Z":
-                    live.append(int(stat.parent.name))
-        if not live or time.monotonic() > deadline:
-            return live
-        time.sleep(0.2)
+    assert live_group_members(process.pid) == []  # its workers too
 
 
 def test_nip_run_and_resume_take_the_local_engine():

@@ -22,6 +22,7 @@ from nip.server.app import create_server_app
 from nip.server.config import ServerConfig
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.testing.processes import live_group_members
 from nip.testing.server import serve
 from nip.testing.tiny_model import build_tiny_chat_model
 from nip.training.groups import PureTextSharedModelGroup
@@ -414,8 +415,8 @@ def test_stopping_the_server_also_kills_a_vllm_worker_that_outlived_vllm(
 
     group = asyncio.run(scenario())
     worker = int(worker_pid_file.read_text())
-    assert worker not in _live_members(group)
-    assert _live_members(group) == []
+    assert worker not in live_group_members(group)
+    assert live_group_members(group) == []
 
 
 def test_a_worker_left_by_a_crashed_vllm_is_killed_before_the_restart(
@@ -438,25 +439,7 @@ def test_a_worker_left_by_a_crashed_vllm_is_killed_before_the_restart(
             await engine.stop()  # ends the second vLLM's group, not the first's
 
     first_group = asyncio.run(scenario())
-    assert _live_members(first_group) == []  # its worker, ignoring SIGTERM, did not outlive it
-
-
-def _live_members(group: int, wait_s: float = 10.0) -> list[int]:
-    """Processes of ``group`` that are not zombies, after up to ``wait_s`` for them to end."""
-    import contextlib
-    import time
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        live = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError):
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                if int(fields[2]) == group and fields[0] != "Z":
-                    live.append(int(stat.parent.name))
-        if not live or time.monotonic() > deadline:
-            return live
-        time.sleep(0.2)
+    assert live_group_members(first_group) == []  # its worker, ignoring SIGTERM, did not outlive it
 
 
 def test_the_vllm_command_follows_the_gpu_sharing_setting(monkeypatch):
