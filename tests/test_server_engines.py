@@ -516,3 +516,24 @@ def test_with_pause_sharing_vllm_sleeps_while_a_job_trains_on_the_gpu(tiny_model
         )
     assert "paused" in states
     assert reply.status == 200
+
+
+@pytest.mark.parametrize(
+    ("device", "native_bf16", "setting", "expected"),
+    [
+        ("cpu", False, "auto", "float32"),  # vLLM's auto would emulate bfloat16
+        ("cpu", True, "auto", "auto"),
+        ("cuda", False, "auto", "auto"),
+        ("cpu", False, "bfloat16", "bfloat16"),  # an explicit dtype is passed on as it is
+    ],
+)
+def test_vllm_reads_in_float32_on_a_cpu_without_native_bfloat16(
+    monkeypatch, device, native_bf16, setting, expected
+):
+    from nip.server import vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "cpu_has_native_bf16", lambda: native_bf16)
+    config = ServerConfig(device=device, dtype=setting)
+    command = vllm_engine.vllm_command(config, Path("/m"), 8001, "py")
+
+    assert command[command.index("--dtype") + 1] == expected

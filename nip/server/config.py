@@ -77,7 +77,11 @@ class ServerConfig(BaseParameters):
     )
     tensor_parallel_size: int = param(1, doc="GPUs one vLLM replica spans.", ge=1)
     data_parallel_size: int = param(1, doc="vLLM replicas behind one endpoint.", ge=1)
-    dtype: str = param("auto", doc="vLLM's --dtype (auto, bfloat16, float16, float32).")
+    dtype: str = param(
+        "auto",
+        doc="vLLM's --dtype (auto, bfloat16, float16, float32); auto is float32 on a CPU "
+        "without native bfloat16 (emulated it is several times slower).",
+    )
     quantization: Quantization = param(
         "none",
         doc="vLLM's --quantization for the served weights: none or bitsandbytes (GPU only).",

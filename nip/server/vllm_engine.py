@@ -31,11 +31,24 @@ from nip.backends.local.vllm_process import (
 )
 from nip.backends.local.vllm_python import vllm_ranks_up_to
 from nip.errors import UnservableAdapterError
+from nip.jobs.lora_train import cpu_has_native_bf16
 from nip.server.config import ServerConfig
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
 from nip.utils.processes import end_of_file, free_port
 
 log = logging.getLogger(__name__)
+
+
+def vllm_dtype(config: ServerConfig) -> str:
+    """vLLM's ``--dtype`` for ``config``: its ``dtype``, except that "auto" on a CPU without
+    native bfloat16 is float32.
+
+    vLLM's own "auto" picks bfloat16 on every x86 CPU; without AVX512-BF16 or AMX it is
+    emulated there, and SmolLM2-135M read a 645-token prompt in 17 s instead of 4 s.
+    """
+    if config.dtype != "auto" or config.resolved_device == "cuda":
+        return config.dtype
+    return "auto" if cpu_has_native_bf16() else "float32"
 
 
 def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:
@@ -65,7 +78,7 @@ def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:
         python,
         model,
         config.base_model_name,
-        dtype=config.dtype,
+        dtype=vllm_dtype(config),
         max_lora_rank=config.max_lora_rank,
         max_loras=config.max_loras,
         options=(*options, *config.vllm_args),
