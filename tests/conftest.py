@@ -17,7 +17,7 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 
 def _threads_per_worker() -> int:
-    """The cores this machine lends each pytest-xdist worker (all of them in one process)."""
+    """The cores this machine lends each pytest-xdist worker."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
     return max(1, (cores or 1) // max(workers, 1))
@@ -26,8 +26,11 @@ def _threads_per_worker() -> int:
 # Each worker's torch (and every kernel, job or server it starts, which inherit the variable)
 # uses its share of the cores: two workers of two OpenMP threads each on 2 cores spin-wait on
 # each other, and two tutorials side by side took 297 s against 115 s with one thread each.
-os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_worker()))
-os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+# Set in the workers only: the controlling process's environment is the workers' (a value set
+# there would reach them as if the user had chosen it), and one process uses every core.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_worker()))
+    os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 
 
 @pytest.fixture(scope="session")
@@ -60,12 +63,16 @@ HEAVY_MARKERS = ("slow", "gpu", "vllm", "browser", "notebook")
 
 
 #: Tests scheduled together, one after another in one pytest-xdist worker, whatever their module:
-#: the suite's two longest never share the 2 cores.
+#: the suite's longest never share the 2 cores. Tutorial 07 under nbval (vLLM) and in the browser
+#: (nip serve's transformers engine) took 590 s and 600 s beside each other, and 112 s alone for
+#: the browser's run: they are kept apart.
 SHARED_SCOPES = {
     "tests/test_main_job.py::test_the_quickstart_experiment_trains_both_agents_and_tests_them": (
         "heaviest"
     ),
     "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom_at_ci_size"
+    "[07_self_hosted_loop]": "heaviest",
+    "tests/test_browser.py::test_the_tutorial_runs_in_jupyterlab_and_its_widgets_answer_clicks"
     "[07_self_hosted_loop]": "heaviest",
 }
 #: Modules whose tests share no costly fixture: each test is scheduled on its own.
