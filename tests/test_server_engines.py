@@ -537,3 +537,22 @@ def test_vllm_reads_in_float32_on_a_cpu_without_native_bfloat16(
     command = vllm_engine.vllm_command(config, Path("/m"), 8001, "py")
 
     assert command[command.index("--dtype") + 1] == expected
+
+
+def test_vllm_is_not_handed_our_thread_count_unless_its_binding_is_ours(monkeypatch):
+    """vLLM binds its CPU worker to cores it picks; an inherited OMP_NUM_THREADS larger than
+    those cores ran several OpenMP threads on one core (tutorial 7: 249 s instead of 24 s)."""
+    from nip.backends.local.vllm_process import VllmLaunch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    launch = VllmLaunch("py", Path("/m"), "m")
+    env = launch.environment_for("t")
+    assert "OMP_NUM_THREADS" not in env and "MKL_NUM_THREADS" not in env
+
+    explicit = VllmLaunch("py", Path("/m"), "m", environment={"OMP_NUM_THREADS": "4"})
+    assert explicit.environment_for("t")["OMP_NUM_THREADS"] == "4"
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")  # the user binds: their count stands
+    assert launch.environment_for("t")["OMP_NUM_THREADS"] == "2"
