@@ -63,16 +63,12 @@ HEAVY_MARKERS = ("slow", "gpu", "vllm", "browser", "notebook")
 
 
 #: Tests scheduled together, one after another in one pytest-xdist worker, whatever their module:
-#: the suite's longest never share the 2 cores. Tutorial 07 under nbval (vLLM) and in the browser
-#: (nip serve's transformers engine) took 590 s and 600 s beside each other, and 112 s alone for
-#: the browser's run: they are kept apart.
+#: the suite's two longest never share the 2 cores.
 SHARED_SCOPES = {
     "tests/test_main_job.py::test_the_quickstart_experiment_trains_both_agents_and_tests_them": (
         "heaviest"
     ),
     "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom_at_ci_size"
-    "[07_self_hosted_loop]": "heaviest",
-    "tests/test_browser.py::test_the_tutorial_runs_in_jupyterlab_and_its_widgets_answer_clicks"
     "[07_self_hosted_loop]": "heaviest",
 }
 #: Modules whose tests share no costly fixture: each test is scheduled on its own.
