@@ -39,7 +39,11 @@ from nip.server.store import JobRow, ServerStore
 log = logging.getLogger(__name__)
 
 
-def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceEngine:
+#: The extra each engine needs in nip's own environment (vLLM runs in an interpreter of its own).
+ENGINE_EXTRAS = {"transformers": "local"}
+
+
+def engine_kind(config: ServerConfig) -> str:
     """The engine ``config.engine`` names; ``auto`` is vLLM on a GPU where vLLM is installed,
     and the transformers engine otherwise."""
     import sys
@@ -49,12 +53,26 @@ def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceE
         python = config.vllm_python or sys.executable
         gpu = config.resolved_device == "cuda"
         kind = "vllm" if gpu and vllm_available(python) else "transformers"
+    return kind
+
+
+def check_engine_extra(config: ServerConfig) -> None:
+    """Refuse, naming the extra, an engine whose extra is missing: before the server starts and
+    before the model is looked for (converting the embedded model needs the same extra)."""
+    extra = ENGINE_EXTRAS.get(engine_kind(config))
+    if extra is not None:
+        require(extra)
+
+
+def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceEngine:
+    """The engine :func:`engine_kind` names for ``config``, serving the model in ``model``."""
+    kind = engine_kind(config)
     if kind == "vllm":
         from nip.server.vllm_engine import VllmEngine
 
         return VllmEngine(config, model, log_dir)
     if kind == "transformers":
-        require("local")  # refused before the server starts, not at the first request
+        require(ENGINE_EXTRAS[kind])
         from nip.server.local_engine import TransformersEngine
 
         return TransformersEngine(str(model), config.base_model_name, config.resolved_device)
@@ -133,6 +151,8 @@ def create_server_app(
     """
     root = config.storage_path
     store = ServerStore(root)
+    if engine is None:
+        check_engine_extra(config)
     folder = config.model_folder()
     engine = engine or build_engine(config, folder, root / "logs")
     models = _Models(config, folder, store)
