@@ -56,17 +56,12 @@ def engine_kind(config: ServerConfig) -> str:
     return kind
 
 
-def check_engine_extra(config: ServerConfig) -> None:
-    """Refuse, naming the extra, an engine whose extra is missing: before the server starts and
-    before the model is looked for (converting the embedded model needs the same extra)."""
-    extra = ENGINE_EXTRAS.get(engine_kind(config))
-    if extra is not None:
-        require(extra)
-
-
-def build_engine(config: ServerConfig, model: Path, log_dir: Path) -> InferenceEngine:
-    """The engine :func:`engine_kind` names for ``config``, serving the model in ``model``."""
-    kind = engine_kind(config)
+def build_engine(
+    config: ServerConfig, model: Path, log_dir: Path, kind: str | None = None
+) -> InferenceEngine:
+    """The engine ``kind`` (default: the one :func:`engine_kind` names for ``config``), serving
+    the model in ``model``."""
+    kind = kind or engine_kind(config)
     if kind == "vllm":
         from nip.server.vllm_engine import VllmEngine
 
@@ -151,10 +146,11 @@ def create_server_app(
     """
     root = config.storage_path
     store = ServerStore(root)
-    if engine is None:
-        check_engine_extra(config)
+    kind = engine_kind(config) if engine is None else None  # decided once: auto asks vLLM's Python
+    if kind in ENGINE_EXTRAS:  # before the model is looked for: converting it needs the same extra
+        require(ENGINE_EXTRAS[kind])
     folder = config.model_folder()
-    engine = engine or build_engine(config, folder, root / "logs")
+    engine = engine or build_engine(config, folder, root / "logs", kind)
     models = _Models(config, folder, store)
 
     async def load_into_engine(job: JobRow) -> None:
