@@ -351,8 +351,8 @@ TUTORIALS = (
     # Tutorial 5 trains a LoRA adapter with DPO on the CPU: minutes on a loaded machine.
     Tutorial("05_malt_trees.ipynb", _check_malt_figures, 480),
     # Tutorial 7 starts nip serve with vLLM's CPU build (or transformers) and trains two jobs.
-    # 900: on two workers it runs beside the main job or tutorial 07 under nbval; Run All took
-    # about 560 s so on 2 cores (153 s alone).
+    # 900: room for a loaded machine; on two workers it ran 148-169 s in CI on 2026-11-26
+    # (about 560 s before each worker's torch had one thread and vLLM its own core).
     Tutorial("07_self_hosted_loop.ipynb", _check_self_hosted_loop, 900),
 )
 

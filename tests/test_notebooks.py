@@ -35,7 +35,8 @@ CELL_TIMEOUT_S = 300
 #: Wall-clock limits at CI size: several times what a loaded 2-core machine needs, and room
 #: for converting the embedded model on a fresh machine (about two minutes).
 LIMITS_S = {name: 600 for name in ("04_expert_iteration", "05_malt_trees")}
-#: Tutorial 7 took 531 s on two workers beside the browser test (272 s alone).
+#: Tutorial 7 (vLLM) took 153-173 s on two workers in CI on 2026-11-26 (125 s alone; 531 s
+#: before each worker's torch had one thread and vLLM its own core).
 LIMITS_S["07_self_hosted_loop"] = 900
 #: Where tutorial 7's background server keeps its settings (relative to the notebook).
 SELF_HOSTED_SERVER = Path("runs/07_self_hosted/server/background-server.json")
