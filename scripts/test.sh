@@ -6,9 +6,11 @@
 #                                  kernel, browser or vLLM (the edit-test loop); no vLLM or
 #                                  Chromium set-up, no model conversion
 #
-# The suite runs on NIP_TEST_WORKERS pytest-xdist workers (default 2, one per core; 0: in this
-# process), with `--dist loadgroup`, which tests/conftest.py schedules by module (a module's
-# fixtures, a loaded model or a JupyterLab, are built once; see tests/README.md).
+# The suite runs on NIP_TEST_WORKERS pytest-xdist workers (default 2, one per core; the quick
+# tier one more than the cores, since its tests spend a third of their time waiting on servers,
+# subprocesses and retries; 0: in this process), with `--dist loadgroup`, which
+# tests/conftest.py schedules by module (a module's fixtures, a loaded model or a JupyterLab,
+# are built once; see tests/README.md).
 # The vLLM end-to-end test needs vLLM's CPU build in its own venv (.vllm-venv, about 3 GB and
 # 3 min the first time); NIP_SKIP_VLLM=1 leaves it out, and that test then skips.
 set -euo pipefail
@@ -33,6 +35,7 @@ fi
 .venv/bin/lint-imports  # the layers run one way (pyproject.toml [tool.importlinter])
 WORKERS=(-n "${NIP_TEST_WORKERS:-2}" --dist loadgroup)
 if [ "$QUICK" = 1 ]; then
+    WORKERS=(-n "${NIP_TEST_WORKERS:-$(($(nproc) + 1))}" --dist loadgroup)
     NIP_TEST_TIER=quick exec .venv/bin/python -m pytest "${WORKERS[@]}" -m "$QUICK_MARKERS" "$@"
 fi
 exec .venv/bin/python -m pytest "${WORKERS[@]}" "$@"

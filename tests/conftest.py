@@ -79,6 +79,17 @@ FIRST = (
     "tests/test_browser.py",
     "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom*",
     "tests/test_local_lora*",
+    # The quick tier's longest modules (tens of seconds each, much of it waiting on servers,
+    # subprocesses and retries), so that its run does not end on one of them.
+    "tests/test_reliability_faults.py",
+    "tests/test_server_background.py",
+    "tests/test_training_loop.py",
+    "tests/test_quiet_loading.py",
+    "tests/test_fine_tune_failure.py",
+    "tests/test_data_buggy_apps.py",
+    "tests/test_sweep.py",
+    "tests/test_test_server.py",
+    "tests/test_settings_behaviour.py",
 )
 
 

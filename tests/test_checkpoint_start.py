@@ -27,6 +27,7 @@ from nip.training.checkpoint_start import (
 )
 from nip.training.run_dir import RunDirectory
 from nip.training.trainer import PureTextEiTrainer, build_trainer
+from nip.utils.imports import heavy_imports
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -121,7 +122,8 @@ def test_a_run_id_that_is_no_directory_needs_wandb_online(dataset, tmp_path):
 
 # --------------------------------------------------------------------------- W&B
 def test_the_run_artifact_holds_the_state_the_parameters_and_the_adapters(tmp_path):
-    import wandb
+    with heavy_imports():  # a LoRA worker thread of an earlier test may be importing TRL
+        import wandb
 
     run_dir = tmp_path / "run"
     adapter = tmp_path / "jobs" / "verifier-it0" / "adapter"

@@ -159,6 +159,7 @@ def test_a_server_whose_owner_is_killed_with_sigkill_stops_too(tiny_model, tmp_p
             owner.wait()
 
 
+@pytest.mark.notebook  # starts a Jupyter kernel: not in the quick tier
 def test_a_kernel_restart_stops_the_server_started_in_the_kernel(tiny_model):
     from jupyter_client.manager import start_new_kernel
 

@@ -279,7 +279,9 @@ def fake_vllm(tmp_path, monkeypatch):
 def fake_engine(config: ServerConfig, tmp_path: Path):
     from nip.server.vllm_engine import VllmEngine
 
-    return VllmEngine(config, Path(config.model), tmp_path / "logs", paused_wait_s=10)
+    return VllmEngine(
+        config, Path(config.model), tmp_path / "logs", paused_wait_s=10, restart_backoff_s=0.1
+    )
 
 
 async def until(check, timeout_s: float = 20.0):
@@ -356,6 +358,16 @@ def test_a_stacked_adapter_reaches_vllm_as_one_adapter_of_the_whole_stack(
     config_written = json.loads((served / "adapter_config.json").read_text())
     assert (config_written["r"], config_written["lora_alpha"]) == (8, 8)  # 4 + 2, padded
     assert "verifier-it2" not in loads
+
+
+def test_restarts_wait_longer_each_time_from_the_backoff_given():
+    from nip.server.vllm_engine import VllmEngine
+
+    config = ServerConfig(device="cpu")
+    default = VllmEngine(config, Path("/m"), Path("/logs"))
+    assert [default.restart_delay_s(n) for n in range(1, 7)] == [2, 4, 8, 16, 30, 30]
+    quick = VllmEngine(config, Path("/m"), Path("/logs"), restart_backoff_s=0.1)
+    assert [quick.restart_delay_s(n) for n in (1, 2, 3)] == pytest.approx([0.1, 0.2, 0.4])
 
 
 def test_a_vllm_that_never_gets_ready_fails_after_the_time_out(fake_vllm, tmp_path, monkeypatch):

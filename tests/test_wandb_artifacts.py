@@ -14,6 +14,7 @@ from nip.settings import ExperimentSettings
 from nip.training.logging import build_rollout_artifacts
 from nip.training.sweep import GridSpec, run_sweep
 from nip.training.trainer import build_trainer
+from nip.utils.imports import heavy_imports
 
 
 def _written(folder: Path, needle: bytes, count: int = 1, timeout_s: float = 60) -> bytes:
@@ -41,7 +42,8 @@ def _params(dataset: Path) -> HyperParameters:
 def test_the_rollout_artifacts_hold_every_saved_rollout_and_transcript_file(
     make_tiny_dataset, tmp_path
 ):
-    import wandb
+    with heavy_imports():  # a LoRA worker thread of an earlier test may be importing TRL
+        import wandb
 
     run_dir = tmp_path / "run"
     settings = ExperimentSettings(run_dir=run_dir, show_progress=False, wandb_mode="disabled")

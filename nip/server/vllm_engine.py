@@ -104,12 +104,20 @@ class VllmEngine:
         model: The base model's folder.
         log_dir: Where ``vllm.log`` and ``vllm.pid`` go.
         paused_wait_s: How long a request waits for a paused or starting engine before a 503.
+        restart_backoff_s: The wait before the first restart after a crash; it doubles with
+            each restart, up to 30 s.
     """
 
     kind = "vllm"
 
     def __init__(
-        self, config: ServerConfig, model: Path, log_dir: Path, *, paused_wait_s: float = 60.0
+        self,
+        config: ServerConfig,
+        model: Path,
+        log_dir: Path,
+        *,
+        paused_wait_s: float = 60.0,
+        restart_backoff_s: float = 2.0,
     ):
         self.config = config
         self.model = model
@@ -117,6 +125,7 @@ class VllmEngine:
         self.log_path = log_dir / "vllm.log"
         self.pid_path = log_dir / "vllm.pid"
         self.paused_wait_s = paused_wait_s
+        self.restart_backoff_s = restart_backoff_s
         self.port: int | None = None
         self._token = secrets.token_urlsafe(24)
         self._adapters: dict[str, str] = {}
@@ -130,6 +139,10 @@ class VllmEngine:
         self._supervisor: asyncio.Task | None = None
         self._client: Any = None
         self._lock = asyncio.Lock()  # one adapter load / sleep / wake at a time
+
+    def restart_delay_s(self, restart: int) -> float:
+        """The wait before restart number ``restart`` (1 for the first) after a crash."""
+        return min(30.0, self.restart_backoff_s * 2.0 ** (restart - 1))
 
     @property
     def _sleeps(self) -> bool:
@@ -185,7 +198,7 @@ class VllmEngine:
             if self._restarts > self.config.vllm_max_restarts:
                 self._state = "failed"
                 return
-            await asyncio.sleep(min(30.0, 2.0**self._restarts))
+            await asyncio.sleep(self.restart_delay_s(self._restarts))
 
     async def _run_once(self) -> int | None:
         """Start vLLM, make it usable, and wait for it to exit; None if it never started."""

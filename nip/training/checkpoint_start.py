@@ -22,6 +22,7 @@ from nip.errors import NipError
 from nip.extras import needs
 from nip.parameters import PureTextAgentParameters
 from nip.training.groups import PureTextSharedModelGroup
+from nip.utils.imports import heavy_imports
 
 #: The W&B artifact type (and name prefix) of a run directory's state.
 ARTIFACT_TYPE = "nip-run"
@@ -126,7 +127,7 @@ def download_run_artifact(
     )
     try:
         if api is None:
-            with needs("wandb"):
+            with needs("wandb"), heavy_imports():  # the LoRA worker thread may import TRL
                 import wandb
 
             api = wandb.Api()

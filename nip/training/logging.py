@@ -22,6 +22,7 @@ from typing import Any
 
 from nip.extras import FEATURES, available, require
 from nip.settings import ExperimentSettings, WandbMode
+from nip.utils.imports import heavy_imports
 
 
 class NullLogger:
@@ -122,7 +123,8 @@ class WandbLogger:
         init_timeout_s: float = 30.0,
     ):
         require("wandb")
-        import wandb
+        with heavy_imports():  # TRL, imported by the LoRA worker thread meanwhile, imports it too
+            import wandb
 
         self.mode = resolve_mode(mode)
         self._run = None

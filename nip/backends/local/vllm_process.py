@@ -192,6 +192,7 @@ class VllmProcess:
 
         loop = asyncio.get_running_loop()
         deadline = None if timeout_s is None else loop.time() + timeout_s
+        poll_s = 0.05  # doubling to 0.5 s: a quick start is seen at once, a slow one cheaply
         async with httpx.AsyncClient(timeout=2.0) as client:
             while True:
                 if (code := self.returncode) is not None or self._popen is None:
@@ -209,7 +210,8 @@ class VllmProcess:
                         f"{self.log_tail()}",
                         returncode=None,
                     )
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(poll_s)
+                poll_s = min(0.5, 2 * poll_s)
 
     async def wait_for_exit(self, poll_s: float = 0.2) -> int:
         """Its exit status, once it has exited (polled: works in any event loop)."""
