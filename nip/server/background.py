@@ -107,6 +107,7 @@ class ServerHandle:
                 start_new_session=True,  # Ctrl-C in the notebook's terminal does not reach it
             )
         self._health: dict[str, Any] = {}
+        self._ssl_context: Any = None  # built once: each health check building one cost ~30 ms
         # Runs on stop(), on garbage collection and at interpreter exit (atexit), once.
         self._finalizer = weakref.finalize(
             self,
@@ -181,7 +182,11 @@ class ServerHandle:
 
         key = os.environ.get(API_KEY_ENV)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        reply = httpx.get(f"{self.url}/health", headers=headers, timeout=timeout_s)
+        if self._ssl_context is None:
+            self._ssl_context = httpx.create_ssl_context()
+        reply = httpx.get(
+            f"{self.url}/health", headers=headers, timeout=timeout_s, verify=self._ssl_context
+        )
         reply.raise_for_status()
         self._health = reply.json()
         return self._health
