@@ -250,6 +250,21 @@ def test_stage_progress_is_written_at_most_twice_a_second_but_always_at_the_end(
     assert read_stage_progress(tmp_path)["done"] == 10
 
 
+def test_progress_is_written_without_waiting_for_the_disk_and_state_with_it(tmp_path, monkeypatch):
+    """A progress count is for a display (fsync under a busy disk cost more than the write);
+    files a resume reads are on the disk before they replace the old ones."""
+    import os
+
+    from nip.utils.files import atomic_write_text
+
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd))
+    StageProgressWriter(tmp_path, "sample_rollouts", 0)(1, 10)
+    assert read_stage_progress(tmp_path)["done"] == 1 and synced == []
+    atomic_write_text(tmp_path / "state.json", "{}")
+    assert len(synced) == 1
+
+
 def test_the_first_stage_progress_is_written_on_a_machine_booted_moments_ago(tmp_path, monkeypatch):
     """time.monotonic counts from boot: on a machine up for less than min_interval_s, the
     first report was once skipped (the writer started from 0.0, a value the clock reads)."""

@@ -134,7 +134,7 @@ class StageProgressWriter:
             "total": self.total or total,
             "updated": time.time(),
         }
-        atomic_write_text(self.path, json.dumps(data) + "\n")
+        atomic_write_text(self.path, json.dumps(data) + "\n", durable=False)  # a display's
 
 
 def _read(path: Path) -> dict[str, Any]:

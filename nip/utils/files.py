@@ -7,15 +7,22 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part."""
+def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write ``text`` to ``path`` so that readers see the old or the new file, never a part.
+
+    ``durable``: the data reaches the disk before the file is replaced (fsync), so the new
+    file survives the machine crashing too, not only the process. A file rewritten every
+    moment for a display (a progress count) does without: under a busy disk the wait for
+    the journal took longer than the write.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
             file.write(text)
             file.flush()
-            os.fsync(file.fileno())
+            if durable:
+                os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
