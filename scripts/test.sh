@@ -7,7 +7,7 @@
 #                                  Chromium set-up, no model conversion
 #
 # The suite runs on NIP_TEST_WORKERS pytest-xdist workers (default 2, one per core; the quick
-# tier one more than the cores, since its tests spend a third of their time waiting on servers,
+# tier two more than the cores, since its tests spend a third of their time waiting on servers,
 # subprocesses and retries; 0: in this process), with `--dist loadgroup`, which
 # tests/conftest.py schedules by module (a module's fixtures, a loaded model or a JupyterLab,
 # are built once; see tests/README.md).
@@ -35,7 +35,7 @@ fi
 .venv/bin/lint-imports  # the layers run one way (pyproject.toml [tool.importlinter])
 WORKERS=(-n "${NIP_TEST_WORKERS:-2}" --dist loadgroup)
 if [ "$QUICK" = 1 ]; then
-    WORKERS=(-n "${NIP_TEST_WORKERS:-$(($(nproc) + 1))}" --dist loadgroup)
+    WORKERS=(-n "${NIP_TEST_WORKERS:-$(($(nproc) + 2))}" --dist loadgroup)
     NIP_TEST_TIER=quick exec .venv/bin/python -m pytest "${WORKERS[@]}" -m "$QUICK_MARKERS" "$@"
 fi
 exec .venv/bin/python -m pytest "${WORKERS[@]}" "$@"

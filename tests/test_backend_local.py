@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,11 @@ from nip.backends.local import LocalBackend, ensure_local_model
 from nip.errors import ModelNotFoundError
 from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+# torch is imported by the tests, not at collection (2-3 s in every pytest-xdist worker).
+pytestmark = pytest.mark.skipif(
+    find_spec("torch") is None or find_spec("transformers") is None,
+    reason="torch and transformers are not installed",
+)
 
 TINY = "tiny-chat"
 

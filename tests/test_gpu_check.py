@@ -8,11 +8,12 @@ import os
 import re
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "gpu_check.py"
 TINY = ["--shapes", "tiny", "--device", "cpu", "--requests", "2", "--prompt-tokens", "20"]

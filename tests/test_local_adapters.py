@@ -19,9 +19,10 @@ from nip.backends.local import LocalBackend
 from nip.backends.local.adapters import predecessors, read_adapter_stack, write_predecessors
 from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
-pytest.importorskip("torch")
 # Not importorskip: importing peft at collection costs every pytest worker seconds.
-pytestmark = pytest.mark.skipif(find_spec("peft") is None, reason="peft is not installed")
+pytestmark = pytest.mark.skipif(
+    find_spec("torch") is None or find_spec("peft") is None, reason="torch or peft is missing"
+)
 
 TINY = "tiny-chat"
 PROMPTS = ("Who are you?", "Decide: accept or reject?", "What does f(3) return?")

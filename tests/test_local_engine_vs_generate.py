@@ -9,23 +9,32 @@ bfloat16; without one those tests skip.
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from nip.backends import GenerationRequest
 
-from nip.backends import GenerationRequest  # noqa: E402
-from nip.backends.local._engine import Engine  # noqa: E402
+if TYPE_CHECKING:
+    from nip.backends.local._engine import Engine
 
+# torch is imported by the tests, not at collection (2-3 s in every pytest-xdist worker).
+pytestmark = pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")
 TOPICS = ["the moon", "bread and butter with jam", "rivers", "chess openings, in detail"]
-DEVICES = [
-    "cpu",
-    pytest.param(
-        "cuda",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-    ),
-]
+DEVICES = ["cpu", "cuda"]
+
+
+def _engine(folder: Path, device: str) -> Engine:
+    """The Local engine on ``device``; the test skips where it is a CUDA device and none is."""
+    import torch
+
+    from nip.backends.local._engine import Engine
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    return Engine(str(folder), device=device)
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +50,8 @@ def _messages() -> list[tuple[dict, ...]]:
 
 def _plain_generate(engine: Engine, max_new_tokens: int) -> list[str]:
     """Greedy completions of plain ``model.generate`` on the engine's own weights."""
+    import torch
+
     tokenizer = engine.tokenizer
     texts = [
         tokenizer.apply_chat_template(list(m), add_generation_prompt=True, tokenize=False)
@@ -78,7 +89,7 @@ def _engine_answers(engine: Engine, folder: Path, max_new_tokens: int) -> list[s
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_greedy_answers_are_those_of_plain_generate_on_the_same_batch(tiny_model, device):
-    engine = Engine(str(tiny_model), device=device)
+    engine = _engine(tiny_model, device)
     assert _engine_answers(engine, tiny_model, 12) == _plain_generate(engine, 12)
 
 
@@ -97,7 +108,7 @@ def test_attention_sees_what_it_sees_under_plain_generate(tiny_model, device, mo
         return original(query, key, value, attn_mask, *args, **kwargs)
 
     monkeypatch.setattr(functional, "scaled_dot_product_attention", recording)
-    engine = Engine(str(tiny_model), device=device)
+    engine = _engine(tiny_model, device)
     _engine_answers(engine, tiny_model, 6)
     by_engine, calls[:] = list(calls), []
     _plain_generate(engine, 6)

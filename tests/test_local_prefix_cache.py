@@ -4,15 +4,21 @@ earlier ones, and greedy outputs are the same token for token as without the cac
 from __future__ import annotations
 
 import asyncio
+from importlib.util import find_spec
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
 
 from nip.backends import GenerationRequest
 from nip.backends.local import LocalBackend
-from nip.backends.local._prefix_cache import PrefixCache
 from nip.testing.tiny_model import build_tiny_chat_model
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported by the tests, not at collection (2-3 s in every pytest-xdist worker).
+pytestmark = pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")
 
 TINY = "tiny-chat"
 SYSTEM = "You are the verifier. The problem: add two numbers. The solution: return a + b. " * 3
@@ -75,10 +81,14 @@ async def test_later_rounds_compute_only_their_new_tokens(tiny_model_dir):
 
 def kv(tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Two layers of made-up keys and values for ``tokens`` tokens (4 bytes each value)."""
+    import torch
+
     return [(torch.ones(1, 1, tokens, 4), torch.ones(1, 1, tokens, 4)) for _ in range(2)]
 
 
 def test_the_longest_common_prefix_is_reused_but_never_the_last_prompt_token():
+    from nip.backends.local._prefix_cache import PrefixCache
+
     cache = PrefixCache(max_bytes=1 << 20, min_tokens=2)
     cache.store("base", [1, 2, 3, 4, 5], kv(5))
 
@@ -89,6 +99,8 @@ def test_the_longest_common_prefix_is_reused_but_never_the_last_prompt_token():
 
 
 def test_another_model_or_adapter_never_reuses_the_entries():
+    from nip.backends.local._prefix_cache import PrefixCache
+
     cache = PrefixCache(max_bytes=1 << 20, min_tokens=2)
     cache.store("base", [1, 2, 3, 4], kv(4))
 
@@ -96,6 +108,8 @@ def test_another_model_or_adapter_never_reuses_the_entries():
 
 
 def test_memory_stays_bounded_and_the_least_recently_used_entry_goes_first():
+    from nip.backends.local._prefix_cache import PrefixCache
+
     one_entry = sum(k.nbytes + v.nbytes for k, v in kv(10))
     cache = PrefixCache(max_bytes=2 * one_entry, min_tokens=2)
     cache.store("base", list(range(10)), kv(10))
@@ -109,6 +123,8 @@ def test_memory_stays_bounded_and_the_least_recently_used_entry_goes_first():
 
 
 def test_a_longer_entry_replaces_the_entries_it_extends():
+    from nip.backends.local._prefix_cache import PrefixCache
+
     cache = PrefixCache(max_bytes=1 << 20, min_tokens=2)
     cache.store("base", [1, 2, 3], kv(3))
     cache.store("base", [1, 2, 3, 4, 5], kv(5))

@@ -7,18 +7,20 @@ import os
 import subprocess
 import sys
 import warnings
+from importlib.util import find_spec
 
 import pytest
-
-pytest.importorskip("torch")
-
-from transformers.utils import logging as hf_logging
 
 from nip.backends.local._quiet import quiet_libraries
 from nip.testing.tiny_model import build_tiny_chat_model
 
+# torch is imported by the tests, not at collection (2-3 s in every pytest-xdist worker).
+pytestmark = pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")
+
 
 def test_while_loading_bars_notices_and_warnings_are_off_and_are_restored_after():
+    from transformers.utils import logging as hf_logging
+
     hf_logging.enable_progress_bar()
     hf_logging.set_verbosity_warning()
     with warnings.catch_warnings(record=True) as caught:

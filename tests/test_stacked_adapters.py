@@ -17,8 +17,9 @@ from nip.errors import UnservableAdapterError
 from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
 # Not importorskip: importing peft at collection costs every pytest worker seconds.
-pytestmark = pytest.mark.skipif(find_spec("peft") is None, reason="peft is not installed")
-torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(
+    find_spec("torch") is None or find_spec("peft") is None, reason="torch or peft is missing"
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +40,15 @@ def stack(tiny_model_dir, tmp_path_factory):
 
 
 def logits(model, tokens):
+    import torch
+
     with torch.no_grad():
         return model(tokens).logits
 
 
 def stacked_logits(model_dir: Path, stack, tokens):
     """What the stack means: each predecessor merged into the weights, the top one applied."""
+    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -55,6 +59,7 @@ def stacked_logits(model_dir: Path, stack, tokens):
 
 
 def single_adapter_logits(model_dir: Path, adapter: Path, tokens):
+    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -67,6 +72,8 @@ def single_adapter_logits(model_dir: Path, adapter: Path, tokens):
 def test_the_single_adapter_changes_the_model_exactly_as_the_stack(
     tiny_model_dir, stack, tmp_path, allowed_ranks
 ):
+    import torch
+
     tokens = torch.tensor([[1, 5, 9, 13, 17, 21, 25]])
     out = tmp_path / "for-vllm"
 
