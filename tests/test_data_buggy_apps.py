@@ -12,13 +12,13 @@ import os
 import shutil
 import subprocess
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
-pytest.importorskip("datasets")
 
 from nip.data import (  # noqa: E402
     DatasetSplitError,
@@ -29,7 +29,11 @@ from nip.errors import InvalidParameterError  # noqa: E402
 from nip.parameters import HyperParameters  # noqa: E402
 from nip.protocols import datapoint_stance  # noqa: E402
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    # datasets (and pandas with it, 1-2 s) is imported by the tests, not at collection.
+    pytest.mark.skipif(find_spec("datasets") is None, reason="datasets is not installed"),
+]
 
 REPO = Path(__file__).resolve().parents[1]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
