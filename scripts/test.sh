@@ -33,9 +33,10 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/lint-imports  # the layers run one way (pyproject.toml [tool.importlinter])
-WORKERS=(-n "${NIP_TEST_WORKERS:-2}" --dist loadgroup)
+DEFAULT_WORKERS=2
+[ "$QUICK" = 1 ] && DEFAULT_WORKERS=$(($(nproc) + 2))
+WORKERS=(-n "${NIP_TEST_WORKERS:-$DEFAULT_WORKERS}" --dist loadgroup)
 if [ "$QUICK" = 1 ]; then
-    WORKERS=(-n "${NIP_TEST_WORKERS:-$(($(nproc) + 2))}" --dist loadgroup)
     NIP_TEST_TIER=quick exec .venv/bin/python -m pytest "${WORKERS[@]}" -m "$QUICK_MARKERS" "$@"
 fi
 exec .venv/bin/python -m pytest "${WORKERS[@]}" "$@"

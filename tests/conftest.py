@@ -30,11 +30,6 @@ def _threads_per_worker() -> int:
 # each other, and two tutorials side by side took 297 s against 115 s with one thread each.
 # Set in the workers only: the controlling process's environment is the workers' (a value set
 # there would reach them as if the user had chosen it), and one process uses every core.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_worker()))
-    os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
-
-
 def _end_without_interpreter_teardown() -> None:
     """A worker's last exit handler: the others (the servers and processes tests started, W&B)
     have run; CPython's own teardown of torch, transformers and the rest took 1.5-1.8 s per
@@ -45,7 +40,24 @@ def _end_without_interpreter_teardown() -> None:
 
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads_per_worker()))
+    os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
     atexit.register(_end_without_interpreter_teardown)  # registered first: it runs last
+
+
+@pytest.fixture
+def ca_bundle_reads(monkeypatch) -> list[int]:
+    """Grows by one each time a TLS context reads its CA bundle (30-45 ms of CPU each)."""
+    import ssl
+
+    reads: list[int] = []
+    real = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(
+        ssl.SSLContext,
+        "load_verify_locations",
+        lambda context, *a, **k: reads.append(1) or real(context, *a, **k),
+    )
+    return reads
 
 
 @pytest.fixture(scope="session")

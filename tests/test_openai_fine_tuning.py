@@ -220,25 +220,17 @@ def test_each_job_call_closes_its_connections_before_it_returns(server):
     assert still_open == 0
 
 
-def test_job_calls_on_several_event_loops_share_one_tls_context(server, monkeypatch):
+def test_job_calls_on_several_event_loops_share_one_tls_context(server, ca_bundle_reads):
     """Building one reads the CA bundle (30-45 ms of CPU); a run polls its jobs for hours."""
     import pickle
-    import ssl
 
-    built: list[object] = []  # CA bundles read
-    real = ssl.SSLContext.load_verify_locations
-    monkeypatch.setattr(
-        ssl.SSLContext,
-        "load_verify_locations",
-        lambda context, *a, **k: built.append(1) or real(context, *a, **k),
-    )
     running, _ = server
     backend = OpenAIFineTuneBackend(running.base_url, "key")
 
     for _ in range(3):  # a new event loop each time, as sync wrappers do
         assert asyncio.run(backend.get_job("quick-404")).status == "not_found"
 
-    assert len(built) == 1
+    assert len(ca_bundle_reads) == 1
     assert pickle.loads(pickle.dumps(backend))._ssl_context is None  # not pickled: rebuilt
 
 

@@ -75,21 +75,12 @@ def test_a_background_server_is_ready_when_returned_and_answers_chat(tiny_model)
     assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"]
 
 
-def test_health_checks_share_one_tls_context(tiny_model, monkeypatch):
+def test_health_checks_share_one_tls_context(tiny_model, ca_bundle_reads):
     """Waiting for a server polls its health; each check read the CA bundle (~30 ms)."""
-    import ssl
-
-    read: list[int] = []
-    real = ssl.SSLContext.load_verify_locations
-    monkeypatch.setattr(
-        ssl.SSLContext,
-        "load_verify_locations",
-        lambda context, *a, **k: read.append(1) or real(context, *a, **k),
-    )
     with start(tiny_model) as server:
         for _ in range(3):
             assert server.health()["engine"]["kind"] == "transformers"
-    assert len(read) == 1
+    assert len(ca_bundle_reads) == 1
 
 
 def test_the_with_block_stops_the_server(tiny_model):
