@@ -14,9 +14,10 @@ from nip.cli import _load_config
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_quickstart_experiment_trains_both_agents_and_tests_them(tmp_path):
-    """The quickstart preset, shrunk to 4 dialogues per iteration to save CI time."""
+    """The quickstart preset, shrunk to 2 dialogues per iteration (and so 2 test items, one
+    training step per agent) to save CI time: every stage still runs with the real model."""
     params = _load_config("quickstart")
-    params.rl.rollouts_per_iteration = 4
+    params.rl.rollouts_per_iteration = 2
     for agent in params.agents.values():
         agent.max_response_words = 25
     params.text_rl.min_fine_tune_examples = 1
