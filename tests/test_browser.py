@@ -358,13 +358,16 @@ TUTORIALS = (
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator:
+def browser_context() -> Iterator:
+    """One Chromium, and one browser context for every tutorial's page: JupyterLab's scripts
+    are fetched and compiled once, from the context's cache (a page in a context of its own,
+    as ``Browser.new_page`` makes, loaded them anew for each tutorial)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            yield chromium
+            yield chromium.new_context(viewport={"width": 1400, "height": 900})
         finally:
             chromium.close()
 
@@ -390,12 +393,12 @@ def _shut_down_kernels(url: str) -> None:
     ],
 )
 def test_the_tutorial_runs_in_jupyterlab_and_its_widgets_answer_clicks(
-    tutorial: Tutorial, jupyter_lab: str, browser, tmp_path: Path
+    tutorial: Tutorial, jupyter_lab: str, browser_context, tmp_path: Path
 ):
     folders = [tmp_path / "screenshots"]
     if os.environ.get("NIP_SCREENSHOT_DIR"):
         folders.append(Path(os.environ["NIP_SCREENSHOT_DIR"]))
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page = browser_context.new_page()
     try:
         page.set_default_timeout(90_000)
         # A workspace of its own: no tab of an earlier tutorial is restored beside it.
