@@ -157,7 +157,7 @@ class Engine:
         forward = inspect.signature(type(self.base).forward).parameters
         self._cache_kwarg = "cache" if "cache" in forward else "past_key_values"
         self._entropy = random.SystemRandom()
-        release_free_memory(collect=False)  # what converting and loading freed
+        release_free_memory(generation=None)  # what converting and loading freed
 
     # ------------------------------------------------------------------ generation
     def run(

@@ -11,9 +11,9 @@ import ctypes
 import gc
 
 
-def release_free_memory(*, collect: bool = True, generation: int = 2) -> None:
-    """Return free heap memory to the OS (glibc only; else a no-op), after collecting garbage
-    (the generations up to ``generation``: 2 is a full collection) unless ``collect`` is False.
+def release_free_memory(*, generation: int | None = 2) -> None:
+    """Return free heap memory to the OS (glibc only; else a no-op), after collecting the
+    garbage generations up to ``generation`` (2: a full collection; None: no collection).
 
     A full collection walks every object of the process (0.2-0.4 s in a test worker or a busy
     kernel); it pays where objects in reference cycles hold large buffers (a finished training
@@ -21,7 +21,7 @@ def release_free_memory(*, collect: bool = True, generation: int = 2) -> None:
     (loading SmolLM2-135M: 458 MB resident either way). The young generations (1) hold what
     was made since the last collections: a training step's cycles, in milliseconds.
     """
-    if collect:
+    if generation is not None:
         gc.collect(generation)
     try:
         # The symbols already loaded into this process (no library search, no subprocess).
