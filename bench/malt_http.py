@@ -22,7 +22,7 @@ from _server import test_server
 from rollouts_http import LATENCY_S, cpu_seconds, items, session
 
 from nip.parameters import PureTextMaltParameters
-from nip.training.malt import build_trees_async
+from nip.training.algorithms.malt import build_trees_async
 
 
 def one_run(base_url: str, trees: int, k: int, client: str, server_pid: int) -> dict[str, float]:

@@ -44,7 +44,7 @@ _LAZY = {
     "PureTextMaltTrainer": "nip.training.trainer",
     "build_trainer": "nip.training.trainer",
     "RunPlan": "nip.training.plan",
-    "plan_run": "nip.training.plan",
+    "plan_run": "nip.experiments.cost_estimate",
     "load_code_validation_dataset": "nip.data",
     "ServerHandle": "nip.server.background",
     "serve_in_background": "nip.server.background",

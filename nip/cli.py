@@ -134,7 +134,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if overrides := _overrides(args):
         hyper_params = hyper_params.with_overrides(overrides, from_text=True)
     if args.dry_run:  # the plan, then its cost
-        from nip.training.cost_estimate import estimate_cost
+        from nip.experiments.cost_estimate import estimate_cost
 
         estimate = estimate_cost(hyper_params, _settings(args), sample_items=args.sample_items)
         print(f"{estimate.plan}\n\n{estimate}")
@@ -148,7 +148,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from nip.training.plan import plan_run
+    from nip.experiments.cost_estimate import plan_run
 
     hyper_params = _load_config(args.config)
     if overrides := _overrides(args):
@@ -189,7 +189,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from nip.training import sweep
+    from nip.experiments import sweep
 
     action, target = (
         (args.target[0], args.target[1:]) if len(args.target) > 1 else ("", args.target)
@@ -213,13 +213,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         spec = sweep.GridSpec.load(target[0])
         sweep_dir = Path(args.sweep_dir or Path("runs") / "sweeps" / spec.name)
     if args.dry_run:
-        from nip.training.sweep_grid import estimate_sweep
+        from nip.experiments.sweep_grid import estimate_sweep
 
         print(estimate_sweep(spec, _settings(args), sample_items=args.sample_items))
         return 0
     args.run_dir = None
     if args.ray:
-        from nip.training.sweep_ray import run_sweep_ray
+        from nip.experiments.sweep_ray import run_sweep_ray
 
         outcomes = run_sweep_ray(
             spec, sweep_dir, _settings(args), address=args.ray, resources=args.cell_resources
@@ -235,7 +235,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_retest(args: argparse.Namespace) -> int:
-    from nip.training.retest import retest
+    from nip.experiments.retest import retest
 
     iterations = [int(i) for i in args.iterations.split(",")] if args.iterations else None
     args.run_dir = None
@@ -251,7 +251,7 @@ def _cmd_retest(args: argparse.Namespace) -> int:
 
 
 def _cmd_extend(args: argparse.Namespace) -> int:
-    from nip.training.extend import extend_run, extension_schedule
+    from nip.experiments.extend import extend_run, extension_schedule
 
     print(extension_schedule(args.run_dir_positional, args.iterations))
     args.run_dir = args.run_dir_positional
@@ -267,7 +267,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     args.run_dir = args.run_dir_positional
     changes = {}
     if overrides := _overrides(args):
-        from nip.training.run_changes import change_saved_parameters
+        from nip.runs.changes import change_saved_parameters
 
         changes = change_saved_parameters(
             args.run_dir, overrides, accept=args.accept_changes, from_text=True
@@ -290,7 +290,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _cmd_control(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from nip.training.run_control import read_status, request
+    from nip.runs.control import read_status, request
 
     if not (Path(args.run_dir_positional) / "hyper_params.json").exists():
         print(
@@ -305,8 +305,8 @@ def _cmd_control(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyse(args: argparse.Namespace) -> int:
+    from nip.analysis.judges import ANALYSERS
     from nip.parameters import PureTextAgentParameters
-    from nip.training.analysis import ANALYSERS
     from nip.training.trainer import PureTextEiTrainer
 
     trainer = PureTextEiTrainer.resume(args.run_dir_positional, _settings(args))

@@ -79,6 +79,7 @@ class Session:
             for name in self.handler.agent_names
         }
         self._datasets: dict[str, Any] = {}
+        self._by_id: dict[str, dict[str, Any]] = {}
 
     # -------------------------------------------------------------------- data
     def dataset(self, split: str = "train"):
@@ -104,6 +105,20 @@ class Session:
         else:
             indices = held_out_indices(len(items), n, seed, iteration)
         return [to_datapoint(items[i]) for i in indices]
+
+    def datapoints_by_id(self, ids: Sequence[str], *, split: str = "train") -> list[Datapoint]:
+        """The datapoints of ``split`` with these ids, in their order (a run plan's items).
+
+        Raises:
+            KeyError: An id is not in the split (the dataset changed since the plan was made).
+        """
+        if split not in self._by_id:
+            self._by_id[split] = {str(item.id): item for item in self.dataset(split)}
+        items = self._by_id[split]
+        missing = [i for i in ids if i not in items]
+        if missing:
+            raise KeyError(f"no item {missing[0]!r} in the {split} split ({len(missing)} missing)")
+        return [to_datapoint(items[i]) for i in ids]
 
     # --------------------------------------------------------------- dialogues
     def dialogue(

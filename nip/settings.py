@@ -40,7 +40,7 @@ class ExperimentSettings:
             be ready.
         prices_usd_per_1m: API prices in USD per 1M ``(input, output)`` tokens by model
             (``"gpt-4o-mini"``, ``"ft:gpt-4o-mini"``: no snapshot date), over nip's table of
-            OpenAI list prices (``nip.training.metrics.OPENAI_PRICES_USD_PER_1M``); the
+            OpenAI list prices (``nip.analysis.metrics.OPENAI_PRICES_USD_PER_1M``); the
             ``cost_usd`` metric uses them. Prices change: correct them here.
         extra: Free-form settings for extensions.
     """

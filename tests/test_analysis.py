@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
+from nip.analysis.judges import ANALYSERS, analyse_async, judge_prompt, summarise
 from nip.backends import Completion, GenerationResult
 from nip.parameters import CommonProtocolParameters, HyperParameters, PureTextAgentParameters
 from nip.protocols import NipProtocol
 from nip.rollouts import Datapoint
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.analysis import ANALYSERS, analyse_async, judge_prompt, summarise
 
 ITEMS = [Datapoint(id=f"d{i}", question="q", solution=f"s{i}", y=i % 2) for i in range(6)]
 

@@ -37,7 +37,8 @@ from nip.parameters.agents import ModelProvider
 from nip.parameters.hyper_parameters import TrainerType
 from nip.protocols import PROTOCOLS, Decision, build_protocol_handler
 from nip.settings import ExperimentSettings
-from nip.training.trainer import TRAINERS, build_trainer
+from nip.training.algorithms import ALGORITHMS
+from nip.training.trainer import build_trainer
 
 
 # ------------------------------------------------------------------------- protocols
@@ -144,16 +145,18 @@ def test_every_local_engine_the_settings_accept_has_a_backend_and_no_other():
 
 
 # -------------------------------------------------------------------------- trainers
-def test_every_trainer_name_a_configuration_accepts_has_a_trainer_and_no_other():
-    assert set(typing.get_args(TrainerType)) == set(TRAINERS)
+def test_every_trainer_name_a_configuration_accepts_has_an_algorithm_and_no_other():
+    assert set(typing.get_args(TrainerType)) == set(ALGORITHMS)
 
 
-@pytest.mark.parametrize("name", sorted(TRAINERS))
-def test_build_trainer_makes_the_trainer_the_table_names(name, tmp_path):
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_trainer_runs_the_algorithm_the_table_names(name, tmp_path):
     agents = {a: PureTextAgentParameters(use_dummy_api=True) for a in ("prover", "verifier")}
     params = HyperParameters(trainer=name, agents=agents)
     settings = ExperimentSettings(run_dir=tmp_path / "run", show_progress=False, cache="off")
-    assert type(build_trainer(params, settings)) is TRAINERS[name]
+    trainer = build_trainer(params, settings)
+    assert trainer.algorithm is ALGORITHMS[name]
+    assert {it.algorithm for it in trainer.plan} == {ALGORITHMS[name].name}
 
 
 # -------------------------------------------------------------------------- datasets

@@ -16,6 +16,7 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.checkpoint_start import (
     ARTIFACT_TYPE,
@@ -25,7 +26,6 @@ from nip.training.checkpoint_start import (
     model_in_run_directory,
     run_artifact_files,
 )
-from nip.training.run_dir import RunDirectory
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 from nip.utils.imports import heavy_imports
 

@@ -17,8 +17,8 @@ from nip.parameters import (
     TextRlParameters,
 )
 from nip.protocols import protocol_class
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
-from nip.training.run_dir import RunDirectory
 from nip.training.trainer import build_trainer
 from nip.viz import compare_runs, runs_table, wilson_interval
 

@@ -193,7 +193,7 @@ def test_expert_iteration_trains_and_resumes_a_run_of_the_protocol(tmp_path):
 
 
 def test_the_cost_of_a_run_of_the_protocol_is_estimated_from_its_schedule(tmp_path):
-    from nip.training.cost_estimate import estimate_cost
+    from nip.experiments.cost_estimate import estimate_cost
 
     params = dummy_params(TwoQuestionsProtocol, dataset=str(dataset_file(tmp_path)))
     estimate = estimate_cost(params, quiet(), protocol=TwoQuestionsProtocol)

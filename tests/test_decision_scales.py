@@ -34,7 +34,7 @@ from nip.rollouts import Datapoint, Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.testing.server import create_app, serve
-from nip.training.malt import build_trees
+from nip.training.algorithms.malt import build_trees
 
 REJECT, ACCEPT, NEITHER = Decision.REJECT, Decision.ACCEPT, Decision.NEITHER
 VERIFIER_SPEC = NipProtocol().agent("verifier")

@@ -10,7 +10,7 @@ import pytest
 from nip.parameters import PureTextEiParameters, TextRlParameters
 from nip.protocols import Decision
 from nip.rollouts import AgentTurn, Datapoint, Transcript
-from nip.training.expert_iteration import (
+from nip.training.algorithms.expert_iteration import (
     guess_replacement_proportion,
     select_rollouts,
     weighted_sample_indices,

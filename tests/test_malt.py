@@ -16,8 +16,8 @@ from nip.protocols import Decision, NipProtocol
 from nip.rollouts import AgentTurn, Datapoint
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.malt import build_trees, dpo_examples, select_pairs
-from nip.training.malt_tree import ResponseTree
+from nip.training.algorithms.malt import build_trees, dpo_examples, select_pairs
+from nip.training.algorithms.malt_tree import ResponseTree
 
 ITEMS = [Datapoint(id=f"d{i}", question="q", solution=f"s{i}", y=i % 2) for i in range(4)]
 

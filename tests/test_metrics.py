@@ -7,10 +7,10 @@ import math
 
 import pytest
 
+from nip.analysis.metrics import malt_metrics, rollout_metrics
 from nip.protocols import Decision
 from nip.rollouts.records import AgentTurn, Datapoint, Transcript
-from nip.training.malt_tree import PreferencePair, ResponseTree
-from nip.training.metrics import malt_metrics, rollout_metrics
+from nip.training.algorithms.malt_tree import PreferencePair, ResponseTree
 
 ACCEPT, REJECT, NEITHER, NONE = Decision.ACCEPT, Decision.REJECT, Decision.NEITHER, Decision.NONE
 

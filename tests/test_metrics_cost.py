@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from nip.analysis.metrics import OPENAI_PRICES_USD_PER_1M, cost_usd, price_key
 from nip.rollouts.records import AgentTurn
-from nip.training.metrics import OPENAI_PRICES_USD_PER_1M, cost_usd, price_key
 
 
 def turn(agent: str, model: str | None, prompt: int, completion: int, **extra) -> AgentTurn:

@@ -11,8 +11,8 @@ from nip.configs import load_preset
 from nip.errors import InvalidParameterError
 from nip.parameters import HyperParameters, PureTextAgentParameters, RlParameters
 from nip.parameters.overrides import changed_paths, parse_override
+from nip.runs.changes import SavedParametersChangedError, change_saved_parameters
 from nip.settings import ExperimentSettings
-from nip.training.run_changes import SavedParametersChangedError, change_saved_parameters
 from nip.training.trainer import build_trainer
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from nip.parameters import HyperParameters, PureTextAgentParameters, RlParameters
 from nip.settings import ExperimentSettings
-from nip.training.progress import RunReporter
+from nip.training.reporter import RunReporter
 from nip.training.trainer import PureTextEiTrainer
 
 
@@ -75,6 +75,10 @@ def test_the_fine_tuning_line_counts_the_steps_logged_just_before_the_jobs_end()
     from types import SimpleNamespace
 
     from nip.jobs import FineTuneEvent
+    from nip.parameters import HyperParameters
+    from nip.runs.plan_steps import IterationPlan
+    from nip.settings import ExperimentSettings
+    from nip.training.context import RunContext
 
     events: list[FineTuneEvent] = []
 
@@ -82,23 +86,27 @@ def test_the_fine_tuning_line_counts_the_steps_logged_just_before_the_jobs_end()
         async def list_events(self, job_id: str) -> list[FineTuneEvent]:
             return list(events)
 
-    group = SimpleNamespace(
-        state=SimpleNamespace(last_job_outcome="submitted", fine_tune_job_id="verifier-it0"),
-        fine_tune_backend=Jobs(),
-    )
-    trainer = SimpleNamespace(
-        state=SimpleNamespace(iteration=0),
-        hyper_params=SimpleNamespace(rl=SimpleNamespace(num_iterations=2)),
-        groups={"verifier": group},
+    group = SimpleNamespace(submitted_job_id="verifier-it0", fine_tune_backend=Jobs())
+    run = RunContext(
+        HyperParameters.construct_test_params(),
+        ExperimentSettings(),
+        session=None,  # type: ignore[arg-type]  (the reporter reads no dialogue here)
+        run_dir=None,  # type: ignore[arg-type]
+        plan=[
+            IterationPlan(0, "expert_iteration", items=4),
+            IterationPlan(1, "expert_iteration", items=4),
+        ],
+        groups={"verifier": group},  # type: ignore[dict-item]
     )
     stream = io.StringIO()
     reporter = RunReporter(stream=stream, bars=False, poll_s=3600)  # no second regular read
 
     async def fine_tune() -> None:
-        async with reporter.stage(trainer, "await_fine_tune_jobs"):
-            events.append(FineTuneEvent(0.0, "info", "step 1", {"step": 1, "loss": 1.5}))
-            await asyncio.sleep(0.05)  # the watcher reads step 1
-            events.append(FineTuneEvent(1.0, "info", "step 2", {"step": 2, "loss": 1.25}))
+        await reporter.on_stage_begin(run, "await_fine_tune_jobs")
+        events.append(FineTuneEvent(0.0, "info", "step 1", {"step": 1, "loss": 1.5}))
+        await asyncio.sleep(0.05)  # the watcher reads step 1
+        events.append(FineTuneEvent(1.0, "info", "step 2", {"step": 2, "loss": 1.25}))
+        await reporter.on_stage_end(run, "await_fine_tune_jobs")
 
     asyncio.run(fine_tune())
     assert "  verifier: 2 steps, loss 1.250" in stream.getvalue().splitlines()
@@ -106,11 +114,12 @@ def test_the_fine_tuning_line_counts_the_steps_logged_just_before_the_jobs_end()
 
 def test_a_slow_engine_start_gets_a_line_and_its_duration_and_a_quick_one_nothing():
     stream = io.StringIO()
-    reporter = RunReporter(stream=stream, bars=False)
 
     async def wait(seconds: float, after_s: float) -> None:
-        async with reporter.waiting_for_engines(after_s=after_s):
-            await asyncio.sleep(seconds)
+        reporter = RunReporter(stream=stream, bars=False, engines_after_s=after_s)
+        await reporter.on_engines_wait(None, done=False)  # type: ignore[arg-type]
+        await asyncio.sleep(seconds)
+        await reporter.on_engines_wait(None, done=True)  # type: ignore[arg-type]
 
     asyncio.run(wait(0.0, after_s=3600))
     assert stream.getvalue() == ""

@@ -9,10 +9,10 @@ import pytest
 
 from nip.cli import main
 from nip.errors import InvalidParameterError
+from nip.experiments.extend import extend_run, extension_schedule
+from nip.experiments.retest import iteration_models, retest
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.settings import ExperimentSettings
-from nip.training.extend import extend_run, extension_schedule
-from nip.training.retest import iteration_models, retest
 from nip.training.trainer import build_trainer
 from nip.viz.compare_runs import runs_table
 

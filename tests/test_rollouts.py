@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from nip.agents import PureTextWholeAgent
+from nip.analysis.metrics import cost_usd
 from nip.backends import Completion, DummyBackend, GenerationRequest, GenerationResult, TokenUsage
 from nip.errors import BackendUnavailableError
 from nip.parameters import HyperParameters, PureTextAgentParameters
@@ -18,7 +19,6 @@ from nip.rollouts import AgentTurn, Datapoint, RolloutBatch
 from nip.rollouts.dialogue import DialogueOverError
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.metrics import cost_usd
 from nip.utils.sync import run_sync
 
 ITEMS = [

@@ -21,8 +21,7 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
-from nip.settings import ExperimentSettings
-from nip.training.run_control import (
+from nip.runs.control import (
     RunControlError,
     StageProgressWriter,
     read_request,
@@ -30,6 +29,7 @@ from nip.training.run_control import (
     read_status,
     request,
 )
+from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer
 from nip.widgets import RunMonitor, RunSnapshot
 

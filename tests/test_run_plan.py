@@ -4,12 +4,14 @@ the reporter and ``nip plan``; a resumed run refuses a changed plan."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nip.cli import main
 from nip.configs import list_presets
+from nip.experiments.cost_estimate import estimate_cost, plan_run
 from nip.jobs import FineTuneSpec
 from nip.jobs.dummy import DummyFineTuneBackend
 from nip.jobs.factory import JOB_SETTINGS
@@ -22,9 +24,9 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.runs.changes import change_saved_parameters
 from nip.settings import ExperimentSettings
-from nip.training.cost_estimate import estimate_cost
-from nip.training.plan import PlanChangedError, RunPlan, make_run_plan, plan_run
+from nip.training.plan import PlanChangedError, RunPlan, make_run_plan
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 
 
@@ -180,3 +182,107 @@ def test_the_dashboard_snapshot_shows_what_the_plan_has_this_iteration_do(datase
         snapshot.planned
         == "1 x 4 test · fine-tuning: prover: supervised on it 0; verifier: supervised on it 0"
     )
+
+
+# ---------------------------------------------------------------------- the plan runs
+def test_the_trainer_samples_and_tests_exactly_the_plans_items_and_draws_none_itself(
+    dataset, tmp_path
+):
+    """Sampling and testing read the plan's ids: a plan naming other items (here: the same
+    items in reverse) is what runs; a trainer drawing its items again would not see it."""
+    trainer = PureTextEiTrainer(params(dataset), settings(tmp_path / "run"))
+    first = trainer.plan[0]
+    reversed_step = replace(
+        first, item_ids=first.item_ids[::-1], test_item_ids=first.test_item_ids[::-1]
+    )
+    trainer.context.plan = replace(trainer.plan, iterations=(reversed_step, *trainer.plan[1:]))
+    trainer.train(max_stages=3)  # sample, log, test
+    load = trainer.run_dir.load_rollouts
+    assert tuple(t.datapoint.id for t in load("train", 0)) == reversed_step.item_ids
+    assert tuple(t.datapoint.id for t in load("test", 0)) == reversed_step.test_item_ids
+
+
+def test_each_iteration_runs_the_stages_its_plan_lists_and_the_last_ends_after_its_test():
+    plan = make_run_plan(HyperParameters.construct_test_params())
+    assert plan[0].stages == (
+        "sample_rollouts",
+        "log_stats",
+        "test",
+        "create_fine_tune_jobs",
+        "await_fine_tune_jobs",
+        "switch_models",
+    )
+    assert plan[-1].stages == ("sample_rollouts", "log_stats", "test")
+    assert plan.after(0, "switch_models") == (1, "sample_rollouts")
+    assert plan.after(len(plan) - 1, "test") == (len(plan) - 1, "done")
+    assert plan.total_stages == 6 * (len(plan) - 1) + 3
+
+
+def test_an_accepted_plan_change_keeps_the_executed_stages_as_they_ran(dataset, tmp_path):
+    run = tmp_path / "run"
+    PureTextEiTrainer(params(dataset), settings(run)).train(max_stages=2)  # sampled, logged
+    ran = RunPlan.from_dict(json.loads((run / "plan.json").read_text()))
+    change_saved_parameters(run, {"rl.rollouts_per_iteration": 6}, accept=True)
+    trainer = PureTextEiTrainer.resume(run, settings(run), accept_plan_change=True)
+    saved = RunPlan.from_dict(json.loads((run / "plan.json").read_text()))
+    assert saved == trainer.plan
+    assert saved[0].item_ids == ran[0].item_ids and saved[0].items == 4  # as sampled
+    assert saved[1].items == len(saved[1].item_ids) == 6  # not yet run: the new plan's
+    trainer.train()
+    sampled = trainer.run_dir.load_rollouts("train", 0)
+    assert tuple(t.datapoint.id for t in sampled) == ran[0].item_ids
+
+
+def test_a_groups_job_continues_from_the_model_its_plan_step_says(dataset, tmp_path):
+    submitted: list[FineTuneSpec] = []
+
+    class Recording(DummyFineTuneBackend):
+        async def create_job(self, spec):
+            submitted.append(spec)
+            return await super().create_job(spec)
+
+    verifier = PureTextAgentParameters(use_dummy_api=True, fine_tune_from_scratch=False)
+    hp = params(dataset, agents={"prover": verifier, "verifier": verifier})
+    trainer = build_trainer(
+        hp, settings(tmp_path / "run"), fine_tune_backends={"prover": Recording()}
+    )
+    assert [it.group("prover").continues for it in trainer.plan[:2]] == [True, True]
+    trainer.train()
+    first, second = submitted
+    assert first.base_model == hp.agents["prover"].model_name
+    assert second.base_model == f"{first.base_model}:ft-prover-it0"  # the first job's model
+
+
+def test_the_job_monitors_epoch_count_is_the_plans(monkeypatch):
+    """A job OpenAI is sent ``n_epochs`` for trains that many epochs: the notebook's job
+    monitor counts them as the plan does (it counted ``rl.num_epochs``)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # a client is made, nothing is sent
+    from nip.session import Session
+    from nip.training.groups import PureTextSharedModelGroup
+
+    hp = HyperParameters.construct_test_params()
+    hp.agents["verifier"] = PureTextAgentParameters(openai_n_epochs=3)
+    session = Session(hp, ExperimentSettings(show_progress=False))
+    group = PureTextSharedModelGroup(
+        hp, None, session.handler, {"verifier": session.agents["verifier"]}, "verifier"
+    )
+    assert group.num_epochs == 3 == plan_run(hp)[0].group("verifier").epochs
+
+
+def test_extending_a_run_shows_the_plans_schedule_by_group_and_update_schedule(dataset, tmp_path):
+    from nip.experiments.extend import extension_schedule
+    from nip.parameters.update_schedule import AlternatingPeriodicUpdateSchedule
+
+    shared = PureTextAgentParameters(use_dummy_api=True, shared_model_group="everyone")
+    odd = AlternatingPeriodicUpdateSchedule(period=1, first_on=False)  # odd iterations
+    hp = params(
+        dataset,
+        agents={"prover": replace(shared, update_schedule=odd), "verifier": shared},
+        rl=RlParameters(num_iterations=1, rollouts_per_iteration=4),
+    )
+    hp.agents["verifier"].update_schedule = odd
+    run = tmp_path / "run"
+    PureTextEiTrainer(hp, settings(run)).train()
+    text = extension_schedule(run, 2)
+    assert "iteration 0: fine-tune nothing" in text  # its update schedule skips iteration 0
+    assert "iteration 1: sample 4 dialogues, fine-tune everyone" in text

@@ -15,17 +15,17 @@ import pytest
 from nip.backends.pool import BackendPool
 from nip.cli import main
 from nip.errors import InvalidParameterError
-from nip.parameters import HyperParameters, PureTextAgentParameters
-from nip.settings import ExperimentSettings
-from nip.training.cost_estimate import estimate_cost
-from nip.training.sweep import (
+from nip.experiments.cost_estimate import estimate_cost
+from nip.experiments.sweep import (
     GridSpec,
     SweepMismatchError,
     open_cell,
     run_sweep,
     sweep_status,
 )
-from nip.training.sweep_grid import estimate_sweep
+from nip.experiments.sweep_grid import estimate_sweep
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.settings import ExperimentSettings
 from nip.viz.compare_runs import runs_table
 
 GRID = """
@@ -219,7 +219,7 @@ def test_nip_sweep_dry_run_prints_each_cell_and_the_total_and_writes_nothing(
 
 
 def test_nip_sweep_resume_runs_the_grid_its_directory_was_made_from(grid, tmp_path, capsys):
-    from nip.training.sweep import prepare_sweep
+    from nip.experiments.sweep import prepare_sweep
 
     prepare_sweep(GridSpec.load(grid), tmp_path / "s")  # as a sweep killed before any cell ran
     assert main(["sweep", "resume", str(tmp_path / "s"), "--quiet"]) == 0

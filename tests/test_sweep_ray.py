@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from nip.cli import main
+from nip.experiments.sweep import GridSpec, run_sweep, sweep_status
+from nip.experiments.sweep_ray import parse_resources
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.settings import ExperimentSettings
-from nip.training.sweep import GridSpec, run_sweep, sweep_status
-from nip.training.sweep_ray import parse_resources
 
 GRID = """
 base: base.yaml
@@ -69,7 +69,7 @@ def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
     # aborts (the node "timed out during startup": the test skips, saying so); later Ray
     # versions wait RAY_agent_register_timeout_ms instead.
     monkeypatch.setenv("RAY_agent_register_timeout_ms", "120000")
-    from nip.training.sweep_ray import run_sweep_ray
+    from nip.experiments.sweep_ray import run_sweep_ray
 
     _base(make_tiny_dataset()).save(tmp_path / "base.yaml")
     (tmp_path / "grid.yaml").write_text(GRID)

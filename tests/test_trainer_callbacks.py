@@ -3,7 +3,6 @@ watches a run is a callback."""
 
 from __future__ import annotations
 
-import typing
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,9 @@ from nip.parameters import (
     TextRlParameters,
 )
 from nip.settings import ExperimentSettings
-from nip.training.algorithms import ALGORITHMS, TrainingAlgorithm
+from nip.training.algorithms import ALGORITHMS, BY_NAME, TrainingAlgorithm
 from nip.training.callbacks import TrainerCallback
-from nip.training.plan import Algorithm
+from nip.training.context import RunContext
 from nip.training.trainer import build_trainer
 
 
@@ -28,7 +27,7 @@ def dataset(make_tiny_dataset) -> Path:
 
 
 def test_every_algorithm_the_plan_names_is_an_object_of_the_algorithm_table():
-    assert set(typing.get_args(Algorithm)) == set(ALGORITHMS)
+    assert set(BY_NAME) == {a.name for a in ALGORITHMS.values()} == {"expert_iteration", "malt"}
     assert all(isinstance(a, TrainingAlgorithm) for a in ALGORITHMS.values())
     assert {a.method for a in ALGORITHMS.values()} == {"supervised", "dpo"}
 
@@ -96,3 +95,18 @@ def test_a_callback_can_stop_the_run_between_stages_and_it_resumes(dataset, tmp_
     assert trainer.train().stages_completed == 2
     resumed = type(trainer).resume(tmp_path / "run", ExperimentSettings(show_progress=False))
     assert resumed.train().stage == "done"
+
+
+def test_callbacks_see_the_runs_context_not_the_trainer(dataset, tmp_path):
+    seen: list[object] = []
+
+    class Watcher(TrainerCallback):
+        async def on_stage_begin(self, run, stage):
+            seen.append(run)
+
+    settings = ExperimentSettings(run_dir=tmp_path / "run", show_progress=False)
+    trainer = build_trainer(hyper_params(dataset), settings, callbacks=[Watcher()])
+    trainer.train(max_stages=2)
+    assert seen == [trainer.context, trainer.context]
+    assert isinstance(seen[0], RunContext) and not isinstance(seen[0], type(trainer))
+    assert trainer.context.step is trainer.plan[0] and trainer.context.state is trainer.state

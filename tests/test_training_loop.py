@@ -25,9 +25,9 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.groups import PureTextSharedModelGroup
-from nip.training.run_dir import RunDirectory
 from nip.training.trainer import (
     PureTextEiTrainer,
     PureTextMaltTrainer,
@@ -153,7 +153,7 @@ def test_malt_trains_on_the_pairs_of_every_earlier_malt_iteration_when_asked(dat
     """text_rl.fine_tune_on_all_previous_rollouts: the DPO dataset of iteration 2 holds the pairs
     of the trees of iterations 1 and 2 (the compatible ones: iteration 0 was Expert Iteration,
     which has no trees), as the original concatenated earlier iterations."""
-    from nip.training.malt import dpo_dataset
+    from nip.training.algorithms.malt import dpo_dataset
 
     hp = params(
         dataset,

@@ -16,8 +16,8 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
-from nip.training.run_dir import RunDirectory
 from nip.training.trainer import build_trainer
 
 pytestmark = pytest.mark.timeout(120)

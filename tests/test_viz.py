@@ -25,8 +25,8 @@ from nip.protocols import Decision, NipProtocol
 from nip.rollouts import AgentTurn, Datapoint, Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.malt import build_trees, select_pairs
-from nip.training.malt_tree import ResponseTree
+from nip.training.algorithms.malt import build_trees, select_pairs
+from nip.training.algorithms.malt_tree import ResponseTree
 from nip.training.trainer import build_trainer
 from nip.viz import (
     TreeViewer,

@@ -22,8 +22,8 @@ from nip.parameters import (
 from nip.rollouts import Datapoint
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.algorithms.malt import DpoExample
 from nip.training.groups import PureTextSharedModelGroup
-from nip.training.malt import DpoExample
 from nip.widgets import (
     DialogueController,
     FineTuneLauncher,
@@ -427,7 +427,7 @@ def test_expert_iteration_selection_keeps_the_dialogues_the_agent_won():
 
 
 def test_the_launcher_selects_and_builds_the_dataset_as_the_trainer_does():
-    from nip.training.expert_iteration import select_group_rollouts, sft_dataset
+    from nip.training.algorithms.expert_iteration import select_group_rollouts, sft_dataset
 
     session = make_session()
     batch = session.rollouts(ITEMS)

@@ -1,1 +1,2 @@
-"""Training agents on their own dialogues: Expert Iteration and MALT."""
+"""The training loop: a trainer that walks its run plan, the algorithms it runs, the shared
+model groups it fine-tunes, and the callbacks that watch it."""

@@ -31,7 +31,8 @@ from nip.parameters.groups import check_group_agreement
 from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.settings import ExperimentSettings
-from nip.training.expert_iteration import sft_dataset
+from nip.training.algorithms.expert_iteration import sft_dataset
+from nip.training.plan import continues_from_latest, fine_tune_spec, job_epochs
 
 JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
 #: The outcomes a trainer records for a group it did not submit a job for.
@@ -82,41 +83,6 @@ class PureTextSharedModelGroupState:
     fine_tune_failures: list[dict[str, Any]] = field(default_factory=list)
     start_model: str | None = None
     start_adapter_path: str | None = None
-
-
-def fine_tune_spec(
-    hyper_params: HyperParameters,
-    params: PureTextAgentParameters,
-    method: str,
-    examples: Sequence[dict[str, Any]],
-    job_name: str | None,
-    *,
-    base_model: str,
-    previous_adapter: str | None = None,
-) -> FineTuneSpec:
-    """A group's job from its members' parameters: what the group submits and what the run
-    plan shows (:mod:`nip.training.plan`)."""
-    return FineTuneSpec(
-        base_model=base_model,
-        method=method,  # type: ignore[arg-type]
-        examples=tuple(examples),
-        job_name=job_name,
-        num_epochs=params.num_epochs or hyper_params.rl.num_epochs,
-        learning_rate=hyper_params.rl.lr,
-        batch_size=params.per_device_train_batch_size,
-        dpo_beta=params.dpo_beta,
-        use_lora=params.use_lora,
-        lora_rank=params.lora_rank,
-        lora_alpha=params.computed_lora_alpha,
-        lora_dropout=params.lora_dropout,
-        previous_adapter=previous_adapter,
-        quantization=params.quantization,
-        stack_lora_adapters=params.stack_lora_adapters,
-        seed=hyper_params.seed,
-        openai_n_epochs=params.openai_n_epochs,
-        openai_batch_size=params.openai_batch_size,
-        openai_learning_rate_multiplier=params.openai_learning_rate_multiplier,
-    )
 
 
 class PureTextSharedModelGroup:
@@ -204,30 +170,46 @@ class PureTextSharedModelGroup:
 
     @property
     def num_epochs(self) -> int:
-        return self._spec("supervised", [], None).num_epochs
+        """The epochs its next job trains (as the run plan counts them)."""
+        return job_epochs(self.params, self._spec("supervised", [], None))
 
     @property
     def rl_learning_rate(self) -> float:
         return self.hyper_params.rl.lr
 
+    @property
+    def submitted_job_id(self) -> str | None:
+        """The job submitted this iteration and not yet switched to (None: none)."""
+        return self.state.fine_tune_job_id if self.state.last_job_outcome == "submitted" else None
+
     # ------------------------------------------------------------- fine-tuning
-    def _spec(self, method: str, examples: list[dict[str, Any]], job_name: str | None):
-        params = self.params
-        from_scratch = params.fine_tune_from_scratch
+    def _spec(
+        self,
+        method: str,
+        examples: list[dict[str, Any]],
+        job_name: str | None,
+        continues: bool | None = None,
+    ) -> FineTuneSpec:
+        """The job, from the run plan's decision to continue from the group's latest model
+        (default: :func:`~nip.training.plan.continues_from_latest`) and what the group's
+        models are called by now."""
+        if continues is None:
+            continues = continues_from_latest(self.params)
         # A local adapter continues as base model + previous adapter; an API fine-tune
-        # continues from the fine-tuned model's name. "From scratch" starts again from the
+        # continues from the fine-tuned model's name. Starting afresh starts again from the
         # run's starting point: the base model, or the adapter of an earlier run.
-        continue_by_name = not from_scratch and self.state.adapter_path is None
+        by_name = continues and self.state.adapter_path is None
         base = self.params.model_name if self.state.start_adapter_path else self.base_model_name
-        previous = self.state.start_adapter_path if from_scratch else self.state.adapter_path
         return fine_tune_spec(
             self.hyper_params,
-            params,
+            self.params,
             method,
             examples,
             job_name,
-            base_model=self.model_name if continue_by_name else base,
-            previous_adapter=previous,
+            base_model=self.model_name if by_name else base,
+            previous_adapter=self.state.adapter_path
+            if continues
+            else self.state.start_adapter_path,
         )
 
     def supervised_examples(
@@ -235,13 +217,19 @@ class PureTextSharedModelGroup:
         rollouts_per_agent: Mapping[str, Sequence[Transcript]],
         guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
     ) -> list[dict[str, Any]]:
-        """The SFT lines the group would train on (see :mod:`nip.training.expert_iteration`)."""
+        """The SFT lines the group would train on (Expert Iteration's :func:`sft_dataset`)."""
         return sft_dataset(self.agent_wholes, rollouts_per_agent, guess_replaced_rollouts)
 
     async def submit_fine_tune_job(
-        self, method: str, examples: list[dict[str, Any]], job_name: str | None = None
+        self,
+        method: str,
+        examples: list[dict[str, Any]],
+        job_name: str | None = None,
+        *,
+        continues: bool | None = None,
     ) -> str | None:
-        """Submit a job on ``examples`` as built (``method``: "supervised" or "dpo").
+        """Submit a job on ``examples`` as built (``method``: "supervised" or "dpo";
+        ``continues``: from the group's latest model, as the run plan's step says).
 
         Returns:
             The job id, or None when the group is frozen or has too few examples (see
@@ -262,7 +250,8 @@ class PureTextSharedModelGroup:
             )
             self.state.last_job_outcome = "insufficient_data"
             return None
-        job_id = await self.fine_tune_backend.create_job(self._spec(method, examples, job_name))
+        spec = self._spec(method, examples, job_name, continues)
+        job_id = await self.fine_tune_backend.create_job(spec)
         self.state.fine_tune_job_id = job_id
         self.state.last_job_outcome = "submitted"
         return job_id
@@ -297,7 +286,7 @@ class PureTextSharedModelGroup:
         """Submit a DPO job on the members' preference pairs.
 
         Args:
-            positive_examples_per_agent: :class:`~nip.training.malt.DpoExample` pairs by
+            positive_examples_per_agent: :class:`~nip.training.algorithms.malt.DpoExample` pairs by
                 agent name; each pair carries its preferred and non-preferred message.
             negative_examples_per_agent: Kept for the original's signature, where the two
                 halves of a pair came separately; leave it None.
@@ -419,15 +408,15 @@ class PureTextSharedModelGroup:
         for agent in self.agent_wholes.values():
             agent.model_name = self.model_name
 
-    async def wait_for_ready(self, timeout: float = 300.0) -> None:
+    async def wait_for_ready(self, timeout: float = 300.0, *, will_train: bool = False) -> None:
         """Wait until the members' backends can generate (e.g. a server has started), and
-        build the fine-tuning backend of a group that will train.
+        build the fine-tuning backend of a group that ``will_train`` (the run plan says).
 
         Raises:
             TimeoutError: Not ready within ``timeout`` seconds.
             MissingExtraError: The fine-tuning backend needs an extra that is not installed.
         """
-        if self.is_trainable and self.hyper_params.rl.num_iterations > 1:
+        if will_train:
             # Built now: a missing extra is refused before the first dialogue, and the
             # embedded model's imports the training libraries while dialogues are sampled.
             _ = self.fine_tune_backend
@@ -476,16 +465,19 @@ class OpenAiSharedModelGroup(PureTextSharedModelGroup):
     ``model_provider`` (OpenAI API, a self-hosted server, local LoRA or dummy)."""
 
 
-async def wait_for_groups(groups: Mapping[str, PureTextSharedModelGroup], timeout: float) -> None:
+async def wait_for_groups(
+    groups: Mapping[str, PureTextSharedModelGroup], timeout: float, training: Iterable[str] = ()
+) -> None:
     """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is still
-    loading, say), instead of failing the first requests.
+    loading, say), instead of failing the first requests; the ``training`` groups' fine-tuning
+    backends are built meanwhile.
 
     Raises:
         BackendUnavailableError: A group's server was not ready within ``timeout`` seconds.
     """
     for name, group in groups.items():
         try:
-            await group.wait_for_ready(timeout)
+            await group.wait_for_ready(timeout, will_train=name in training)
         except TimeoutError:
             raise BackendUnavailableError(
                 f"the server of group {name!r} was not ready after {timeout:g} s "

@@ -7,115 +7,61 @@
     plan.iterations[0].groups[0].method, plan.to_dict()
 
 Every schedule rule lives here, once: which items each iteration samples (``nip.data.order``),
-which iterations test and how many passes, which algorithm an iteration runs (Expert
-Iteration, or MALT after ``num_initial_ei_iterations``), which groups train with which method
-on which iterations' data, why the others do not (frozen, not scheduled), and each job's
-settings as its provider's backend will send them (``nip.jobs.factory.job_settings``, the
-function the backends use). The trainer executes the plan, the dry run prices it, and the
-reporter and the dashboard show it. A run saves it as ``plan.json``; resuming compares the
-plan it would make now with the saved one and refuses a difference (:class:`PlanChangedError`).
+which iterations test, on which items and how many passes, which algorithm an iteration runs
+(:func:`nip.training.algorithms.algorithm_of`), which stages it runs, which groups train with
+which method on which iterations' data and from which model, why the others do not (frozen,
+not scheduled), and each job's settings as its provider's backend will send them
+(``nip.jobs.factory.job_settings``, the function the backends use). The trainer walks the
+plan, the dry run prices it, and the reporter and the dashboard show it; none of them decides
+any of it again. A run saves it as ``plan.json``; resuming compares the plan it would make now
+with the saved one and refuses a difference (:class:`PlanChangedError`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from nip.data import DatasetUnavailableError
 from nip.data.order import held_out_indices, train_indices
 from nip.errors import IncompatibleParametersError
+from nip.jobs import FineTuneSpec
 from nip.jobs.factory import job_settings
-from nip.parameters import HyperParameters
+from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.groups import group_members
-from nip.protocols import ProtocolHandler
+from nip.runs.plan_steps import TEST_ITERATION, GroupStep, IterationPlan
+from nip.runs.run_dir import RunDirectory
+from nip.runs.state import ITERATION_STAGES, TrainerState
 from nip.session import Session
-from nip.settings import ExperimentSettings
-from nip.training.algorithms import ALGORITHMS
-from nip.training.groups import SKIP_REASONS, fine_tune_spec, too_few_examples
+from nip.training.algorithms import algorithm_of
 from nip.training.plan_display import plan_diff, plan_html, plan_jobs, plan_rows, plan_text
-from nip.training.run_dir import RunDirectory
 
 __all__ = [
-    "SKIP_REASONS",
+    "TEST_ITERATION",
     "GroupStep",
     "IterationPlan",
     "PlanChangedError",
     "RunPlan",
     "check_saved_plan",
+    "fine_tune_spec",
+    "job_epochs",
     "make_run_plan",
     "plan_for_session",
-    "plan_run",
-    "too_few_examples",
 ]
 
-Algorithm = Literal["expert_iteration", "malt"]
-SkipReason = Literal["frozen", "not_scheduled"]
+
+#: The fields of an iteration's plan each stage executes (kept as they ran by an accepted change).
+_STAGE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "sample_rollouts": ("algorithm", "items", "item_ids", "frozen_agents"),
+    "test": ("tests", "test_passes", "test_items", "test_item_ids"),
+    "create_fine_tune_jobs": ("fine_tunes", "groups"),
+}
 
 
 class PlanChangedError(IncompatibleParametersError):
     """Resuming would run a different plan from the one the run started with."""
-
-
-@dataclass(frozen=True)
-class GroupStep:
-    """What one shared model group does after an iteration's sampling.
-
-    Attributes:
-        group: The group's name.
-        agents: Its members.
-        method: ``"supervised"`` (Expert Iteration) or ``"dpo"`` (MALT); None when skipped.
-        skip: Why it is not trained (``"frozen"``, ``"not_scheduled"``), or None.
-        data_iterations: The iterations whose dialogues (or trees) its dataset is built from.
-        job: The job's settings as its provider's backend sends them (the base model of a
-            group that continues from its latest fine-tune is named in angle brackets: it is
-            known only once the earlier job has run).
-        epochs: The epochs the job trains for, as the dry run prices them: the number sent,
-            or where OpenAI chooses (``"auto"``) the agent's ``num_epochs`` (``rl.num_epochs``).
-    """
-
-    group: str
-    agents: tuple[str, ...]
-    method: str | None = None
-    skip: str | None = None
-    data_iterations: tuple[int, ...] = ()
-    job: dict[str, Any] | None = None
-    epochs: int = 0
-
-
-@dataclass(frozen=True)
-class IterationPlan:
-    """One iteration: what it samples, whether it tests, and what each group trains.
-
-    Attributes:
-        iteration: Its number, from 0.
-        algorithm: ``"expert_iteration"`` (dialogues) or ``"malt"`` (response trees).
-        items: How many train items it samples.
-        item_ids: Their ids, in order (None when the dataset was not loaded).
-        tests: Whether the test stage runs.
-        test_passes: Passes over the test items (``rl.num_test_iterations``).
-        test_items: How many test items each pass plays.
-        test_item_ids: Their ids (None when not loaded, or no test).
-        fine_tunes: Whether fine-tuning follows (not after the last iteration).
-        groups: Each group's step (empty when nothing is fine-tuned).
-        frozen_agents: The agents not trained in this iteration (frozen, or not scheduled):
-            in MALT they add one child, not several, in rounds only they act.
-    """
-
-    iteration: int
-    algorithm: Algorithm
-    items: int
-    item_ids: tuple[str, ...] | None = None
-    tests: bool = False
-    test_passes: int = 0
-    test_items: int = 0
-    test_item_ids: tuple[str, ...] | None = None
-    fine_tunes: bool = True
-    groups: tuple[GroupStep, ...] = ()
-    frozen_agents: tuple[str, ...] = ()
-
-    def group(self, name: str) -> GroupStep | None:
-        return next((g for g in self.groups if g.group == name), None)
 
 
 @dataclass(frozen=True)
@@ -140,38 +86,47 @@ class RunPlan:
     def trains_anything(self) -> bool:
         return any(g.method for it in self.iterations for g in it.groups)
 
+    @property
+    def total_stages(self) -> int:
+        """Stages in the whole run."""
+        return sum(len(it.stages) for it in self.iterations)
+
+    def after(self, iteration: int, stage: str) -> tuple[int, str]:
+        """Where the run goes once ``stage`` of ``iteration`` has run: the iteration's next
+        stage, the next iteration's first, or ``(iteration, "done")`` after the last."""
+        stages = self[iteration].stages
+        if stage in stages and stage != stages[-1]:
+            return iteration, stages[stages.index(stage) + 1]
+        if iteration + 1 < len(self):
+            return iteration + 1, self[iteration + 1].stages[0]
+        return iteration, "done"
+
     # ------------------------------------------------------------- round trip
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RunPlan:
-        iterations = tuple(
-            IterationPlan(
-                **{
-                    **it,
-                    "item_ids": _tuple(it.get("item_ids")),
-                    "test_item_ids": _tuple(it.get("test_item_ids")),
-                    "frozen_agents": tuple(it.get("frozen_agents", ())),
-                    "groups": tuple(
-                        GroupStep(
-                            **{
-                                **g,
-                                "agents": tuple(g["agents"]),
-                                "data_iterations": tuple(g["data_iterations"]),
-                            }
-                        )
-                        for g in it.get("groups", ())
-                    ),
-                }
-            )
-            for it in data.get("iterations", ())
-        )
+        iterations = tuple(IterationPlan.from_dict(it) for it in data.get("iterations", ()))
         return cls(**{**data, "iterations": iterations})
 
     def differences(self, other: RunPlan) -> list[str]:
         """Readable lines, one per setting that differs from ``other`` (empty: the same)."""
         return plan_diff(self.to_dict(), other.to_dict())
+
+    def keeping_executed(self, saved: RunPlan, state: TrainerState) -> RunPlan:
+        """This plan from where ``state`` stands on, and ``saved`` for what has already run:
+        an accepted change never rewrites the record of executed stages."""
+        iterations = list(self.iterations)
+        for i in range(min(state.iteration + 1, len(saved), len(iterations))):
+            ran = saved[i]
+            if i < state.iteration or state.stage == "done":
+                iterations[i] = ran
+                continue
+            done = ITERATION_STAGES[: ITERATION_STAGES.index(state.stage)]
+            kept = {k: getattr(ran, k) for s in done for k in _STAGE_FIELDS.get(s, ())}
+            iterations[i] = replace(iterations[i], **kept)
+        return replace(self, iterations=tuple(iterations))
 
     # ---------------------------------------------------------------- display
     def rows(self) -> list[dict[str, str]]:
@@ -195,22 +150,7 @@ class RunPlan:
         )
 
 
-def _tuple(value: Any) -> tuple | None:
-    return None if value is None else tuple(value)
-
-
-# ----------------------------------------------------------------- making a plan
-def algorithm_of(hyper_params: HyperParameters, iteration: int) -> Algorithm:
-    """Which algorithm ``iteration`` runs: MALT's trainer runs Expert Iteration first for
-    ``num_initial_ei_iterations``."""
-    if (
-        hyper_params.trainer == "pure_text_malt"
-        and iteration >= hyper_params.pure_text_malt.num_initial_ei_iterations
-    ):
-        return "malt"
-    return "expert_iteration"
-
-
+# ------------------------------------------------------------------- the rules
 def tests_in(hyper_params: HyperParameters, iteration: int) -> bool:
     """Whether ``iteration`` runs the test stage (``text_rl.test_scheme``)."""
     first = iteration == 0
@@ -220,6 +160,18 @@ def tests_in(hyper_params: HyperParameters, iteration: int) -> bool:
     ]
 
 
+def test_item_ids(hyper_params: HyperParameters, test_ids: Sequence[str]) -> tuple[str, ...]:
+    """The items a test pass plays, from the ids of the test split in its order: the whole
+    split, or ``rl.rollouts_per_iteration`` items (``text_rl.test_on_whole_dataset``), in the
+    order of one seeded shuffle (``nip.data.order``)."""
+    size = (
+        None
+        if hyper_params.text_rl.test_on_whole_dataset
+        else hyper_params.rl.rollouts_per_iteration
+    )
+    return tuple(test_ids[i] for i in held_out_indices(len(test_ids), size, hyper_params.seed))
+
+
 def data_iterations(hyper_params: HyperParameters, iteration: int) -> tuple[int, ...]:
     """The iterations whose data a job after ``iteration`` learns from: this one, or with
     ``fine_tune_on_all_previous_rollouts`` every compatible one so far (those run by the
@@ -227,7 +179,7 @@ def data_iterations(hyper_params: HyperParameters, iteration: int) -> tuple[int,
     if not hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
         return (iteration,)
     algorithm = algorithm_of(hyper_params, iteration)
-    return tuple(i for i in range(iteration + 1) if algorithm_of(hyper_params, i) == algorithm)
+    return tuple(i for i in range(iteration + 1) if algorithm_of(hyper_params, i) is algorithm)
 
 
 def make_run_plan(
@@ -246,11 +198,8 @@ def make_run_plan(
     """
     rl, text_rl = hyper_params.rl, hyper_params.text_rl
     n, seed = rl.rollouts_per_iteration, hyper_params.seed
-    test_size = None if text_rl.test_on_whole_dataset else n
-    test_item_ids = None
-    if test_ids is not None:
-        test_item_ids = tuple(test_ids[i] for i in held_out_indices(len(test_ids), test_size, seed))
-    test_items = len(test_item_ids) if test_item_ids is not None else (test_size or 0)
+    tested = None if test_ids is None else test_item_ids(hyper_params, test_ids)
+    test_items = len(tested) if tested is not None else (0 if text_rl.test_on_whole_dataset else n)
     members = group_members(hyper_params)
     iterations = []
     for iteration in range(rl.num_iterations):
@@ -269,13 +218,13 @@ def make_run_plan(
         iterations.append(
             IterationPlan(
                 iteration=iteration,
-                algorithm=algorithm_of(hyper_params, iteration),
+                algorithm=algorithm_of(hyper_params, iteration).name,
                 items=n,
                 item_ids=item_ids,
                 tests=tests,
                 test_passes=rl.num_test_iterations if tests else 0,
                 test_items=test_items if tests else 0,
-                test_item_ids=test_item_ids if tests else None,
+                test_item_ids=tested if tests else None,
                 fine_tunes=fine_tunes,
                 groups=groups,
                 frozen_agents=tuple(
@@ -302,8 +251,8 @@ def _group_step(
     skip = _skip_reason(hyper_params, agents, iteration)
     if skip is not None:
         return GroupStep(group, tuple(agents), skip=skip)
-    method = ALGORITHMS[algorithm_of(hyper_params, iteration)].method
-    continues = not params.fine_tune_from_scratch and iteration > 0
+    method = algorithm_of(hyper_params, iteration).method
+    continues = continues_from_latest(params)
     start = (
         f"<the model of run {params.checkpoint_run_id}>"
         if params.load_checkpoint_and_parameters
@@ -315,28 +264,67 @@ def _group_step(
         method,
         (),
         job_name(group, iteration),
-        base_model=f"<{group}'s latest model>" if continues else start,
+        base_model=f"<{group}'s latest model>" if continues and iteration > 0 else start,
     )
-    job = job_settings(params, spec)
     return GroupStep(
         group,
         tuple(agents),
         method=method,
         data_iterations=data_iterations(hyper_params, iteration),
-        job=job,
-        epochs=_epochs(job, spec.num_epochs),
+        job=job_settings(params, spec),
+        epochs=job_epochs(params, spec),
+        continues=continues,
     )
 
 
-def _skip_reason(
-    hyper_params: HyperParameters, agents: Sequence[str], iteration: int
-) -> SkipReason | None:
+def _skip_reason(hyper_params: HyperParameters, agents: Sequence[str], iteration: int):
     params = hyper_params.agents[agents[0]]  # a group's members agree (check_group_agreement)
     if params.freeze_agent:
         return "frozen"
     if not params.update_schedule.is_update_iteration(iteration):
         return "not_scheduled"
     return None
+
+
+def continues_from_latest(params: PureTextAgentParameters) -> bool:
+    """Whether a group's jobs continue from its latest model (``fine_tune_from_scratch``
+    off) rather than starting again from its starting model."""
+    return not params.fine_tune_from_scratch
+
+
+def fine_tune_spec(
+    hyper_params: HyperParameters,
+    params: PureTextAgentParameters,
+    method: str,
+    examples: Sequence[dict[str, Any]],
+    job_name: str | None,
+    *,
+    base_model: str,
+    previous_adapter: str | None = None,
+) -> FineTuneSpec:
+    """A group's job from its members' parameters: what the plan shows and the group
+    submits (with the examples, and the names its starting point has by then)."""
+    return FineTuneSpec(
+        base_model=base_model,
+        method=method,  # type: ignore[arg-type]
+        examples=tuple(examples),
+        job_name=job_name,
+        num_epochs=params.num_epochs or hyper_params.rl.num_epochs,
+        learning_rate=hyper_params.rl.lr,
+        batch_size=params.per_device_train_batch_size,
+        dpo_beta=params.dpo_beta,
+        use_lora=params.use_lora,
+        lora_rank=params.lora_rank,
+        lora_alpha=params.computed_lora_alpha,
+        lora_dropout=params.lora_dropout,
+        previous_adapter=previous_adapter,
+        quantization=params.quantization,
+        stack_lora_adapters=params.stack_lora_adapters,
+        seed=hyper_params.seed,
+        openai_n_epochs=params.openai_n_epochs,
+        openai_batch_size=params.openai_batch_size,
+        openai_learning_rate_multiplier=params.openai_learning_rate_multiplier,
+    )
 
 
 def sent_hyperparameters(job: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -348,11 +336,11 @@ def sent_hyperparameters(job: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict((method.get(method.get("type")) or {}).get("hyperparameters", {}))
 
 
-def _epochs(job: Mapping[str, Any] | None, num_epochs: int) -> int:
-    """The epochs a job trains: the number it sends, or ``num_epochs`` where the provider
-    chooses (``"auto"``) or the job trains here."""
-    sent = sent_hyperparameters(job).get("n_epochs")
-    return sent if isinstance(sent, int) else num_epochs
+def job_epochs(params: PureTextAgentParameters, spec: FineTuneSpec) -> int:
+    """The epochs a job trains: the number its provider is sent, or ``spec.num_epochs`` where
+    the provider chooses (``"auto"``) or the job trains here."""
+    sent = sent_hyperparameters(job_settings(params, spec)).get("n_epochs")
+    return sent if isinstance(sent, int) else spec.num_epochs
 
 
 def job_name(group: str, iteration: int) -> str:
@@ -381,31 +369,22 @@ def plan_for_session(
     return make_run_plan(hyper_params, train_ids=train, test_ids=test)
 
 
-def plan_run(
-    hyper_params: HyperParameters,
-    settings: ExperimentSettings | None = None,
-    *,
-    protocol: type[ProtocolHandler] | None = None,
+def check_saved_plan(
+    run_dir: RunDirectory, plan: RunPlan, state: TrainerState, *, accept: bool = False
 ) -> RunPlan:
-    """The plan of a run of ``hyper_params``, before it starts (``nip plan CONFIG``): no API
-    key is needed and nothing is sent; without the dataset at hand (a Hub dataset offline),
-    the plan counts the items without naming them."""
-    from nip.training.dialogue_sizes import dry_run_session
+    """Compare ``plan`` with the run's saved ``plan.json``; save and return the plan to run.
 
-    settings = settings or ExperimentSettings(show_progress=False)
-    session = dry_run_session(hyper_params, settings, protocol=protocol)
-    return plan_for_session(hyper_params, session, need_data=False)
-
-
-def check_saved_plan(run_dir: RunDirectory, plan: RunPlan, *, accept: bool = False) -> None:
-    """Compare ``plan`` with the run's saved ``plan.json``, then save ``plan``.
+    An accepted change applies from where ``state`` stands: what has already run stays as
+    it ran, in the plan returned and in ``plan.json`` (:meth:`RunPlan.keeping_executed`).
 
     Raises:
         PlanChangedError: They differ and ``accept`` is False (the message lists the
             differences, saved -> now).
     """
     if run_dir.exists("plan.json"):
-        changes = RunPlan.from_dict(run_dir.read_json("plan.json")).differences(plan)
+        recorded = run_dir.read_json("plan.json")
+        # What the saved plan recorded (a field added by a later nip is not compared).
+        changes = plan_diff(recorded, json.loads(json.dumps(plan.to_dict())))
         if changes and not accept:
             shown = "\n  ".join(changes[:20])
             more = f"\n  ... and {len(changes) - 20} more" if len(changes) > 20 else ""
@@ -415,6 +394,8 @@ def check_saved_plan(run_dir: RunDirectory, plan: RunPlan, *, accept: bool = Fal
                 "schedule; resume with accept_plan_change=True (nip resume "
                 "--accept-plan-change) to go on with the new plan."
             )
+        if changes:
+            plan = plan.keeping_executed(RunPlan.from_dict(recorded), state)
     elif run_dir.exists("state.json") and not accept:
         # A run started by a nip without run plans drew its training items in the file's
         # order; this one walks a seeded shuffle, so going on would change its data silently.
@@ -425,3 +406,4 @@ def check_saved_plan(run_dir: RunDirectory, plan: RunPlan, *, accept: bool = Fal
             "--accept-plan-change) to go on with the new plan."
         )
     run_dir.write_json("plan.json", plan.to_dict())
+    return plan

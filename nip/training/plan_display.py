@@ -1,13 +1,25 @@
 """How a run plan reads: a table per iteration, its jobs, and the differences between two
-plans (:mod:`nip.training.plan`)."""
+plans (:mod:`nip.training.plan`); each algorithm says how its iterations read."""
 
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from nip.training.plan import GroupStep, RunPlan
+from nip.runs.plan_steps import GroupStep, IterationPlan
+from nip.training.algorithms import BY_NAME
+
+
+class RunPlan(Protocol):
+    """What is shown of a :class:`nip.training.plan.RunPlan`."""
+
+    protocol: str
+    trainer: str
+    seed: int
+    train_split: str
+    test_split: str
+    iterations: Sequence[IterationPlan]
 
 
 def plan_rows(self: RunPlan) -> list[dict[str, str]]:
@@ -17,12 +29,12 @@ def plan_rows(self: RunPlan) -> list[dict[str, str]]:
         count = str(it.test_items) if it.test_items or it.test_item_ids is not None else "all"
         test = f"{it.test_passes} x {count} {self.test_split}" if it.tests else "no test"
         train = "; ".join(_describe_step(g) for g in it.groups) or "nothing (last iteration)"
+        algorithm = BY_NAME[it.algorithm]
         rows.append(
             {
                 "iteration": str(it.iteration),
-                "algorithm": "MALT" if it.algorithm == "malt" else "Expert Iteration",
-                "samples": f"{it.items} {self.train_split}"
-                + (" trees" if it.algorithm == "malt" else " dialogues"),
+                "algorithm": algorithm.label,
+                "samples": f"{it.items} {self.train_split} {algorithm.unit}",
                 "test": test,
                 "fine-tuning": train,
             }
@@ -93,10 +105,11 @@ def _describe_step(step: GroupStep) -> str:
 
 
 def plan_diff(old: Any, new: Any, where: str = "") -> list[str]:
-    """Readable lines, one per value that differs between two plans' dicts."""
+    """Readable lines, one per value that differs between two plans' dicts (the keys of
+    ``old``: a plan saved by an earlier nip recorded fewer)."""
     if isinstance(old, dict) and isinstance(new, dict):
         lines = []
-        for key in list(old) + [k for k in new if k not in old]:
+        for key in old:
             lines += plan_diff(old.get(key), new.get(key), f"{where}.{key}" if where else str(key))
         return lines
     same_shape = (

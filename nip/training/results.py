@@ -17,7 +17,7 @@ class RunResults:
 
         Each iteration's summary also goes to the run's logger (W&B), prefixed ``analysis_``
         and plotted against ``analysis_iteration``."""
-        from nip.training.analysis import ANALYSERS, analyse_async, summarise
+        from nip.analysis.judges import ANALYSERS, analyse_async, summarise
 
         backend = self.session.backends.backend_for(judge)
         logger = self._logger or self._make_logger()

@@ -1,14 +1,15 @@
 """The resumable training loop: a small loop over the run plan.
 
-The plan (:mod:`nip.training.plan`) says what each iteration samples, tests and trains; the
-algorithms (:mod:`nip.training.algorithms`) what an iteration collects and learns from; the
-callbacks (:mod:`nip.training.callbacks`) watch the run. Each iteration's stages, the state
-saved after each::
+The plan (:mod:`nip.training.plan`) says what each iteration samples, tests and trains, and
+which stages it runs; the trainer walks that list, saving its state after each stage::
 
     sample_rollouts -> log_stats -> test -> create_fine_tune_jobs -> await_fine_tune_jobs
     -> switch_models -> (next iteration)
 
-The last iteration stops after ``test``. Every stage can be repeated safely, so a run killed
+(an iteration that fine-tunes nothing, such as the last, ends after ``test``). The algorithms
+(:mod:`nip.training.algorithms`) say what an iteration collects and learns from; callbacks
+(:mod:`nip.training.callbacks`) watch the run. Both see a :class:`~nip.training.context.RunContext`,
+not the trainer. Every stage can be repeated safely, so a run killed
 at any point (even ``kill -9``) resumes with :meth:`~PureTextEiTrainer.resume`, without lost or
 duplicated rollouts: a stage's output is written atomically before the state moves on, sampling
 is deterministic given the seed, and a job is recorded the moment it is submitted.
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nip._version import __version__
+from nip.analysis.metrics import priced_rollout_metrics
 from nip.backends.pool import BackendPool
 from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneBackend
@@ -30,29 +32,30 @@ from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
+from nip.runs.plan_steps import TEST_ITERATION
+from nip.runs.run_dir import RunDirectory, new_run_path, split_provenance
+from nip.runs.state import Stage as Stage  # re-exported: the stages' names
+from nip.runs.state import TrainerState
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.algorithms import ALGORITHMS, TrainingAlgorithm, load_trees
+from nip.training.algorithms import BY_NAME, TrainingAlgorithm
+from nip.training.algorithms.malt import load_trees
 from nip.training.callbacks import (
+    ControlFileCallback,
+    StageProgressCallback,
     TrainerCallback,
     WandbCallback,
-    default_callbacks,
     make_logger,
 )
 from nip.training.checkpoint_start import apply_starting_models
-from nip.training.fine_tune_stages import FineTuneStages
+from nip.training.context import RunContext
 from nip.training.groups import PureTextSharedModelGroup, wait_for_groups
 from nip.training.logging import check_wandb
-from nip.training.metrics import priced_rollout_metrics
 from nip.training.plan import RunPlan, check_saved_plan, plan_for_session
+from nip.training.reporter import RunReporter
 from nip.training.results import RunResults
-from nip.training.run_dir import RunDirectory, new_run_path, split_provenance
-from nip.training.state import NEXT_STAGE, TrainerState
-from nip.training.state import Stage as Stage  # re-exported: the stages' names
+from nip.training.stages import FineTuneStages
 from nip.utils.sync import run_sync
-
-#: The trainer's iteration numbers for test passes (seeds and dialogue ids).
-TEST_ITERATION = 10_000
 
 
 class RunDirectoryError(IncompatibleParametersError):
@@ -61,7 +64,9 @@ class RunDirectoryError(IncompatibleParametersError):
 
 class PureTextEiTrainer(FineTuneStages, RunResults):
     """Runs the plan of ``hyper_params``: Expert Iteration (``pure_text_ei``), or MALT after
-    its first Expert Iteration iterations (``pure_text_malt``, :class:`PureTextMaltTrainer`).
+    its first Expert Iteration iterations (``pure_text_malt``): the algorithm is the plan's
+    (:data:`~nip.training.algorithms.ALGORITHMS`), so :class:`PureTextMaltTrainer` is the
+    same class under the original's name.
 
     Args:
         hyper_params: The experiment.
@@ -113,10 +118,9 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
         if not _resuming:  # load the data now: a missing dataset fails before any sampling
             self.run_dir.save_dataset_provenance(split_provenance(self.session))
-        #: What the run does, iteration by iteration (:mod:`nip.training.plan`).
-        self.plan: RunPlan = self.make_plan()
+        plan = self.make_plan()
         if not _resuming:
-            self.run_dir.write_json("plan.json", self.plan.to_dict())
+            self.run_dir.write_json("plan.json", plan.to_dict())
         job_backends = dict(fine_tune_backends or {})
         self.groups: dict[str, PureTextSharedModelGroup] = {
             name: PureTextSharedModelGroup(
@@ -129,10 +133,16 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             )
             for name, members in group_members(hyper_params).items()
         }
-        self.state = TrainerState()
-        self.poll_interval_s = 2.0
+        #: What algorithms and callbacks see of the run: its parameters, plan, state, folder.
+        self.context = RunContext(
+            hyper_params, settings, self.session, self.run_dir, plan, groups=self.groups
+        )
+        #: Its monitors: the reporter, W&B, the control file, the progress file, then yours.
         self.callbacks: list[TrainerCallback] = [
-            *default_callbacks(settings.show_progress),
+            RunReporter(enabled=settings.show_progress),
+            WandbCallback(),
+            ControlFileCallback(),
+            StageProgressCallback(),
             *(callbacks or ()),
         ]
         self._servers_ready = False
@@ -145,6 +155,29 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
     def make_plan(self) -> RunPlan:
         """The plan of this run, from its parameters and its dataset's splits."""
         return plan_for_session(self.hyper_params, self.session)
+
+    @property
+    def plan(self) -> RunPlan:
+        """What the run does, iteration by iteration (:mod:`nip.training.plan`)."""
+        return self.context.plan  # type: ignore[return-value]
+
+    @property
+    def state(self) -> TrainerState:
+        """Where the run stands (saved as ``state.json`` after every stage)."""
+        return self.context.state
+
+    @state.setter
+    def state(self, state: TrainerState) -> None:
+        self.context.state = state
+
+    @property
+    def poll_interval_s(self) -> float:
+        """How often jobs and the control file are polled."""
+        return self.context.poll_interval_s
+
+    @poll_interval_s.setter
+    def poll_interval_s(self, seconds: float) -> None:
+        self.context.poll_interval_s = seconds
 
     # ------------------------------------------------------------------ resume
     @classmethod
@@ -175,8 +208,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         hyper_params = directory.load_hyper_params(force=force)
         settings = settings or ExperimentSettings()
         settings.run_dir = directory.path
-        trainer_cls = TRAINERS[hyper_params.trainer]
-        trainer = trainer_cls(
+        trainer = cls(
             hyper_params,
             settings,
             fine_tune_backends=fine_tune_backends,
@@ -184,12 +216,13 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             backends=backends,
             _resuming=True,
         )
-        check_saved_plan(trainer.run_dir, trainer.plan, accept=accept_plan_change)
         if directory.exists("state.json"):
-            state = directory.read_json("state.json")
-            trainer.state = TrainerState(**state)
+            trainer.state = TrainerState(**directory.read_json("state.json"))
             for name, group_state in trainer.state.groups.items():
                 trainer.groups[name].set_state(group_state)
+        trainer.context.plan = check_saved_plan(
+            trainer.run_dir, trainer.plan, trainer.state, accept=accept_plan_change
+        )
         return trainer
 
     def _save_state(self) -> None:
@@ -208,11 +241,11 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
     @property
     def algorithm(self) -> TrainingAlgorithm:
         """The algorithm the plan runs in the current iteration."""
-        return ALGORITHMS[self.plan[self._iteration].algorithm]
+        return BY_NAME[self.context.step.algorithm]
 
     async def _call(self, hook: str, *args: Any, **kwargs: Any) -> None:
         for callback in self.callbacks:
-            await getattr(callback, hook)(self, *args, **kwargs)
+            await getattr(callback, hook)(self.context, *args, **kwargs)
 
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
         """Run stages until the run is finished, ``max_stages`` stages were run, or a
@@ -222,7 +255,9 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         if not self.finished and not self._servers_ready:
             await self._wait_for_servers()
         while not self.finished and (max_stages is None or stages_run < max_stages):
-            if stages_run and not all([await c.should_continue(self) for c in self.callbacks]):
+            if stages_run and not all(
+                [await c.should_continue(self.context) for c in self.callbacks]
+            ):
                 break
             stage = self.state.stage
             await self._call("on_stage_begin", stage)
@@ -232,9 +267,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
                 await self._call("on_stage_end", stage, error)
                 raise
             await self._call("on_stage_end", stage)
-            last = self._iteration >= len(self.plan) - 1
-            self.state.stage = "done" if stage == "test" and last else NEXT_STAGE[stage]  # type: ignore[assignment]
-            self.state.iteration += stage == "switch_models"
+            self.state.iteration, self.state.stage = self.plan.after(self._iteration, stage)  # type: ignore[assignment]
             self.state.stages_completed += 1
             self._save_state()
             await self._call("on_state_saved", stage)
@@ -252,13 +285,14 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         still loading, say), instead of failing the first requests."""
         await self._call("on_engines_wait", done=False)
         try:
-            await wait_for_groups(self.groups, self.settings.server_ready_timeout_s)
+            training = {g.group for it in self.plan for g in it.groups if g.method}
+            await wait_for_groups(self.groups, self.settings.server_ready_timeout_s, training)
         finally:
             await self._call("on_engines_wait", done=True)
         self._servers_ready = True
 
     def _make_logger(self):
-        return make_logger(self)
+        return make_logger(self.context)
 
     @property
     def _logger(self) -> Any:
@@ -268,24 +302,25 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
 
     def _log(self, metrics: dict[str, Any], prefix: str = "") -> None:
         for callback in self.callbacks:
-            callback.on_log(self, {f"{prefix}{k}": v for k, v in metrics.items()})
+            callback.on_log(self.context, {f"{prefix}{k}": v for k, v in metrics.items()})
 
     def _progress(self, stage: str, offset: int = 0):
         return lambda done, total: [
-            c.on_progress(self, stage, done, total, offset) for c in self.callbacks
+            c.on_progress(self.context, stage, done, total, offset) for c in self.callbacks
         ]
 
     # ------------------------------------------------------------------ stages
     async def _stage_sample_rollouts(self) -> None:
         if self.run_dir.has_rollouts("train", self._iteration):
             return  # sampled before a restart
-        step = self.plan[self._iteration]
-        await self.algorithm.collect(self, step, self._progress("sample_rollouts"))
+        step = self.context.step
+        items = self.session.datapoints_by_id(step.item_ids, split=self.plan.train_split)
+        await self.algorithm.collect(self.context, items, self._progress("sample_rollouts"))
 
     async def _stage_log_stats(self) -> None:
         transcripts = self.run_dir.load_rollouts("train", self._iteration)
         metrics = self._rollout_metrics(transcripts)
-        metrics |= self.algorithm.metrics(self, self._iteration)
+        metrics |= self.algorithm.metrics(self.context, self._iteration)
         self.run_dir.save_metrics("train", self._iteration, metrics)
         self._log(metrics)
 
@@ -293,11 +328,10 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         return priced_rollout_metrics(transcripts, self.session.agents, self.settings)
 
     async def _stage_test(self) -> None:
-        step = self.plan[self._iteration]
+        step = self.context.step
         if not step.tests or self.run_dir.has_rollouts("test", self._iteration):
             return
-        size = None if self.hyper_params.text_rl.test_on_whole_dataset else step.items
-        items = self.session.datapoints(size, split=self.plan.test_split)
+        items = self.session.datapoints_by_id(step.test_item_ids, split=self.plan.test_split)
         transcripts: list[Transcript] = []
         for repeat in range(step.test_passes):
             batch = await self.session.rollouts_async(
@@ -312,14 +346,9 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         self.run_dir.save_metrics("test", self._iteration, metrics)
         self._log(metrics, prefix="test_")
 
-    def _data_iterations(self) -> Sequence[int]:
-        """The iterations this iteration's jobs learn from (the plan's)."""
-        steps = [g for g in self.plan[self._iteration].groups if g.method]
-        return steps[0].data_iterations if steps else (self._iteration,)
-
     def load_trees(self, iteration: int | None = None):
         """The MALT trees of ``iteration`` (default: the current one)."""
-        return load_trees(self, self._iteration if iteration is None else iteration)
+        return load_trees(self.run_dir, self._iteration if iteration is None else iteration)
 
     def __repr__(self) -> str:
         return (
@@ -329,21 +358,12 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         )
 
 
-class PureTextMaltTrainer(PureTextEiTrainer):
-    """MALT: grow response trees, pick sibling preference pairs, fine-tune with DPO; the
-    first ``num_initial_ei_iterations`` iterations are Expert Iteration (the run plan says
-    which iteration runs which, :mod:`nip.training.algorithms` what each does)."""
-
-
-#: The trainer each ``HyperParameters.trainer`` name stands for.
-TRAINERS: dict[str, type[PureTextEiTrainer]] = {
-    "pure_text_ei": PureTextEiTrainer,
-    "pure_text_malt": PureTextMaltTrainer,
-}
+#: The original's name for MALT's trainer: one trainer runs every algorithm, as its plan says.
+PureTextMaltTrainer = PureTextEiTrainer
 
 
 def build_trainer(
     hyper_params: HyperParameters, settings: ExperimentSettings | None = None, **kwargs: Any
 ) -> PureTextEiTrainer:
-    """The trainer ``hyper_params.trainer`` names (``TRAINERS``)."""
-    return TRAINERS[hyper_params.trainer](hyper_params, settings, **kwargs)
+    """The trainer of ``hyper_params`` (its algorithm is ``hyper_params.trainer``'s)."""
+    return PureTextEiTrainer(hyper_params, settings, **kwargs)

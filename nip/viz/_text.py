@@ -6,7 +6,7 @@ import html
 import textwrap
 
 from nip.protocols import Decision
-from nip.training.malt_tree import ResponseTree, TreeNode
+from nip.training.algorithms.malt_tree import ResponseTree, TreeNode
 
 ROOT_LABEL = "start"
 

@@ -20,8 +20,8 @@ import plotly.graph_objects as go
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.protocols import Decision, protocol_class
 from nip.rollouts.records import Transcript
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
-from nip.training.run_dir import RunDirectory
 from nip.viz import _style
 from nip.viz.intervals import wilson_interval
 from nip.viz.results import RunResults

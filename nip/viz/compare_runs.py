@@ -22,8 +22,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from nip.training.run_dir import RunDirectory
-from nip.training.sweep_grid import is_sweep_dir, sweep_run_dirs
+from nip.experiments.sweep_grid import is_sweep_dir, sweep_run_dirs
+from nip.runs.run_dir import RunDirectory
 from nip.viz import _style
 from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
 from nip.viz.intervals import seed_interval, wilson_interval

@@ -19,10 +19,10 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
+from nip.analysis.metrics import rollout_metrics
 from nip.rollouts.records import Transcript
-from nip.training.malt_tree import ResponseTree
-from nip.training.metrics import rollout_metrics
-from nip.training.run_dir import RunDirectory
+from nip.runs.run_dir import RunDirectory
+from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz import _style
 from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
 from nip.viz.confusion import plot_confusion

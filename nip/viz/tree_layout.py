@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nip.training.malt_tree import ResponseTree
+from nip.training.algorithms.malt_tree import ResponseTree
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from nip.training.malt_tree import ResponseTree
+from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz import _style
 from nip.viz._text import ROOT_LABEL, label_name, node_hover, speaker_label
 from nip.viz.tree_layout import NodePosition, tree_layout

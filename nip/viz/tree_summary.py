@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from nip.training.malt_tree import ResponseTree
+from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz import _style
 from nip.viz._text import label_name, node_hover, shorten, speaker_label
 from nip.viz.tree_layout import tree_layout

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 
 from nip.protocols import Decision
 from nip.rollouts._transcript_html import transcript_to_html
-from nip.training.malt_tree import ResponseTree
+from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz._text import format_rewards, speaker_label
 from nip.viz.tree_plot import plot_tree, tree_agents
 

@@ -73,7 +73,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         group: The group to fine-tune.
         data: For SFT, the dialogues to learn from: transcripts (a list or a rollout batch,
             used for every member) or transcripts by agent name. For DPO,
-            :class:`~nip.training.malt.DpoExample` pairs: a list, or pairs by agent name.
+            :class:`~nip.training.algorithms.malt.DpoExample` pairs: a list, or pairs by agent name.
         method: "supervised" or "dpo".
         select: SFT: keep, per agent, the dialogues Expert Iteration would choose (the
             group's ``pure_text_ei`` and ``text_rl`` settings); else every dialogue in which
@@ -174,7 +174,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         replaced by the true label (Expert Iteration's selection, when it is on)."""
         if not self.select_box.value:
             return self._data, {}
-        from nip.training.expert_iteration import select_group_rollouts
+        from nip.training.algorithms.expert_iteration import select_group_rollouts
 
         selected: dict[str, list[Transcript]] = {}
         replaced: dict[str, list[Transcript]] = {}

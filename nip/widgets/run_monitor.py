@@ -8,7 +8,7 @@
 The dashboard reads the run's directory (:class:`~nip.widgets.run_snapshot.RunSnapshot`) on
 a timer that is an asyncio task on the kernel's own loop, so it never blocks the kernel and
 works for a run in another process too; closing the widget cancels the task. Its buttons
-write the run's control file (:mod:`nip.training.run_control`): the trainer pauses or stops
+write the run's control file (:mod:`nip.runs.control`): the trainer pauses or stops
 at its next stage boundary.
 
 It is a widget taking a trainer rather than a ``trainer.dashboard()`` method because the
@@ -20,18 +20,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import ipywidgets
 import plotly.graph_objects as go
 
-from nip.training.run_control import request
+from nip.runs.control import request
+from nip.training.context import RunContext
 from nip.widgets._html import PlainTextRepr, escape, note_html
 from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
-if TYPE_CHECKING:
-    from nip.training.trainer import PureTextEiTrainer
+
+class _Trainer(Protocol):
+    context: RunContext
+
 
 _STATUS_COLOURS = {
     "running": "#1a73e8",
@@ -75,24 +78,25 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
     next stage boundary; a stopped run resumes with ``nip resume``).
 
     Args:
-        run: A trainer (its jobs' losses are then also asked of its fine-tuning backends) or
-            a run directory.
+        run: A trainer or its :class:`~nip.training.context.RunContext` (its jobs' losses
+            are then also asked of its fine-tuning backends), or a run directory.
         poll_interval_s: Seconds between reads of the run directory.
         start: Start polling at once when there is a running event loop (in a notebook).
     """
 
     def __init__(
         self,
-        run: PureTextEiTrainer | str | Path,
+        run: _Trainer | RunContext | str | Path,
         *,
         poll_interval_s: float = 1.0,
         start: bool = True,
     ):
         super().__init__()
         if isinstance(run, str | Path):
-            self.trainer, self.run_dir = None, Path(run)
+            self.context, self.run_dir = None, Path(run)
         else:
-            self.trainer, self.run_dir = run, Path(run.run_dir.path)
+            self.context = run if isinstance(run, RunContext) else run.context
+            self.run_dir = Path(self.context.run_dir.path)
         self.poll_interval_s = poll_interval_s
         self.snapshot = RunSnapshot(self.run_dir)
         self.task: asyncio.Task | None = None
@@ -170,7 +174,7 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
 
     async def refresh_async(self) -> RunSnapshot:
         """Read the run directory (and, with a trainer, its jobs' events) and redraw."""
-        if self.trainer is not None:
+        if self.context is not None:
             await self._ask_backends_for_losses()
         return self.refresh()
 
@@ -181,7 +185,7 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         return self.snapshot
 
     async def _ask_backends_for_losses(self) -> None:
-        for group in self.trainer.groups.values():  # type: ignore[union-attr]
+        for group in self.context.groups.values():  # type: ignore[union-attr]
             job_id = group.state.fine_tune_job_id
             if not job_id or self._job_done.get(job_id):
                 continue

@@ -14,17 +14,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
+from nip.runs.control import read_request, read_stage_progress, read_status
+from nip.runs.run_dir import RunDirectory
 from nip.training.plan import RunPlan
-from nip.training.run_control import read_request, read_stage_progress, read_status
-from nip.training.run_dir import RunDirectory
-from nip.training.state import Stage
-
-#: The stages of one iteration, in the order the trainer runs them.
-ITERATION_STAGES: tuple[str, ...] = tuple(s for s in get_args(Stage) if s != "done")
-#: The last iteration stops after ``test``.
-LAST_ITERATION_STAGES: tuple[str, ...] = ITERATION_STAGES[: ITERATION_STAGES.index("test") + 1]
 
 
 @dataclass(frozen=True)
@@ -145,9 +139,10 @@ class RunSnapshot:
 
     @property
     def stages_of_iteration(self) -> tuple[str, ...]:
-        """The stages the current iteration runs."""
-        last = self.iteration >= self.num_iterations - 1
-        return LAST_ITERATION_STAGES if last else ITERATION_STAGES
+        """The stages the current iteration runs (the plan's; none without a plan)."""
+        if self.plan is None or self.iteration >= len(self.plan):
+            return ()
+        return self.plan[self.iteration].stages
 
     @property
     def stage_number(self) -> int:
@@ -157,13 +152,15 @@ class RunSnapshot:
 
     @property
     def total_stages(self) -> int:
-        """Stages in the whole run."""
-        return len(ITERATION_STAGES) * (self.num_iterations - 1) + len(LAST_ITERATION_STAGES)
+        """Stages in the whole run (the plan's)."""
+        return self.plan.total_stages if self.plan is not None else 0
 
     @property
     def progress(self) -> float:
         """Share of the run's stages finished, from 0 to 1."""
-        return 1.0 if self.finished else min(self.stages_completed / self.total_stages, 1.0)
+        if self.finished:
+            return 1.0
+        return min(self.stages_completed / self.total_stages, 1.0) if self.total_stages else 0.0
 
     # ------------------------------------------------------------------- metrics
     def metric(self, split: str, name: str) -> list[tuple[int, float]]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import ipywidgets
 
-from nip.training.sweep import CellStatus, sweep_status
+from nip.experiments.sweep import CellStatus, sweep_status
 from nip.widgets._html import escape
 from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_monitor import RunMonitor

@@ -1,6 +1,6 @@
 """The records of a dry run: what each stage of each iteration will cost, and its display.
 
-:func:`nip.training.cost_estimate.estimate_cost` makes them; this module only holds, sums
+:func:`nip.experiments.cost_estimate.estimate_cost` makes them; this module only holds, sums
 and shows them (text for the terminal, HTML for Jupyter, a DataFrame for analysis).
 """
 

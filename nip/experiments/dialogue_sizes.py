@@ -4,7 +4,7 @@ A :class:`DialogueSizer` plays dialogues to their last round with stand-in respo
 given length (``"the the ..."``), building every prompt with the agents' real prompt builder,
 so the sizes are those of the real prompts: system prompt, dataset item, names, notices and a
 history that grows round by round. Its session's backends refuse to generate
-(:class:`DryRunCallError`), so nothing is ever sent. :mod:`nip.training.cost_estimate` prices
+(:class:`DryRunCallError`), so nothing is ever sent. :mod:`nip.experiments.cost_estimate` prices
 what it measures.
 """
 
@@ -17,19 +17,19 @@ from nip.agents.agent import AgentNotActiveInChannelError
 from nip.backends import GenerationRequest, GenerationResult
 from nip.backends.pool import BackendPool, endpoint_key
 from nip.errors import NipError
-from nip.parameters import HyperParameters, PureTextMaltParameters
-from nip.protocols import ProtocolHandler
-from nip.rollouts.dialogue import Dialogue
-from nip.rollouts.records import Datapoint, Transcript
-from nip.session import Session
-from nip.settings import ExperimentSettings
-from nip.training.token_count import (
+from nip.experiments.token_count import (
     TOKENS_REPLY_PRIMING,
     TokenCounter,
     count_chat_tokens,
     filler_text,
     token_counter,
 )
+from nip.parameters import HyperParameters, PureTextMaltParameters
+from nip.protocols import ProtocolHandler
+from nip.rollouts.dialogue import Dialogue
+from nip.rollouts.records import Datapoint, Transcript
+from nip.session import Session
+from nip.settings import ExperimentSettings
 
 
 class DryRunCallError(NipError):
@@ -123,6 +123,13 @@ class DialogueSizer:
     def turns(self, agent: str, seed: int) -> int:
         """The agent's turns in a full-length dialogue with this seed."""
         return sum(agent in self.handler.active_agents(r, seed) for r in self.rounds)
+
+    def seeds(self, items: Sequence[Datapoint], iteration: int) -> list[int]:
+        """The seeds of the dialogues a run plays on ``items`` in ``iteration``."""
+        return [
+            self.session.dialogue(item, iteration=iteration, index=i).transcript.seed
+            for i, item in enumerate(items)
+        ]
 
     # ------------------------------------------------------------ one dialogue
     def _response(self, agent: str, round_id: int, seed: int) -> str:

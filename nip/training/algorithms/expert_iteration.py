@@ -17,8 +17,8 @@ Python's salted ``hash`` of the agent name).
 The SFT dataset of a shared model group (:func:`sft_dataset`) is every member's view of its
 selected dialogues, plus the verifier's guess-replaced ones, one ``{"messages": [...]}`` line
 each (the format of the OpenAI fine-tuning API and of TRL's conversational SFT). The trainer
-(:class:`~nip.training.trainer.PureTextEiTrainer`) and the notebook job launcher both select
-with :func:`select_group_rollouts` and build with :func:`sft_dataset`.
+(through :class:`ExpertIteration`) and the notebook job launcher both select with
+:func:`select_group_rollouts` and build with :func:`sft_dataset`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from nip.agents import PureTextWholeAgent
+from nip.jobs import FineTuneMethod
 from nip.parameters import HyperParameters, PureTextEiParameters, TextRlParameters
-from nip.rollouts.records import Transcript
+from nip.rollouts.records import Datapoint, Transcript
+from nip.training.context import Progress, RunContext
 from nip.utils.seeding import derive_seed
 
 
@@ -174,3 +176,44 @@ def sft_dataset(
             replace_verifier_guess_with_true_label=True,
         )
     return examples
+
+
+class ExpertIteration:
+    """Sample dialogues, keep those each agent won, fine-tune on them (SFT)."""
+
+    name = "expert_iteration"
+    label = "Expert Iteration"
+    unit = "dialogues"
+    method: FineTuneMethod = "supervised"
+
+    def first_iteration(self, hyper_params: HyperParameters) -> int:
+        return 0
+
+    async def collect(
+        self, run: RunContext, items: Sequence[Datapoint], on_progress: Progress
+    ) -> None:
+        batch = await run.session.rollouts_async(
+            items,
+            iteration=run.iteration,
+            description=f"iteration {run.iteration}",
+            on_progress=on_progress,
+        )
+        run.run_dir.save_rollouts("train", run.iteration, batch.transcripts)
+
+    def training_data(self, run: RunContext, iterations: Sequence[int]) -> Any:
+        return [t for i in iterations for t in run.run_dir.load_rollouts("train", i)]
+
+    def dataset(
+        self, run: RunContext, agents: Mapping[str, PureTextWholeAgent], data: Any
+    ) -> list[dict[str, Any]]:
+        selected, replaced = select_group_rollouts(data, agents, run.hyper_params, run.iteration)
+        return sft_dataset(agents, selected, replaced)
+
+    def metrics(self, run: RunContext, iteration: int) -> dict[str, Any]:
+        return {}
+
+    def estimate(self, sizer, step, items) -> tuple[Mapping, int]:
+        return sizer.dialogue_pass(items, sizer.seeds(items, step.iteration)), len(items)
+
+    def assumptions(self, hyper_params: HyperParameters) -> list[str]:
+        return []

@@ -8,7 +8,7 @@
 
 The estimate follows the trainer's own schedule (train passes, the test scheme, fine-tuning
 after every iteration but the last, MALT's trees) and measures the **real prompts** of the
-first items of each pass (:mod:`nip.training.dialogue_sizes`); only the responses are
+first items of each pass (:mod:`nip.experiments.dialogue_sizes`); only the responses are
 stand-ins of a stated length. Nothing is sent anywhere: the session's backends refuse to
 generate, so no API key is needed and no HTTP request is made. What the estimate assumes is
 listed in :attr:`CostEstimate.assumptions`.
@@ -16,34 +16,45 @@ listed in :attr:`CostEstimate.assumptions`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
+from nip.analysis.metrics import (
+    OPENAI_FINE_TUNING_PRICES_USD_PER_1M,
+    OPENAI_PRICES_USD_PER_1M,
+    price_key,
+)
 from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
-from nip.parameters import HyperParameters, PureTextAgentParameters
-from nip.protocols import ProtocolHandler
-from nip.rollouts.records import Datapoint
-from nip.settings import ExperimentSettings
-from nip.training.cost_report import CostEstimate, CostLine, Stage
-from nip.training.dialogue_sizes import (
+from nip.experiments.cost_report import CostEstimate, CostLine, Stage
+from nip.experiments.dialogue_sizes import (
     DialogueSizer,
     DryRunCallError,
     PassUsage,
     dry_run_session,
 )
-from nip.training.metrics import (
-    OPENAI_FINE_TUNING_PRICES_USD_PER_1M,
-    OPENAI_PRICES_USD_PER_1M,
-    price_key,
-)
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.protocols import ProtocolHandler
+from nip.runs.plan_steps import TEST_ITERATION
+from nip.settings import ExperimentSettings
+from nip.training.algorithms import BY_NAME
 from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
-from nip.utils.seeding import derive_seed
 
-__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "is_free"]
+__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "is_free", "plan_run"]
 
-#: The trainer's iteration numbers for test passes (``iteration=10_000 + repeat``).
-_TEST_ITERATION = 10_000
+
+def plan_run(
+    hyper_params: HyperParameters,
+    settings: ExperimentSettings | None = None,
+    *,
+    protocol: type[ProtocolHandler] | None = None,
+) -> RunPlan:
+    """The plan of a run of ``hyper_params``, before it starts (``nip plan CONFIG``): no API
+    key is needed and nothing is sent; without the dataset at hand (a Hub dataset offline),
+    the plan counts the items without naming them."""
+    settings = settings or ExperimentSettings(show_progress=False)
+    session = dry_run_session(hyper_params, settings, protocol=protocol)
+    return plan_for_session(hyper_params, session, need_data=False)
 
 
 def is_free(params: PureTextAgentParameters) -> bool:
@@ -101,40 +112,23 @@ class _Estimator:
         key = price_key(self.hyper_params.agents[agent].model_name)
         return key if not fine_tuned or key.startswith("ft:") else f"ft:{key}"
 
-    def _seeds(self, items: Sequence[Datapoint], iteration: int) -> list[int]:
-        return [
-            self.session.dialogue(item, iteration=iteration, index=i).transcript.seed
-            for i, item in enumerate(items)
-        ]
-
     def run(self) -> list[CostLine]:
         """Price every pass of the run plan, the one the trainer executes."""
-        hyper_params = self.hyper_params
         lines: list[CostLine] = []
         fine_tuned: set[str] = set()
         for step in self.plan.iterations:
             iteration = step.iteration
             models = {a: self._model_key(a, a in fine_tuned) for a in self.agents}
-            items = self.session.datapoints(step.items, split="train", iteration=iteration)
-            if step.algorithm == "malt":
-                seeds = [
-                    derive_seed(hyper_params.seed, "malt-tree", iteration, i)
-                    for i in range(len(items))
-                ]
-                train, dialogues = self.sizer.malt_pass(
-                    items, seeds, hyper_params.pure_text_malt, set(step.frozen_agents)
-                )
-            else:
-                train = self.sizer.dialogue_pass(items, self._seeds(items, iteration))
-                dialogues = len(items)
+            items = self.session.datapoints_by_id(step.item_ids, split=self.plan.train_split)
+            train, dialogues = BY_NAME[step.algorithm].estimate(self.sizer, step, items)
             lines += self._lines(iteration, "train", train, models, len(items), dialogues)
             if step.tests:
-                size = None if hyper_params.text_rl.test_on_whole_dataset else step.items
-                test_items = self.session.datapoints(size, split=self.plan.test_split)
+                split = self.plan.test_split
+                test_items = self.session.datapoints_by_id(step.test_item_ids, split=split)
                 all_items, seeds = [], []
                 for repeat in range(step.test_passes):
                     all_items += test_items
-                    seeds += self._seeds(test_items, _TEST_ITERATION + repeat)
+                    seeds += self.sizer.seeds(test_items, TEST_ITERATION + repeat)
                 test = self.sizer.dialogue_pass(all_items, seeds)
                 lines += self._lines(iteration, "test", test, models, len(all_items), len(seeds))
             lines += self._fine_tune_lines(step, train)
@@ -224,12 +218,12 @@ def estimate_cost(
             (``max_tokens_per_message``, by default 1.5 x ``max_response_words``): 1.0
             is the upper bound; real answers are usually shorter.
         fine_tuning_prices: USD per 1M training tokens by model, over
-            :data:`~nip.training.metrics.OPENAI_FINE_TUNING_PRICES_USD_PER_1M`.
+            :data:`~nip.analysis.metrics.OPENAI_FINE_TUNING_PRICES_USD_PER_1M`.
         protocol: The class of a protocol defined in your own code, which
             ``hyper_params.interaction_protocol`` names.
 
     Returns:
-        A :class:`~nip.training.cost_report.CostEstimate`.
+        A :class:`~nip.experiments.cost_report.CostEstimate`.
 
     Raises:
         InvalidParameterError: ``sample_items`` or ``response_fill`` is out of range.
@@ -285,12 +279,8 @@ def _assumptions(
             f"OpenAI chooses the epochs of {', '.join(auto)} ('auto'); they are priced at "
             "num_epochs (rl.num_epochs): set openai_n_epochs to send and price a fixed number"
         )
-    if any(it.algorithm == "malt" for it in plan.iterations):
-        found.append(
-            "MALT: every branch of every tree grows to the last round; a node's "
-            f"{hyper_params.pure_text_malt.num_responses_per_timestep} samples share one "
-            "request (its prompt billed once); at most one DPO pair per node and agent"
-        )
+    for name in dict.fromkeys(it.algorithm for it in plan.iterations):
+        found += BY_NAME[name].assumptions(hyper_params)
     return found
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from nip.runs.plan_steps import GroupStep
 from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.plan import job_name
@@ -16,26 +17,29 @@ class FineTuneStages:
     """``create_fine_tune_jobs``, ``await_fine_tune_jobs`` and ``switch_models``."""
 
     async def _stage_create_fine_tune_jobs(self) -> None:
-        algorithm = self.algorithm
-        data = algorithm.training_data(self, self._data_iterations())
-        for step in self.plan[self._iteration].groups:
+        algorithm, steps = self.algorithm, self.context.step.groups
+        trained = [step for step in steps if step.method]
+        data = algorithm.training_data(self.context, trained[0].data_iterations) if trained else []
+        for step in steps:
             name, group = step.group, self.groups[step.group]
             if self._job_submitted_this_iteration(name, group):
                 continue
             if step.skip is not None:  # configured so: recorded, not warned about
                 group.skip(step.skip)  # type: ignore[arg-type]
                 continue
-            examples = algorithm.dataset(self, group, data)  # built once: saved, then sent
+            # Built once: saved, then sent.
+            examples = algorithm.dataset(self.context, group.agent_wholes, data)
             self.run_dir.write_jsonl(self._fine_tune_name(name), examples)
-            job_id = await group.submit_fine_tune_job(
-                algorithm.method, examples, self._job_name(name)
-            )
+            job_id = await self._submit(step, examples)
             self._record_submission(name, group)
             if job_id is not None:
                 await self._call("on_job_submitted", name, job_id)
 
-    def _job_name(self, group: str) -> str:
-        return job_name(group, self._iteration)
+    async def _submit(self, step: GroupStep, examples: list[dict[str, Any]]) -> str | None:
+        """Submit a group's job as the plan's step says (method, name, starting point)."""
+        return await self.groups[step.group].submit_fine_tune_job(
+            step.method, examples, job_name(step.group, self._iteration), continues=step.continues
+        )
 
     def _job_submitted_this_iteration(self, name: str, group: PureTextSharedModelGroup) -> bool:
         """Whether the group's job of this iteration was submitted before a restart."""
@@ -85,10 +89,8 @@ class FineTuneStages:
 
     async def _resubmit(self, name: str) -> None:
         """Submit the group's dataset of this iteration again, exactly as it was saved."""
-        examples = self.run_dir.read_jsonl(self._fine_tune_name(name))
-        group = self.groups[name]
-        method = self.algorithm.method
-        await group.submit_fine_tune_job(method, examples, self._job_name(name))
+        step = self.context.step.group(name)
+        await self._submit(step, self.run_dir.read_jsonl(self._fine_tune_name(name)))
 
     def _fine_tune_name(self, group: str) -> str:
         return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import ConfigFileError, InvalidParameterError
+from nip.experiments.cost_report import CostEstimate
 from nip.parameters import HyperParameters
 from nip.settings import ExperimentSettings
-from nip.training.cost_report import CostEstimate
 
 __all__ = [
     "GridSpec",
@@ -262,9 +262,9 @@ class SweepEstimate:
 def estimate_sweep(
     spec: GridSpec, settings: ExperimentSettings | None = None, *, sample_items: int = 4
 ) -> SweepEstimate:
-    """Every cell's dry run (:func:`~nip.training.cost_estimate.estimate_cost`): nothing is
+    """Every cell's dry run (:func:`~nip.experiments.cost_estimate.estimate_cost`): nothing is
     called and nothing is written."""
-    from nip.training.cost_estimate import estimate_cost
+    from nip.experiments.cost_estimate import estimate_cost
 
     settings = settings or ExperimentSettings(show_progress=False)
     estimates = [

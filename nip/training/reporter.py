@@ -1,6 +1,7 @@
 """What a training run shows its user: the stage it is in, a bar per stage, a line per iteration.
 
-The trainer calls :meth:`RunReporter.stage` around every stage. In a terminal (or a notebook)
+It is one of the trainer's default callbacks: it sees each stage begin and end, with the
+run's :class:`~nip.training.context.RunContext`. In a terminal (or a notebook)
 each stage gets a header line and a progress bar (the dialogues' bar comes from the rollout
 engine; fine-tuning gets one fed by the jobs' step and loss events); when the output is a file
 or a pipe (CI, a log) each stage is one plain line, with no bars. Each iteration ends with a
@@ -13,11 +14,10 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
-if TYPE_CHECKING:
-    from nip.training.trainer import PureTextEiTrainer
+from nip.training.callbacks import TrainerCallback
+from nip.training.context import RunContext
 
 _QUIET_STAGES = frozenset({"log_stats", "create_fine_tune_jobs", "switch_models"})
 _SUMMARY = {
@@ -27,9 +27,9 @@ _SUMMARY = {
 }
 
 
-class RunReporter:
-    """Prints a run's progress to ``stream`` (standard error by default; in a notebook,
-    standard output, so the lines are plain output rather than red error blocks).
+class RunReporter(TrainerCallback):
+    """A callback that prints a run's progress to ``stream`` (standard error by default; in
+    a notebook, standard output, so the lines are plain output rather than red blocks).
 
     Args:
         enabled: Print anything at all.
@@ -39,6 +39,8 @@ class RunReporter:
         poll_s: How often the fine-tuning bar reads the jobs' events.
         final_read_timeout_s: How long the last read of the events, when fine-tuning ends,
             may take before the run goes on without it.
+        engines_after_s: How long the agents' engines may take to start before a line says
+            that they are starting.
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class RunReporter:
         bars: bool | None = None,
         poll_s: float = 1.0,
         final_read_timeout_s: float = 10.0,
+        engines_after_s: float = 2.0,
     ):
         self.enabled = enabled
         # In a notebook, standard error shows as a red block under the cell: the run's lines
@@ -57,76 +60,78 @@ class RunReporter:
         self.bars = _interactive(self.stream) if bars is None else bars
         self.poll_s = poll_s
         self.final_read_timeout_s = final_read_timeout_s
+        self.engines_after_s = engines_after_s
         self._iteration_started: float | None = None
+        self._stage: tuple[str, float, asyncio.Event, asyncio.Future | None] | None = None
+        self._engines: tuple[float, asyncio.Future] | None = None
 
-    @contextlib.asynccontextmanager
-    async def stage(self, trainer: PureTextEiTrainer, stage: str) -> AsyncIterator[None]:
-        """Report the stage ``trainer`` is about to run, while it runs, and when it ends."""
-        iteration = trainer.state.iteration
-        total = trainer.hyper_params.rl.num_iterations
+    async def on_engines_wait(self, run: RunContext, *, done: bool) -> None:
+        """Around the wait for the agents' engines (a vLLM or ``nip serve`` starting): a
+        line once it has lasted ``engines_after_s``, and how long it took; nothing if quick."""
+        if not self.enabled:
+            return
+        if not done:
+            self._engines = (time.monotonic(), asyncio.ensure_future(self._announce_engines()))
+            return
+        if self._engines is None:
+            return
+        (started, announcing), self._engines = self._engines, None
+        announced = announcing.done()
+        announcing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await announcing
+        if announced:
+            self._print(f"  engines ready in {time.monotonic() - started:.1f} s")
+
+    async def _announce_engines(self) -> None:
+        await asyncio.sleep(self.engines_after_s)
+        self._print("starting the agents' model engines (vLLM or nip serve: about a minute)")
+
+    async def on_stage_begin(self, run: RunContext, stage: str) -> None:
+        """Announce the stage ``run`` is about to run (and watch its jobs while they train)."""
         if self._iteration_started is None:
             self._iteration_started = time.monotonic()
-        if not self.enabled or stage in _QUIET_STAGES or not _shown(trainer, stage):
-            yield
-            self._maybe_summarise(trainer, stage)
+        self._stage = None
+        if not self.enabled or stage in _QUIET_STAGES or not _shown(run, stage):
             return
-        label = _describe(trainer, stage)
-        self._print(f"iteration {iteration + 1}/{total} · {label}")
-        started = time.monotonic()
-        watcher = None
+        label = _describe(run, stage)
+        self._print(f"iteration {run.state.iteration + 1}/{len(run.plan)} · {label}")
         ended = asyncio.Event()
+        watcher = None
         if stage == "await_fine_tune_jobs":
-            watcher = asyncio.ensure_future(self._watch_jobs(trainer, ended))
-        try:
-            yield
-        finally:
+            watcher = asyncio.ensure_future(self._watch_jobs(run, ended))
+        self._stage = (label, time.monotonic(), ended, watcher)
+
+    async def on_stage_end(
+        self, run: RunContext, stage: str, error: BaseException | None = None
+    ) -> None:
+        """Say how long the stage took (and sum up an iteration that ended with it)."""
+        current, self._stage = self._stage, None
+        if current is not None:
+            label, started, ended, watcher = current
             if watcher is not None:
                 ended.set()  # one last read, so the jobs' final steps are counted
                 with contextlib.suppress(TimeoutError):  # the watcher is cancelled then
                     await asyncio.wait_for(watcher, self.final_read_timeout_s)
-        if not self.bars:
-            self._print(f"  {label}: done in {time.monotonic() - started:.1f} s")
-        self._maybe_summarise(trainer, stage)
-
-    @contextlib.asynccontextmanager
-    async def waiting_for_engines(self, after_s: float = 2.0) -> AsyncIterator[None]:
-        """Around the wait for the agents' engines (a vLLM or ``nip serve`` starting): a
-        line once it has lasted ``after_s``, and how long it took; nothing if it is quick."""
-        if not self.enabled:
-            yield
-            return
-        started = time.monotonic()
-
-        async def announce() -> None:
-            await asyncio.sleep(after_s)
-            self._print("starting the agents' model engines (vLLM or nip serve: about a minute)")
-
-        announcing = asyncio.ensure_future(announce())
-        try:
-            yield
-        finally:
-            announced = announcing.done()
-            announcing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await announcing
-            if announced:
-                self._print(f"  engines ready in {time.monotonic() - started:.1f} s")
+            if error is None and not self.bars:
+                self._print(f"  {label}: done in {time.monotonic() - started:.1f} s")
+        if error is None:
+            self._maybe_summarise(run, stage)
 
     # ------------------------------------------------------------------ details
-    def _maybe_summarise(self, trainer: PureTextEiTrainer, stage: str) -> None:
-        iteration = trainer.state.iteration
-        last = iteration >= trainer.hyper_params.rl.num_iterations - 1
-        if not (stage == "switch_models" or (stage == "test" and last)):
+    def _maybe_summarise(self, run: RunContext, stage: str) -> None:
+        iteration = run.state.iteration
+        if stage != run.step.stages[-1]:  # the iteration goes on
             return
         seconds = time.monotonic() - (self._iteration_started or time.monotonic())
         self._iteration_started = None
         if self.enabled:
-            self._print(_summary(trainer, iteration, seconds))
+            self._print(_summary(run, iteration, seconds))
 
-    async def _watch_jobs(self, trainer: PureTextEiTrainer, ended: asyncio.Event) -> None:
+    async def _watch_jobs(self, run: RunContext, ended: asyncio.Event) -> None:
         """Show the submitted jobs' training steps and latest loss until ``ended``, reading
         their events once more then."""
-        groups = _submitted(trainer)
+        groups = run.submitted()
         bar = None
         if self.bars:
             from tqdm.auto import tqdm
@@ -137,7 +142,7 @@ class RunReporter:
             while True:
                 last_read = ended.is_set()
                 for name, group in groups.items():
-                    job_id = group.state.fine_tune_job_id or ""
+                    job_id = group.submitted_job_id or ""
                     with contextlib.suppress(Exception):  # progress display only
                         events = await group.fine_tune_backend.list_events(job_id)
                         steps = [e.data for e in events if "loss" in e.data and "step" in e.data]
@@ -168,38 +173,29 @@ class RunReporter:
         print(line, file=self.stream, flush=True)
 
 
-def _describe(trainer: PureTextEiTrainer, stage: str) -> str:
-    hp = trainer.hyper_params
+def _describe(run: RunContext, stage: str) -> str:
     if stage == "sample_rollouts":
-        return f"sampling {hp.rl.rollouts_per_iteration} dialogues"
+        return f"sampling {run.step.items} dialogues"
     if stage == "test":
         return "testing"
     if stage == "await_fine_tune_jobs":
-        return f"fine-tuning {' and '.join(_submitted(trainer)) or 'nothing'}"
+        return f"fine-tuning {' and '.join(run.submitted()) or 'nothing'}"
     return stage.replace("_", " ")
 
 
-def _submitted(trainer: PureTextEiTrainer) -> dict[str, Any]:
-    return {
-        name: group
-        for name, group in trainer.groups.items()
-        if group.state.last_job_outcome == "submitted"
-    }
-
-
-def _shown(trainer: PureTextEiTrainer, stage: str) -> bool:
+def _shown(run: RunContext, stage: str) -> bool:
     """Whether the stage does anything worth a line (a test only runs on some iterations)."""
     if stage == "test":
-        return trainer.plan[trainer.state.iteration].tests
+        return run.step.tests
     if stage == "await_fine_tune_jobs":
-        return bool(_submitted(trainer))
+        return bool(run.submitted())
     return True
 
 
-def _summary(trainer: PureTextEiTrainer, iteration: int, seconds: float) -> str:
+def _summary(run: RunContext, iteration: int, seconds: float) -> str:
     rows = {
         row["split"]: row
-        for row in trainer.run_dir.metrics_records()
+        for row in run.run_dir.metrics_records()
         if row.get("iteration") == iteration
     }
     parts = []
@@ -212,7 +208,7 @@ def _summary(trainer: PureTextEiTrainer, iteration: int, seconds: float) -> str:
         ]
         if values:
             parts.append(f"{split}: " + ", ".join(values))
-    total = trainer.hyper_params.rl.num_iterations
+    total = len(run.plan)
     return f"iteration {iteration + 1}/{total} done in {seconds:.0f} s · " + " · ".join(parts)
 
 

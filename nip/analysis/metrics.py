@@ -41,7 +41,7 @@ OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
 #: file times the epochs), by :func:`price_key` of the model being fine-tuned. The figures
 #: of issue 12 (OpenAI's published training prices), not re-checked against a 2026 listing;
 #: gpt-4.1-nano is left out (no figure we could check). Supervised and DPO jobs are assumed
-#: to cost the same per token. Used by the dry run (:mod:`nip.training.cost_estimate`),
+#: to cost the same per token. Used by the dry run (:mod:`nip.experiments.cost_estimate`),
 #: whose ``fine_tuning_prices=`` argument corrects or extends them.
 OPENAI_FINE_TUNING_PRICES_USD_PER_1M: Mapping[str, float] = MappingProxyType(
     {

@@ -31,9 +31,7 @@ from typing import Any
 from nip._version import __version__
 from nip.backends.pool import BackendPool
 from nip.errors import IncompatibleParametersError
-from nip.settings import ExperimentSettings
-from nip.training.run_dir import RunDirectory
-from nip.training.sweep_grid import (
+from nip.experiments.sweep_grid import (
     MANIFEST,
     GridSpec,
     SweepCell,
@@ -41,6 +39,8 @@ from nip.training.sweep_grid import (
     is_sweep_dir,
     sweep_run_dirs,
 )
+from nip.runs.run_dir import RunDirectory
+from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 from nip.utils.sync import run_sync
 

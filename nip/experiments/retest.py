@@ -22,17 +22,18 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+from nip.analysis.metrics import rollout_metrics
 from nip.backends import AdapterHost, capability
 from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
+from nip.runs.changes import saved_parameters
+from nip.runs.plan_steps import TEST_ITERATION  # the run's own test passes' seeds
+from nip.runs.run_dir import RunDirectory
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.metrics import rollout_metrics
-from nip.training.run_changes import saved_parameters
-from nip.training.run_dir import RunDirectory
-from nip.training.trainer import TEST_ITERATION  # the run's own test passes' seeds
+from nip.training.plan import test_item_ids
 from nip.utils.sync import run_sync
 
 __all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
@@ -109,8 +110,8 @@ async def retest_async(
     session = Session(params, settings, protocol=protocol)
     free = {n for n, a in session.agents.items() if not provider_for(a.agent_params).bills_tokens}
     try:
-        size = None if params.text_rl.test_on_whole_dataset else params.rl.rollouts_per_iteration
-        items = session.datapoints(size, split=split)
+        ids = test_item_ids(params, [str(item.id) for item in session.dataset(split)])
+        items = session.datapoints_by_id(ids, split=split)
         for iteration in iterations:
             for agent, model in iteration_models(run_dir, iteration).items():
                 _register_local_adapter(session.agents[agent].backend, model, run_dir)

@@ -11,14 +11,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nip.agents import PureTextWholeAgent
+from nip.analysis.metrics import malt_metrics
 from nip.backends import ChatMessage
-from nip.parameters import PureTextMaltParameters
+from nip.jobs import FineTuneMethod
+from nip.parameters import HyperParameters, PureTextMaltParameters
 from nip.protocols import ProtocolHandler
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.records import Datapoint
-from nip.training.malt_tree import PreferencePair, ResponseTree, TreeNode
+from nip.runs.run_dir import RunDirectory
+from nip.training.algorithms.malt_tree import PreferencePair, ResponseTree, TreeNode
+from nip.training.context import Progress, RunContext
 from nip.utils.seeding import derive_seed
 
 
@@ -93,6 +98,11 @@ async def _expand(
     return children
 
 
+def tree_seed(seed: int, iteration: int, index: int) -> int:
+    """The seed of the ``index``-th tree of ``iteration`` (its turn schedule and samples)."""
+    return derive_seed(seed, "malt-tree", iteration, index)
+
+
 async def build_trees_async(
     handler: ProtocolHandler,
     agents: dict[str, PureTextWholeAgent],
@@ -106,14 +116,13 @@ async def build_trees_async(
     """Grow one response tree per datapoint, score every node and select pairs."""
     trees = []
     for index, datapoint in enumerate(datapoints):
-        tree_seed = derive_seed(seed, "malt-tree", iteration, index)
         stances = {p: handler.prover_stance(p, datapoint.stance) for p in handler.prover_names}
         trees.append(
             ResponseTree.new(
                 f"it{iteration}-t{index:05d}",
                 handler.name,
                 datapoint,
-                tree_seed,
+                tree_seed(seed, iteration, index),
                 stances,
                 iteration,
             )
@@ -263,3 +272,73 @@ def build_trees(*args, **kwargs) -> list[ResponseTree]:
     from nip.utils.sync import run_sync
 
     return run_sync(build_trees_async(*args, **kwargs))
+
+
+def trees_name(iteration: int) -> str:
+    """Where the MALT trees of ``iteration`` are saved in the run directory."""
+    return f"malt/trees_it{iteration:04d}.jsonl"
+
+
+def load_trees(run_dir: RunDirectory, iteration: int) -> list[ResponseTree]:
+    """The MALT trees saved for ``iteration``."""
+    return [ResponseTree.from_dict(row) for row in run_dir.read_jsonl(trees_name(iteration))]
+
+
+class Malt:
+    """Grow response trees, pick sibling preference pairs, fine-tune with DPO; MALT's
+    trainer runs Expert Iteration for its first ``num_initial_ei_iterations``."""
+
+    name = "malt"
+    label = "MALT"
+    unit = "trees"
+    method: FineTuneMethod = "dpo"
+
+    def first_iteration(self, hyper_params: HyperParameters) -> int:
+        return hyper_params.pure_text_malt.num_initial_ei_iterations
+
+    async def collect(
+        self, run: RunContext, items: Sequence[Datapoint], on_progress: Progress
+    ) -> None:
+        trees = await build_trees_async(
+            run.session.handler,
+            run.session.agents,
+            items,
+            malt=run.hyper_params.pure_text_malt,
+            seed=run.hyper_params.seed,
+            iteration=run.iteration,
+            frozen_agents=frozenset(run.step.frozen_agents),
+        )
+        run.run_dir.write_jsonl(trees_name(run.iteration), [t.to_dict() for t in trees])
+        leaves = [t.transcript_at(leaf.id) for t in trees for leaf in t.leaves()]
+        run.run_dir.save_rollouts("train", run.iteration, leaves)
+
+    def training_data(self, run: RunContext, iterations: Sequence[int]) -> Any:
+        """The trees of ``iterations`` (the plan's: with ``fine_tune_on_all_previous_rollouts``
+        every MALT iteration so far, kept even when the models changed since, as the
+        original concatenated them)."""
+        return [tree for i in iterations for tree in load_trees(run.run_dir, i)]
+
+    def dataset(
+        self, run: RunContext, agents: Mapping[str, PureTextWholeAgent], data: Any
+    ) -> list[dict[str, Any]]:
+        return dpo_dataset(data, agents)
+
+    def metrics(self, run: RunContext, iteration: int) -> dict[str, Any]:
+        if not run.run_dir.exists(trees_name(iteration)):
+            return {}
+        return malt_metrics(load_trees(run.run_dir, iteration))
+
+    def estimate(self, sizer, step, items) -> tuple[Mapping, int]:
+        seeds = [
+            tree_seed(sizer.session.hyper_params.seed, step.iteration, i) for i in range(len(items))
+        ]
+        malt = sizer.session.hyper_params.pure_text_malt
+        return sizer.malt_pass(items, seeds, malt, set(step.frozen_agents))
+
+    def assumptions(self, hyper_params: HyperParameters) -> list[str]:
+        k = hyper_params.pure_text_malt.num_responses_per_timestep
+        return [
+            "MALT: every branch of every tree grows to the last round; a node's "
+            f"{k} samples share one request (its prompt billed once); at most one DPO pair "
+            "per node and agent"
+        ]

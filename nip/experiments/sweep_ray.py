@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import InvalidParameterError, MissingExtraError, NipError
+from nip.experiments.sweep_grid import GridSpec
 from nip.extras import needs
 from nip.settings import ExperimentSettings
-from nip.training.sweep_grid import GridSpec
 
 __all__ = ["RayClusterError", "RayNotInstalledError", "parse_resources", "run_sweep_ray"]
 
@@ -85,7 +85,7 @@ def _run_cell(
     settings: dict[str, Any],
 ) -> str:
     """The Ray task: train one cell to its end from whatever its run directory holds."""
-    from nip.training.sweep import open_cell
+    from nip.experiments.sweep import open_cell
 
     spec = GridSpec.from_dict(
         {k: v for k, v in grid.items() if not (k == "base" and v == "")},
@@ -129,7 +129,7 @@ def run_sweep_ray(
         RayNotInstalledError: Ray is not installed (``pip install 'nip[ray]'``).
     """
     ray = _ray()
-    from nip.training.sweep import cell_settings, prepare_sweep
+    from nip.experiments.sweep import cell_settings, prepare_sweep
 
     sweep_dir = Path(sweep_dir).resolve()
     cells = prepare_sweep(spec, sweep_dir)

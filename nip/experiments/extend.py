@@ -19,33 +19,34 @@ from __future__ import annotations
 from pathlib import Path
 
 from nip.errors import InvalidParameterError
+from nip.runs.changes import change_saved_parameters, saved_parameters
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
-from nip.training.plan import tests_in
-from nip.training.run_changes import change_saved_parameters, saved_parameters
-from nip.training.run_dir import RunDirectory
+from nip.training.algorithms import BY_NAME
+from nip.training.plan import make_run_plan
 from nip.training.trainer import PureTextEiTrainer
 
 __all__ = ["extend_run", "extension_schedule"]
 
 
 def extension_schedule(run_dir: str | Path, iterations: int) -> str:
-    """What extending the run by ``iterations`` will do, one line per iteration."""
+    """What extending the run by ``iterations`` will do, one line per iteration, from the
+    plan of the longer run (:mod:`nip.training.plan`)."""
     before = saved_parameters(run_dir)
     old = before.rl.num_iterations
-    after = before.with_overrides({"rl.num_iterations": old + iterations})
-    trained = [name for name, agent in after.agents.items() if not agent.freeze_agent]
-    rows = [
-        f"extending {run_dir}: rl.num_iterations {old} -> {old + iterations}",
-        f"  iteration {old - 1}: fine-tune {', '.join(trained) or 'nothing (all frozen)'} "
-        "on its saved dialogues",
-    ]
-    for iteration in range(old, old + iterations):
-        steps = [f"sample {after.rl.rollouts_per_iteration} dialogues"]
-        if tests_in(after, iteration):
-            steps.append(f"test ({after.rl.num_test_iterations} pass(es))")
-        if iteration < old + iterations - 1:
-            steps.append("fine-tune")
-        rows.append(f"  iteration {iteration}: " + ", ".join(steps))
+    plan = make_run_plan(before.with_overrides({"rl.num_iterations": old + iterations}))
+    rows = [f"extending {run_dir}: rl.num_iterations {old} -> {old + iterations}"]
+    for step in plan.iterations[old - 1 :]:
+        trained = ", ".join(g.group for g in step.groups if g.method) or "nothing (all frozen)"
+        steps = (
+            [] if step.iteration < old else [f"sample {step.items} {BY_NAME[step.algorithm].unit}"]
+        )
+        if step.tests and step.iteration >= old:
+            steps.append(f"test ({step.test_passes} pass(es))")
+        if step.fine_tunes:
+            steps.append(f"fine-tune {trained}")
+        done = " on its saved dialogues" if step.iteration < old else ""
+        rows.append(f"  iteration {step.iteration}: " + ", ".join(steps) + done)
     return "\n".join(rows)
 
 

@@ -1,0 +1,1 @@
+"""Measures of dialogues: metrics and prices, and a judge model's yes/no analysis."""

@@ -1,0 +1,110 @@
+"""The training algorithms, each a small object behind one protocol, and their table.
+
+An algorithm owns its facts, and the trainer's loop (:mod:`nip.training.trainer`) does the
+rest: what an iteration collects (``collect``: dialogues, or MALT's response trees), what a
+group's dataset is built from (``training_data``, over the iterations the run plan names) and
+how (``dataset``), which fine-tuning ``method`` its jobs use, its own ``metrics``, how the dry
+run sizes an iteration of it (``estimate``) and how the plan shows it (``label``, ``unit``).
+Nothing else in nip branches on an algorithm's name.
+
+Adding one (docs/design.md, "Adding an algorithm"): a module in this folder holding its
+selection, dataset and an object implementing :class:`TrainingAlgorithm` (as
+:mod:`.expert_iteration` and :mod:`.malt`), and its entry in :data:`ALGORITHMS` under the
+``HyperParameters.trainer`` name that runs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+from nip.agents import PureTextWholeAgent
+from nip.jobs import FineTuneMethod
+from nip.parameters import HyperParameters
+from nip.rollouts.records import Datapoint
+from nip.runs.plan_steps import IterationPlan
+from nip.session import Session
+from nip.training.algorithms.expert_iteration import ExpertIteration
+from nip.training.algorithms.malt import Malt
+from nip.training.context import Progress, RunContext
+
+
+class PassSizer(Protocol):
+    """What the dry run measures an iteration with (:mod:`nip.experiments.dialogue_sizes`)."""
+
+    session: Session
+
+    def seeds(self, items: Sequence[Datapoint], iteration: int) -> list[int]: ...
+
+    def dialogue_pass(self, items: Sequence[Datapoint], seeds: Sequence[int]) -> Mapping: ...
+
+    def malt_pass(
+        self, items: Sequence[Datapoint], seeds: Sequence[int], malt: Any, frozen: set[str]
+    ) -> tuple[Mapping, int]: ...
+
+
+@runtime_checkable
+class TrainingAlgorithm(Protocol):
+    """What an algorithm decides; the trainer's loop does everything else."""
+
+    #: Its name in the run plan (``IterationPlan.algorithm``).
+    name: str
+    #: How the plan shows it, and what it samples per item ("dialogues", "trees").
+    label: str
+    unit: str
+    #: The fine-tuning method of its jobs.
+    method: FineTuneMethod
+
+    def first_iteration(self, hyper_params: HyperParameters) -> int:
+        """The first iteration it runs; Expert Iteration runs the ones before."""
+        ...
+
+    async def collect(self, run: RunContext, items: Sequence[Datapoint], on_progress: Progress):
+        """Sample the current iteration's data from ``items`` (the plan's) and save it to the
+        run directory (its train rollouts, and anything else it learns from)."""
+        ...
+
+    def training_data(self, run: RunContext, iterations: Sequence[int]) -> Any:
+        """What the jobs learn from: the saved data of ``iterations``."""
+        ...
+
+    def dataset(
+        self, run: RunContext, agents: Mapping[str, PureTextWholeAgent], data: Any
+    ) -> list[dict[str, Any]]:
+        """The lines of the job of a group of ``agents``."""
+        ...
+
+    def metrics(self, run: RunContext, iteration: int) -> dict[str, Any]:
+        """Metrics of its own for the iteration, beyond the dialogues' (may be empty)."""
+        ...
+
+    def estimate(
+        self, sizer: PassSizer, step: IterationPlan, items: Sequence[Datapoint]
+    ) -> tuple[Mapping, int]:
+        """The dry run's measure of ``step``'s sampling: each agent's usage, and dialogues."""
+        ...
+
+    def assumptions(self, hyper_params: HyperParameters) -> list[str]:
+        """What the dry run assumes of it, in words (may be empty)."""
+        ...
+
+
+#: The algorithm each ``HyperParameters.trainer`` name runs (after the Expert Iteration it
+#: may start with: :meth:`TrainingAlgorithm.first_iteration`).
+ALGORITHMS: Mapping[str, TrainingAlgorithm] = MappingProxyType(
+    {"pure_text_ei": ExpertIteration(), "pure_text_malt": Malt()}
+)
+#: Every algorithm by its name in the run plan.
+BY_NAME: Mapping[str, TrainingAlgorithm] = MappingProxyType(
+    {a.name: a for a in ALGORITHMS.values()}
+)
+
+
+def algorithm_of(hyper_params: HyperParameters, iteration: int) -> TrainingAlgorithm:
+    """Which algorithm ``iteration`` runs: the trainer's, once its first iteration is reached,
+    Expert Iteration before."""
+    algorithm = ALGORITHMS[hyper_params.trainer]
+    if iteration >= algorithm.first_iteration(hyper_params):
+        return algorithm
+    return ALGORITHMS["pure_text_ei"]

@@ -1,0 +1,75 @@
+"""What a run's plug-ins see of it: algorithms, callbacks and the reporter get a
+:class:`RunContext` (as TRL's callbacks get ``args, state, control``), never the trainer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from nip.agents import PureTextWholeAgent
+from nip.jobs import FineTuneBackend
+from nip.parameters import HyperParameters
+from nip.runs.plan_steps import IterationPlan
+from nip.runs.run_dir import RunDirectory
+from nip.runs.state import TrainerState
+from nip.session import Session
+from nip.settings import ExperimentSettings
+
+#: ``(done, total)`` dialogues of a stage, as they finish.
+Progress = Callable[[int, int], None]
+
+
+class ModelGroup(Protocol):
+    """What plug-ins read of a shared model group (:mod:`nip.training.groups`)."""
+
+    group_name: str
+    agent_wholes: dict[str, PureTextWholeAgent]
+    #: Its job state (:class:`~nip.training.groups.PureTextSharedModelGroupState`).
+    state: Any
+
+    @property
+    def fine_tune_backend(self) -> FineTuneBackend: ...
+
+    @property
+    def submitted_job_id(self) -> str | None:
+        """The job submitted this iteration and not yet switched to (None: none)."""
+        ...
+
+
+@dataclass
+class RunContext:
+    """A run as its algorithms, callbacks and reporter see it.
+
+    Attributes:
+        hyper_params: The experiment.
+        settings: How it runs.
+        session: Its protocol, agents and backends.
+        run_dir: Where it is saved.
+        plan: Its plan, iteration by iteration (a :class:`~nip.training.plan.RunPlan`).
+        state: Where it stands (the trainer saves it after every stage).
+        groups: Its shared model groups, by name.
+        poll_interval_s: How often jobs and the control file are polled.
+    """
+
+    hyper_params: HyperParameters
+    settings: ExperimentSettings
+    session: Session
+    run_dir: RunDirectory
+    plan: Sequence[IterationPlan]
+    state: TrainerState = field(default_factory=TrainerState)
+    groups: Mapping[str, ModelGroup] = field(default_factory=dict)
+    poll_interval_s: float = 2.0
+
+    @property
+    def iteration(self) -> int:
+        return self.state.iteration
+
+    @property
+    def step(self) -> IterationPlan:
+        """The plan of the current iteration."""
+        return self.plan[self.state.iteration]
+
+    def submitted(self) -> dict[str, ModelGroup]:
+        """The groups whose job of this iteration is submitted, by name."""
+        return {n: g for n, g in self.groups.items() if g.submitted_job_id is not None}
