@@ -18,10 +18,10 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.providers.openai import OPENAI_FINE_TUNING_PRICES_USD_PER_1M, OPENAI_PRICES_USD_PER_1M
 from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.training.cost_estimate import estimate_cost
-from nip.training.metrics import OPENAI_FINE_TUNING_PRICES_USD_PER_1M, OPENAI_PRICES_USD_PER_1M
 from nip.training.token_count import (
     CharsPerTokenCounter,
     count_chat_tokens,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from nip.providers.openai import OPENAI_PRICES_USD_PER_1M, price_key
 from nip.rollouts.records import AgentTurn
-from nip.training.metrics import OPENAI_PRICES_USD_PER_1M, cost_usd, price_key
+from nip.training.metrics import cost_usd
 
 
 def turn(agent: str, model: str | None, prompt: int, completion: int, **extra) -> AgentTurn:

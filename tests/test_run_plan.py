@@ -12,7 +12,6 @@ from nip.cli import main
 from nip.configs import list_presets
 from nip.jobs import FineTuneSpec
 from nip.jobs.dummy import DummyFineTuneBackend
-from nip.jobs.factory import JOB_SETTINGS
 from nip.jobs.openai_api import job_request
 from nip.parameters import (
     HyperParameters,
@@ -22,6 +21,7 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.providers import DUMMY_PROVIDER
 from nip.settings import ExperimentSettings
 from nip.training.cost_estimate import estimate_cost
 from nip.training.plan import PlanChangedError, RunPlan, make_run_plan, plan_run
@@ -95,7 +95,7 @@ def test_a_jobs_settings_in_the_plan_are_what_the_backend_is_sent(dataset, tmp_p
     )
     trainer.train()
     (spec,) = submitted
-    assert JOB_SETTINGS["dummy"](spec) == trainer.plan[0].group("verifier").job
+    assert DUMMY_PROVIDER.job_settings(spec) == trainer.plan[0].group("verifier").job
     openai = HyperParameters.construct_test_params()
     openai.agents["verifier"] = PureTextAgentParameters(model_provider="OpenAI")
     job = plan_run(openai)[0].group("verifier").job

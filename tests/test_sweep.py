@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nip.backends.pool import BackendPool
 from nip.cli import main
 from nip.errors import InvalidParameterError
 from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.providers.pool import BackendPool
 from nip.settings import ExperimentSettings
 from nip.training.cost_estimate import estimate_cost
 from nip.training.sweep import (

@@ -9,7 +9,8 @@ An override is applied to the configuration's dict and the whole dict is built a
 value is converted, bounded and validated exactly as if it had been written in the file, and an
 error names its full address. Text from a command line is read with YAML's scalar rules
 (``4`` is an int, ``true`` a bool, ``null`` None), except that a field holding text keeps the
-text as given (``model_name=2024`` stays ``"2024"``).
+text as given (``model_name=2024`` stays ``"2024"``). A mapping sets several fields of a group
+at once and keeps the others (``agents.verifier={model_provider: TogetherAI, model_name: X}``).
 
 Changing ``interaction_protocol`` also gives the new protocol its agents: an agent keeps the
 parameters of the old agent of the same name, else of one in the same role (``prover0`` and
@@ -89,6 +90,8 @@ def _set(data: dict[str, Any], path: str, value: Any, current: Any) -> None:
         node = node[part]
     if isinstance(value, int | float | bool) and isinstance(current, str):
         value = str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), Mapping):
+        value = {**node[parts[-1]], **value}  # a mapping sets several fields of a group
     node[parts[-1]] = value
 
 

@@ -10,7 +10,7 @@ Every schedule rule lives here, once: which items each iteration samples (``nip.
 which iterations test and how many passes, which algorithm an iteration runs (Expert
 Iteration, or MALT after ``num_initial_ei_iterations``), which groups train with which method
 on which iterations' data, why the others do not (frozen, not scheduled), and each job's
-settings as its provider's backend will send them (``nip.jobs.factory.job_settings``, the
+settings as its provider's backend will send them (``nip.providers.job_settings``, the
 function the backends use). The trainer executes the plan, the dry run prices it, and the
 reporter and the dashboard show it. A run saves it as ``plan.json``; resuming compares the
 plan it would make now with the saved one and refuses a difference (:class:`PlanChangedError`).
@@ -25,10 +25,10 @@ from typing import Any, Literal
 from nip.data import DatasetUnavailableError
 from nip.data.order import held_out_indices, train_indices
 from nip.errors import IncompatibleParametersError
-from nip.jobs.factory import job_settings
 from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
+from nip.providers import job_settings
 from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import ALGORITHMS

@@ -23,9 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from nip.backends import AdapterHost, capability
-from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.protocols import ProtocolHandler
+from nip.providers import provider_for
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from nip._version import __version__
-from nip.backends.pool import BackendPool
 from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
+from nip.providers.pool import BackendPool
 from nip.rollouts.records import Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
