@@ -229,15 +229,16 @@ def test_a_dpo_job_is_priced_at_togethers_dpo_rate(dataset, tmp_path):
 
 
 # -------------------------------------------------------------------- paper presets
-TOGETHER_AGENT = f"{{model_provider: TogetherAI, model_name: {BASE_MODEL}}}"
+#: The README's one --set that moves a paper preset's agents to Together AI.
+TO_TOGETHER = f"agents.*={{model_provider: TogetherAI, model_name: {BASE_MODEL}}}"
 
 
 @pytest.mark.parametrize("preset", [p.name for p in list_presets() if p.name.startswith("paper/")])
-def test_a_paper_preset_moves_to_together_ai_with_one_set_per_agent(preset):
+def test_a_paper_preset_moves_to_together_ai_with_one_set(preset):
+    from nip.parameters.overrides import parse_override
+
     params = load_preset(preset)
-    moved = params.with_overrides(
-        {f"agents.{name}": TOGETHER_AGENT for name in params.agents}, from_text=True
-    )
+    moved = params.with_overrides(dict([parse_override(TO_TOGETHER)]), from_text=True)
     for name, agent in moved.agents.items():
         assert (agent.model_provider, agent.model_name) == ("TogetherAI", BASE_MODEL)
         # Everything else the preset says of the agent stays (the provers' shared group).

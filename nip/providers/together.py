@@ -340,7 +340,7 @@ def _training(model: str, method: str, lora: bool) -> float | None:
 def _notes(model: str) -> list[str]:
     bracket = _bracket(model)
     size = (
-        f"{model!r} is priced as a {bracket[0]} model (its size read from its name)"
+        f"{model!r} is priced in the {bracket[0]} size bracket (its size read from its name)"
         if bracket
         else f"{model!r} has no size in its name, so its fine-tuning is not priced"
     )
