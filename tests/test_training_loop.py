@@ -228,8 +228,12 @@ def test_a_group_whose_members_disagree_is_rejected():
         HyperParameters(
             interaction_protocol="mnip",
             agents={
-                "prover0": PureTextAgentParameters(shared_model_group="p", lora_rank=8),
-                "prover1": PureTextAgentParameters(shared_model_group="p", lora_rank=16),
+                "prover0": PureTextAgentParameters(
+                    shared_model_group="p", model_provider="TogetherAI", lora_rank=8
+                ),
+                "prover1": PureTextAgentParameters(
+                    shared_model_group="p", model_provider="TogetherAI", lora_rank=16
+                ),
             },
         )
 
