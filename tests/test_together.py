@@ -243,3 +243,46 @@ def test_a_paper_preset_moves_to_together_ai_with_one_set(preset):
         assert (agent.model_provider, agent.model_name) == ("TogetherAI", BASE_MODEL)
         # Everything else the preset says of the agent stays (the provers' shared group).
         assert agent.shared_model_group == params.agents[name].shared_model_group
+
+
+def test_fine_tuning_without_the_key_says_which_variable_to_set(monkeypatch):
+    from nip.errors import FineTuneError
+    from nip.providers.together import TogetherFineTuneBackend
+
+    monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
+    with pytest.raises(FineTuneError, match="needs the TOGETHER_API_KEY variable"):
+        TogetherFineTuneBackend.from_environment()
+
+
+def test_a_transient_failure_is_retried_and_a_refusal_is_not(fakes):
+    """A 5xx (or 429, or a lost connection) may pass: tried again; a 4xx is Together's
+    answer: raised at once with its message."""
+    import asyncio
+
+    from nip.errors import FineTuneError
+    from nip.jobs import FineTuneSpec
+    from nip.providers.together import TogetherFineTuneBackend
+
+    fake = fakes()
+    backend = TogetherFineTuneBackend.from_environment()
+    backend.backoff_s = 0.0
+    calls = {"n": 0}
+    respond = fake.respond
+
+    async def flaky(method, path, *args):
+        calls["n"] += 1
+        if path.endswith("/files/upload") and calls["n"] < 3:
+            from nip.testing._chat import error_reply
+
+            return error_reply(503, "overloaded")
+        return await respond(method, path, *args)
+
+    fake.respond = flaky
+    line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
+    job_id = asyncio.run(backend.create_job(FineTuneSpec(BASE_MODEL, "supervised", (line,))))
+    assert job_id in fake.jobs and calls["n"] == 4  # two 503s, the upload, the job
+
+    unknown = FineTuneSpec("some/model-7B", "supervised", (line,))
+    with pytest.raises(FineTuneError, match="refused the request: Model 'some/model-7B'"):
+        asyncio.run(backend.create_job(unknown))
+    assert calls["n"] == 6 and len(fake.created) == 2  # the upload, one refused creation
