@@ -24,8 +24,8 @@ from _server import test_server
 from rollouts_http import LATENCY_S, items
 
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
-from nip.backends.pool import BackendPool
 from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.providers.pool import BackendPool
 from nip.session import Session
 from nip.settings import ExperimentSettings
 

@@ -28,8 +28,8 @@ import time
 from _server import test_server
 
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
-from nip.backends.pool import BackendPool
 from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.providers.pool import BackendPool
 from nip.rollouts import Datapoint
 from nip.session import Session
 from nip.settings import ExperimentSettings

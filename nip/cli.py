@@ -411,7 +411,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from nip.parameters.providers import PROVIDER_CAPABILITIES
+    from nip.parameters.providers import PROVIDER_FACTS
 
     parser = argparse.ArgumentParser(
         prog="nip",
@@ -561,7 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     analyse.add_argument(
         "--provider",
         default="OpenAI",
-        choices=list(PROVIDER_CAPABILITIES),
+        choices=list(PROVIDER_FACTS),
         help="Who serves the judge model (default: OpenAI).",
     )
     analyse.add_argument("--model", default="gpt-4o-mini-2024-07-18", help="The judge model.")

@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from nip.agents.agent import PureTextWholeAgent
-from nip.backends.pool import BackendPool
 from nip.data.order import held_out_indices, train_indices
 from nip.parameters import HyperParameters
 from nip.protocols import ProtocolHandler, build_protocol_handler
+from nip.providers.pool import BackendPool
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.engine import RolloutBatch, run_dialogues_async
 from nip.rollouts.records import Datapoint

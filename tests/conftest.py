@@ -113,6 +113,7 @@ FIRST = (
     "tests/test_training_loop.py",
     "tests/test_quiet_loading.py",
     "tests/test_fine_tune_failure.py",
+    "tests/test_together.py",
     "tests/test_data_buggy_apps.py",
     "tests/test_sweep.py",
     "tests/test_test_server.py",

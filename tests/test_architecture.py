@@ -16,18 +16,15 @@ import pytest
 
 from nip.backends import DummyBackend, OpenAIBackend
 from nip.backends.local import LocalBackend
-from nip.backends.pool import BackendPool, endpoint_key
-from nip.backends.providers import DUMMY, PROVIDERS, provider_for
 from nip.backends.self_hosted import SelfHostedBackend
 from nip.data import SHIPPED_DATASETS
 from nip.jobs import DummyFineTuneBackend
-from nip.jobs.factory import FINE_TUNE_BACKENDS, NotFineTunableBackend, fine_tune_backend_for
 from nip.jobs.local_lora import LocalLoraFineTuneBackend
 from nip.jobs.openai_api import OpenAIFineTuneBackend
 from nip.jobs.self_hosted import SelfHostedFineTuneBackend
 from nip.parameters import (
     PROTOCOL_AGENT_NAMES,
-    PROVIDER_CAPABILITIES,
+    PROVIDER_FACTS,
     SHIPPED_DATASET_NAMES,
     HyperParameters,
     InteractionProtocolType,
@@ -36,6 +33,15 @@ from nip.parameters import (
 from nip.parameters.agents import ModelProvider
 from nip.parameters.hyper_parameters import TrainerType
 from nip.protocols import PROTOCOLS, Decision, build_protocol_handler
+from nip.providers import (
+    DUMMY,
+    PROVIDERS,
+    NotFineTunableBackend,
+    fine_tune_backend_for,
+    provider_for,
+)
+from nip.providers.pool import BackendPool, endpoint_key
+from nip.providers.together import TogetherFineTuneBackend
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import ALGORITHMS
 from nip.training.trainer import build_trainer
@@ -78,15 +84,21 @@ def test_every_handler_is_built_with_the_common_protocol_parameters(name):
 
 # ------------------------------------------------------------------------- providers
 def test_every_model_provider_a_configuration_accepts_is_in_the_provider_table_and_no_other():
+    """The configuration knows a provider by its facts (beneath), the run by its module
+    (above): one entry each, tied here."""
     providers = set(typing.get_args(ModelProvider))
-    assert set(PROVIDERS) == providers
-    assert set(PROVIDER_CAPABILITIES) == providers
-    assert all(PROVIDERS[name].capabilities is PROVIDER_CAPABILITIES[name] for name in providers)
+    assert set(PROVIDERS) == providers == set(PROVIDER_FACTS)
+    for name, provider in PROVIDERS.items():
+        assert provider.name == name
+        assert provider.facts is PROVIDER_FACTS[name]
 
 
-def test_every_provider_that_can_fine_tune_has_a_fine_tuning_backend_and_no_other():
-    can = {name for name, p in PROVIDERS.items() if p.can_fine_tune} | {DUMMY}
-    assert set(FINE_TUNE_BACKENDS) == can
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
+def test_a_provider_fine_tunes_and_bills_exactly_as_its_facts_say(name):
+    provider = PROVIDERS[name]
+    assert (provider.fine_tune is not None) is provider.facts.can_fine_tune
+    assert (provider.job_settings is not None) is provider.facts.can_fine_tune
+    assert (provider.prices is not None) is provider.facts.bills_tokens
 
 
 SERVED_BY = {
@@ -100,6 +112,7 @@ SERVED_BY = {
         False,
     ),
     "Local": ("local:SmolLM2-135M-Instruct", LocalBackend, LocalLoraFineTuneBackend, False),
+    "TogetherAI": ("together", OpenAIBackend, TogetherFineTuneBackend, True),
     DUMMY: ("dummy", DummyBackend, DummyFineTuneBackend, False),
 }
 
@@ -108,15 +121,15 @@ SERVED_BY = {
 def test_the_provider_table_decides_the_endpoint_backends_and_billing_of_an_agent(
     name, monkeypatch, tmp_path
 ):
-    for variable in ("OPENAI_API_KEY", "OPENROUTER_API_KEY"):
+    for variable in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY"):
         monkeypatch.setenv(variable, "sk-test")
+    server = {"language_model_server_scheme_host": "http://gpu", "language_model_server_port": 5001}
     params = PureTextAgentParameters(
         model_provider="OpenAI" if name == DUMMY else name,
         model_name="SmolLM2-135M-Instruct" if name == "Local" else "gpt-4o-mini",
         use_dummy_api=name == DUMMY,
-        language_model_server_scheme_host="http://gpu",
-        language_model_server_port=5001,
         freeze_agent=True,
+        **(server if name == "SelfHosted" else {}),
     )
     key, chat, fine_tuning, bills = SERVED_BY[name]
     settings = ExperimentSettings(cache="off", run_dir=tmp_path)

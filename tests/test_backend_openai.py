@@ -27,7 +27,6 @@ from nip.errors import (
     BackendUnavailableError,
     GenerationError,
     InsufficientCreditsError,
-    InvalidParameterError,
     ModelNotFoundError,
 )
 from nip.parameters import PureTextAgentParameters
@@ -342,7 +341,7 @@ async def test_a_pickled_backend_rereads_its_key_from_the_environment(start_serv
     server = start_server(api_key=SECRET)
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    backend = OpenAIBackend.from_agent_params(PureTextAgentParameters(model_provider="OpenAI"))
+    backend = chat_backend(PureTextAgentParameters(model_provider="OpenAI"))
     await backend.generate(REQUEST)
 
     blob = pickle.dumps(backend)
@@ -357,28 +356,36 @@ async def test_a_pickled_backend_rereads_its_key_from_the_environment(start_serv
 
 
 # ------------------------------------------------------------------------ providers
+def chat_backend(params: PureTextAgentParameters, **settings) -> OpenAIBackend:
+    """The backend the provider table builds for an agent (what a session's pool holds)."""
+    from nip.providers import provider_for
+    from nip.settings import ExperimentSettings
+
+    return provider_for(params).chat_backend(params, ExperimentSettings(**settings))
+
+
 @pytest.mark.parametrize(
-    ("provider", "env_var", "base_url"),
+    ("provider", "env_var", "base_url", "name"),
     [
-        ("OpenAI", "OPENAI_API_KEY", "https://api.openai.com/v1"),
-        ("OpenRouter", "OPENROUTER_API_KEY", "https://openrouter.ai/api/v1"),
+        ("OpenAI", "OPENAI_API_KEY", "https://api.openai.com/v1", "openai"),
+        ("OpenRouter", "OPENROUTER_API_KEY", "https://openrouter.ai/api/v1", "openrouter"),
+        ("TogetherAI", "TOGETHER_API_KEY", "https://api.together.ai/v1", "together"),
     ],
 )
 @pytest.mark.timeout(5)
 def test_hosted_providers_get_their_base_url_and_key_variable(
-    monkeypatch, provider, env_var, base_url
+    monkeypatch, provider, env_var, base_url, name
 ):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    monkeypatch.delenv("TOGETHER_BASE_URL", raising=False)
     monkeypatch.setenv(env_var, SECRET)
 
-    backend = OpenAIBackend.from_agent_params(
-        PureTextAgentParameters(model_provider=provider), max_concurrency=3
-    )
+    backend = chat_backend(PureTextAgentParameters(model_provider=provider), max_concurrency=3)
 
     assert backend.config.base_url == base_url
     assert backend.config.api_key_env == env_var
     assert backend.config.resolve_api_key() == SECRET
-    assert (backend.name, backend.config.max_concurrency) == (provider.lower(), 3)
+    assert (backend.name, backend.config.max_concurrency) == (name, 3)
 
 
 @pytest.mark.timeout(5)
@@ -392,7 +399,7 @@ def test_self_hosted_goes_through_nip_serve_not_straight_to_vllm(monkeypatch):
         language_model_server_port=5001,
     )
 
-    backend = OpenAIBackend.from_agent_params(params)
+    backend = chat_backend(params)
 
     assert isinstance(backend, SelfHostedBackend)
     assert backend.config.base_url == "http://gpu-box:5001/v1"
@@ -404,13 +411,7 @@ def test_a_missing_key_fails_at_construction_naming_the_variable(monkeypatch):
     monkeypatch.delenv("OPENROUTER_API_KEY", raising=False)
 
     with pytest.raises(MissingAPIKeyError, match="OPENROUTER_API_KEY"):
-        OpenAIBackend.from_agent_params(PureTextAgentParameters(model_provider="OpenRouter"))
-
-
-@pytest.mark.timeout(5)
-def test_the_local_provider_is_not_an_http_backend():
-    with pytest.raises(InvalidParameterError, match="model_provider"):
-        OpenAIBackend.from_agent_params(PureTextAgentParameters(model_provider="Local"))
+        chat_backend(PureTextAgentParameters(model_provider="OpenRouter"))
 
 
 # --------------------------------------------------------------------- retry policy

@@ -10,7 +10,6 @@ import threading
 
 import pytest
 
-from nip.analysis.metrics import OPENAI_FINE_TUNING_PRICES_USD_PER_1M, OPENAI_PRICES_USD_PER_1M
 from nip.experiments.cost_estimate import estimate_cost
 from nip.experiments.token_count import (
     CharsPerTokenCounter,
@@ -27,6 +26,7 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.providers.openai import OPENAI_FINE_TUNING_PRICES_USD_PER_1M, OPENAI_PRICES_USD_PER_1M
 from nip.session import Session
 from nip.settings import ExperimentSettings
 

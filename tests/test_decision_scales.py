@@ -9,7 +9,6 @@ import pytest
 from nip.agents import parse_response
 from nip.backends import Completion, GenerationResult, TokenUsage
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
-from nip.backends.pool import BackendPool
 from nip.errors import InvalidDecisionError, InvalidParameterError
 from nip.parameters import (
     CommonProtocolParameters,
@@ -30,6 +29,7 @@ from nip.protocols import (
     build_protocol_handler,
     decision_scale,
 )
+from nip.providers.pool import BackendPool
 from nip.rollouts import Datapoint, Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings

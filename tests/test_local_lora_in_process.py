@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from nip.jobs import FineTuneSpec
-from nip.jobs.factory import fine_tune_backend_for
 from nip.jobs.local_lora import InProcessLoraFineTuneBackend
 from nip.parameters import PureTextAgentParameters
+from nip.providers import fine_tune_backend_for
 from nip.settings import ExperimentSettings
 
 pytestmark = pytest.mark.slow

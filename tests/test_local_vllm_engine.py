@@ -20,9 +20,9 @@ from nip.backends import GenerationRequest
 from nip.backends.local import LocalBackend, LocalVllmBackend, local_backend
 from nip.backends.local.adapters import write_predecessors
 from nip.backends.local.vllm_python import VLLM_PYTHON_ENV
-from nip.backends.providers import PROVIDERS
 from nip.errors import BackendUnavailableError, InvalidParameterError, UnservableAdapterError
 from nip.parameters import PureTextAgentParameters
+from nip.providers import PROVIDERS
 from nip.settings import ExperimentSettings
 from nip.testing.fake_vllm import fake_vllm_python
 from nip.testing.processes import live_group_members

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nip.analysis.metrics import OPENAI_PRICES_USD_PER_1M, cost_usd, price_key
+from nip.analysis.metrics import cost_usd
+from nip.providers.openai import OPENAI_PRICES_USD_PER_1M, price_key
 from nip.rollouts.records import AgentTurn
 
 

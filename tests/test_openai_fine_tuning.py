@@ -253,9 +253,10 @@ def openai_hyperparameters(method: str = "supervised", **agent) -> dict:
 
 @pytest.mark.parametrize("method", ["supervised", "dpo"])
 def test_openai_chooses_its_own_hyper_parameters_unless_the_agent_sets_them(method):
-    """As the original: "auto" for epochs, batch size and learning rate; the LoRA training's
-    epochs and batch size (num_epochs, per_device_train_batch_size) are not sent to OpenAI."""
-    sent = openai_hyperparameters(method, num_epochs=4, per_device_train_batch_size=8)
+    """As the original: "auto" for epochs, batch size and learning rate (the LoRA training's
+    num_epochs and per_device_train_batch_size are refused for an OpenAI agent: see
+    tests/test_settings_act_or_refused.py)."""
+    sent = openai_hyperparameters(method)
     assert {k: sent[k] for k in ("n_epochs", "batch_size", "learning_rate_multiplier")} == {
         "n_epochs": "auto",
         "batch_size": "auto",

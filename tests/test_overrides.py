@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from nip.runs.changes import SavedParametersChangedError, change_saved_parameters
 
 from nip.cli import main
 from nip.configs import load_preset
 from nip.errors import InvalidParameterError
 from nip.parameters import HyperParameters, PureTextAgentParameters, RlParameters
 from nip.parameters.overrides import changed_paths, parse_override
-from nip.runs.changes import SavedParametersChangedError, change_saved_parameters
 from nip.settings import ExperimentSettings
 from nip.training.trainer import build_trainer
 
@@ -120,3 +120,34 @@ def test_resume_refuses_overrides_that_change_the_saved_run_unless_accepted(
 def test_changed_paths_lists_what_differs():
     before = {"a": {"b": 1, "c": 2}, "_v": 1}
     assert changed_paths(before, {"a": {"b": 1, "c": 3}, "_v": 2}) == {"a.c": (2, 3)}
+
+
+def test_a_mapping_sets_several_fields_of_an_agent_and_keeps_the_others():
+    base = HyperParameters(agents={"verifier": {"supervisor_name": "Referee", "temperature": 0.5}})
+    moved = base.with_overrides(
+        {"agents.verifier": "{model_provider: TogetherAI, model_name: m}"}, from_text=True
+    )
+    verifier = moved.agents["verifier"]
+    assert (verifier.model_provider, verifier.model_name) == ("TogetherAI", "m")
+    assert (verifier.supervisor_name, verifier.temperature) == ("Referee", 0.5)
+
+
+@pytest.mark.parametrize("protocol", ["nip", "debate", "solo_verifier"])
+def test_agents_star_sets_every_agent_of_the_protocol(protocol):
+    base = HyperParameters(interaction_protocol=protocol)
+    moved = base.with_overrides({"agents.*.temperature": "0.2"}, from_text=True)
+    assert {a.temperature for a in moved.agents.values()} == {0.2}
+    assert set(moved.agents) == set(base.agents)
+
+
+def test_a_sweep_grid_moves_every_cell_to_another_provider_with_one_setting():
+    from nip.training.sweep_grid import GridSpec
+
+    agent = {"model_provider": "TogetherAI", "model_name": "meta-llama/Llama-3.3-70B-Instruct"}
+    grid = GridSpec.from_dict(
+        {"axes": {"base": ["paper/nip-ei", "paper/debate-ei"]}, "set": {"agents.*": agent}}
+    )
+    cells = grid.cells()
+    assert len(cells) == 2
+    for cell in cells:  # the debate cell's two provers stay in their shared group
+        assert {a.model_provider for a in cell.hyper_params.agents.values()} == {"TogetherAI"}

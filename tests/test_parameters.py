@@ -120,8 +120,9 @@ def test_max_tokens_per_message_is_derived_from_the_word_limit_when_unset():
 
 
 def test_lora_alpha_is_computed_from_the_scale_when_not_given():
-    assert PureTextAgentParameters(lora_rank=16, lora_alpha_scale=2.0).computed_lora_alpha == 32
-    params = PureTextAgentParameters(lora_rank=16, lora_alpha=8, lora_alpha_scale=None)
+    lora = PureTextAgentParameters.local_default
+    assert lora(lora_rank=16, lora_alpha_scale=2.0).computed_lora_alpha == 32
+    params = lora(lora_rank=16, lora_alpha=8, lora_alpha_scale=None)
     assert params.computed_lora_alpha == 8
 
 
@@ -178,7 +179,7 @@ def test_the_type_tag_rebuilds_the_right_update_schedule():
     lora_rank=st.integers(1, 256),
     lora_dropout=st.floats(0.0, 0.99),
     dpo_beta=st.one_of(st.none(), st.floats(0.01, 2.0)),
-    provider=st.sampled_from(["OpenAI", "SelfHosted", "OpenRouter", "Local"]),
+    provider=st.sampled_from(["SelfHosted", "Local", "TogetherAI"]),  # where LoRA acts
     supervisor=st.sampled_from(["none", "all", "first", "all_but_first"]),
     group=st.one_of(st.none(), st.text(min_size=1, max_size=12)),
 )
@@ -567,12 +568,17 @@ def test_a_bad_type_tag_deep_in_a_config_is_reported_with_its_address():
     ],
 )
 def test_members_of_a_shared_model_group_must_agree_on_the_model(field, first, second):
+    on = {} if field == "model_provider" else {"model_provider": "TogetherAI"}
     with pytest.raises(SharedModelGroupError) as info:
         HyperParameters(
             interaction_protocol="debate",
             agents={
-                "prover0": PureTextAgentParameters(shared_model_group="provers", **{field: first}),
-                "prover1": PureTextAgentParameters(shared_model_group="provers", **{field: second}),
+                "prover0": PureTextAgentParameters(
+                    shared_model_group="provers", **{**on, field: first}
+                ),
+                "prover1": PureTextAgentParameters(
+                    shared_model_group="provers", **{**on, field: second}
+                ),
             },
         )
     message = str(info.value)

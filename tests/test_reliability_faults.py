@@ -11,8 +11,8 @@ import pytest
 
 from nip.backends import DummyBackend, DummyPolicy
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
-from nip.backends.pool import BackendPool
 from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.providers.pool import BackendPool
 from nip.rollouts import Datapoint
 from nip.session import Session
 from nip.settings import ExperimentSettings

@@ -8,13 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from nip.runs.changes import change_saved_parameters
 
 from nip.cli import main
 from nip.configs import list_presets
 from nip.experiments.cost_estimate import estimate_cost, plan_run
 from nip.jobs import FineTuneSpec
 from nip.jobs.dummy import DummyFineTuneBackend
-from nip.jobs.factory import JOB_SETTINGS
 from nip.jobs.openai_api import job_request
 from nip.parameters import (
     HyperParameters,
@@ -24,7 +24,7 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
-from nip.runs.changes import change_saved_parameters
+from nip.providers import DUMMY_PROVIDER
 from nip.settings import ExperimentSettings
 from nip.training.plan import PlanChangedError, RunPlan, make_run_plan
 from nip.training.trainer import PureTextEiTrainer, build_trainer
@@ -97,7 +97,7 @@ def test_a_jobs_settings_in_the_plan_are_what_the_backend_is_sent(dataset, tmp_p
     )
     trainer.train()
     (spec,) = submitted
-    assert JOB_SETTINGS["dummy"](spec) == trainer.plan[0].group("verifier").job
+    assert DUMMY_PROVIDER.job_settings(spec) == trainer.plan[0].group("verifier").job
     openai = HyperParameters.construct_test_params()
     openai.agents["verifier"] = PureTextAgentParameters(model_provider="OpenAI")
     job = plan_run(openai)[0].group("verifier").job

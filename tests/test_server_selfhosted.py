@@ -330,8 +330,8 @@ def test_a_full_fine_tuning_request_is_refused_at_creation_not_trained_as_lora(t
 
 # ---------------------------------------------------------------------- the client side
 def test_self_hosted_agents_talk_to_the_server_port_with_the_server_token(monkeypatch):
-    from nip.backends.pool import BackendPool, endpoint_key
     from nip.parameters import PureTextAgentParameters
+    from nip.providers.pool import BackendPool, endpoint_key
     from nip.server.client import SelfHostedBackend
     from nip.settings import ExperimentSettings
 
@@ -351,8 +351,8 @@ def test_self_hosted_agents_talk_to_the_server_port_with_the_server_token(monkey
 
 
 def test_the_settings_concurrency_limit_applies_to_self_hosted_agents_too():
-    from nip.backends.pool import BackendPool
     from nip.parameters import PureTextAgentParameters
+    from nip.providers.pool import BackendPool
     from nip.server.client import SelfHostedBackend
     from nip.settings import ExperimentSettings
 

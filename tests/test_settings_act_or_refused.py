@@ -18,7 +18,7 @@ from nip.errors import FineTuneError, InvalidParameterError
 from nip.jobs import FineTuneSpec
 from nip.jobs.lora_train import QuantizationUnavailableError, quantized_loading_kwargs
 from nip.jobs.self_hosted import SelfHostedFineTuneBackend
-from nip.parameters import PureTextAgentParameters
+from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.server.app import create_server_app
 from nip.server.config import ServerConfig
 from nip.server.vllm_engine import vllm_command
@@ -34,12 +34,14 @@ SFT_LINE = {
 
 
 # ----------------------------------------------------------------------- quantization
-@pytest.mark.parametrize("provider", ["Local", "OpenAI", "OpenRouter"])
+@pytest.mark.parametrize("provider", ["Local", "OpenAI", "OpenRouter", "TogetherAI"])
 def test_quantization_is_refused_for_providers_that_cannot_quantize(provider):
     with pytest.raises(InvalidParameterError, match=r"^quantization='bitsandbytes'") as raised:
         PureTextAgentParameters(model_provider=provider, quantization="bitsandbytes")
     assert raised.value.field == "quantization"
-    assert ("CPU" if provider == "Local" else "its own weights") in str(raised.value)
+    assert f"model_provider={provider!r} ignores it" in str(raised.value)
+    if provider == "Local":
+        assert "on the CPU" in str(raised.value)
 
 
 def test_quantization_is_accepted_for_a_self_hosted_agent():
@@ -156,3 +158,57 @@ def test_every_parameter_field_is_read_somewhere_in_nip():
 def test_the_allow_list_names_only_existing_fields():
     cases = behaviour_cases()
     assert set(cases.SHOWN_ELSEWHERE) <= cases.all_fields()
+
+
+# ------------------------------------------------ settings the agent's provider ignores
+#: Settings an OpenAI or OpenRouter agent ignores, with a value other than the default. Each
+#: was accepted and did nothing before the provider table said which settings apply where.
+IGNORED_BY_API_PROVIDERS = {
+    "num_epochs": 3,
+    "per_device_train_batch_size": 8,
+    "lora_rank": 16,
+    "lora_alpha": 32,
+    "lora_alpha_scale": 2.0,
+    "lora_dropout": 0.1,
+    "stack_lora_adapters": True,
+}
+
+
+@pytest.mark.parametrize("provider", ["OpenAI", "OpenRouter"])
+@pytest.mark.parametrize("setting", sorted(IGNORED_BY_API_PROVIDERS))
+def test_a_setting_the_agents_provider_ignores_is_refused_naming_field_agent_and_provider(
+    setting, provider
+):
+    agent = {"model_provider": provider, setting: IGNORED_BY_API_PROVIDERS[setting]}
+    if setting == "lora_alpha":
+        agent["lora_alpha_scale"] = None
+    with pytest.raises(InvalidParameterError) as refused:
+        HyperParameters(agents={"prover": {"freeze_agent": True}, "verifier": agent})
+    assert refused.value.field == f"agents.verifier.{setting}"
+    assert f"model_provider={provider!r} ignores it" in str(refused.value)
+    assert "SelfHosted" in str(refused.value)  # where it would act
+
+
+def test_the_same_settings_act_on_a_together_ai_agent():
+    agent = {"model_provider": "TogetherAI", "num_epochs": 3, "lora_rank": 16}
+    params = HyperParameters(agents={"prover": {"freeze_agent": True}, "verifier": agent})
+    assert params.agents["verifier"].lora_rank == 16
+
+
+def lr_run(**verifier) -> HyperParameters:
+    agents = {"prover": {"freeze_agent": True}, "verifier": verifier}
+    return HyperParameters(agents=agents, rl={"lr": 3e-4})
+
+
+def test_rl_lr_is_refused_when_no_trainable_agent_is_sent_a_learning_rate():
+    """rl.lr is run-wide: it acts through the jobs of trainable agents whose provider takes a
+    learning rate (SelfHosted, Local, TogetherAI); OpenAI is sent a multiplier instead."""
+    with pytest.raises(InvalidParameterError, match=r"^rl.lr=0.0003 .*trainable: verifier"):
+        lr_run(model_provider="OpenAI")
+    with pytest.raises(InvalidParameterError, match=r"^rl.lr=0.0003 .*trainable: none"):
+        lr_run(model_provider="TogetherAI", freeze_agent=True)
+
+
+@pytest.mark.parametrize("provider", ["SelfHosted", "Local", "TogetherAI"])
+def test_rl_lr_is_accepted_when_a_trainable_agents_provider_takes_it(provider):
+    assert lr_run(model_provider=provider).rl.lr == 3e-4

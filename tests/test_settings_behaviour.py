@@ -70,8 +70,6 @@ Shows = Literal[
     "refused",
 ]
 
-#: A verifier on the OpenAI API (its plan is made without a key; nothing is sent).
-OPENAI_VERIFIER = {"agents.verifier.use_dummy_api": False}
 
 #: Stands for the directory of a finished run (an earlier run to start from).
 EARLIER_RUN = "<earlier run>"
@@ -157,18 +155,6 @@ CASES: tuple[Case, ...] = (
     Case(f"{V}.checkpoint_version", "v3", "refused"),
     Case(f"{V}.model_provider", "SelfHosted", "providers", context={f"{V}.use_dummy_api": False}),
     Case(f"{V}.model_name", "gpt-4.1-mini", "requests"),
-    Case(
-        f"{V}.language_model_server_scheme_host",
-        "http://gpu-box",
-        "providers",
-        context={**SELF_HOSTED, f"{V}.use_dummy_api": False},
-    ),
-    Case(
-        f"{V}.language_model_server_port",
-        5001,
-        "providers",
-        context={**SELF_HOSTED, f"{V}.use_dummy_api": False},
-    ),
     Case(f"{V}.vllm_server_port", 9000, "refused"),
     Case(f"{V}.use_dummy_api", False, "providers"),
     Case(
@@ -180,18 +166,7 @@ CASES: tuple[Case, ...] = (
     Case(f"{V}.temperature", 0.3, "requests"),
     Case(f"{V}.top_p", 0.5, "requests"),
     Case(f"{V}.repetition_penalty", 1.2, "requests"),
-    Case(f"{V}.fine_tune_from_scratch", False, "jobs", context=THREE_ITERATIONS),
     Case(f"{V}.freeze_agent", True, "jobs"),
-    Case(f"{V}.quantization", "bitsandbytes", "jobs", context=SELF_HOSTED),
-    Case(f"{V}.num_epochs", 3, "jobs"),
-    Case(f"{V}.dpo_beta", 0.5, "jobs", context=MALT),
-    Case(f"{V}.use_lora", False, "jobs"),
-    Case(f"{V}.lora_rank", 8, "jobs"),
-    Case(f"{V}.lora_alpha", 16, "jobs", together={f"{V}.lora_alpha_scale": None}),
-    Case(f"{V}.lora_alpha_scale", 2.0, "jobs"),
-    Case(f"{V}.lora_dropout", 0.1, "jobs"),
-    Case(f"{V}.stack_lora_adapters", True, "jobs"),
-    Case(f"{V}.per_device_train_batch_size", 4, "jobs"),
     Case(f"{V}.system_prompt_template_path", TEMPLATE, "requests"),
     Case(f"{V}.use_supervisor_message", "all", "requests"),
     Case(
@@ -227,11 +202,6 @@ CASES: tuple[Case, ...] = (
     Case("rl.rollouts_per_iteration", 3, "plan"),
     Case("rl.num_test_iterations", 2, "run"),
     Case("rl.num_epochs", 2, "jobs"),
-    Case("rl.lr", 1e-3, "jobs"),
-    # What an OpenAI job sends (the plan holds each job's request as sent; "auto" by default).
-    Case("agents.verifier.openai_n_epochs", 3, "plan", context=OPENAI_VERIFIER),
-    Case("agents.verifier.openai_batch_size", 4, "plan", context=OPENAI_VERIFIER),
-    Case("agents.verifier.openai_learning_rate_multiplier", 0.5, "plan", context=OPENAI_VERIFIER),
     # ------------------------------------------------------------ TextRlParameters
     Case("text_rl.fine_tune_on_all_previous_rollouts", True, "jobs", context=THREE_ITERATIONS),
     Case(
@@ -400,6 +370,57 @@ CASES: tuple[Case, ...] = (
     Case("server.poll_interval_s", 0.05, "server jobs"),
 )
 
+
+#: The settings whose effect depends on the agent's provider (the table of
+#: ``nip.parameters.providers``), each with a value other than its default, where it shows and
+#: what it needs. The table decides each provider's case: where the setting applies, the
+#: verifier's jobs as that provider sends them (the plan holds each job's request as sent;
+#: it is made without a key and sends nothing) or where its requests go differ; elsewhere the
+#: configuration is refused, naming the field.
+PROVIDER_SETTING_CASES: Mapping[str, tuple[Any, Shows, Mapping[str, Any]]] = {
+    "language_model_server_scheme_host": ("http://gpu-box", "providers", {}),
+    "language_model_server_port": (5001, "providers", {}),
+    "quantization": ("bitsandbytes", "plan", {}),
+    "num_epochs": (3, "plan", {}),
+    "per_device_train_batch_size": (4, "plan", {}),
+    "use_lora": (False, "plan", {}),
+    "lora_rank": (8, "plan", {}),
+    "lora_alpha": (16, "plan", {f"{V}.lora_alpha_scale": None}),
+    "lora_alpha_scale": (2.0, "plan", {}),
+    "lora_dropout": (0.1, "plan", {}),
+    "stack_lora_adapters": (True, "plan", THREE_ITERATIONS),
+    "fine_tune_from_scratch": (False, "plan", THREE_ITERATIONS),
+    "openai_n_epochs": (3, "plan", {}),
+    "openai_batch_size": (4, "plan", {}),
+    "openai_learning_rate_multiplier": (0.5, "plan", {}),
+    "dpo_beta": (0.5, "plan", MALT),
+    "rl.lr": (1e-3, "plan", {}),
+}
+
+
+def provider_setting_cases() -> tuple[Case, ...]:
+    """One case per provider-dependent setting and provider, as the table says."""
+    from nip.parameters import PROVIDER_FACTS
+
+    cases = []
+    for setting, (value, shows, needs) in PROVIDER_SETTING_CASES.items():
+        address = setting if "." in setting else f"{V}.{setting}"
+        together = {k: v for k, v in needs.items() if k == f"{V}.lora_alpha_scale"}
+        for provider, facts in PROVIDER_FACTS.items():
+            context = {
+                f"{V}.model_provider": provider,
+                f"{V}.use_dummy_api": False,
+                f"{P}.freeze_agent": True,  # the verifier's jobs alone decide
+                f"{V}.freeze_agent": not facts.can_fine_tune,  # else refused for that
+                **{k: v for k, v in needs.items() if k not in together},
+            }
+            refused = not facts.applies(setting) or (setting == "use_lora" and facts.lora_only)
+            shown: Shows = "refused" if refused else shows
+            cases.append(Case(address, value, shown, context, together, label=provider))
+    return tuple(cases)
+
+
+CASES = CASES + provider_setting_cases()
 #: Fields whose effect is outside what a run or a server's launch shows (a network address,
 #: a W&B address, a timing, a Hub dataset), with the test that shows it.
 SHOWN_ELSEWHERE: Mapping[str, str] = {
@@ -628,8 +649,8 @@ def session_observation(settings: Mapping[str, Any], invalid_from: str | None) -
 
 def providers_observation(settings: Mapping[str, Any]) -> dict:
     """Where each agent's requests go, and which backend runs its fine-tuning jobs."""
-    from nip.backends.pool import endpoint_key
-    from nip.backends.providers import provider_for
+    from nip.providers import provider_for
+    from nip.providers.pool import endpoint_key
 
     params = build(settings)
     # A provider's fine-tuning backend is the one FINE_TUNE_BACKENDS holds under its name.

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from nip.backends.pool import BackendPool
 from nip.cli import main
 from nip.errors import InvalidParameterError
 from nip.experiments.cost_estimate import estimate_cost
@@ -25,6 +24,7 @@ from nip.experiments.sweep import (
 )
 from nip.experiments.sweep_grid import estimate_sweep
 from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.providers.pool import BackendPool
 from nip.settings import ExperimentSettings
 from nip.viz.compare_runs import runs_table
 

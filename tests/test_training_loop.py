@@ -14,6 +14,7 @@ import traceback
 from pathlib import Path
 
 import pytest
+from nip.runs.run_dir import RunDirectory
 
 from nip.errors import IncompatibleParametersError, SharedModelGroupError
 from nip.jobs.dummy import DummyFineTuneBackend
@@ -25,7 +26,6 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
-from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.trainer import (
@@ -228,8 +228,12 @@ def test_a_group_whose_members_disagree_is_rejected():
         HyperParameters(
             interaction_protocol="mnip",
             agents={
-                "prover0": PureTextAgentParameters(shared_model_group="p", lora_rank=8),
-                "prover1": PureTextAgentParameters(shared_model_group="p", lora_rank=16),
+                "prover0": PureTextAgentParameters(
+                    shared_model_group="p", model_provider="TogetherAI", lora_rank=8
+                ),
+                "prover1": PureTextAgentParameters(
+                    shared_model_group="p", model_provider="TogetherAI", lora_rank=16
+                ),
             },
         )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from nip.runs.run_dir import RunDirectory
 
 from nip.parameters import (
     HyperParameters,
@@ -16,7 +17,6 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
-from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.trainer import build_trainer
 

@@ -178,6 +178,7 @@ def test_a_valid_value_clears_the_error():
 def test_a_rejected_value_is_applied_once_a_related_change_makes_it_valid():
     params = dummy_params()
     verifier = params.agents["verifier"]
+    verifier.model_provider = "TogetherAI"  # a provider the LoRA settings act on
     form = ParametersForm(params)
     form.controls["agents.verifier.lora_alpha"].value = 16  # lora_alpha_scale is still set
     assert verifier.lora_alpha is None and form.error("agents.verifier.lora_alpha")
@@ -263,7 +264,7 @@ def test_a_form_edits_any_parameters_class():
 
 
 def test_update_assigns_fields_that_constrain_each_other_together():
-    agent = PureTextAgentParameters()
+    agent = PureTextAgentParameters(model_provider="TogetherAI")
     with pytest.raises(InvalidParameterError):
         agent.lora_alpha = 16
     agent.update(lora_alpha=16, lora_alpha_scale=None)

@@ -6,65 +6,13 @@ Undefined ratios (precision with no accepts, say) are ``None``, never a crash or
 from __future__ import annotations
 
 import math
-import re
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 
 from nip.protocols import Decision
+from nip.providers.openai import OPENAI_PRICES_USD_PER_1M, price_key  # prices: per provider
 from nip.rollouts.records import AgentTurn, Transcript
-
-#: OpenAI list prices (standard tier) in USD per 1M ``(input, output)`` tokens; ``ft:`` keys
-#: are the inference prices of fine-tuned models. Checked against public price listings of
-#: 2026 (2026-11-23): the base models, ``ft:gpt-4.1``, ``ft:gpt-4.1-mini`` and
-#: ``ft:gpt-4o-mini``; ``ft:gpt-4o`` and ``ft:gpt-4.1-nano`` are OpenAI's 2025 figures, which no
-#: 2026 listing we found repeats.
-#: Correct or extend them with ``ExperimentSettings(prices_usd_per_1m=...)`` (or ``prices=``
-#: of :func:`rollout_metrics`).
-OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
-    {
-        "gpt-4o-mini": (0.15, 0.60),
-        "gpt-4o": (2.50, 10.00),
-        "gpt-4.1": (2.00, 8.00),
-        "gpt-4.1-mini": (0.40, 1.60),
-        "gpt-4.1-nano": (0.10, 0.40),
-        "ft:gpt-4o-mini": (0.30, 1.20),
-        "ft:gpt-4o": (3.75, 15.00),
-        "ft:gpt-4.1": (3.00, 12.00),
-        "ft:gpt-4.1-mini": (0.80, 3.20),
-        "ft:gpt-4.1-nano": (0.20, 0.80),
-    }
-)
-
-#: OpenAI fine-tuning prices in USD per 1M **training** tokens (the tokens of the training
-#: file times the epochs), by :func:`price_key` of the model being fine-tuned. The figures
-#: of issue 12 (OpenAI's published training prices), not re-checked against a 2026 listing;
-#: gpt-4.1-nano is left out (no figure we could check). Supervised and DPO jobs are assumed
-#: to cost the same per token. Used by the dry run (:mod:`nip.experiments.cost_estimate`),
-#: whose ``fine_tuning_prices=`` argument corrects or extends them.
-OPENAI_FINE_TUNING_PRICES_USD_PER_1M: Mapping[str, float] = MappingProxyType(
-    {
-        "gpt-4o-mini": 3.00,
-        "gpt-4o": 25.00,
-        "gpt-4.1-mini": 5.00,
-        "gpt-4.1": 25.00,
-    }
-)
-
-_SNAPSHOT_DATE = re.compile(r"-\d{4}-\d{2}-\d{2}$")
-
-
-def price_key(model: str) -> str:
-    """The price-table key of a model name as providers report it.
-
-    ``gpt-4o-mini-2024-07-18`` -> ``gpt-4o-mini``; ``openai/gpt-4o`` (OpenRouter) -> ``gpt-4o``;
-    ``ft:gpt-4o-mini-2024-07-18:org::abc`` -> ``ft:gpt-4o-mini``.
-    """
-    model = model.removeprefix("openai/")
-    if model.startswith("ft:"):
-        return "ft:" + _SNAPSHOT_DATE.sub("", model.split(":")[1])
-    return _SNAPSHOT_DATE.sub("", model)
 
 
 def cost_usd(
@@ -111,7 +59,7 @@ def priced_rollout_metrics(
     """:func:`rollout_metrics` of a run's dialogues, priced as the run is: models on this
     machine or one's own server, and the dummy API, cost nothing per token; API models are
     priced by name (``settings.prices_usd_per_1m`` over the table)."""
-    from nip.backends.providers import provider_for
+    from nip.providers import provider_for
 
     free = {n for n, a in agents.items() if not provider_for(a.agent_params).bills_tokens}
     return rollout_metrics(transcripts, prices=settings.prices_usd_per_1m, free_agents=free)

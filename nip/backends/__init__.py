@@ -26,10 +26,6 @@ _LAZY = {
     "LocalBackend": "nip.backends.local",
     "CachedBackend": "nip.backends.cache",
     "ResponseCache": "nip.backends.cache",
-    "BackendPool": "nip.backends.pool",
-    "PROVIDERS": "nip.backends.providers",
-    "Provider": "nip.backends.providers",
-    "provider_for": "nip.backends.providers",
 }
 
 

@@ -6,7 +6,7 @@ the SDK client only; the configuration may name an environment variable instead,
 ``repr``, pickling, copying nor error messages ever carry the key.
 
 Examples:
-    >>> backend = OpenAIBackend.from_agent_params(params)  # doctest: +SKIP
+    >>> backend = OpenAIBackend(OpenAIBackendConfig(url, api_key_env="KEY"))  # doctest: +SKIP
     >>> result = await backend.generate(request)  # doctest: +SKIP
     >>> backend.stats()  # doctest: +SKIP
 """
@@ -21,16 +21,13 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from nip.backends._lean_http import LeanTransport, lean_client_can_serve
 from nip.backends._retry import RetryableError, RetryPolicy, call_with_retries, parse_chat_body
 from nip.backends._sdk_transport import SdkTransport, make_sdk_client, sdk_httpx_module
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
 from nip.errors import AuthenticationError, InvalidParameterError
-
-if TYPE_CHECKING:
-    from nip.parameters import PureTextAgentParameters
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
@@ -225,37 +222,6 @@ class OpenAIBackend:
         self._counters = BackendStats()
         self._loops: dict[int, _LoopState] = {}
         self._ssl_context: Any = None
-
-    @classmethod
-    def from_agent_params(cls, params: PureTextAgentParameters, **overrides: Any) -> OpenAIBackend:
-        """The backend an agent's ``model_provider`` asks for.
-
-        OpenAI uses ``$OPENAI_BASE_URL`` if set (else the public API) and ``$OPENAI_API_KEY``;
-        OpenRouter uses ``https://openrouter.ai/api/v1`` and ``$OPENROUTER_API_KEY``;
-        SelfHosted goes through ``nip serve`` (a
-        :class:`~nip.backends.self_hosted.SelfHostedBackend`, which also checks the server's
-        version and waits for it to be ready).
-
-        Args:
-            params: The agent's parameters.
-            **overrides: Other :class:`OpenAIBackendConfig` fields (``max_concurrency``...).
-
-        Raises:
-            MissingAPIKeyError: The provider's key variable is not set.
-            InvalidParameterError: The provider is not served over HTTP (``Local``).
-        """
-        from nip.backends.providers import PROVIDERS  # the table builds these backends
-
-        provider = PROVIDERS[params.model_provider]
-        if provider.http_backend is None:
-            served = ", ".join(name for name, p in PROVIDERS.items() if p.http_backend)
-            raise InvalidParameterError(
-                "model_provider",
-                params.model_provider,
-                served,
-                reason=f"the {provider.name} provider runs in-process, not over HTTP",
-            )
-        return provider.http_backend(params, **overrides)
 
     # ---------------------------------------------------------------- generation
     async def generate(self, request: GenerationRequest) -> GenerationResult:

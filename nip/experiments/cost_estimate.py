@@ -20,11 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from nip.analysis.metrics import (
-    OPENAI_FINE_TUNING_PRICES_USD_PER_1M,
-    OPENAI_PRICES_USD_PER_1M,
     price_key,
 )
-from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.experiments.cost_report import CostEstimate, CostLine, Stage
 from nip.experiments.dialogue_sizes import (
@@ -35,6 +32,7 @@ from nip.experiments.dialogue_sizes import (
 )
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.protocols import ProtocolHandler
+from nip.providers import prices_for, provider_for
 from nip.runs.plan_steps import TEST_ITERATION
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
@@ -82,8 +80,9 @@ class _Estimator:
             self.session, sample_items=sample_items, response_fill=response_fill
         )
         self.agents = tuple(self.session.agents)
-        self.prices = {**OPENAI_PRICES_USD_PER_1M, **settings.prices_usd_per_1m}
-        self.ft_prices = {**OPENAI_FINE_TUNING_PRICES_USD_PER_1M, **fine_tuning_prices}
+        # The user's corrections; the rest from each agent's provider (``prices_for``).
+        self.prices = dict(settings.prices_usd_per_1m)
+        self.ft_prices = dict(fine_tuning_prices)
         self.unpriced: set[str] = set()
         self.plan = plan_for_session(hyper_params, self.session)
 
@@ -91,16 +90,20 @@ class _Estimator:
     def _price(self, model: str, params: PureTextAgentParameters, prompt: int, completion: int):
         if is_free(params):
             return 0.0
-        price = self.prices.get(model)
+        price = self.prices.get(model) or prices_for(params).inference(model)
         if price is None:
             self.unpriced.add(model)
             return None
         return (prompt * price[0] + completion * price[1]) / 1e6
 
-    def _training_price(self, model: str, params: PureTextAgentParameters, tokens: int):
+    def _training_price(
+        self, model: str, params: PureTextAgentParameters, tokens: int, method: str
+    ):
         if is_free(params):
             return 0.0
-        price = self.ft_prices.get(model)
+        price = self.ft_prices.get(model) or prices_for(params).training(
+            model, method, params.use_lora
+        )
         if price is None:
             self.unpriced.add(f"fine-tuning {model}")
             return None
@@ -192,7 +195,7 @@ class _Estimator:
                         free=is_free(params),
                         examples=examples,
                         training_tokens=tokens,
-                        usd=self._training_price(model, params, tokens),
+                        usd=self._training_price(model, params, tokens, group.method),
                     )
                 )
         return lines
@@ -217,8 +220,8 @@ def estimate_cost(
         response_fill: Each response's length as a share of the agent's token limit
             (``max_tokens_per_message``, by default 1.5 x ``max_response_words``): 1.0
             is the upper bound; real answers are usually shorter.
-        fine_tuning_prices: USD per 1M training tokens by model, over
-            :data:`~nip.analysis.metrics.OPENAI_FINE_TUNING_PRICES_USD_PER_1M`.
+        fine_tuning_prices: USD per 1M training tokens by model, over the prices of each
+            agent's provider (:func:`nip.providers.prices_for`).
         protocol: The class of a protocol defined in your own code, which
             ``hyper_params.interaction_protocol`` names.
 
@@ -249,7 +252,8 @@ def estimate_cost(
         num_iterations=hyper_params.rl.num_iterations,
         lines=lines,
         tokenizers={a: c.name for a, c in estimator.sizer.counters.items()},
-        assumptions=_assumptions(hyper_params, estimator.plan, sample_items, response_fill),
+        assumptions=_assumptions(hyper_params, estimator.plan, sample_items, response_fill)
+        + _price_notes(hyper_params),
         unpriced=sorted(estimator.unpriced),
     )
 
@@ -282,6 +286,16 @@ def _assumptions(
     for name in dict.fromkeys(it.algorithm for it in plan.iterations):
         found += BY_NAME[name].assumptions(hyper_params)
     return found
+
+
+def _price_notes(hyper_params: HyperParameters) -> list[str]:
+    """What each paid provider's prices assume, once per note."""
+    notes: dict[str, None] = {}
+    for agent in hyper_params.agents.values():
+        prices = prices_for(agent)
+        if prices is not None:
+            notes.update(dict.fromkeys(prices.notes(agent.model_name)))
+    return list(notes)
 
 
 def _sends_auto_epochs(job: Mapping[str, Any] | None) -> bool:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from nip.agents.agent import AgentNotActiveInChannelError
 from nip.backends import GenerationRequest, GenerationResult
-from nip.backends.pool import BackendPool, endpoint_key
 from nip.errors import NipError
 from nip.experiments.token_count import (
     TOKENS_REPLY_PRIMING,
@@ -26,6 +25,7 @@ from nip.experiments.token_count import (
 )
 from nip.parameters import HyperParameters, PureTextMaltParameters
 from nip.protocols import ProtocolHandler
+from nip.providers.pool import BackendPool, endpoint_key
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.records import Datapoint, Transcript
 from nip.session import Session

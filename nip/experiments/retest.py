@@ -24,9 +24,9 @@ from pathlib import Path
 
 from nip.analysis.metrics import rollout_metrics
 from nip.backends import AdapterHost, capability
-from nip.backends.providers import provider_for
 from nip.errors import InvalidParameterError
 from nip.protocols import ProtocolHandler
+from nip.providers import provider_for
 from nip.rollouts.records import Transcript
 from nip.runs.changes import saved_parameters
 from nip.runs.plan_steps import TEST_ITERATION  # the run's own test passes' seeds

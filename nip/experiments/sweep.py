@@ -13,7 +13,7 @@ grid again into the same directory resumes every unfinished cell from its own st
 the finished ones, so a sweep killed at any point (even ``kill -9``) loses nothing.
 
 Cells run as asyncio tasks in one process, at most ``max_parallel`` at once, and share one
-:class:`~nip.backends.pool.BackendPool`: agents of every cell that use the same endpoint share
+:class:`~nip.providers.pool.BackendPool`: agents of every cell that use the same endpoint share
 one backend, so one concurrency limit per provider (``max_concurrency``) holds for the whole
 grid, and its retries back off together. The cells' W&B runs share a group named after the
 sweep.
@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from nip._version import __version__
-from nip.backends.pool import BackendPool
 from nip.errors import IncompatibleParametersError
 from nip.experiments.sweep_grid import (
     MANIFEST,
@@ -39,6 +38,7 @@ from nip.experiments.sweep_grid import (
     is_sweep_dir,
     sweep_run_dirs,
 )
+from nip.providers.pool import BackendPool
 from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer, build_trainer

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from nip.analysis.metrics import price_key
+from nip.providers.openai import price_key
 
 #: Where tiktoken downloads each encoding from (its cache file is named by this URL's SHA-1).
 _ENCODING_URLS = {

@@ -126,7 +126,7 @@ class OpenAIFineTuneBackend:
     @classmethod
     def from_agent_params(cls, params: PureTextAgentParameters) -> OpenAIFineTuneBackend:
         """OpenAI's fine-tuning API, with ``$OPENAI_API_KEY`` (the backend of each provider is
-        chosen by :func:`nip.jobs.factory.fine_tune_backend_for`)."""
+        chosen by :func:`nip.providers.fine_tune_backend_for`)."""
         key = os.environ.get("OPENAI_API_KEY")
         if not key:
             raise FineTuneError("fine-tuning with OpenAI needs the OPENAI_API_KEY variable")

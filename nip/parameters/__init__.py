@@ -23,7 +23,7 @@ from nip.parameters.protocol import (
     is_shipped_protocol,
     protocol_agent_names,
 )
-from nip.parameters.providers import PROVIDER_CAPABILITIES, ProviderCapabilities
+from nip.parameters.providers import PROVIDER_FACTS, ProviderFacts
 from nip.parameters.scenario import CodeValidationParameters
 from nip.parameters.trainers import (
     PureTextEiParameters,
@@ -43,7 +43,7 @@ __all__ = [
     "DEFAULT_LOCAL_MODEL",
     "PARAMETERS_SCHEMA_VERSION",
     "PROTOCOL_AGENT_NAMES",
-    "PROVIDER_CAPABILITIES",
+    "PROVIDER_FACTS",
     "SHIPPED_DATASET_NAMES",
     "AgentUpdateSchedule",
     "AlternatingPeriodicUpdateSchedule",
@@ -58,7 +58,7 @@ __all__ = [
     "InteractionProtocolType",
     "MnipProtocolParameters",
     "NipProtocolParameters",
-    "ProviderCapabilities",
+    "ProviderFacts",
     "PureTextAgentParameters",
     "PureTextEiParameters",
     "PureTextMaltParameters",

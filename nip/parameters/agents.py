@@ -9,16 +9,18 @@ text agents do not have.
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from nip.errors import InvalidParameterError
 from nip.parameters._base import BaseParameters, param
-from nip.parameters.providers import PROVIDER_CAPABILITIES
+from nip.parameters.providers import PROVIDER_FACTS, PROVIDER_SETTINGS, providers_where
 from nip.parameters.update_schedule import AgentUpdateSchedule, ConstantUpdateSchedule
 
-ModelProvider = Literal["OpenAI", "SelfHosted", "OpenRouter", "Local"]
+#: The names a configuration accepts: the keys of the provider facts table.
+ModelProvider = Literal[tuple(PROVIDER_FACTS)]  # type: ignore[valid-type]
 UseSupervisorType = Literal["none", "all", "first", "all_but_first"]
 VllmQuantization = Literal["bitsandbytes", "none"]
 
@@ -56,7 +58,8 @@ class PureTextAgentParameters(BaseParameters):
     )
     model_provider: ModelProvider = param(
         "OpenAI",
-        doc="Who serves the model: OpenAI, SelfHosted (vLLM), OpenRouter, or Local (embedded).",
+        doc="Who serves the model: OpenAI, SelfHosted (nip serve), OpenRouter, Local "
+        "(embedded) or TogetherAI.",
     )
     model_name: str = param("gpt-4o-mini-2024-07-18", doc="The model to use.")
     language_model_server_scheme_host: str = param(
@@ -153,7 +156,7 @@ class PureTextAgentParameters(BaseParameters):
     )
 
     def validate(self) -> None:
-        self._check_quantization()
+        self._check_provider_settings()
         self._check_checkpoint()
         if self.vllm_server_port != DEFAULT_VLLM_SERVER_PORT:
             raise InvalidParameterError(
@@ -181,7 +184,7 @@ class PureTextAgentParameters(BaseParameters):
                 "exactly one of lora_alpha and lora_alpha_scale set",
                 reason=f"lora_alpha_scale={self.lora_alpha_scale}",
             )
-        provider = PROVIDER_CAPABILITIES[self.model_provider]
+        provider = PROVIDER_FACTS[self.model_provider]
         if provider.lora_only and not self.use_lora and not self.freeze_agent:
             where = provider.where
             raise InvalidParameterError(
@@ -194,26 +197,24 @@ class PureTextAgentParameters(BaseParameters):
                 ),
             )
 
-    def _check_quantization(self) -> None:
-        if self.quantization == "none" or self.model_provider == "SelfHosted":
-            return
-        if self.model_provider == "Local":
-            why = (
-                "the Local provider runs the embedded model on the CPU, where bitsandbytes "
-                "cannot quantize; serve the model with nip serve on a GPU (model_provider="
-                "'SelfHosted')"
+    def _check_provider_settings(self) -> None:
+        """Refuse a provider-dependent setting changed on an agent whose provider ignores it
+        (the table: :data:`~nip.parameters.providers.PROVIDER_SETTINGS`)."""
+        facts = PROVIDER_FACTS[self.model_provider]
+        for field in fields(self):
+            name = field.name
+            if name not in PROVIDER_SETTINGS or facts.applies(name):
+                continue
+            value = getattr(self, name)
+            if value == _DEFAULTS[name]:
+                continue
+            raise InvalidParameterError(
+                name,
+                value,
+                f"{_DEFAULTS[name]!r} here: it sets {PROVIDER_SETTINGS[name]} for agents on "
+                f"{', '.join(providers_where(name))}",
+                reason=f"model_provider={self.model_provider!r} ignores it: {facts.why_not}",
             )
-        else:
-            why = (
-                f"{self.model_provider} serves and fine-tunes its own weights and offers no "
-                "choice of quantization"
-            )
-        raise InvalidParameterError(
-            "quantization",
-            self.quantization,
-            "'none' unless model_provider='SelfHosted'",
-            reason=why,
-        )
 
     def _check_checkpoint(self) -> None:
         if self.load_checkpoint_and_parameters and not self.checkpoint_run_id:
@@ -273,3 +274,10 @@ class PureTextAgentParameters(BaseParameters):
         )
         values.update(overrides)
         return cls(**values)
+
+
+#: Each field's default, to tell a changed provider-dependent setting from an untouched one.
+_DEFAULTS = {
+    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    for f in fields(PureTextAgentParameters)
+}

@@ -23,7 +23,7 @@ from nip.parameters.protocol import (
     is_shipped_protocol,
     protocol_agent_names,
 )
-from nip.parameters.providers import PROVIDER_CAPABILITIES
+from nip.parameters.providers import PROVIDER_FACTS, providers_where
 from nip.parameters.scenario import (
     SHIPPED_DATASET_SPLITS,
     CodeValidationParameters,
@@ -139,6 +139,7 @@ class HyperParameters(BaseParameters):
                 f"at most rl.num_iterations={self.rl.num_iterations}",
             )
         self._check_fine_tunable()
+        self._check_learning_rate()
         self._check_files_exist()
 
     def _check_stance_randomisation(self) -> None:
@@ -164,9 +165,9 @@ class HyperParameters(BaseParameters):
         fail only at job creation, after a whole iteration of paid sampling."""
         if self.rl.num_iterations <= 1:
             return  # the last iteration submits no job
-        can = ", ".join(n for n, p in PROVIDER_CAPABILITIES.items() if p.can_fine_tune)
+        can = ", ".join(n for n, p in PROVIDER_FACTS.items() if p.can_fine_tune)
         for name, agent in self.agents.items():
-            if not PROVIDER_CAPABILITIES[agent.model_provider].can_fine_tune:
+            if not PROVIDER_FACTS[agent.model_provider].can_fine_tune:
                 if agent.freeze_agent or agent.use_dummy_api:
                     continue  # nothing to train, or the dummy fine-tuning backend stands in
                 provider = agent.model_provider
@@ -179,6 +180,27 @@ class HyperParameters(BaseParameters):
                         f"agent {name!r}, or use a provider that can ({can})"
                     ),
                 )
+
+    def _check_learning_rate(self) -> None:
+        """Refuse ``rl.lr`` changed in a run where it trains nothing: it is run-wide, and acts
+        only on the jobs of trainable agents whose provider is sent a learning rate (every
+        provider in ``providers_where("rl.lr")``; OpenAI is sent a multiplier instead)."""
+        default = type(self.rl)().lr
+        if self.rl.lr == default:
+            return
+        trainable = {n: a for n, a in self.agents.items() if not a.freeze_agent}
+        if any(PROVIDER_FACTS[a.model_provider].applies("rl.lr") for a in trainable.values()):
+            return
+        who = ", ".join(f"{n} ({a.model_provider})" for n, a in trainable.items()) or "none"
+        raise InvalidParameterError(
+            "rl.lr",
+            self.rl.lr,
+            f"{default!r} unless a trainable agent's provider is one of "
+            f"{', '.join(providers_where('rl.lr'))}",
+            reason=f"it does nothing in this run: no trainable agent (trainable: {who}) is on "
+            "a provider that is sent a learning rate (OpenAI agents: set "
+            "openai_learning_rate_multiplier)",
+        )
 
     def _check_files_exist(self) -> None:
         """Reject a dataset or prompt template that does not exist, and dataset options that

@@ -9,7 +9,9 @@ An override is applied to the configuration's dict and the whole dict is built a
 value is converted, bounded and validated exactly as if it had been written in the file, and an
 error names its full address. Text from a command line is read with YAML's scalar rules
 (``4`` is an int, ``true`` a bool, ``null`` None), except that a field holding text keeps the
-text as given (``model_name=2024`` stays ``"2024"``).
+text as given (``model_name=2024`` stays ``"2024"``). A mapping sets several fields of a group
+at once and keeps the others (``agents.verifier={model_provider: TogetherAI, model_name: X}``);
+``agents.*`` stands for every agent of the configuration (``agents.*.temperature=0.2``).
 
 Changing ``interaction_protocol`` also gives the new protocol its agents: an agent keeps the
 parameters of the old agent of the same name, else of one in the same role (``prover0`` and
@@ -89,7 +91,38 @@ def _set(data: dict[str, Any], path: str, value: Any, current: Any) -> None:
         node = node[part]
     if isinstance(value, int | float | bool) and isinstance(current, str):
         value = str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), Mapping):
+        value = {**node[parts[-1]], **value}  # a mapping sets several fields of a group
     node[parts[-1]] = value
+
+
+def _every_agent(path: str, data: Mapping[str, Any]) -> list[str]:
+    """``agents.*...`` as one path per agent of the configuration; any other path as is."""
+    if path != "agents.*" and not path.startswith("agents.*."):
+        return [path]
+    return [path.replace("agents.*", f"agents.{name}", 1) for name in data.get("agents") or {}]
+
+
+def _apply(
+    params: HyperParameters, data: dict[str, Any], path: str, value: Any, protocol: Any
+) -> None:
+    try:
+        current = params.get(path)
+    except KeyError as error:
+        if protocol is None or not path.startswith("agents."):
+            raise InvalidParameterError(
+                path,
+                value,
+                "the dotted path of a parameter",
+                reason=str(error.args[0]).split(": ", 1)[-1],
+            ) from None
+        current = None  # an agent of the new protocol: checked when built
+    try:
+        _set(data, path, value, current)
+    except (KeyError, TypeError):
+        raise InvalidParameterError(
+            path, value, "the dotted path of a parameter", reason="no such parameter"
+        ) from None
 
 
 def apply_overrides(
@@ -116,26 +149,11 @@ def apply_overrides(
         agents = _agents_for(str(protocol), data.get("agents") or {})
         if agents is not None:
             data["agents"] = agents
-    for path, value in pending.items():
+    for pattern, value in pending.items():
         if from_text and isinstance(value, str):
             value = parse_value(value)
-        try:
-            current = params.get(path)
-        except KeyError as error:
-            if protocol is None or not path.startswith("agents."):
-                raise InvalidParameterError(
-                    path,
-                    value,
-                    "the dotted path of a parameter",
-                    reason=str(error.args[0]).split(": ", 1)[-1],
-                ) from None
-            current = None  # an agent of the new protocol: checked when built
-        try:
-            _set(data, path, value, current)
-        except (KeyError, TypeError):
-            raise InvalidParameterError(
-                path, value, "the dotted path of a parameter", reason="no such parameter"
-            ) from None
+        for path in _every_agent(pattern, data):
+            _apply(params, data, path, value, protocol)
     from nip.errors import UnknownKeyError
 
     try:

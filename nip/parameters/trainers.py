@@ -28,7 +28,12 @@ class RlParameters(BaseParameters):
         1, doc="Passes over the test split each time the agents are tested.", ge=1
     )
     num_epochs: int = param(1, doc="Fine-tuning epochs for agents whose num_epochs is None.", ge=1)
-    lr: float = param(1e-4, doc="Learning rate for local fine-tuning.", gt=0.0)
+    lr: float = param(
+        1e-4,
+        doc="Learning rate of fine-tuning jobs (local, nip serve, Together AI); refused when no "
+        "trainable agent is on a provider that takes one.",
+        gt=0.0,
+    )
 
 
 @dataclass

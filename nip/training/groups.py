@@ -127,7 +127,7 @@ class PureTextSharedModelGroup:
         group that never trains (``nip analyse``) starts no training machinery (the embedded
         model's imports TRL, PEFT and accelerate in a worker thread)."""
         if self._fine_tune_backend is None:
-            from nip.jobs.factory import fine_tune_backend_for
+            from nip.providers import fine_tune_backend_for
 
             chat_backend = next(iter(self.agent_wholes.values())).backend
             self._fine_tune_backend = fine_tune_backend_for(

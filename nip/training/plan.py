@@ -11,7 +11,7 @@ which iterations test, on which items and how many passes, which algorithm an it
 (:func:`nip.training.algorithms.algorithm_of`), which stages it runs, which groups train with
 which method on which iterations' data and from which model, why the others do not (frozen,
 not scheduled), and each job's settings as its provider's backend will send them
-(``nip.jobs.factory.job_settings``, the function the backends use). The trainer walks the
+(``nip.providers.job_settings``, the function the backends use). The trainer walks the
 plan, the dry run prices it, and the reporter and the dashboard show it; none of them decides
 any of it again. A run saves it as ``plan.json``; resuming compares the plan it would make now
 with the saved one and refuses a difference (:class:`PlanChangedError`).
@@ -28,15 +28,15 @@ from nip.data import DatasetUnavailableError
 from nip.data.order import held_out_indices, train_indices
 from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneSpec
-from nip.jobs.factory import job_settings
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.groups import group_members
+from nip.providers import job_settings
+from nip.runs.plan_display import plan_diff, plan_html, plan_jobs, plan_rows, plan_text
 from nip.runs.plan_steps import TEST_ITERATION, GroupStep, IterationPlan
 from nip.runs.run_dir import RunDirectory
 from nip.runs.state import ITERATION_STAGES, TrainerState
 from nip.session import Session
 from nip.training.algorithms import algorithm_of
-from nip.training.plan_display import plan_diff, plan_html, plan_jobs, plan_rows, plan_text
 
 __all__ = [
     "TEST_ITERATION",

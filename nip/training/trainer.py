@@ -25,12 +25,12 @@ from typing import Any
 
 from nip._version import __version__
 from nip.analysis.metrics import priced_rollout_metrics
-from nip.backends.pool import BackendPool
 from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
+from nip.providers.pool import BackendPool
 from nip.rollouts.records import Transcript
 from nip.runs.plan_steps import TEST_ITERATION
 from nip.runs.run_dir import RunDirectory, new_run_path, split_provenance

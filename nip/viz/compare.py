@@ -196,7 +196,7 @@ async def run_protocols_async(
     Returns:
         Protocol -> ``RolloutBatch``, ready for :func:`compare_protocols`.
     """
-    from nip.backends.pool import BackendPool
+    from nip.providers.pool import BackendPool
     from nip.session import Session
 
     settings = settings or ExperimentSettings(show_progress=False)

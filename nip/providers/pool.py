@@ -2,7 +2,7 @@
 
 Agents that use the same endpoint share one backend, and so one concurrency limit and one
 connection pool. Which class serves a provider is decided by the provider table
-(:mod:`nip.backends.providers`).
+(:mod:`nip.providers`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 from nip.backends._types import ChatBackend
 from nip.backends.cache import CachedBackend, ResponseCache
 from nip.backends.dummy import DummyBackend
-from nip.backends.providers import provider_for
 from nip.parameters import PureTextAgentParameters
+from nip.providers import provider_for
 from nip.settings import ExperimentSettings
 
 
