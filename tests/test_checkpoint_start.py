@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from nip.runs.run_dir import RunDirectory
 
 from nip.parameters import (
     HyperParameters,
@@ -17,6 +16,7 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.checkpoint_start import (
     ARTIFACT_TYPE,

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from nip.runs.run_dir import RunDirectory
 
 from nip.parameters import (
     HyperParameters,
@@ -18,6 +17,7 @@ from nip.parameters import (
     TextRlParameters,
 )
 from nip.protocols import protocol_class
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.trainer import build_trainer
 from nip.viz import compare_runs, runs_table, wilson_interval

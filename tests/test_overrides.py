@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from nip.runs.changes import SavedParametersChangedError, change_saved_parameters
 
 from nip.cli import main
 from nip.configs import load_preset
 from nip.errors import InvalidParameterError
 from nip.parameters import HyperParameters, PureTextAgentParameters, RlParameters
 from nip.parameters.overrides import changed_paths, parse_override
+from nip.runs.changes import SavedParametersChangedError, change_saved_parameters
 from nip.settings import ExperimentSettings
 from nip.training.trainer import build_trainer
 
@@ -141,7 +141,7 @@ def test_agents_star_sets_every_agent_of_the_protocol(protocol):
 
 
 def test_a_sweep_grid_moves_every_cell_to_another_provider_with_one_setting():
-    from nip.training.sweep_grid import GridSpec
+    from nip.experiments.sweep_grid import GridSpec
 
     agent = {"model_provider": "TogetherAI", "model_name": "meta-llama/Llama-3.3-70B-Instruct"}
     grid = GridSpec.from_dict(

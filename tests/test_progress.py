@@ -74,10 +74,9 @@ def test_a_terminal_gets_bars_and_no_per_stage_done_lines():
 def test_the_fine_tuning_line_counts_the_steps_logged_just_before_the_jobs_end():
     from types import SimpleNamespace
 
-    from nip.runs.plan_steps import IterationPlan
-
     from nip.jobs import FineTuneEvent
     from nip.parameters import HyperParameters
+    from nip.runs.plan_steps import IterationPlan
     from nip.settings import ExperimentSettings
     from nip.training.context import RunContext
 

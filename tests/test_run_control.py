@@ -12,14 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from nip.runs.control import (
-    RunControlError,
-    StageProgressWriter,
-    read_request,
-    read_stage_progress,
-    read_status,
-    request,
-)
 
 from nip.cli import main
 from nip.parameters import (
@@ -28,6 +20,14 @@ from nip.parameters import (
     PureTextAgentParameters,
     RlParameters,
     TextRlParameters,
+)
+from nip.runs.control import (
+    RunControlError,
+    StageProgressWriter,
+    read_request,
+    read_stage_progress,
+    read_status,
+    request,
 )
 from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer

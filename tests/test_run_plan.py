@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from nip.runs.changes import change_saved_parameters
 
 from nip.cli import main
 from nip.configs import list_presets
@@ -25,6 +24,7 @@ from nip.parameters import (
     TextRlParameters,
 )
 from nip.providers import DUMMY_PROVIDER
+from nip.runs.changes import change_saved_parameters
 from nip.settings import ExperimentSettings
 from nip.training.plan import PlanChangedError, RunPlan, make_run_plan
 from nip.training.trainer import PureTextEiTrainer, build_trainer

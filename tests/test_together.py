@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from nip.training.cost_estimate import estimate_cost
 
 from nip.cli import main
 from nip.configs import list_presets, load_preset
+from nip.experiments.cost_estimate import estimate_cost
 from nip.parameters import HyperParameters
 from nip.testing.together import BASE_MODEL, FAKE_TRAINING_ERROR, FakeTogether
 

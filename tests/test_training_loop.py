@@ -14,7 +14,6 @@ import traceback
 from pathlib import Path
 
 import pytest
-from nip.runs.run_dir import RunDirectory
 
 from nip.errors import IncompatibleParametersError, SharedModelGroupError
 from nip.jobs.dummy import DummyFineTuneBackend
@@ -26,6 +25,7 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
+from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.trainer import (

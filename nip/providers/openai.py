@@ -17,7 +17,7 @@ from nip.providers._provider import Prices, Provider, openai_compatible
 #: ``ft:gpt-4o-mini``; ``ft:gpt-4o`` and ``ft:gpt-4.1-nano`` are OpenAI's 2025 figures, which no
 #: 2026 listing we found repeats.
 #: Correct or extend them with ``ExperimentSettings(prices_usd_per_1m=...)`` (or ``prices=``
-#: of :func:`~nip.training.metrics.rollout_metrics`).
+#: of :func:`~nip.analysis.metrics.rollout_metrics`).
 OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
     {
         "gpt-4o-mini": (0.15, 0.60),
@@ -37,7 +37,7 @@ OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
 #: file times the epochs), by :func:`price_key` of the model being fine-tuned. The figures
 #: of issue 12 (OpenAI's published training prices), not re-checked against a 2026 listing;
 #: gpt-4.1-nano is left out (no figure we could check). Supervised and DPO jobs are assumed
-#: to cost the same per token. Used by the dry run (:mod:`nip.training.cost_estimate`),
+#: to cost the same per token. Used by the dry run (:mod:`nip.experiments.cost_estimate`),
 #: whose ``fine_tuning_prices=`` argument corrects or extends them.
 OPENAI_FINE_TUNING_PRICES_USD_PER_1M: Mapping[str, float] = MappingProxyType(
     {

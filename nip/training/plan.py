@@ -31,12 +31,12 @@ from nip.jobs import FineTuneSpec
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.groups import group_members
 from nip.providers import job_settings
-from nip.runs.plan_display import plan_diff, plan_html, plan_jobs, plan_rows, plan_text
 from nip.runs.plan_steps import TEST_ITERATION, GroupStep, IterationPlan
 from nip.runs.run_dir import RunDirectory
 from nip.runs.state import ITERATION_STAGES, TrainerState
 from nip.session import Session
 from nip.training.algorithms import algorithm_of
+from nip.training.plan_display import plan_diff, plan_html, plan_jobs, plan_rows, plan_text
 
 __all__ = [
     "TEST_ITERATION",
