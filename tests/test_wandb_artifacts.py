@@ -28,6 +28,15 @@ def _written(folder: Path, needle: bytes, count: int = 1, timeout_s: float = 60)
         time.sleep(0.05)
 
 
+def offline(monkeypatch, tmp_path: Path, run_dir: Path) -> ExperimentSettings:
+    """W&B offline, without a key, its files under ``tmp_path``: a run's settings."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    return ExperimentSettings(run_dir=run_dir, show_progress=False, wandb_mode="offline")
+
+
 def _params(dataset: Path, trainer: str = "pure_text_ei") -> HyperParameters:
     dummy = PureTextAgentParameters(use_dummy_api=True)
     return HyperParameters(
@@ -68,12 +77,8 @@ def test_the_rollout_artifacts_hold_every_saved_rollout_and_transcript_file(
 def test_an_offline_run_logs_each_iterations_rollouts_as_artifacts(
     make_tiny_dataset, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
     run_dir = tmp_path / "run"
-    settings = ExperimentSettings(run_dir=run_dir, show_progress=False, wandb_mode="offline")
+    settings = offline(monkeypatch, tmp_path, run_dir)
     build_trainer(_params(make_tiny_dataset()), settings).train()
     assert len(list((run_dir / "wandb").glob("offline-run-*/*.wandb"))) == 1
     data = _written(run_dir / "wandb", b"full_rollouts_run", count=3)
@@ -89,12 +94,8 @@ def test_a_malt_run_logs_its_trees_and_the_originals_processed_transcripts_and_p
     """Beside the rollouts and raw transcripts: MALT's trees (``malt_trees_<run>``), and the
     original's two other transcript artifacts, the messages per channel
     (``processed_transcript_<run>``) and every turn's prompt (``prompts_<run>``)."""
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
     run_dir = tmp_path / "run"
-    settings = ExperimentSettings(run_dir=run_dir, show_progress=False, wandb_mode="offline")
+    settings = offline(monkeypatch, tmp_path, run_dir)
     trainer = build_trainer(_params(make_tiny_dataset(), "pure_text_malt"), settings)
     trainer.train()
     data = _written(run_dir / "wandb", b"prompts_run", count=3)
