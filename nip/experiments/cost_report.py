@@ -188,7 +188,8 @@ class CostEstimate:
 
     def __str__(self) -> str:
         tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
-        parts = [self._headline(), *([self.shares()] if self.shares() else [])]
+        shares = self.shares()
+        parts = [self._headline(), *([shares] if shares else [])]
         for head, rows in self._tables():
             parts += ["", _text_table(head, rows)]
         parts += [
@@ -218,7 +219,8 @@ class CostEstimate:
         tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
         assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in self.assumptions)
         tables = "".join(table(head, rows) for head, rows in self._tables())
-        shares = f"<p>{html.escape(self.shares())}</p>" if self.shares() else ""
+        shares = self.shares()
+        shares = f"<p>{html.escape(shares)}</p>" if shares else ""
         return (
             f"<div><b>{html.escape(self._headline())}</b>{shares}{tables}"
             f"<small>tokens counted with {html.escape(tokenizers)}; assumes:"
