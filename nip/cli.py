@@ -253,9 +253,12 @@ def _cmd_retest(args: argparse.Namespace) -> int:
 def _cmd_extend(args: argparse.Namespace) -> int:
     from nip.experiments.extend import extend_run, extension_schedule
 
-    print(extension_schedule(args.run_dir_positional, args.iterations))
+    from_sampling = args.from_sampling
+    print(extension_schedule(args.run_dir_positional, args.iterations, from_sampling=from_sampling))
     args.run_dir = args.run_dir_positional
-    trainer = extend_run(args.run_dir_positional, args.iterations, _settings(args))
+    trainer = extend_run(
+        args.run_dir_positional, args.iterations, _settings(args), from_sampling=from_sampling
+    )
     trainer.train()
     _print_metrics(trainer)
     return 0
@@ -513,6 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
     extend = sub.add_parser("extend", help="More iterations for a finished run.")
     extend.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
     extend.add_argument("--iterations", type=int, required=True, help="How many more.")
+    extend.add_argument(
+        "--from-sampling",
+        action="store_true",
+        help="Start at the next iteration's sampling with the models the run finished with, "
+        "without fine-tuning on its last iteration first (the original's "
+        "force_more_iterations; by default that fine-tuning comes first, as in a longer run).",
+    )
     _add_run_options(extend)
     extend.set_defaults(func=_cmd_extend)
 

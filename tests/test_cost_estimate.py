@@ -350,6 +350,23 @@ def test_nip_run_dry_run_needs_no_key_makes_no_run_directory_and_prints_the_tabl
     assert not run_dir.exists() and not (tmp_path / "runs").exists()
 
 
+def test_the_dry_run_shows_the_test_stages_share_and_how_to_test_after_training():
+    """The paper's script trained without testing (``test_scheme: none``) and tested the saved
+    models afterwards; the presets test inline. The dry run says what that testing costs."""
+    inline = estimate_cost(openai_params(text_rl=TextRlParameters(test_scheme="first_and_last")))
+    kinds = {row["stage"]: row["usd"] for row in inline.by_kind()}
+    assert set(kinds) == {"train", "test", "fine-tune"}
+    assert sum(kinds.values()) == pytest.approx(inline.total_usd)
+    test_share = round(100 * kinds["test"] / inline.total_usd)
+    shares = str(inline).splitlines()[1]
+    assert f"test {test_share} % (${kinds['test']:,.2f})" in shares
+    assert "--set text_rl.test_scheme=none, then nip retest RUN_DIR" in shares
+    afterwards = estimate_cost(openai_params(text_rl=TextRlParameters(test_scheme="none")))
+    assert "test" not in {row["stage"] for row in afterwards.by_kind()}
+    assert "nip retest" not in str(afterwards)
+    assert afterwards.total_usd == pytest.approx(inline.total_usd - kinds["test"])
+
+
 # --------------------------------------------------------------------- display
 def test_the_estimate_shows_as_text_html_and_a_dataframe():
     estimate = estimate_cost(openai_params())

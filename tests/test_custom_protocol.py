@@ -140,6 +140,38 @@ def test_a_protocol_whose_agent_names_disagree_with_its_agents_is_refused():
         Misnamed()
 
 
+class OneSideEach(MnipProtocol):
+    """mnip whose author declares the provers' stances part of the protocol (each argues its
+    own side), so they may not be randomised."""
+
+    name = "one_side_each"
+    stance_can_be_randomized = False
+
+
+RANDOMISED = {"randomize_prover_stance": True}
+
+
+def test_stance_randomisation_is_refused_where_the_protocol_fixes_its_provers_stances():
+    """The check reads the protocol's own declaration (``stance_can_be_randomized``), so a
+    protocol of one's own is checked like a shipped one: the setting is never accepted and
+    ignored."""
+    agents = {a: PureTextAgentParameters(use_dummy_api=True) for a in OneSideEach.agent_names}
+    with pytest.raises(InvalidParameterError, match=r"protocol_common\.randomize_prover_stance"):
+        OneSideEach.hyper_parameters(agents=agents, protocol_common=RANDOMISED)
+    params = HyperParameters(
+        interaction_protocol="one_side_each", agents=agents, protocol_common=RANDOMISED
+    )
+    with pytest.raises(InvalidParameterError, match=r"OneSideEach\.stance_can_be_randomized"):
+        Session(params, quiet(), protocol=OneSideEach)
+
+
+def test_a_protocol_that_allows_it_plays_each_items_randomised_stance():
+    params = dummy_params(TwoQuestionsProtocol, protocol_common=RANDOMISED)
+    session = Session(params, quiet(), protocol=TwoQuestionsProtocol)
+    batch = session.rollouts(ITEMS[:4])
+    assert [t.stances["prover"] for t in batch] == [item.stance for item in ITEMS[:4]]
+
+
 # ---------------------------------------------------------------------- running it
 def test_rollouts_of_the_protocol_decide_only_after_two_questions():
     session = Session(dummy_params(TwoQuestionsProtocol), quiet(), protocol=TwoQuestionsProtocol)

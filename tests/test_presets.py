@@ -44,14 +44,24 @@ def test_the_expert_iteration_presets_use_the_values_of_the_papers_script(protoc
 
 
 @pytest.mark.parametrize("name", PAPER_PRESETS)
-def test_the_paper_presets_share_one_prover_model_and_test_ten_times_as_the_script(name):
-    """scripts/ei_cv.py put both provers in one group (provers_group) and the original tested
-    rl.num_test_iterations=10 times, without which the "always fails" figure means nothing."""
+def test_the_paper_presets_share_one_prover_model_as_the_script(name):
+    """scripts/ei_cv.py put both provers in one group (provers_group)."""
     params = load_preset(name)
-    assert params.rl.num_test_iterations == 10
     provers = [a for a in params.agent_names if a.startswith("prover")]
     groups = {params.agents[a].shared_model_group or a for a in provers}
     assert len(groups) <= 1, groups  # solo_verifier has no prover
+
+
+@pytest.mark.parametrize("name", PAPER_PRESETS)
+def test_the_paper_presets_test_inline_ten_times_where_the_script_tested_after_training(name):
+    """scripts/ei_cv.py trained with ``test_scheme: none`` and one test pass, and tested the
+    saved models afterwards (``rerun_tests``); the presets test before the first and after the
+    last iteration, ``rl.num_test_iterations=10`` times (the original's default), without which
+    the "always fails" figure means nothing. ``--set text_rl.test_scheme=none`` and ``nip
+    retest`` give the script's way."""
+    params = load_preset(name)
+    assert params.text_rl.test_scheme == "first_and_last"
+    assert params.rl.num_test_iterations == 10
 
 
 def test_nip_presets_lists_every_preset_with_its_description(capsys):

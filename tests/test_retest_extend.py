@@ -74,6 +74,36 @@ def test_the_extension_schedule_is_shown_before_anything_runs(dataset, tmp_path)
     assert json.loads((run_dir / "hyper_params.json").read_text())["rl"]["num_iterations"] == 1
 
 
+def test_from_sampling_extends_as_the_originals_force_more_iterations(dataset, tmp_path):
+    """The original restarted a finished run at sampling: no job learnt from its last
+    iteration's dialogues alone, and the next iteration sampled with the models the run had
+    finished with. The plan says so: what ran stays as it ran."""
+    run_dir = _run(dataset, tmp_path / "run", 1)
+    schedule = extension_schedule(run_dir, 2, from_sampling=True)
+    assert "iteration 0: not fine-tuned on by itself" in schedule
+    assert "iteration 1: sample 4 dialogues, test (1 pass(es)), fine-tune prover, verifier" in (
+        schedule
+    )
+    trainer = extend_run(run_dir, 2, _settings(run_dir), from_sampling=True)
+    assert [step.fine_tunes for step in trainer.plan] == [False, True, False]
+    assert trainer.train().stage == "done"
+    assert sorted(p.name for p in (run_dir / "fine_tune").glob("*.jsonl")) == [
+        "it0001_prover.jsonl",
+        "it0001_verifier.jsonl",
+    ]
+    assert iteration_models(run_dir, 1) == iteration_models(run_dir, 0)  # the models it ended with
+    assert iteration_models(run_dir, 2)["verifier"].endswith(":ft-verifier-it1")
+    saved = json.loads((run_dir / "plan.json").read_text())
+    assert [step["fine_tunes"] for step in saved["iterations"]] == [False, True, False]
+
+
+def test_nip_extend_from_sampling_submits_no_job_for_the_old_last_iteration(dataset, tmp_path):
+    run_dir = _run(dataset, tmp_path / "run", 1)
+    assert main(["extend", str(run_dir), "--iterations", "1", "--from-sampling", "--quiet"]) == 0
+    assert (run_dir / "rollouts/train_it0001.jsonl").exists()
+    assert not (run_dir / "fine_tune").exists() or not list((run_dir / "fine_tune").iterdir())
+
+
 def test_an_unfinished_run_is_resumed_not_extended(dataset, tmp_path):
     run_dir = tmp_path / "run"
     build_trainer(_params(dataset, 2), _settings(run_dir)).train(max_stages=1)

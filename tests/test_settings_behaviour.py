@@ -23,6 +23,14 @@ of four dialogues of at most three rounds, dummy agents, an 18-item dataset); wh
 field for speed (``rl``, ``max_message_rounds``, ``min_fine_tune_examples``,
 ``reward_threshold``), that field's case compares against the base's value.
 
+A field must act wherever it can: each case runs under every algorithm (Expert Iteration and
+MALT: a MALT run's requests and dialogues are those its tree sampling sends and grows), unless
+it belongs to one (``pure_text_ei.*``, guess replacement: Expert Iteration; a case whose
+``context`` names its trainer: that one), and in every protocol where it acts when it acts in
+some only (``PROTOCOLS_OF``). A case that ran under Expert Iteration alone passed while MALT's
+sampling dropped ``temperature``; ``test_a_field_ignored_by_one_trainer_alone_fails_its_case``
+shows that it no longer would.
+
 A field whose effect can only be seen elsewhere (a W&B address, a timing, a Hub dataset, the
 server's own address) is in ``SHOWN_ELSEWHERE`` with the test that shows it. A new field with
 neither fails ``test_every_field_has_a_behavioural_case``, naming it.
@@ -38,6 +46,7 @@ import inspect
 import json
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Mapping
 from functools import cache
@@ -92,7 +101,6 @@ class Case:
         invalid_from: An agent whose every response the backend makes unusable.
         jobs_fail: Every fine-tuning job fails.
         label: Added to the test id where one field has several cases.
-        xfail: Why the case fails today (the setting does not act yet).
     """
 
     address: str
@@ -103,7 +111,6 @@ class Case:
     invalid_from: str | None = None
     jobs_fail: bool = False
     label: str = ""
-    xfail: str = ""
 
     @property
     def id(self) -> str:
@@ -129,8 +136,6 @@ ANNEALED = {
     "text_rl.verifier_guess_replacement_annealing": "linear",
 }
 CUDA = {"server.device": "cuda"}
-
-# The issue (22 §1) another branch fixes; each case states the behaviour wanted.
 
 CASES: tuple[Case, ...] = (
     # ------------------------------------------------------------ HyperParameters
@@ -204,13 +209,6 @@ CASES: tuple[Case, ...] = (
     Case("rl.num_epochs", 2, "jobs"),
     # ------------------------------------------------------------ TextRlParameters
     Case("text_rl.fine_tune_on_all_previous_rollouts", True, "jobs", context=THREE_ITERATIONS),
-    Case(
-        "text_rl.fine_tune_on_all_previous_rollouts",
-        True,
-        "jobs",
-        context={**THREE_ITERATIONS, **MALT},
-        label="pure_text_malt",
-    ),
     Case("text_rl.verifier_guess_replacement_proportion", 1.0, "jobs"),
     Case(
         "text_rl.verifier_guess_replacement_annealing",
@@ -421,6 +419,56 @@ def provider_setting_cases() -> tuple[Case, ...]:
 
 
 CASES = CASES + provider_setting_cases()
+# --------------------------------------------------------------- where each case runs
+#: Where a case's change shows without a trainer: it runs once.
+TRAINER_FREE: tuple[Shows, ...] = ("providers", "server", "server jobs", "refused")
+#: Fields of one algorithm, by the start of their address: their cases run under it alone.
+EXPERT_ITERATION_ONLY = ("pure_text_ei.", "text_rl.verifier_guess_replacement")
+#: Fields that act in some protocols only: their cases run in each of them.
+PROTOCOLS_OF: Mapping[str, tuple[str, ...]] = {
+    "protocol_common.randomize_prover_stance": ("nip", "adp", "mnip"),
+    "protocol_common.verifier_first": ("nip", "debate", "mnip"),
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A case under one algorithm and protocol: its context says which."""
+
+    case: Case
+    context: Mapping[str, Any]
+    labels: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        labels = [label for label in (self.case.label, *self.labels) if label]
+        return f"{self.case.address} ({', '.join(labels)})" if labels else self.case.address
+
+
+def variants(case: Case) -> list[Variant]:
+    """``case`` under every algorithm and protocol where its field can act (the first, under
+    Expert Iteration on the base protocol, keeps the case's own id)."""
+    one_trainer = (
+        case.shows in TRAINER_FREE
+        or case.address == "trainer"
+        or "trainer" in case.context
+        or case.address.startswith(EXPERT_ITERATION_ONLY)
+    )
+    trainers = [None] if one_trainer else [None, "pure_text_malt"]
+    protocols = [None]
+    if "interaction_protocol" not in case.context and case.address in PROTOCOLS_OF:
+        protocols = [p if p != "nip" else None for p in PROTOCOLS_OF[case.address]]
+    found = []
+    for protocol in protocols:
+        for trainer in trainers:
+            context = dict(case.context)
+            if protocol:
+                context["interaction_protocol"] = protocol
+            if trainer:
+                context["trainer"] = trainer
+            found.append(Variant(case, context, tuple(x for x in (protocol, trainer) if x)))
+    return found
+
+
 #: Fields whose effect is outside what a run or a server's launch shows (a network address,
 #: a W&B address, a timing, a Hub dataset), with the test that shows it.
 SHOWN_ELSEWHERE: Mapping[str, str] = {
@@ -647,6 +695,29 @@ def session_observation(settings: Mapping[str, Any], invalid_from: str | None) -
     }
 
 
+def sampling_observation(settings: Mapping[str, Any], invalid_from: str | None) -> dict:
+    """The requests and dialogues of a run's first sampling stage (MALT: its trees' requests,
+    and the dialogues of their leaves)."""
+    from nip.training.trainer import build_trainer
+
+    run_dir = Path(tempfile.mkdtemp(dir=DATA_DIR, prefix="sampling-"))
+    run_settings = ExperimentSettings(
+        run_dir=run_dir, show_progress=False, cache="off", wandb_mode="disabled"
+    )
+    trainer = build_trainer(build(settings), run_settings)
+    requests: list = []
+    for agent in trainer.session.agents.values():
+        agent.backend = RecordingBackend(agent.backend, requests, invalid_from)
+    try:
+        trainer.train(max_stages=1)
+    finally:
+        trainer.session.close()
+    return {
+        "requests": sorted(map(request_record, requests)),
+        "transcripts": [transcript_record(t) for t in trainer.run_dir.load_rollouts("train", 0)],
+    }
+
+
 def providers_observation(settings: Mapping[str, Any]) -> dict:
     """Where each agent's requests go, and which backend runs its fine-tuning jobs."""
     from nip.providers import provider_for
@@ -813,9 +884,15 @@ _observed: dict[str, dict] = {}
 
 
 def observe(case: Case, settings: Mapping[str, Any]) -> Any:
-    """What ``case.shows`` looks like in a run with ``settings`` (computed once)."""
+    """What ``case.shows`` looks like in a run with ``settings`` (computed once).
+
+    Requests and dialogues are a session's under Expert Iteration (its sampling plays the
+    session's dialogues) and the first sampling stage's under MALT (its trees).
+    """
     kind = {"requests": "session", "transcripts": "session"}.get(case.shows, case.shows)
     kind = {"jobs": "run"}.get(kind, kind)
+    if kind == "session" and build(settings).trainer == "pure_text_malt":
+        kind = "sampling"
     key = json.dumps(
         [kind, case.invalid_from, case.jobs_fail, settings], sort_keys=True, default=str
     )
@@ -824,6 +901,8 @@ def observe(case: Case, settings: Mapping[str, Any]) -> Any:
             _observed[key] = {"plan": plan_run(build(settings)).to_dict()}
         elif kind == "session":
             _observed[key] = session_observation(settings, case.invalid_from)
+        elif kind == "sampling":
+            _observed[key] = sampling_observation(settings, case.invalid_from)
         elif kind == "providers":
             _observed[key] = providers_observation(settings)
         elif kind == "server":
@@ -836,24 +915,52 @@ def observe(case: Case, settings: Mapping[str, Any]) -> Any:
 
 
 # ------------------------------------------------------------------------ tests
-def _param(case: Case):
-    marks = [pytest.mark.xfail(strict=True, reason=case.xfail)] if case.xfail else []
-    return pytest.param(case, id=case.id, marks=marks)
-
-
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
-def test_setting_changes_the_run(case: Case):
-    changed = {**case.context, **case.together, case.address: case.value}
+def changes_the_run(variant: Variant) -> bool:
+    """Whether the run with the case's value differs from the run without it (a refused case:
+    whether building it raises an error naming the field)."""
+    case = variant.case
+    changed = {**variant.context, **case.together, case.address: case.value}
     if case.shows == "refused":
-        with pytest.raises(InvalidParameterError) as refused:
+        try:
             if case.address.startswith("server."):
                 ServerConfig(**{case.address.removeprefix("server."): case.value})
             else:
                 build(changed)
-        assert refused.value.field.endswith(case.address.rsplit(".", 1)[-1])
-        return
-    before, after = observe(case, dict(case.context)), observe(case, changed)
-    assert after != before, f"{case.id}={case.value!r} changed nothing in the {case.shows}"
+        except InvalidParameterError as refused:
+            return refused.field.endswith(case.address.rsplit(".", 1)[-1])
+        return False
+    return observe(case, changed) != observe(case, dict(variant.context))
+
+
+@pytest.mark.parametrize("variant", [pytest.param(v, id=v.id) for c in CASES for v in variants(c)])
+def test_setting_changes_the_run(variant: Variant):
+    case = variant.case
+    assert changes_the_run(variant), (
+        f"{variant.id}={case.value!r} changed nothing in the {case.shows}"
+        if case.shows != "refused"
+        else f"{variant.id}={case.value!r} was not refused naming the field"
+    )
+
+
+def test_a_field_ignored_by_one_trainer_alone_fails_its_case(monkeypatch):
+    """A copy of nip whose MALT sampling drops ``temperature`` (its requests sample ``n`` at
+    once; Expert Iteration's ask for one): the Expert Iteration case passes, as it did when it
+    was the only one, and the MALT case fails."""
+    from nip.agents import PureTextWholeAgent
+
+    make_request = PureTextWholeAgent.make_request
+
+    def malt_drops_temperature(self, *args, n: int = 1, **kwargs):
+        request = make_request(self, *args, n=n, **kwargs)
+        return dataclasses.replace(request, temperature=None) if n > 1 else request
+
+    monkeypatch.setattr(PureTextWholeAgent, "make_request", malt_drops_temperature)
+    monkeypatch.setattr(sys.modules[__name__], "_observed", {})  # this copy's own observations
+    (case,) = [c for c in CASES if c.address == f"{V}.temperature"]
+    expert_iteration, malt = variants(case)
+    assert malt.context == {"trainer": "pure_text_malt"}
+    assert changes_the_run(expert_iteration)
+    assert not changes_the_run(malt)
 
 
 def test_every_field_has_a_behavioural_case():

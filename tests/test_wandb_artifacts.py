@@ -28,9 +28,19 @@ def _written(folder: Path, needle: bytes, count: int = 1, timeout_s: float = 60)
         time.sleep(0.05)
 
 
-def _params(dataset: Path) -> HyperParameters:
+def offline(monkeypatch, tmp_path: Path, run_dir: Path) -> ExperimentSettings:
+    """W&B offline, without a key, its files under ``tmp_path``: a run's settings."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    return ExperimentSettings(run_dir=run_dir, show_progress=False, wandb_mode="offline")
+
+
+def _params(dataset: Path, trainer: str = "pure_text_ei") -> HyperParameters:
     dummy = PureTextAgentParameters(use_dummy_api=True)
     return HyperParameters(
+        trainer=trainer,
         dataset=str(dataset),
         agents={"prover": dummy, "verifier": dummy},
         rl={"num_iterations": 2, "rollouts_per_iteration": 2},
@@ -67,18 +77,39 @@ def test_the_rollout_artifacts_hold_every_saved_rollout_and_transcript_file(
 def test_an_offline_run_logs_each_iterations_rollouts_as_artifacts(
     make_tiny_dataset, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
-    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
     run_dir = tmp_path / "run"
-    settings = ExperimentSettings(run_dir=run_dir, show_progress=False, wandb_mode="offline")
+    settings = offline(monkeypatch, tmp_path, run_dir)
     build_trainer(_params(make_tiny_dataset()), settings).train()
     assert len(list((run_dir / "wandb").glob("offline-run-*/*.wandb"))) == 1
     data = _written(run_dir / "wandb", b"full_rollouts_run", count=3)
     # Three saves of the rollouts: training at iterations 0 and 1, the last test.
     assert data.count(b"full_rollouts_run") >= 3 and b"raw_transcript_run" in data
     assert b"rollouts/test_it0001.jsonl" in data
+
+
+@pytest.mark.timeout(180)
+def test_a_malt_run_logs_its_trees_and_the_originals_processed_transcripts_and_prompts(
+    make_tiny_dataset, tmp_path, monkeypatch
+):
+    """Beside the rollouts and raw transcripts: MALT's trees (``malt_trees_<run>``), and the
+    original's two other transcript artifacts, the messages per channel
+    (``processed_transcript_<run>``) and every turn's prompt (``prompts_<run>``)."""
+    run_dir = tmp_path / "run"
+    settings = offline(monkeypatch, tmp_path, run_dir)
+    trainer = build_trainer(_params(make_tiny_dataset(), "pure_text_malt"), settings)
+    trainer.train()
+    data = _written(run_dir / "wandb", b"prompts_run", count=3)
+    for name in (b"malt_trees_run", b"processed_transcript_run", b"prompts_run"):
+        assert data.count(name) >= 3, name  # training at iterations 0 and 1, the last test
+    assert b"malt/trees_it0001.jsonl" in data and b"prompts/test_it0001.json" in data
+    dialogue = trainer.run_dir.load_rollouts("train", 0)[0]
+    processed = json.loads((run_dir / "processed_transcripts/train_it0000.json").read_text())[0]
+    first = dialogue.messages[0]
+    assert processed["transcript"][0][f"{first.sender}@{first.channel}"] == first.content
+    prompts = json.loads((run_dir / "prompts/train_it0000.json").read_text())[0]
+    turn = dialogue.turns[-1]
+    built = trainer.session.agents[turn.agent].build_chat_prompt(dialogue, turn.round)
+    assert prompts["prompts"][turn.round][turn.agent] == built
 
 
 @pytest.mark.timeout(180)

@@ -127,9 +127,9 @@ class _Estimator:
             lines += self._lines(iteration, "train", train, models, len(items), dialogues)
             if step.tests:
                 split = self.plan.test_split
-                test_items = self.session.datapoints_by_id(step.test_item_ids, split=split)
                 all_items, seeds = [], []
-                for repeat in range(step.test_passes):
+                for repeat, ids in enumerate(step.test_pass_item_ids):
+                    test_items = self.session.datapoints_by_id(ids, split=split)
                     all_items += test_items
                     seeds += self.sizer.seeds(test_items, TEST_ITERATION + repeat)
                 test = self.sizer.dialogue_pass(all_items, seeds)

@@ -116,6 +116,37 @@ class CostEstimate:
         """One row per (iteration, stage), every agent summed."""
         return self._grouped(lambda line: (line.iteration, line.stage))
 
+    def by_kind(self) -> list[dict[str, Any]]:
+        """One row per kind of stage (``train``, ``test``, ``fine-tune``), every iteration and
+        agent summed: what share of the run each is."""
+        return self._grouped(lambda line: (line.stage,))
+
+    def shares(self) -> str:
+        """Each kind of stage's share of the run, in USD where every model has a price and
+        something costs, else in model calls (``train 55 % ($1.20), test 41 % ...``), and how
+        to leave the test stage out of a costly run."""
+        rows = self.by_kind()
+        total = self.total_usd
+        priced = total is not None and total > 0
+        whole = total if priced else self.total_calls
+        if not whole:
+            return ""
+
+        def share(row: dict[str, Any]) -> str:
+            part = row["usd"] if priced else row["calls"]
+            money = f" (${part:,.2f})" if priced else ""
+            return f"{row['stage']} {100 * part / whole:.0f} %{money}"
+
+        text = ("of the cost: " if priced else "of the model calls: ") + ", ".join(
+            share(r) for r in rows
+        )
+        if any(r["stage"] == "test" and (r["usd"] if priced else r["calls"]) for r in rows):
+            text += (
+                "; to test after training instead (as the paper's script did): "
+                "--set text_rl.test_scheme=none, then nip retest RUN_DIR --passes N"
+            )
+        return text
+
     def by_agent(self) -> list[dict[str, Any]]:
         """One row per (agent, priced model), every iteration summed."""
         return self._grouped(lambda line: (line.agent, line.model))
@@ -157,7 +188,8 @@ class CostEstimate:
 
     def __str__(self) -> str:
         tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
-        parts = [self._headline()]
+        shares = self.shares()
+        parts = [self._headline(), *([shares] if shares else [])]
         for head, rows in self._tables():
             parts += ["", _text_table(head, rows)]
         parts += [
@@ -187,8 +219,10 @@ class CostEstimate:
         tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
         assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in self.assumptions)
         tables = "".join(table(head, rows) for head, rows in self._tables())
+        shares = self.shares()
+        shares = f"<p>{html.escape(shares)}</p>" if shares else ""
         return (
-            f"<div><b>{html.escape(self._headline())}</b>{tables}"
+            f"<div><b>{html.escape(self._headline())}</b>{shares}{tables}"
             f"<small>tokens counted with {html.escape(tokenizers)}; assumes:"
             f"<ul>{assumptions}</ul></small></div>"
         )

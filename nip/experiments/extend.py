@@ -12,6 +12,13 @@ iteration's fine-tuning stage; training then goes on exactly as a run that had a
 longer schedule from the start would have: same dialogues, same fine-tuning datasets, same
 models (with deterministic backends). The one difference is a test of the old last iteration
 that the longer run's test scheme may not have made; it is kept.
+
+``from_sampling=True`` (``nip extend --from-sampling``) extends as the original's
+``force_more_iterations`` did: the next iteration samples at once with the models the run
+finished with, and the old last iteration is never fine-tuned on by itself (with
+``fine_tune_on_all_previous_rollouts`` later jobs still learn from its dialogues). Either way
+the plan says what runs: what the run executed stays as it ran (``RunPlan.keeping_executed``),
+so with ``from_sampling`` the old last iteration's plan keeps "no fine-tuning".
 """
 
 from __future__ import annotations
@@ -21,20 +28,33 @@ from pathlib import Path
 from nip.errors import InvalidParameterError
 from nip.runs.changes import change_saved_parameters, saved_parameters
 from nip.runs.run_dir import RunDirectory
+from nip.runs.state import TrainerState
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
-from nip.training.plan import make_run_plan
+from nip.training.plan import RunPlan, make_run_plan
 from nip.training.trainer import PureTextEiTrainer
 
 __all__ = ["extend_run", "extension_schedule"]
 
 
-def extension_schedule(run_dir: str | Path, iterations: int) -> str:
+def _start(last: int, from_sampling: bool) -> TrainerState:
+    """Where the extension starts: the old last iteration's fine-tuning, or (as the original's
+    ``force_more_iterations``) the next iteration's sampling."""
+    if from_sampling:
+        return TrainerState(iteration=last + 1, stage="sample_rollouts")
+    return TrainerState(iteration=last, stage="create_fine_tune_jobs")
+
+
+def extension_schedule(run_dir: str | Path, iterations: int, *, from_sampling: bool = False) -> str:
     """What extending the run by ``iterations`` will do, one line per iteration, from the
-    plan of the longer run (:mod:`nip.training.plan`)."""
+    plan the extended run will walk (:mod:`nip.training.plan`)."""
     before = saved_parameters(run_dir)
     old = before.rl.num_iterations
     plan = make_run_plan(before.with_overrides({"rl.num_iterations": old + iterations}))
+    directory = RunDirectory(run_dir)
+    if directory.exists("plan.json"):
+        saved = RunPlan.from_dict(directory.read_json("plan.json"))
+        plan = plan.keeping_executed(saved, _start(old - 1, from_sampling))
     rows = [f"extending {run_dir}: rl.num_iterations {old} -> {old + iterations}"]
     for step in plan.iterations[old - 1 :]:
         trained = ", ".join(g.group for g in step.groups if g.method) or "nothing (all frozen)"
@@ -45,17 +65,30 @@ def extension_schedule(run_dir: str | Path, iterations: int) -> str:
             steps.append(f"test ({step.test_passes} pass(es))")
         if step.fine_tunes:
             steps.append(f"fine-tune {trained}")
-        done = " on its saved dialogues" if step.iteration < old else ""
+        done = ""
+        if step.iteration < old:
+            done = " on its saved dialogues" if step.fine_tunes else "not fine-tuned on by itself"
         rows.append(f"  iteration {step.iteration}: " + ", ".join(steps) + done)
     return "\n".join(rows)
 
 
 def extend_run(
-    run_dir: str | Path, iterations: int, settings: ExperimentSettings | None = None, **kwargs
+    run_dir: str | Path,
+    iterations: int,
+    settings: ExperimentSettings | None = None,
+    *,
+    from_sampling: bool = False,
+    **kwargs,
 ) -> PureTextEiTrainer:
     """Extend a finished run by ``iterations`` and return its trainer, ready to ``train()``.
 
-    ``kwargs`` go to :meth:`PureTextEiTrainer.resume` (``fine_tune_backends``, ``protocol``).
+    Args:
+        from_sampling: Start at the next iteration's sampling, with the models the run
+            finished with, without fine-tuning on the old last iteration first (the
+            original's ``force_more_iterations``); by default that fine-tuning comes first,
+            as in a run that had asked for the longer schedule from the start.
+        kwargs: Passed to :meth:`PureTextEiTrainer.resume` (``fine_tune_backends``,
+            ``protocol``).
 
     Raises:
         InvalidParameterError: ``iterations`` < 1, or the run is not finished (resume it).
@@ -73,7 +106,10 @@ def extend_run(
         )
     old = saved_parameters(run_dir).rl.num_iterations
     change_saved_parameters(run_dir, {"rl.num_iterations": old + iterations}, accept=True)
-    # The old last iteration went from test to done; its fine-tuning comes next.
-    directory.write_json("state.json", {**state, "stage": "create_fine_tune_jobs"})
-    # More iterations is a new plan by design (extension_schedule shows it first).
+    start = _start(old - 1, from_sampling)
+    directory.write_json(
+        "state.json", {**state, "iteration": start.iteration, "stage": start.stage}
+    )
+    # More iterations is a new plan by design (extension_schedule shows it first); what ran
+    # stays in it as it ran.
     return PureTextEiTrainer.resume(run_dir, settings, accept_plan_change=True, **kwargs)

@@ -7,8 +7,9 @@
 Each chosen iteration is tested with the models that generated that iteration's training
 dialogues (the ``model`` of every turn in ``rollouts/train_itNNNN.jsonl``: the base model
 at iteration 0, then each group's fine-tuned model; the groups' ``model_history``), exactly as
-the run's own test stage does: the same items of the split, pass ``k`` seeded as the run's
-test pass ``k``. A local LoRA adapter is found by its job in the run's ``jobs/`` folder.
+the run's own test stage does: pass ``k`` plays the run's test items of pass ``k`` (more
+passes go on through the shuffled split, as a run with more passes would) and is seeded as the
+run's test pass ``k``. A local LoRA adapter is found by its job in the run's ``jobs/`` folder.
 Nothing of the run is changed: the results go to ``retest/<split>-<passes>x/`` inside the
 run directory, itself a run directory (``hyper_params.json`` with the retest's
 split and passes, ``rollouts/test_itNNNN.jsonl``, ``metrics/test_itNNNN.json``), which ``nip
@@ -33,7 +34,7 @@ from nip.runs.plan_steps import TEST_ITERATION  # the run's own test passes' see
 from nip.runs.run_dir import RunDirectory
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.plan import test_item_ids
+from nip.training.plan import test_plan
 from nip.utils.sync import run_sync
 
 __all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
@@ -110,14 +111,16 @@ async def retest_async(
     session = Session(params, settings, protocol=protocol)
     free = {n for n, a in session.agents.items() if not provider_for(a.agent_params).bills_tokens}
     try:
-        ids = test_item_ids(params, [str(item.id) for item in session.dataset(split)])
-        items = session.datapoints_by_id(ids, split=split)
+        step = test_plan(params, [str(item.id) for item in session.dataset(split)])
+        passes_items = [
+            session.datapoints_by_id(ids, split=split) for ids in step.test_pass_item_ids
+        ]
         for iteration in iterations:
             for agent, model in iteration_models(run_dir, iteration).items():
                 _register_local_adapter(session.agents[agent].backend, model, run_dir)
                 session.agents[agent].model_name = model
             transcripts: list[Transcript] = []
-            for repeat in range(passes):
+            for repeat, items in enumerate(passes_items):
                 batch = await session.rollouts_async(
                     items, iteration=TEST_ITERATION + repeat, description=f"retest {iteration}"
                 )

@@ -31,8 +31,10 @@ PROTOCOL_AGENT_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 #: The shipped protocols whose provers' stances ``randomize_prover_stance`` may set. In the
 #: others a prover's stance is the protocol itself (debate's two sides, Merlin-Arthur's
 #: helpful Merlin and deceiving Morgana) or there is no prover (solo_verifier), so the setting
-#: would do nothing and is refused. The handler classes say the same
-#: (``stance_can_be_randomized``; a test ties the two).
+#: would do nothing and is refused. The handler classes declare it
+#: (``ProtocolHandler.stance_can_be_randomized``) and refuse the setting when built, a
+#: protocol of one's own included; this copy refuses it for the shipped ones as soon as the
+#: parameters are built (a test ties the two).
 STANCE_RANDOMIZABLE_PROTOCOLS: frozenset[str] = frozenset({"nip", "adp", "mnip"})
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from nip.errors import ProtocolDefinitionError, ProtocolUsageError
+from nip.errors import InvalidParameterError, ProtocolDefinitionError, ProtocolUsageError
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.protocol import CommonProtocolParameters
 from nip.prompts import PromptTemplate, load_system_template
@@ -81,7 +81,9 @@ class ProtocolHandler(ABC):
     name: ClassVar[str]
     #: The agents' names, known without building the handler (used to validate configs).
     agent_names: ClassVar[tuple[str, ...]]
-    #: Whether ``randomize_prover_stance`` applies to this protocol.
+    #: Whether the provers' stances may be randomised (``randomize_prover_stance``); False
+    #: where a prover's stance is the protocol itself (debate's two sides) or there is no
+    #: prover. A handler built with the setting on refuses it here (``InvalidParameterError``).
     stance_can_be_randomized: ClassVar[bool] = False
     #: The ``HyperParameters`` field holding this protocol's own parameters (passed to the
     #: constructor after the common ones), or None when it has none.
@@ -109,6 +111,7 @@ class ProtocolHandler(ABC):
                 f"attribute, or passed by the constructor), got {max_message_rounds!r}"
             )
         self.common = common or CommonProtocolParameters()
+        self.check_stance_randomisation(self.common)
         self.max_message_rounds = max_message_rounds
         self.min_message_rounds = min_message_rounds
         self.agents: tuple[AgentSpec, ...] = self._build_agents()
@@ -182,6 +185,23 @@ class ProtocolHandler(ABC):
         return PromptTemplate(source, f"{type(self).__name__}.system_prompts[{agent_name!r}]")
 
     @classmethod
+    def check_stance_randomisation(cls, common: CommonProtocolParameters) -> None:
+        """Refuse ``randomize_prover_stance`` unless the protocol's provers' stances may be
+        randomised (:attr:`stance_can_be_randomized`): it would be accepted and do nothing.
+
+        Raises:
+            InvalidParameterError: Naming ``protocol_common.randomize_prover_stance``.
+        """
+        if common.randomize_prover_stance and not cls.stance_can_be_randomized:
+            raise InvalidParameterError(
+                "protocol_common.randomize_prover_stance",
+                True,
+                f"False for interaction_protocol={cls.name!r}",
+                reason=f"{cls.__name__}.stance_can_be_randomized is False: its provers argue "
+                "fixed stances, so the setting would do nothing",
+            )
+
+    @classmethod
     def hyper_parameters(cls, **fields: Any) -> HyperParameters:
         """A configuration for this protocol: ``HyperParameters(**fields)`` with
         ``interaction_protocol`` set to its name and default parameters for each agent not
@@ -191,7 +211,9 @@ class ProtocolHandler(ABC):
             name: given.pop(name, None) or PureTextAgentParameters() for name in cls.agent_names
         }
         agents |= given  # an agent the protocol does not have: refused by the configuration
-        return HyperParameters(interaction_protocol=cls.name, agents=agents, **fields)
+        params = HyperParameters(interaction_protocol=cls.name, agents=agents, **fields)
+        cls.check_stance_randomisation(params.protocol_common)
+        return params
 
     # ----------------------------------------------------------------- decisions
     @cached_property

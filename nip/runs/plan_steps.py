@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from nip.data.order import walk
 from nip.runs.state import FINE_TUNE_STAGES, ITERATION_STAGES
 
 #: The trainer's iteration number of a test pass (``TEST_ITERATION + pass``): dialogue ids and
@@ -56,9 +57,13 @@ class IterationPlan:
         items: How many train items it samples.
         item_ids: Their ids, in order (None when the dataset was not loaded).
         tests: Whether the test stage runs.
-        test_passes: Passes over the test items (``rl.num_test_iterations``).
+        test_passes: Test passes (``rl.num_test_iterations``).
         test_items: How many test items each pass plays.
-        test_item_ids: Their ids (None when not loaded, or no test).
+        test_item_ids: The ids of the test items the passes play, in order, each once: the
+            whole shuffled split, or its first ``test_passes x test_items`` items (all of it
+            when it is smaller). Pass ``k`` plays ``test_items`` of them from position
+            ``k x test_items`` on, wrapping around (:attr:`test_pass_item_ids`). None when not
+            loaded, or no test.
         fine_tunes: Whether fine-tuning follows (not after the last iteration).
         groups: Each group's step (empty when nothing is fine-tuned).
         frozen_agents: The agents not trained in this iteration (frozen, or not scheduled):
@@ -79,6 +84,15 @@ class IterationPlan:
 
     def group(self, name: str) -> GroupStep | None:
         return next((g for g in self.groups if g.group == name), None)
+
+    @property
+    def test_pass_item_ids(self) -> tuple[tuple[str, ...], ...]:
+        """Each test pass's item ids, in order (empty when the items are not named)."""
+        if self.test_item_ids is None:
+            return ()
+        return tuple(
+            tuple(walk(self.test_item_ids, self.test_items, k)) for k in range(self.test_passes)
+        )
 
     @property
     def stages(self) -> tuple[str, ...]:

@@ -13,6 +13,7 @@ Layout::
     rollouts/train_it0003.jsonl, rollouts/test_it0003.jsonl
     malt/trees_it0003.jsonl
     transcripts/train_it0003.md  readable transcripts (text_rl.save_transcripts), if asked
+    processed_transcripts/, prompts/  the original's processed transcripts and prompts (W&B only)
     fine_tune/it0003_<group>.jsonl
     metrics/train_it0003.json, metrics/test_it0003.json
     jobs/                      local LoRA jobs (adapters, logs)

@@ -10,10 +10,14 @@ never read back.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
+from nip.protocols import Decision
 from nip.rollouts.records import Transcript
+
+if TYPE_CHECKING:
+    from nip.runs.run_dir import RunDirectory
 
 #: File suffix of each format.
 SUFFIXES = {"json": "json", "yaml": "yaml", "markdown": "md"}
@@ -107,4 +111,55 @@ def transcript_file_name(split: str, iteration: int, transcript_format: str) -> 
     return f"transcripts/{split}_it{iteration:04d}.{SUFFIXES[transcript_format]}"
 
 
-__all__ = ["SUFFIXES", "readable", "render", "transcript_file_name"]
+class PromptBuilder(Protocol):
+    """An agent as far as its prompts go (``PureTextWholeAgent``)."""
+
+    def build_chat_prompt(self, transcript: Transcript, round_id: int) -> list[Any]: ...
+
+
+def processed(transcript: Transcript) -> dict[str, Any]:
+    """The original's processed transcript: per round, each message as it reached its channel
+    (``"<sender>@<channel>"``) and each decision (``"<agent>@decision"``), with the claim,
+    the decision and the rewards."""
+    rows = readable(transcript)
+    rounds: list[dict[str, str]] = [{} for _ in range(transcript.num_rounds)]
+    for message in transcript.messages:
+        rounds[message.round][f"{message.sender}@{message.channel}"] = message.content
+    for turn in transcript.turns:
+        if turn.decision is not Decision.NONE:
+            rounds[turn.round][f"{turn.agent}@decision"] = turn.decision.word
+    del rows["turns"]
+    return {**rows, "transcript": rounds}
+
+
+def prompts(transcript: Transcript, agents: Mapping[str, PromptBuilder]) -> dict[str, Any]:
+    """Every turn's chat prompt, per round and agent (the original's ``prompts_`` files),
+    rebuilt exactly by each agent's prompt builder."""
+    rounds: list[dict[str, list[Any]]] = [{} for _ in range(transcript.num_rounds)]
+    for turn in transcript.turns:
+        rounds[turn.round][turn.agent] = agents[turn.agent].build_chat_prompt(
+            transcript, turn.round
+        )
+    return {"id": transcript.id, "iteration": transcript.iteration, "prompts": rounds}
+
+
+def save_processed_and_prompts(
+    run_dir: RunDirectory, split: str, iteration: int, agents: Mapping[str, PromptBuilder]
+) -> None:
+    """Write ``processed_transcripts/`` and ``prompts/`` (JSON) for one split and iteration's
+    saved dialogues, the original's two other transcript artifacts."""
+    transcripts = run_dir.load_rollouts(split, iteration)
+    name = f"{split}_it{iteration:04d}.json"
+    run_dir.write_json(f"processed_transcripts/{name}", [processed(t) for t in transcripts])
+    run_dir.write_json(f"prompts/{name}", [prompts(t, agents) for t in transcripts])
+
+
+__all__ = [
+    "SUFFIXES",
+    "processed",
+    "prompts",
+    "readable",
+    "render",
+    "save_processed_and_prompts",
+    "transcript_file_name",
+]

@@ -84,7 +84,9 @@ class WandbCallback(TrainerCallback):
             return
         # Each stage's saved dialogues as artifacts (the state has moved past switch_models).
         iteration = run.state.iteration - (stage == "switch_models")
-        self.logger.on_stage_end(run.run_dir.path, stage, iteration)
+        # A run that saves transcripts logs the original's processed ones and prompts too.
+        agents = run.session.agents if run.run_dir.transcript_format is not None else None
+        self.logger.on_stage_end(run.run_dir.path, stage, iteration, agents)
         if stage == "switch_models":
             self.logger.save_run_artifact(run.run_dir.path)
 

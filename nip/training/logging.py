@@ -17,10 +17,13 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from nip.extras import FEATURES, available, require
+from nip.runs.run_dir import RunDirectory
+from nip.runs.transcript_export import save_processed_and_prompts
 from nip.settings import ExperimentSettings, WandbMode
 from nip.utils.imports import heavy_imports
 
@@ -37,7 +40,9 @@ class NullLogger:
     def save_run_artifact(self, run_dir: Path) -> None:
         return None
 
-    def on_stage_end(self, run_dir: Path, stage: str, iteration: int) -> None:
+    def on_stage_end(
+        self, run_dir: Path, stage: str, iteration: int, agents: Mapping[str, Any] | None = None
+    ) -> None:
         return None
 
 
@@ -195,18 +200,24 @@ class WandbLogger:
         except Exception as error:
             warnings.warn(f"W&B could not save the run's artifact: {error}", stacklevel=2)
 
-    def on_stage_end(self, run_dir: Path, stage: str, iteration: int) -> None:
+    def on_stage_end(
+        self, run_dir: Path, stage: str, iteration: int, agents: Mapping[str, Any] | None = None
+    ) -> None:
         """After a stage that saved dialogues (``log_stats`` for training, ``test``), log the
-        rollouts and readable transcripts as the original's ``full_rollouts_<run>`` and
-        ``raw_transcript_<run>`` artifacts (a new version each time). Never stops a run."""
+        run's records as the original's artifacts (a new version each time, :data:`ARTIFACTS`).
+        With ``agents`` (a run that saves transcripts), first write the stage's processed
+        transcripts and prompts, which only these artifacts use. Never stops a run."""
         split = {"log_stats": "train", "test": "test"}.get(stage)
         if self._run is None or split is None:
             return
-        if not (Path(run_dir) / "rollouts" / f"{split}_it{iteration:04d}.jsonl").exists():
+        directory = RunDirectory(run_dir)
+        if not directory.has_rollouts(split, iteration):
             return  # an iteration the test scheme does not test
         import wandb
 
         try:
+            if agents is not None:
+                save_processed_and_prompts(directory, split, iteration, agents)
             for artifact in build_rollout_artifacts(wandb, Path(run_dir), self._run.id):
                 self._run.log_artifact(artifact)
         except Exception as error:
@@ -216,15 +227,24 @@ class WandbLogger:
         return f"WandbLogger(mode={self.mode!r})"
 
 
-#: The rollout artifacts, as the original named them: the artifact name's prefix by folder.
-ROLLOUT_ARTIFACTS = {"rollouts": "full_rollouts_", "transcripts": "raw_transcript_"}
+#: The artifacts of a run's records, by folder: the artifact name's prefix (the original's
+#: names; MALT's trees, which the original kept inside its rollouts, as ``malt_trees_``).
+ARTIFACTS = {
+    "rollouts": "full_rollouts_",
+    "transcripts": "raw_transcript_",
+    "processed_transcripts": "processed_transcript_",
+    "prompts": "prompts_",
+    "malt": "malt_trees_",
+}
 
 
 def build_rollout_artifacts(wandb: Any, run_dir: Path, run_id: str) -> list[Any]:
-    """``full_rollouts_<run>`` (every ``rollouts/*.jsonl`` so far) and, when the run saves
-    readable transcripts, ``raw_transcript_<run>`` (every ``transcripts/*``)."""
+    """One artifact per folder of :data:`ARTIFACTS` that holds files: ``full_rollouts_<run>``
+    (every ``rollouts/*.jsonl`` so far), ``malt_trees_<run>`` (``malt/``, MALT's trees) and,
+    when the run saves transcripts, ``raw_transcript_<run>``, ``processed_transcript_<run>``
+    and ``prompts_<run>``."""
     artifacts = []
-    for folder, prefix in ROLLOUT_ARTIFACTS.items():
+    for folder, prefix in ARTIFACTS.items():
         files = sorted(p for p in (run_dir / folder).glob("*") if p.is_file())
         if not files:
             continue

@@ -49,6 +49,7 @@ __all__ = [
     "job_epochs",
     "make_run_plan",
     "plan_for_session",
+    "test_plan",
 ]
 
 
@@ -161,15 +162,35 @@ def tests_in(hyper_params: HyperParameters, iteration: int) -> bool:
 
 
 def test_item_ids(hyper_params: HyperParameters, test_ids: Sequence[str]) -> tuple[str, ...]:
-    """The items a test pass plays, from the ids of the test split in its order: the whole
-    split, or ``rl.rollouts_per_iteration`` items (``text_rl.test_on_whole_dataset``), in the
-    order of one seeded shuffle (``nip.data.order``)."""
-    size = (
-        None
-        if hyper_params.text_rl.test_on_whole_dataset
-        else hyper_params.rl.rollouts_per_iteration
+    """The items a test stage plays, each once, from the ids of the test split in its order:
+    the split in the order of one seeded shuffle (``nip.data.order``), whole with
+    ``text_rl.test_on_whole_dataset`` (every pass plays it), else its first
+    ``rl.rollouts_per_iteration x rl.num_test_iterations`` items (pass after pass, as the
+    original's test loader drew ``num_envs x num_test_iterations`` items in a row; all of it,
+    wrapped around, when the split is smaller)."""
+    order = [test_ids[i] for i in held_out_indices(len(test_ids), None, hyper_params.seed)]
+    if hyper_params.text_rl.test_on_whole_dataset:
+        return tuple(order)
+    return tuple(
+        order[: hyper_params.rl.rollouts_per_iteration * hyper_params.rl.num_test_iterations]
     )
-    return tuple(test_ids[i] for i in held_out_indices(len(test_ids), size, hyper_params.seed))
+
+
+def _test_fields(hyper_params: HyperParameters, test_ids: Sequence[str] | None) -> dict:
+    """The fields of an iteration that tests: its passes, how many items each plays, and the
+    items' ids (None when the split is not at hand)."""
+    rl, whole = hyper_params.rl, hyper_params.text_rl.test_on_whole_dataset
+    ids = None if test_ids is None else test_item_ids(hyper_params, test_ids)
+    per_pass = rl.rollouts_per_iteration if not whole else (0 if ids is None else len(ids))
+    return dict(
+        tests=True, test_passes=rl.num_test_iterations, test_items=per_pass, test_item_ids=ids
+    )
+
+
+def test_plan(hyper_params: HyperParameters, test_ids: Sequence[str]) -> IterationPlan:
+    """A test stage alone, as a run of ``hyper_params`` plans its tests (``nip retest``)."""
+    algorithm = algorithm_of(hyper_params, 0).name
+    return IterationPlan(0, algorithm, 0, fine_tunes=False, **_test_fields(hyper_params, test_ids))
 
 
 def data_iterations(hyper_params: HyperParameters, iteration: int) -> tuple[int, ...]:
@@ -198,8 +219,7 @@ def make_run_plan(
     """
     rl, text_rl = hyper_params.rl, hyper_params.text_rl
     n, seed = rl.rollouts_per_iteration, hyper_params.seed
-    tested = None if test_ids is None else test_item_ids(hyper_params, test_ids)
-    test_items = len(tested) if tested is not None else (0 if text_rl.test_on_whole_dataset else n)
+    test = _test_fields(hyper_params, test_ids)
     members = group_members(hyper_params)
     iterations = []
     for iteration in range(rl.num_iterations):
@@ -208,7 +228,6 @@ def make_run_plan(
             item_ids = tuple(
                 train_ids[i] for i in train_indices(len(train_ids), n, iteration, seed)
             )
-        tests = tests_in(hyper_params, iteration)
         fine_tunes = iteration < rl.num_iterations - 1
         groups = (
             tuple(_group_step(hyper_params, g, a, iteration) for g, a in members.items())
@@ -221,10 +240,7 @@ def make_run_plan(
                 algorithm=algorithm_of(hyper_params, iteration).name,
                 items=n,
                 item_ids=item_ids,
-                tests=tests,
-                test_passes=rl.num_test_iterations if tests else 0,
-                test_items=test_items if tests else 0,
-                test_item_ids=tested if tests else None,
+                **(test if tests_in(hyper_params, iteration) else {}),
                 fine_tunes=fine_tunes,
                 groups=groups,
                 frozen_agents=tuple(

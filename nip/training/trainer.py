@@ -331,14 +331,13 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         step = self.context.step
         if not step.tests or self.run_dir.has_rollouts("test", self._iteration):
             return
-        items = self.session.datapoints_by_id(step.test_item_ids, split=self.plan.test_split)
         transcripts: list[Transcript] = []
-        for repeat in range(step.test_passes):
+        for repeat, ids in enumerate(step.test_pass_item_ids):
             batch = await self.session.rollouts_async(
-                items,
+                self.session.datapoints_by_id(ids, split=self.plan.test_split),
                 iteration=TEST_ITERATION + repeat,
                 description=f"test {self._iteration}",
-                on_progress=self._progress("test", offset=len(items) * repeat),
+                on_progress=self._progress("test", offset=len(transcripts)),
             )
             transcripts += batch.transcripts
         self.run_dir.save_rollouts("test", self._iteration, transcripts)
