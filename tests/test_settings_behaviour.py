@@ -368,6 +368,56 @@ CASES: tuple[Case, ...] = (
     Case("server.poll_interval_s", 0.05, "server jobs"),
 )
 
+# --------------------------------------------------------------- where each case runs
+#: Where a case's change shows without a trainer: it runs once.
+TRAINER_FREE: tuple[Shows, ...] = ("providers", "server", "server jobs", "refused")
+#: Fields of one algorithm, by the start of their address: their cases run under it alone.
+EXPERT_ITERATION_ONLY = ("pure_text_ei.", "text_rl.verifier_guess_replacement")
+#: Fields that act in some protocols only: their cases run in each of them.
+PROTOCOLS_OF: Mapping[str, tuple[str, ...]] = {
+    "protocol_common.randomize_prover_stance": ("nip", "adp", "mnip"),
+    "protocol_common.verifier_first": ("nip", "debate", "mnip"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A case under one algorithm and protocol: its context says which."""
+
+    case: Case
+    context: Mapping[str, Any]
+    labels: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        labels = [label for label in (self.case.label, *self.labels) if label]
+        return f"{self.case.address} ({', '.join(labels)})" if labels else self.case.address
+
+
+def variants(case: Case) -> list[Variant]:
+    """``case`` under every algorithm and protocol where its field can act (the first, under
+    Expert Iteration on the base protocol, keeps the case's own id)."""
+    one_trainer = (
+        case.shows in TRAINER_FREE
+        or case.address == "trainer"
+        or "trainer" in case.context
+        or case.address.startswith(EXPERT_ITERATION_ONLY)
+    )
+    trainers = [None] if one_trainer else [None, "pure_text_malt"]
+    protocols = [None]
+    if "interaction_protocol" not in case.context and case.address in PROTOCOLS_OF:
+        protocols = [p if p != "nip" else None for p in PROTOCOLS_OF[case.address]]
+    found = []
+    for protocol in protocols:
+        for trainer in trainers:
+            context = dict(case.context)
+            if protocol:
+                context["interaction_protocol"] = protocol
+            if trainer:
+                context["trainer"] = trainer
+            found.append(Variant(case, context, tuple(x for x in (protocol, trainer) if x)))
+    return found
+
 
 #: The settings whose effect depends on the agent's provider (the table of
 #: ``nip.parameters.providers``), each with a value other than its default, where it shows and
@@ -419,56 +469,6 @@ def provider_setting_cases() -> tuple[Case, ...]:
 
 
 CASES = CASES + provider_setting_cases()
-# --------------------------------------------------------------- where each case runs
-#: Where a case's change shows without a trainer: it runs once.
-TRAINER_FREE: tuple[Shows, ...] = ("providers", "server", "server jobs", "refused")
-#: Fields of one algorithm, by the start of their address: their cases run under it alone.
-EXPERT_ITERATION_ONLY = ("pure_text_ei.", "text_rl.verifier_guess_replacement")
-#: Fields that act in some protocols only: their cases run in each of them.
-PROTOCOLS_OF: Mapping[str, tuple[str, ...]] = {
-    "protocol_common.randomize_prover_stance": ("nip", "adp", "mnip"),
-    "protocol_common.verifier_first": ("nip", "debate", "mnip"),
-
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    """A case under one algorithm and protocol: its context says which."""
-
-    case: Case
-    context: Mapping[str, Any]
-    labels: tuple[str, ...] = ()
-
-    @property
-    def id(self) -> str:
-        labels = [label for label in (self.case.label, *self.labels) if label]
-        return f"{self.case.address} ({', '.join(labels)})" if labels else self.case.address
-
-
-def variants(case: Case) -> list[Variant]:
-    """``case`` under every algorithm and protocol where its field can act (the first, under
-    Expert Iteration on the base protocol, keeps the case's own id)."""
-    one_trainer = (
-        case.shows in TRAINER_FREE
-        or case.address == "trainer"
-        or "trainer" in case.context
-        or case.address.startswith(EXPERT_ITERATION_ONLY)
-    )
-    trainers = [None] if one_trainer else [None, "pure_text_malt"]
-    protocols = [None]
-    if "interaction_protocol" not in case.context and case.address in PROTOCOLS_OF:
-        protocols = [p if p != "nip" else None for p in PROTOCOLS_OF[case.address]]
-    found = []
-    for protocol in protocols:
-        for trainer in trainers:
-            context = dict(case.context)
-            if protocol:
-                context["interaction_protocol"] = protocol
-            if trainer:
-                context["trainer"] = trainer
-            found.append(Variant(case, context, tuple(x for x in (protocol, trainer) if x)))
-    return found
-
-
 #: Fields whose effect is outside what a run or a server's launch shows (a network address,
 #: a W&B address, a timing, a Hub dataset), with the test that shows it.
 SHOWN_ELSEWHERE: Mapping[str, str] = {
