@@ -14,6 +14,9 @@ text as given (``model_name=2024`` stays ``"2024"``).
 Changing ``interaction_protocol`` also gives the new protocol its agents: an agent keeps the
 parameters of the old agent of the same name, else of one in the same role (``prover0`` and
 ``prover`` are both provers), else the defaults.
+
+A ``*`` in a path stands for every key at that place: ``agents.*.model_name=X`` sets the model
+of every agent of the protocol, whatever their names (``prover0``, ``prover1``, ``verifier``).
 """
 
 from __future__ import annotations
@@ -116,7 +119,7 @@ def apply_overrides(
         agents = _agents_for(str(protocol), data.get("agents") or {})
         if agents is not None:
             data["agents"] = agents
-    for path, value in pending.items():
+    for path, value in _expanded(pending, data).items():
         if from_text and isinstance(value, str):
             value = parse_value(value)
         try:
@@ -144,6 +147,31 @@ def apply_overrides(
         raise InvalidParameterError(
             ", ".join(overrides), list(overrides.values()), "known parameters", reason=str(error)
         ) from None
+
+
+def _expanded(overrides: Mapping[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` with each ``*`` in a path replaced by every key found there in ``data``
+    (``agents.*.model_name``: one path per agent); paths without ``*`` as given."""
+    out: dict[str, Any] = {}
+    for path, value in overrides.items():
+        paths = [""]
+        for part in path.split("."):
+            if part != "*":
+                paths = [f"{p}.{part}" if p else part for p in paths]
+                continue
+            expanded = []
+            for prefix in paths:
+                node: Any = data
+                for key in prefix.split(".") if prefix else ():
+                    node = node.get(key) if isinstance(node, Mapping) else None
+                if not isinstance(node, Mapping) or not node:
+                    raise InvalidParameterError(
+                        path, value, "a path whose * stands for keys of a mapping (agents.*.X)"
+                    )
+                expanded += [f"{prefix}.{key}" if prefix else str(key) for key in node]
+            paths = expanded
+        out.update(dict.fromkeys(paths, value))
+    return out
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
