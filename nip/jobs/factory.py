@@ -9,6 +9,7 @@ from typing import Any
 
 from nip.backends import ChatBackend, SharesBaseWeights, capability
 from nip.backends.providers import DUMMY, provider_for
+from nip.backends.self_hosted import served_params
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneBackend, FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.jobs.dummy import DummyFineTuneBackend
@@ -67,7 +68,7 @@ FINE_TUNE_BACKENDS: Mapping[
         DUMMY: lambda params, settings, chat: DummyFineTuneBackend(),
         "OpenAI": lambda params, settings, chat: OpenAIFineTuneBackend.from_agent_params(params),
         "SelfHosted": lambda params, settings, chat: SelfHostedFineTuneBackend.from_agent_params(
-            params
+            served_params(params, settings)  # the server its run owns, if any
         ),
         "Local": _local_lora,
     }
