@@ -183,9 +183,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     storage = Path(settings.run_dir or ".") / "serve"
     with _served([hyper_params], settings, storage) as settings:
         trainer = build_trainer(hyper_params, settings, overwrite=args.overwrite)
-        trainer.train()
+        _train(trainer)
     _print_metrics(trainer)
     return 0
+
+
+def _train(trainer) -> None:
+    """``trainer.train()``; a refused fine-tuning job's advice names the run's directory."""
+    from nip.errors import FineTuningClosedError
+
+    try:
+        trainer.train()
+    except FineTuningClosedError as error:
+        raise FineTuningClosedError(
+            str(error).replace("RUN_DIR", str(trainer.run_dir.path))
+        ) from None
 
 
 def _gpu_options(args: argparse.Namespace):
@@ -436,7 +448,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
             accept_plan_change=args.accept_plan_change or bool(changes),
         )
         print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
-        trainer.train()
+        _train(trainer)
     _print_metrics(trainer)
     return 0
 

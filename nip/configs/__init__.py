@@ -99,7 +99,7 @@ def list_presets() -> list[Preset]:
     """Every shipped preset, sorted by name."""
     presets = []
     for folder in PRESET_FOLDERS:
-        directory = resources.files("nip.configs").joinpath(folder) if folder else _root()
+        directory = _root().joinpath(folder) if folder else _root()
         for entry in directory.iterdir():
             if entry.is_file() and entry.name.endswith(".yaml") and entry.name[0] != "_":
                 name = f"{folder}/{entry.name[:-5]}" if folder else entry.name[:-5]

@@ -31,7 +31,14 @@ from nip.errors import ConfigFileError, ModelNotFoundError
 from nip.parameters import HyperParameters
 from nip.settings import ExperimentSettings
 
-__all__ = ["PER_SERVER_FIELDS", "model_source", "served_models", "server_settings", "serving"]
+__all__ = [
+    "PER_SERVER_FIELDS",
+    "model_source",
+    "served_models",
+    "server_settings",
+    "serving",
+    "serving_models",
+]
 
 #: ServerConfig fields set for each server, not taken from ``serve_config``.
 PER_SERVER_FIELDS = ("model", "served_model_name", "port", "storage_dir", "host")
@@ -128,14 +135,27 @@ def serving(
     if not settings.serve:
         yield settings
         return
+    models = served_models(configs)
+    if echo and not models:
+        print("nip serve: no SelfHosted agent here needs a server; none started")
+    with serving_models(models, settings, storage, echo=echo) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving_models(
+    models: Iterable[str],
+    settings: ExperimentSettings,
+    storage: str | Path,
+    *,
+    echo: bool = True,
+) -> Iterator[ExperimentSettings]:
+    """:func:`serving` for the given base models (a Ray node's servers start this way)."""
     from nip.extras import require
     from nip.server.background import serve_in_background
 
     require("server")
     shared = server_settings(settings)
-    models = served_models(configs)
-    if echo and not models:
-        print("nip serve: no SelfHosted agent here needs a server; none started")
     servers: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         for model in models:
@@ -154,6 +174,6 @@ def serving(
             servers[model] = handle.url
             if echo:
                 print(f"nip serve for {model}: ready at {handle.url} ({handle.engine_kind})")
-        yield replace(settings, servers={**settings.servers, **servers})
+        yield replace(settings, serve=True, servers={**settings.servers, **servers})
         if echo and servers:
             print(f"nip serve: stopping {len(servers)} server(s)", flush=True)
