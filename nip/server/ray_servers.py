@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +41,8 @@ __all__ = ["NodeServers", "Placement", "place_cells", "run_sweep_ray_served"]
 #: Where a sweep's server slots keep their storage and the cells' slots.
 SERVE_FOLDER = "serve"
 PLACEMENT_FILE = "placement.json"
+#: In a slot's storage: the node its servers run on now, and their URLs there.
+NODE_FILE = "node.json"
 
 
 @dataclass
@@ -115,7 +118,8 @@ def _slot_number(slot: str) -> int:
 
 class NodeServers:
     """The Ray actor of one server slot: the ``nip serve`` of each of its base models, on the
-    node it is placed on, until :meth:`stop` or the actor's end.
+    node it is placed on, until :meth:`stop` or the actor's end. Each start writes the node
+    and the servers' URLs to ``node.json`` in the slot's storage.
 
     Args:
         models: The base models to serve.
@@ -134,6 +138,8 @@ class NodeServers:
         served = self._stack.enter_context(serving_models(models, quiet, storage, echo=False))
         self.servers = served.servers
         self.node_id = ray.get_runtime_context().get_node_id()
+        where = {"node_id": self.node_id, "servers": self.servers, "started": time.time()}
+        (Path(storage) / NODE_FILE).write_text(json.dumps(where), encoding="utf-8")
 
     def address(self) -> tuple[str, dict[str, str]]:
         """(the node it runs on, each model's server URL on that node's loopback)."""
@@ -197,7 +203,7 @@ def run_sweep_ray_served(
     from nip.training.sweep_ray import _run_cell, join_cluster, parse_resources
 
     cell_options = parse_resources(resources)  # bad input refused before anything starts
-    server_options = parse_resources(server_resources)
+    server_options = parse_resources(server_resources, "--server-resources")
     ray = join_cluster(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

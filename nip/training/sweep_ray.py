@@ -47,8 +47,11 @@ def _ray():
     return ray
 
 
-def parse_resources(text: str | dict[str, float] | None) -> dict[str, Any]:
-    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options.
+def parse_resources(
+    text: str | dict[str, float] | None, option: str = "--cell-resources"
+) -> dict[str, Any]:
+    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (``option``: the
+    command-line option an error names).
 
     Raises:
         InvalidParameterError: An entry is not ``NAME=NUMBER``.
@@ -65,7 +68,7 @@ def parse_resources(text: str | dict[str, float] | None) -> dict[str, Any]:
                 sep = ""
             if not sep:
                 raise InvalidParameterError(
-                    "--cell-resources", text, "NAME=NUMBER,... e.g. cpu=1,gpu=1"
+                    option, text, "NAME=NUMBER,... e.g. cpu=1,gpu=1"
                 ) from None
     options: dict[str, Any] = {}
     custom: dict[str, float] = {}
