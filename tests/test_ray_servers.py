@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from nip.cli import main
 from nip.server.ray_servers import _fits, place_cells
+from nip.testing.processes import processes_with, wait_until
 
 WAIT_S = 240.0
 
@@ -78,29 +77,6 @@ def test_bad_server_resources_are_one_line_exit_two_before_ray_starts(tmp_path, 
 
 
 # ------------------------------------------------------------------ slow: a Ray cluster
-def _server_pids(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if "nip.server._owned" in command and marker in command and state != "Z":
-            found.append(int(entry.name))
-    return found
-
-
-def _wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {timeout_s:g} s")
-        time.sleep(0.2)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots_new_node(
@@ -171,9 +147,10 @@ def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots
         )
         thread.start()
         cells = {seed: sweep / "cells" / f"seed{seed}" for seed in (0, 1)}
-        _wait_for(
+        wait_until(
             lambda: all(read_status(c).get("status") == "paused" for c in cells.values()),
             "both cells paused after their first stage",
+            WAIT_S,
         )
         placement = json.loads((sweep / "serve" / "placement.json").read_text())
         assert sorted(len(c) for c in placement["slots"].values()) == [1, 1]  # one per node
@@ -198,4 +175,5 @@ def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots
     finally:
         ray.shutdown()
         cluster.shutdown()
-    _wait_for(lambda: not _server_pids(str(sweep)), "every server gone", 120)
+    gone = lambda: not processes_with("nip.server._owned", str(sweep))  # noqa: E731
+    wait_until(gone, "every server gone", 120)

@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from nip.cli import main
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.server.run_servers import served_models, serving, storage_name
 from nip.settings import ExperimentSettings
+from nip.testing.processes import live_group_members, processes_with, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 #: Every wait here ends by then, a loaded machine included.
@@ -109,26 +109,11 @@ def test_server_resources_without_ray_and_serve_is_refused_in_one_line(tmp_path,
 # ------------------------------------------------------------------------ slow: real servers
 def _server_pids(marker: str) -> list[int]:
     """The ``nip serve`` processes whose command line names ``marker`` (a storage path)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if "nip.server._owned" in command and marker in command and state != "Z":
-            found.append(int(entry.name))
-    return found
+    return processes_with("nip.server._owned", marker)
 
 
 def _wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {timeout_s:g} s")
-        time.sleep(0.2)
+    wait_until(condition, what, timeout_s)
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +245,49 @@ def test_nip_resume_serve_starts_the_server_again_and_stops_it_at_the_end(
         assert f"nip serve for {tiny_model}: ready at http://127.0.0.1:" in out
         assert "nip serve: stopping 1 server(s)" in out
     assert not _server_pids(str(run))
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+def test_a_run_killed_with_sigkill_leaves_no_vllm_behind(tiny_model, tmp_path):
+    from nip.backends.local.vllm_python import find_vllm_python
+
+    python = find_vllm_python()
+    if python is None:
+        pytest.skip("no interpreter with vLLM here (scripts/setup_vllm_cpu.sh installs one)")
+    _files(tmp_path, tiny_model, num_iterations=1, rollouts_per_iteration=64)
+    (tmp_path / "server.yaml").write_text(
+        f"engine: vllm\nvllm_python: {python}\ndtype: float32\nenforce_eager: true\n"
+        "max_model_len: 8192\n"
+    )
+    run = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "nip.cli",
+        "run",
+        str(tmp_path / "base.yaml"),
+        "--run-dir",
+        str(run),
+        "--serve-config",
+        str(tmp_path / "server.yaml"),
+        "--quiet",
+    ]
+    process = subprocess.Popen(
+        command, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+
+    def sampling() -> bool:
+        assert process.poll() is None, process.stderr.read().decode()[-3000:]
+        return (run / "stage_progress.json").exists()
+
+    try:
+        _wait_for(sampling, "sampling with vLLM", 600)
+        (pid,) = processes_with(python, "vllm.entrypoints", tiny_model)
+        assert _server_pids(str(run))
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    _wait_for(lambda: not _server_pids(str(run)), "nip serve gone with its run", 180)
+    assert not live_group_members(pid, wait_s=180)  # vLLM and its workers gone too
