@@ -408,10 +408,10 @@ def _cmd_extend(args: argparse.Namespace) -> int:
     from nip.training.extend import extend_run, extension_schedule
     from nip.training.run_changes import saved_parameters
 
-    print(extension_schedule(args.run_dir_positional, args.iterations))
     args.run_dir = args.run_dir_positional
     settings = _settings(args)
     _check_serve_options(settings)
+    print(extension_schedule(args.run_dir_positional, args.iterations))
     configs = [saved_parameters(args.run_dir)] if settings.serve else []
     with _served(configs, settings, Path(args.run_dir) / "serve") as settings:
         trainer = extend_run(args.run_dir_positional, args.iterations, settings)

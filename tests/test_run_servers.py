@@ -77,13 +77,15 @@ def test_with_serve_off_serving_starts_nothing(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.mark.parametrize("command", ["run", "resume", "sweep"])
+@pytest.mark.parametrize("command", ["run", "resume", "sweep", "extend", "retest"])
 def test_a_missing_serve_config_is_one_line_exit_two_and_nothing_is_written(
     command, tmp_path, capsys
 ):
-    target = {"run": "quickstart", "resume": str(tmp_path / "r"), "sweep": "paper-ei"}[command]
+    run = str(tmp_path / "r")
+    target = {"run": "quickstart", "sweep": "paper-ei"}.get(command, run)
     extra = ["--sweep-dir", str(tmp_path / "s")] if command == "sweep" else []
-    extra += ["--run-dir", str(tmp_path / "r")] if command == "run" else []
+    extra += ["--run-dir", run] if command == "run" else []
+    extra += ["--iterations", "1"] if command == "extend" else []
     code = main([command, target, "--serve-config", str(tmp_path / "none.yaml"), *extra])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "none.yaml" in err
