@@ -313,7 +313,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if not args.dry_run:
+        _refuse_gpu_options_without_dry_run(args)
     if action == "status":
+        if args.set:
+            from nip.errors import InvalidParameterError
+
+            raise InvalidParameterError("--set", args.set, "a grid to run or price, not status")
         for cell in sweep.sweep_status(target[0]):
             print(
                 f"{cell.name:<32}{cell.stage:<24}"
@@ -340,7 +346,6 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             if _print_openai_notice(cell.hyper_params, cell_estimate.plan, instead=instead):
                 break
         return 0
-    _refuse_gpu_options_without_dry_run(args)
     args.run_dir = None
     if args.serve is None:
         args.serve = spec.serve  # the grid's own setting, unless --serve/--no-serve says
