@@ -53,6 +53,16 @@ def _served(configs, settings, storage):
     return serving(configs, settings, storage)
 
 
+def _check_run_dir(run_dir) -> None:
+    """A directory to resume, extend or re-test must hold a run: one line otherwise."""
+    from pathlib import Path
+
+    from nip.errors import ConfigFileError
+
+    if not (Path(run_dir) / "hyper_params.json").is_file():
+        raise ConfigFileError(f"{run_dir} holds no run (no hyper_params.json)")
+
+
 def _check_serve_options(settings) -> None:
     """Refuse a bad ``--serve-config`` before anything is started or written."""
     if settings.serve_config is not None:
@@ -180,6 +190,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _print_openai_notice(hyper_params)
     if settings.serve and settings.run_dir is None:
         settings.run_dir = new_run_path()  # the server's storage lives in the run directory
+    elif settings.serve and (Path(settings.run_dir) / "state.json").exists() and not args.overwrite:
+        from nip.training.trainer import RunDirectoryError
+
+        raise RunDirectoryError(  # before a server starts for nothing
+            f"{settings.run_dir} already holds a run; resume it with nip resume "
+            f"{settings.run_dir} --serve, or pass --overwrite"
+        )
     storage = Path(settings.run_dir or ".") / "serve"
     with _served([hyper_params], settings, storage) as settings:
         trainer = build_trainer(hyper_params, settings, overwrite=args.overwrite)
@@ -398,6 +415,7 @@ def _cmd_retest(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _check_serve_options(settings)
     run_dir = args.run_dir_positional
+    _check_run_dir(run_dir)
     configs = [saved_parameters(run_dir)] if settings.serve else []
     with _served(configs, settings, Path(run_dir) / "serve") as settings:
         out = retest(
@@ -416,6 +434,7 @@ def _cmd_extend(args: argparse.Namespace) -> int:
     args.run_dir = args.run_dir_positional
     settings = _settings(args)
     _check_serve_options(settings)
+    _check_run_dir(args.run_dir)
     print(extension_schedule(args.run_dir_positional, args.iterations))
     configs = [saved_parameters(args.run_dir)] if settings.serve else []
     with _served(configs, settings, Path(args.run_dir) / "serve") as settings:
@@ -434,6 +453,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     args.run_dir = args.run_dir_positional
     settings = _settings(args)
     _check_serve_options(settings)
+    _check_run_dir(args.run_dir)
     changes = {}
     if overrides := _overrides(args):
         from nip.training.run_changes import change_saved_parameters
