@@ -217,8 +217,12 @@ def test_a_grid_owns_one_server_trains_each_cells_adapter_and_survives_sigkill(
     (store,) = (sweep_dir / "serve").glob("*/server.sqlite")
     with sqlite3.connect(store) as db:
         jobs = db.execute("SELECT id, status, fine_tuned_model FROM jobs").fetchall()
+        spans = db.execute("SELECT created_at, finished_at FROM jobs").fetchall()
         served = db.execute("SELECT job_id FROM events WHERE message LIKE 'Serving %'").fetchall()
     assert sorted(j[2] for j in jobs) == sorted(adapters) and {j[1] for j in jobs} == {"succeeded"}
+    # Each job reached the server before the other had finished: with max_concurrent_jobs 2
+    # the two cells' jobs trained at once.
+    assert max(start for start, _ in spans) <= min(end for _, end in spans)
     for job_id, *_ in jobs:  # served when trained, and again by the server of the resume
         assert sum(1 for (j,) in served if j == job_id) >= 2
     assert server_pid not in _server_pids(str(sweep_dir))
