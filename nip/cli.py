@@ -53,6 +53,17 @@ def _served(configs, settings, storage):
     return serving(configs, settings, storage)
 
 
+def _served_run(run_dir, settings):
+    """``with`` the servers ``--serve`` starts for a saved run (resume, extend, retest): its
+    own storage, ``RUN_DIR/serve``, so the adapters it trained are served again."""
+    from pathlib import Path
+
+    from nip.training.run_changes import saved_parameters
+
+    configs = [saved_parameters(run_dir)] if settings.serve else []
+    return _served(configs, settings, Path(run_dir) / "serve")
+
+
 def _check_run_dir(run_dir) -> None:
     """A directory to resume, extend or re-test must hold a run: one line otherwise."""
     from pathlib import Path
@@ -405,10 +416,7 @@ def _sweep_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str,
 
 
 def _cmd_retest(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from nip.training.retest import retest
-    from nip.training.run_changes import saved_parameters
 
     iterations = [int(i) for i in args.iterations.split(",")] if args.iterations else None
     args.run_dir = None
@@ -416,8 +424,7 @@ def _cmd_retest(args: argparse.Namespace) -> int:
     _check_serve_options(settings)
     run_dir = args.run_dir_positional
     _check_run_dir(run_dir)
-    configs = [saved_parameters(run_dir)] if settings.serve else []
-    with _served(configs, settings, Path(run_dir) / "serve") as settings:
+    with _served_run(run_dir, settings) as settings:
         out = retest(
             run_dir, iterations=iterations, passes=args.passes, split=args.split, settings=settings
         )
@@ -426,18 +433,14 @@ def _cmd_retest(args: argparse.Namespace) -> int:
 
 
 def _cmd_extend(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from nip.training.extend import extend_run, extension_schedule
-    from nip.training.run_changes import saved_parameters
 
     args.run_dir = args.run_dir_positional
     settings = _settings(args)
     _check_serve_options(settings)
     _check_run_dir(args.run_dir)
     print(extension_schedule(args.run_dir_positional, args.iterations))
-    configs = [saved_parameters(args.run_dir)] if settings.serve else []
-    with _served(configs, settings, Path(args.run_dir) / "serve") as settings:
+    with _served_run(args.run_dir, settings) as settings:
         trainer = extend_run(args.run_dir_positional, args.iterations, settings)
         trainer.train()
     _print_metrics(trainer)
@@ -445,9 +448,6 @@ def _cmd_extend(args: argparse.Namespace) -> int:
 
 
 def _cmd_resume(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from nip.training.run_changes import saved_parameters
     from nip.training.trainer import PureTextEiTrainer
 
     args.run_dir = args.run_dir_positional
@@ -463,8 +463,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         )
         for path, (old, new) in changes.items():
             print(f"changed {path}: {old!r} -> {new!r}")
-    configs = [saved_parameters(args.run_dir)] if settings.serve else []
-    with _served(configs, settings, Path(args.run_dir) / "serve") as settings:
+    with _served_run(args.run_dir, settings) as settings:
         trainer = PureTextEiTrainer.resume(
             args.run_dir,
             settings,
