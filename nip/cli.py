@@ -54,14 +54,18 @@ def _served(configs, settings, storage):
 
 
 def _served_run(run_dir, settings):
-    """``with`` the servers ``--serve`` starts for a saved run (resume, extend, retest): its
-    own storage, ``RUN_DIR/serve``, so the adapters it trained are served again."""
+    """``with`` the servers ``--serve`` starts for a saved run (resume, extend, retest), on
+    the storage its adapters are in: ``RUN_DIR/serve``, or a sweep cell's ``SWEEP_DIR/serve``."""
     from pathlib import Path
 
     from nip.training.run_changes import saved_parameters
+    from nip.training.sweep_grid import is_sweep_dir
 
+    run_dir = Path(run_dir).resolve()
+    in_sweep = run_dir.parent.name == "cells" and is_sweep_dir(run_dir.parent.parent)
+    storage = (run_dir.parent.parent if in_sweep else run_dir) / "serve"
     configs = [saved_parameters(run_dir)] if settings.serve else []
-    return _served(configs, settings, Path(run_dir) / "serve")
+    return _served(configs, settings, storage)
 
 
 def _check_run_dir(run_dir) -> None:
