@@ -22,6 +22,11 @@ One table comes out, a row per measurement:
 
 ``--profile`` adds the ten costliest operations of each generation run (torch.profiler), to
 see where the Local engine's time goes against plain ``model.generate``.
+
+``--throughput-out FILE`` also writes what was measured as rows of nip's GPU throughput table
+(``nip/configs/gpu/throughput.yaml``: per GPU and model size, prefill, decode and LoRA
+training tokens/s and the seconds a job spends besides training, ``source: measured`` with the
+GPU and the date), for ``nip run/sweep ... --dry-run --throughput FILE``.
 """
 
 from __future__ import annotations
@@ -78,6 +83,49 @@ def build_model(shape: str, folder: Path, device: torch.device, dtype: torch.dty
     AutoTokenizer.from_pretrained(embedded, local_files_only=True).save_pretrained(folder)
     del model
     return folder
+
+
+def parameters_b(folder: Path) -> float:
+    """The model's size in billions of parameters, from its saved weights."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with safe_open(str(path), framework="pt") as weights:
+            for name in weights.keys():  # noqa: SIM118 (safe_open has no __iter__)
+                total += _numel(weights.get_slice(name).get_shape())
+    return total / 1e9
+
+
+def _numel(shape) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+def gpu_label(device: torch.device) -> str:
+    """The GPU as nip's throughput table names it (``H100-80GB``), or ``CPU``."""
+    import re
+
+    if device.type != "cuda":
+        return "CPU"
+    name = torch.cuda.get_device_name(device)
+    memory = torch.cuda.get_device_properties(device).total_memory / 2**30
+    kind = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]*)\b", name.replace("NVIDIA", ""))
+    return f"{kind.group(1) if kind else name.replace(' ', '-')}-{round(memory / 8) * 8}GB"
+
+
+def write_throughput(path: Path, rows: list[dict]) -> None:
+    """``rows`` as a throughput file (``nip ... --dry-run --throughput FILE``)."""
+    import yaml
+
+    path.write_text(
+        "# Measured by bench/gpu_check.py: nip's GPU throughput rows (nip/configs/gpu/"
+        "throughput.yaml)\n" + yaml.safe_dump({"rows": rows}, sort_keys=False),
+        encoding="utf-8",
+    )
+    print(f"\nthroughput rows: {path}")
 
 
 def prompts(count: int, prompt_tokens: int) -> list[tuple[dict[str, str], ...]]:
@@ -146,9 +194,16 @@ def plain_generate(
 
 
 def local_generate(
-    backend_factory: Callable[[], object], name: str, messages, tokens: int, profile: bool, device
+    backend_factory: Callable[[], object],
+    name: str,
+    messages,
+    tokens: int,
+    profile: bool,
+    device,
+    prompt_tokens: list[int] | None = None,
 ) -> tuple[int, float]:
-    """Completion tokens and seconds of a Local backend answering the batch at once."""
+    """Completion tokens and seconds of a Local backend answering the batch at once (the
+    batch's prompt tokens are appended to ``prompt_tokens`` when given)."""
     from nip.backends import GenerationRequest
 
     requests = [GenerationRequest(name, m, max_tokens=tokens, temperature=0) for m in messages]
@@ -165,6 +220,8 @@ def local_generate(
                 seconds = time.perf_counter() - start
         finally:
             await backend.aclose()
+        if prompt_tokens is not None:
+            prompt_tokens.append(sum(r.usage.prompt_tokens for r in results))
         return sum(r.usage.completion_tokens for r in results), seconds
 
     return asyncio.run(go())
@@ -177,9 +234,15 @@ def _sync(device: torch.device) -> None:
 
 # ----------------------------------------------------------------------------- nip serve
 def serve_check(
-    folder: Path, device: torch.device, storage: Path, rows: int, epochs: int
+    folder: Path,
+    device: torch.device,
+    storage: Path,
+    rows: int,
+    epochs: int,
+    measured: dict[str, float] | None = None,
 ) -> list[tuple[str, str]]:
-    """Drive ``nip serve`` with the OpenAI SDK: SFT, DPO, chat, QLoRA where possible."""
+    """Drive ``nip serve`` with the OpenAI SDK: SFT, DPO, chat, QLoRA where possible (the SFT
+    job's training tokens/s and seconds besides training go into ``measured``)."""
     import openai
 
     from nip.server import ServerConfig, create_server_app
@@ -225,7 +288,14 @@ def serve_check(
         tuned = None
         for label, method, lines, extra in jobs:
             row, model = _one_job(
-                client, config.base_model_name, method, lines, hyper, extra, storage
+                client,
+                config.base_model_name,
+                method,
+                lines,
+                hyper,
+                extra,
+                storage,
+                measured if label == "SFT" else None,
             )
             out.append((f"nip serve {label} job", row))
             tuned = tuned or model
@@ -265,9 +335,10 @@ def openai_errors() -> tuple[type[BaseException], ...]:
 
 
 def _one_job(
-    client, base: str, method: str, lines, hyper, extra, storage: Path
+    client, base: str, method: str, lines, hyper, extra, storage: Path, measured=None
 ) -> tuple[str, str | None]:
-    """Create one job and wait for it; its table entry and fine-tuned model."""
+    """Create one job and wait for it; its table entry and fine-tuned model (its training
+    tokens/s and seconds besides training go into ``measured`` when given)."""
     data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     upload = client.files.create(file=("train.jsonl", data), purpose="fine-tune")
     created = time.perf_counter()
@@ -291,6 +362,9 @@ def _one_job(
         start_s = began - (time.time() - (time.perf_counter() - created))
         rate = tokens / max(finished - began, 1e-6)
         row += f", start {start_s:.1f} s, {tokens} tokens trained, {rate:,.0f} tokens/s"
+        if measured is not None and tokens:
+            measured["train_tokens_per_s"] = rate
+            measured["job_overhead_s"] = max(0.0, (ended - created) - (finished - began))
     return row, job.fine_tuned_model
 
 
@@ -321,6 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=16, help="SFT rows of the serve check")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--throughput-out",
+        type=Path,
+        help="also write the measured figures as rows of nip's GPU throughput table",
+    )
     args = parser.parse_args(argv)
 
     from nip.backends.local import LocalBackend, LocalVllmBackend
@@ -335,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     table: list[tuple[str, str]] = []
     messages = prompts(args.requests, args.prompt_tokens)
     began = time.perf_counter()
+    throughput_rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="nip-gpu-check-") as scratch:
         for shape in args.shapes.split(","):
             start = time.perf_counter()
@@ -378,11 +458,38 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 rate = tokens / seconds
                 table.append((f"{shape}: {label}", f"{rate:,.0f} tokens/s ({rate / plain:.2f}x)"))
+            measured: dict[str, float] = {"decode_tokens_per_s": rate}  # the last engine's
+            if args.throughput_out:  # the same engine with one new token: prompt tokens/s
+                label, factory = engines[-1]
+                prompt_tokens: list[int] = []
+                _, seconds = local_generate(
+                    factory, str(folder), messages, 1, False, device, prompt_tokens
+                )
+                measured["prefill_tokens_per_s"] = prompt_tokens[0] / seconds
+                table.append(
+                    (f"{shape}: {label}, prefill", f"{prompt_tokens[0] / seconds:,.0f} tokens/s")
+                )
             if not args.no_serve:
                 storage = Path(scratch) / f"serve-{shape}"
                 table.extend(
                     (f"{shape}: {label}", value)
-                    for label, value in serve_check(folder, device, storage, args.rows, args.epochs)
+                    for label, value in serve_check(
+                        folder, device, storage, args.rows, args.epochs, measured
+                    )
+                )
+            if args.throughput_out and len(measured) == 4:
+                throughput_rows.append(
+                    {
+                        "gpu": gpu_label(device),
+                        "params_b": round(parameters_b(folder), 4),
+                        **{k: round(measured[k], 1) for k in sorted(measured)},
+                        "source": "measured",
+                        "how": f"bench/gpu_check.py --shapes {shape}: {engines[-1][0]}, "
+                        f"{dtype_name}, random weights, {args.requests} requests of "
+                        f"~{args.prompt_tokens} prompt tokens, {args.tokens} new tokens; "
+                        f"nip serve SFT job of {args.rows} rows",
+                        "date": time.strftime("%Y-%m-%d"),
+                    }
                 )
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(
@@ -393,6 +500,10 @@ def main(argv: list[str] | None = None) -> int:
     for label, value in table:
         print(f"{label:<{width}}  {value}")
     print(f"{'total':<{width}}  {time.perf_counter() - began:.1f} s")
+    if args.throughput_out:
+        if not throughput_rows:
+            raise SystemExit("--throughput-out needs the nip serve check (not --no-serve)")
+        write_throughput(args.throughput_out, throughput_rows)
     return 0
 
 

@@ -41,7 +41,50 @@ def _settings(args: argparse.Namespace):
         dummy_latency_s=args.dummy_latency,
         show_progress=not args.quiet,
         local_engine=args.local_engine,
+        serve=bool(getattr(args, "serve", False)),
+        serve_config=getattr(args, "serve_config", None),
     )
+
+
+def _served(configs, settings, storage):
+    """``with`` the servers ``--serve`` starts (nothing without it; see nip.server.serving)."""
+    from nip.server.run_servers import serving
+
+    return serving(configs, settings, storage)
+
+
+def _served_run(run_dir, settings):
+    """``with`` the servers ``--serve`` starts for a saved run (resume, extend, retest), on
+    the storage its adapters are in: ``RUN_DIR/serve``, or a sweep cell's ``SWEEP_DIR/serve``."""
+    from pathlib import Path
+
+    from nip.experiments.sweep_grid import is_sweep_dir
+    from nip.runs.changes import saved_parameters
+
+    run_dir = Path(run_dir).resolve()
+    in_sweep = run_dir.parent.name == "cells" and is_sweep_dir(run_dir.parent.parent)
+    storage = (run_dir.parent.parent if in_sweep else run_dir) / "serve"
+    configs = [saved_parameters(run_dir)] if settings.serve else []
+    return _served(configs, settings, storage)
+
+
+def _check_run_dir(run_dir) -> None:
+    """A directory to resume, extend or re-test must hold a run: one line otherwise."""
+    from pathlib import Path
+
+    from nip.errors import ConfigFileError
+
+    if not (Path(run_dir) / "hyper_params.json").is_file():
+        raise ConfigFileError(f"{run_dir} holds no run (no hyper_params.json)")
+
+
+def _check_serve_options(settings) -> None:
+    """Refuse a bad ``--serve-config`` before anything is started or written."""
+    if settings.serve_config is not None:
+        from nip.server.run_servers import server_settings
+
+        settings.serve = True  # a server configuration asks for servers
+        server_settings(settings)
 
 
 def _print_metrics(trainer) -> None:
@@ -103,13 +146,22 @@ def _add_override_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
-    from nip.configs import list_presets
+    from nip.configs import list_grids, list_presets, open_model_overrides
 
-    presets = list_presets()
-    width = max(len(preset.name) for preset in presets) + 2
+    presets, grids = list_presets(), list_grids()
+    width = max(len(item.name) for item in [*presets, *grids]) + 2
     for preset in presets:
         print(f"{preset.name:<{width}}{preset.description}")
     print("\nRun one with: nip run NAME (e.g. nip run paper/nip-ei)")
+    model = open_model_overrides().get("agents.*.model_name")
+    print(
+        f"open/*: every agent on {model} (open/_model.yaml), served by `--serve`; another model: "
+        "--set agents.*.model_name=..."
+    )
+    print("\nSweep grids:")
+    for grid in grids:
+        print(f"{grid.name:<{width}}{grid.description}")
+    print("\nRun one with: nip sweep NAME (e.g. nip sweep open-ei --dry-run)")
     return 0
 
 
@@ -136,15 +188,106 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:  # the plan, then its cost
         from nip.experiments.cost_estimate import estimate_cost
 
+        gpu = _gpu_options(args)
         estimate = estimate_cost(hyper_params, _settings(args), sample_items=args.sample_items)
         print(f"{estimate.plan}\n\n{estimate}")
+        _print_gpu_time([("run", hyper_params, estimate)], gpu)
+        _print_openai_notice(hyper_params, estimate.plan)
         return 0
+    from pathlib import Path
+
+    from nip.runs.run_dir import new_run_path
     from nip.training.trainer import build_trainer
 
-    trainer = build_trainer(hyper_params, _settings(args), overwrite=args.overwrite)
-    trainer.train()
+    _refuse_gpu_options_without_dry_run(args)
+    settings = _settings(args)
+    _check_serve_options(settings)
+    _print_openai_notice(hyper_params)
+    if settings.serve and settings.run_dir is None:
+        settings.run_dir = new_run_path()  # the server's storage lives in the run directory
+    elif settings.serve and (Path(settings.run_dir) / "state.json").exists() and not args.overwrite:
+        from nip.training.trainer import RunDirectoryError
+
+        raise RunDirectoryError(  # before a server starts for nothing
+            f"{settings.run_dir} already holds a run; resume it with nip resume "
+            f"{settings.run_dir} --serve, or pass --overwrite"
+        )
+    storage = Path(settings.run_dir or ".") / "serve"
+    with _served([hyper_params], settings, storage) as settings:
+        trainer = build_trainer(hyper_params, settings, overwrite=args.overwrite)
+        _train(trainer)
     _print_metrics(trainer)
     return 0
+
+
+def _train(trainer) -> None:
+    """``trainer.train()``; a refused fine-tuning job's advice names the run's directory."""
+    from nip.errors import FineTuningClosedError
+
+    try:
+        trainer.train()
+    except FineTuningClosedError as error:
+        raise FineTuningClosedError(
+            str(error).replace("RUN_DIR", str(trainer.run_dir.path))
+        ) from None
+
+
+def _gpu_options(args: argparse.Namespace):
+    """``--throughput``, ``--gpu`` and ``--gpu-hour-usd`` checked: (table, gpu, USD per hour).
+
+    Raises:
+        InvalidParameterError / ConfigFileError: One is not allowed (one line, exit 2).
+    """
+    from nip.errors import InvalidParameterError
+    from nip.experiments.gpu_time import DEFAULT_GPU, ThroughputTable
+
+    usd = args.gpu_hour_usd
+    if usd is not None:
+        try:
+            usd = float(usd)
+        except ValueError:
+            usd = -1.0
+        if not (usd > 0 and usd < float("inf")):
+            raise InvalidParameterError("--gpu-hour-usd", args.gpu_hour_usd, "a number > 0")
+    table = ThroughputTable.load(args.throughput)
+    return table, table.check_gpu(args.gpu or DEFAULT_GPU), usd
+
+
+def _refuse_gpu_options_without_dry_run(args: argparse.Namespace) -> None:
+    from nip.errors import InvalidParameterError
+
+    for option in ("throughput", "gpu", "gpu_hour_usd"):
+        if getattr(args, option, None) is not None:
+            flag = "--" + option.replace("_", "-")
+            raise InvalidParameterError(flag, getattr(args, option), "only with --dry-run")
+
+
+def _print_gpu_time(runs, gpu) -> None:
+    """The GPU time of the runs' self-hosted agents (nothing when they have none)."""
+    from nip.experiments.gpu_time import GpuTimeReport, report_rows
+
+    table, name, usd = gpu
+    if found := report_rows(runs, table, name):
+        print(f"\n{GpuTimeReport(found, gpu_hour_usd=usd)}")
+
+
+def _print_openai_notice(hyper_params, plan=None, *, instead: str | None = None) -> bool:
+    """One warning when the run's plan fine-tunes through OpenAI, which is closing to new
+    fine-tuning jobs (nip.jobs.openai_closing)."""
+    from nip.jobs.openai_closing import openai_fine_tuning_notice
+
+    agents = hyper_params.agents.values()
+    if not any(a.model_provider == "OpenAI" and not a.use_dummy_api for a in agents):
+        return False
+    if plan is None:
+        from nip.experiments.cost_estimate import plan_run
+
+        plan = plan_run(hyper_params)
+    trained = {a for it in plan.iterations for g in it.groups if g.method for a in g.agents}
+    notice = openai_fine_tuning_notice(hyper_params, trained, instead=instead)
+    if notice:
+        print(f"nip: warning: {notice}", file=sys.stderr)
+    return notice is not None
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -153,7 +296,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     hyper_params = _load_config(args.config)
     if overrides := _overrides(args):
         hyper_params = hyper_params.with_overrides(overrides, from_text=True)
-    print(plan_run(hyper_params))
+    plan = plan_run(hyper_params)
+    print(plan)
+    _print_openai_notice(hyper_params, plan)
     return 0
 
 
@@ -200,7 +345,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if not args.dry_run:
+        _refuse_gpu_options_without_dry_run(args)
     if action == "status":
+        if args.set:
+            from nip.errors import InvalidParameterError
+
+            raise InvalidParameterError("--set", args.set, "a grid to run or price, not status")
         for cell in sweep.sweep_status(target[0]):
             print(
                 f"{cell.name:<32}{cell.stage:<24}"
@@ -212,20 +363,36 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     else:
         spec = sweep.GridSpec.load(target[0])
         sweep_dir = Path(args.sweep_dir or Path("runs") / "sweeps" / spec.name)
+    if overrides := _overrides(args):  # every cell's: the grid's own `set:`, then these
+        spec.overrides = {**spec.overrides, **overrides}
     if args.dry_run:
         from nip.experiments.sweep_grid import estimate_sweep
 
-        print(estimate_sweep(spec, _settings(args), sample_items=args.sample_items))
+        gpu = _gpu_options(args)
+        estimate = estimate_sweep(spec, _settings(args), sample_items=args.sample_items)
+        print(estimate)
+        rows = [(c.name, c.hyper_params, e) for c, e in estimate.cells]
+        _print_gpu_time(rows, gpu)
+        instead = "the open-weight grid open-ei (`nip sweep open-ei --serve` on a GPU machine)"
+        for cell, cell_estimate in estimate.cells:  # one warning for the grid
+            if _print_openai_notice(cell.hyper_params, cell_estimate.plan, instead=instead):
+                break
         return 0
     args.run_dir = None
-    if args.ray:
-        from nip.experiments.sweep_ray import run_sweep_ray
+    if args.serve is None:
+        args.serve = spec.serve  # the grid's own setting, unless --serve/--no-serve says
+    settings = _settings(args)
+    _check_serve_options(settings)
+    if args.server_resources is not None and not (args.ray and settings.serve):
+        from nip.errors import InvalidParameterError
 
-        outcomes = run_sweep_ray(
-            spec, sweep_dir, _settings(args), address=args.ray, resources=args.cell_resources
-        )
+        raise InvalidParameterError("--server-resources", args.server_resources, "--ray --serve")
+    if args.ray:
+        outcomes = _sweep_ray(args, spec, sweep_dir, settings)
     else:
-        outcomes = sweep.run_sweep(spec, sweep_dir, _settings(args), max_parallel=args.max_parallel)
+        configs = [cell.hyper_params for cell in spec.cells()] if settings.serve else []
+        with _served(configs, settings, sweep_dir / "serve") as settings:
+            outcomes = sweep.run_sweep(spec, sweep_dir, settings, max_parallel=args.max_parallel)
     failed = {name: o for name, o in outcomes.items() if o not in ("done", "stopped")}
     print(
         f"\nsweep directory: {sweep_dir} ({len(outcomes) - len(failed)}/{len(outcomes)} cells "
@@ -234,19 +401,38 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _sweep_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str, str]:
+    """``--ray``: each cell a Ray task; with ``--serve``, one server per node (Ray actors)."""
+    if settings.serve:
+        from nip.server.ray_servers import run_sweep_ray_served
+
+        return run_sweep_ray_served(
+            spec,
+            sweep_dir,
+            settings,
+            address=args.ray,
+            resources=args.cell_resources,
+            server_resources=args.server_resources or "gpu=1",
+        )
+    from nip.experiments.sweep_ray import run_sweep_ray
+
+    return run_sweep_ray(spec, sweep_dir, settings, address=args.ray, resources=args.cell_resources)
+
+
 def _cmd_retest(args: argparse.Namespace) -> int:
     from nip.experiments.retest import retest
 
     iterations = [int(i) for i in args.iterations.split(",")] if args.iterations else None
     args.run_dir = None
-    out = retest(
-        args.run_dir_positional,
-        iterations=iterations,
-        passes=args.passes,
-        split=args.split,
-        settings=_settings(args),
-    )
-    print(f"retest results: {out} (nip compare {args.run_dir_positional} shows them)")
+    settings = _settings(args)
+    _check_serve_options(settings)
+    run_dir = args.run_dir_positional
+    _check_run_dir(run_dir)
+    with _served_run(run_dir, settings) as settings:
+        out = retest(
+            run_dir, iterations=iterations, passes=args.passes, split=args.split, settings=settings
+        )
+    print(f"retest results: {out} (nip compare {run_dir} shows them)")
     return 0
 
 
@@ -254,12 +440,16 @@ def _cmd_extend(args: argparse.Namespace) -> int:
     from nip.experiments.extend import extend_run, extension_schedule
 
     from_sampling = args.from_sampling
-    print(extension_schedule(args.run_dir_positional, args.iterations, from_sampling=from_sampling))
     args.run_dir = args.run_dir_positional
-    trainer = extend_run(
-        args.run_dir_positional, args.iterations, _settings(args), from_sampling=from_sampling
-    )
-    trainer.train()
+    settings = _settings(args)
+    _check_serve_options(settings)
+    _check_run_dir(args.run_dir)
+    print(extension_schedule(args.run_dir_positional, args.iterations, from_sampling=from_sampling))
+    with _served_run(args.run_dir, settings) as settings:
+        trainer = extend_run(
+            args.run_dir_positional, args.iterations, settings, from_sampling=from_sampling
+        )
+        trainer.train()
     _print_metrics(trainer)
     return 0
 
@@ -268,6 +458,9 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
     args.run_dir = args.run_dir_positional
+    settings = _settings(args)
+    _check_serve_options(settings)
+    _check_run_dir(args.run_dir)
     changes = {}
     if overrides := _overrides(args):
         from nip.runs.changes import change_saved_parameters
@@ -277,15 +470,16 @@ def _cmd_resume(args: argparse.Namespace) -> int:
         )
         for path, (old, new) in changes.items():
             print(f"changed {path}: {old!r} -> {new!r}")
-    trainer = PureTextEiTrainer.resume(
-        args.run_dir,
-        _settings(args),
-        force=args.force,
-        # Accepted changes change the plan too: what they change is what was asked for.
-        accept_plan_change=args.accept_plan_change or bool(changes),
-    )
-    print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
-    trainer.train()
+    with _served_run(args.run_dir, settings) as settings:
+        trainer = PureTextEiTrainer.resume(
+            args.run_dir,
+            settings,
+            force=args.force,
+            # Accepted changes change the plan too: what they change is what was asked for.
+            accept_plan_change=args.accept_plan_change or bool(changes),
+        )
+        print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
+        _train(trainer)
     _print_metrics(trainer)
     return 0
 
@@ -413,6 +607,40 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="No progress bars.")
 
 
+def _add_serve_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--serve",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="Start the nip serve the SelfHosted agents need (one per base model, on this "
+        "machine; per Ray node with --ray), point them at it, stop it at the end "
+        "(ExperimentSettings.serve; a grid's `serve:` unless --no-serve).",
+    )
+    parser.add_argument(
+        "--serve-config",
+        metavar="FILE",
+        help="A ServerConfig (YAML/JSON: engine, gpu_sharing, max_model_len...) for the servers "
+        "--serve starts; implies --serve.",
+    )
+
+
+def _add_gpu_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--throughput",
+        metavar="FILE",
+        help="--dry-run: your own GPU throughput rows (bench/gpu_check.py --throughput-out) "
+        "over nip's table.",
+    )
+    parser.add_argument(
+        "--gpu",
+        help="--dry-run: the GPU the self-hosted agents' GPU time is priced on "
+        "(default H100-80GB).",
+    )
+    parser.add_argument(
+        "--gpu-hour-usd", metavar="USD", help="--dry-run: price the GPU time at this rate."
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from nip.parameters.providers import PROVIDER_FACTS
 
@@ -459,8 +687,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=4,
         help="--dry-run: build the real prompts of this many items per pass (default 4).",
     )
+    _add_gpu_options(run)
     _add_override_options(run)
     _add_run_options(run)
+    _add_serve_options(run)
     run.set_defaults(func=_cmd_run)
 
     resume = sub.add_parser("resume", help="Continue a run from its directory.")
@@ -483,6 +713,7 @@ def build_parser() -> argparse.ArgumentParser:
         "otherwise.",
     )
     _add_run_options(resume)
+    _add_serve_options(resume)
     resume.set_defaults(func=_cmd_resume)
 
     sweep = sub.add_parser(
@@ -493,6 +724,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("target", nargs="+", metavar="GRID.yaml | status DIR | resume DIR")
     sweep.add_argument("--sweep-dir", help="Where the cells go (default: runs/sweeps/NAME).")
+    sweep.add_argument(
+        "--set",
+        action="append",
+        metavar="PATH=VALUE",
+        help="Change one parameter of every cell by dotted path (repeatable), after the "
+        "grid's own set: --set agents.*.model_name=Qwen/Qwen2.5-14B-Instruct",
+    )
     sweep.add_argument("--dry-run", action="store_true", help="Price every cell and the total.")
     sweep.add_argument("--sample-items", type=int, default=4, help="--dry-run: see nip run.")
     sweep.add_argument("--max-parallel", type=int, help="Cells at once (default: the grid's, 4).")
@@ -500,7 +738,13 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--cell-resources", default="cpu=1", help="--ray: each cell's resources (cpu=1,gpu=1)."
     )
+    sweep.add_argument(
+        "--server-resources",
+        help="--ray --serve: the resources of each node's server (default gpu=1).",
+    )
+    _add_gpu_options(sweep)
     _add_run_options(sweep)
+    _add_serve_options(sweep)
     sweep.set_defaults(func=_cmd_sweep, run_dir=None)
 
     retest = sub.add_parser(
@@ -511,6 +755,7 @@ def build_parser() -> argparse.ArgumentParser:
     retest.add_argument("--passes", type=int, help="Test passes (default: the run's).")
     retest.add_argument("--split", help="The dataset split (default: the run's test split).")
     _add_run_options(retest)
+    _add_serve_options(retest)
     retest.set_defaults(func=_cmd_retest)
 
     extend = sub.add_parser("extend", help="More iterations for a finished run.")
@@ -524,6 +769,7 @@ def build_parser() -> argparse.ArgumentParser:
         "force_more_iterations; by default that fine-tuning comes first, as in a longer run).",
     )
     _add_run_options(extend)
+    _add_serve_options(extend)
     extend.set_defaults(func=_cmd_extend)
 
     plan = sub.add_parser(

@@ -173,6 +173,13 @@ class FineTuneJobFailed(FineTuneError):
         super().__init__(f"fine-tuning job {job_id} failed: {error}")
 
 
+class FineTuningClosedError(FineTuneError):
+    """The fine-tuning API refused to create a job for lack of permission, or because it no
+    longer accepts jobs (OpenAI's self-serve fine-tuning is closing: see
+    :mod:`nip.jobs.openai_closing`). Never transient: the run stops at once, its rollouts
+    kept, and resumes on another provider."""
+
+
 class FineTuneJobNotFoundError(FineTuneError):
     """The backend does not know the job (for example a server that lost its state)."""
 

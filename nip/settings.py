@@ -37,7 +37,19 @@ class ExperimentSettings:
             which and why; ``nip.backends.local.engines.choose_local_engine``).
         server_ready_timeout_s: How long a trainer waits, before its first stage, for the
             language-model servers its agents use (``nip serve`` for ``SelfHosted``) to
-            be ready.
+            be ready; also how long ``serve`` waits for a server it starts.
+        serve: The run or sweep owns its servers: it starts the ``nip serve`` its
+            ``SelfHosted`` agents need (one per base model, on this machine; per Ray node
+            with ``--ray``), points them at it, and stops it when it ends, fails or is
+            killed. Acted on by ``nip run/resume/sweep`` (``--serve``) and
+            :func:`nip.server.serving`; a trainer built without them refuses it (no server
+            was started).
+        serve_config: A :class:`~nip.server.ServerConfig` file (YAML/JSON) the servers that
+            ``serve`` starts are built from (engine, GPU sharing, ``max_model_len``...); the
+            model, port and storage are set per server. None: the defaults.
+        servers: The URL of the ``nip serve`` of each base model, by model name:
+            ``SelfHosted`` agents of that model talk to it, whatever their
+            ``language_model_server_*`` say. Filled in by ``serve``.
         prices_usd_per_1m: API prices in USD per 1M ``(input, output)`` tokens by model
             (``"gpt-4o-mini"``, ``"ft:gpt-4o-mini"``: no snapshot date), over nip's table of
             OpenAI list prices (``nip.analysis.metrics.OPENAI_PRICES_USD_PER_1M``); the
@@ -56,6 +68,9 @@ class ExperimentSettings:
     wandb_group: str | None = None
     local_engine: LocalEngine = "transformers"
     server_ready_timeout_s: float = 600.0
+    serve: bool = False
+    serve_config: Path | None = None
+    servers: dict[str, str] = field(default_factory=dict)
     prices_usd_per_1m: dict[str, tuple[float, float]] = field(default_factory=dict)
     extra: dict[str, object] = field(default_factory=dict)
 
@@ -64,6 +79,8 @@ class ExperimentSettings:
             self.run_dir = Path(self.run_dir)
         if self.cache_path is not None:
             self.cache_path = Path(self.cache_path)
+        if self.serve_config is not None:
+            self.serve_config = Path(self.serve_config)
         for name, kind in (("cache", CacheMode), ("local_engine", LocalEngine)):
             if getattr(self, name) not in get_args(kind):
                 from nip.errors import InvalidParameterError

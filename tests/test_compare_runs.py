@@ -148,3 +148,21 @@ def test_the_t_quantiles_are_students():
         (0.6, 0.6 - 4.303 * 0.1 / 3**0.5, 0.6 + 4.303 * 0.1 / 3**0.5), abs=1e-3
     )
     assert seed_interval([0.5])[1] != seed_interval([0.5])[1]  # NaN: one seed has no spread
+
+
+def test_runs_of_one_protocol_on_two_models_are_two_series(runs, tmp_path):
+    """The paper's comparison beside its open-weight twin (paper-ei and open-ei sweeps)."""
+    import shutil
+
+    open_run = tmp_path / "nip-open"
+    shutil.copytree(runs["nip-s1"], open_run)
+    saved = json.loads((open_run / "hyper_params.json").read_text())
+    for agent in saved["agents"].values():
+        agent["model_name"] = "Qwen/Qwen2.5-7B-Instruct"
+    (open_run / "hyper_params.json").write_text(json.dumps(saved))
+    table = runs_table([runs["nip-s1"], runs["nip-s2"], open_run])
+    assert set(table["series"]) == {
+        "nip [gpt-4o-mini-2024-07-18]",
+        "nip [Qwen/Qwen2.5-7B-Instruct]",
+    }
+    assert set(runs_table([runs["nip-s1"], runs["nip-s2"]])["series"]) == {"nip"}

@@ -43,8 +43,15 @@ def test_the_gpu_check_compares_the_local_engine_with_plain_generate_on_the_cpu(
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_the_gpu_check_drives_nip_serve_with_the_openai_sdk_on_the_cpu():
-    table = _run("--tokens", "2", "--rows", "4", timeout_s=390)
+def test_the_gpu_check_drives_nip_serve_with_the_openai_sdk_on_the_cpu(tmp_path):
+    rows = tmp_path / "throughput.yaml"
+    table = _run("--tokens", "2", "--rows", "4", "--throughput-out", str(rows), timeout_s=390)
     assert re.search(r"tiny: nip serve SFT job +4 rows: .* tokens trained, [\d,]+ tokens/s", table)
     assert re.search(r"tiny: nip serve DPO job +2 rows: .* tokens trained", table)
     assert re.search(r"tiny: nip serve chat, fine-tuned +\d+ tokens", table)
+    # What it measured, as rows the dry run prices GPU time from (--throughput FILE).
+    from nip.experiments.gpu_time import ThroughputTable
+
+    (row,) = [r for r in ThroughputTable.load(rows).rows if r.gpu == "CPU"]
+    assert row.source == "measured" and row.date and "--shapes tiny" in row.how
+    assert min(row.prefill_tokens_per_s, row.decode_tokens_per_s, row.train_tokens_per_s) > 0

@@ -724,7 +724,7 @@ def providers_observation(settings: Mapping[str, Any]) -> dict:
     from nip.providers.pool import endpoint_key
 
     params = build(settings)
-    # A provider's fine-tuning backend is the one FINE_TUNE_BACKENDS holds under its name.
+    # A provider's fine-tuning backend is the one its provider module builds.
     return {
         "providers": {
             name: (provider_for(agent).name, endpoint_key(agent))

@@ -178,6 +178,7 @@ def test_stats_count_requests_and_faults_and_reset_to_zero(start_server):
         "in_flight": 0,
         "max_in_flight": 1,
         "faults": {"server_error": 1, "rate_limit": 1},
+        "fine_tuning_jobs": 0,
     }
     assert reset == {
         "requests": 0,
@@ -185,6 +186,7 @@ def test_stats_count_requests_and_faults_and_reset_to_zero(start_server):
         "in_flight": 0,
         "max_in_flight": 0,
         "faults": {},
+        "fine_tuning_jobs": 0,
     }
     assert post_chat(server).status_code == 200  # the schedule counts from the reset
     assert post_chat(server).status_code == 500

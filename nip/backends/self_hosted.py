@@ -16,6 +16,7 @@ import asyncio
 import os
 import time
 import warnings
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
@@ -23,6 +24,7 @@ from nip.errors import AuthenticationError, BackendUnavailableError, NipError
 
 if TYPE_CHECKING:
     from nip.parameters import PureTextAgentParameters
+    from nip.settings import ExperimentSettings
 
 #: The environment variable holding the server's bearer token (on both sides).
 API_KEY_ENV = "NIP_SERVER_API_KEY"
@@ -68,6 +70,37 @@ def check_server_version(info: dict[str, Any], url: str, client: str = API_VERSI
             ServerVersionWarning,
             stacklevel=3,
         )
+
+
+class UnservedModelError(NipError):
+    """``ExperimentSettings.serve`` is on but no server was started for an agent's model."""
+
+
+def served_params(
+    params: PureTextAgentParameters, settings: ExperimentSettings
+) -> PureTextAgentParameters:
+    """A ``SelfHosted`` agent's parameters pointed at the ``nip serve`` its run owns for its
+    model (``settings.servers``, filled in by ``serve``); any other agent's as given.
+
+    Raises:
+        UnservedModelError: ``settings.serve`` is on and no server serves the agent's model
+            (the run was not started through ``nip run --serve`` or ``nip.server.serving``).
+    """
+    if params.model_provider != "SelfHosted" or params.use_dummy_api:
+        return params
+    url = settings.servers.get(params.model_name)
+    if url is None:
+        if settings.serve:
+            raise UnservedModelError(
+                f"serve=True but no nip serve was started for {params.model_name!r}: start the "
+                "run with `nip run --serve` or inside `with nip.server.serving(...)`, or set "
+                "serve=False and point the agents at a server"
+            )
+        return params
+    scheme_host, _, port = url.rstrip("/").rpartition(":")
+    return replace(
+        params, language_model_server_scheme_host=scheme_host, language_model_server_port=int(port)
+    )
 
 
 def server_url(params: PureTextAgentParameters) -> str:

@@ -2,7 +2,18 @@
 
 A preset's name is its path below this folder without ``.yaml`` (``quickstart``,
 ``paper/nip-ei``); its description is the first comment line of the file. ``nip presets``
-lists them and ``nip run NAME`` runs one.
+lists them, and the sweep grids of ``sweeps/``, and ``nip run NAME`` runs one.
+
+A preset may be built on others instead of repeating them::
+
+    # Open weights: nip, Expert Iteration ...         (the description)
+    extends: [paper/nip-ei, open/_model]              # a preset, then fragments, in order
+    set:                                               # optional: more dotted overrides
+      rl.num_iterations: 4
+
+A fragment (a file whose name starts with ``_``, not listed and not run on its own) holds only
+``set:``, dotted overrides (``agents.*.model_name``: every agent) applied in its turn: the
+open-weight model of every ``open/*`` preset is written once, in ``open/_model.yaml``.
 """
 
 from __future__ import annotations
@@ -11,11 +22,15 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
-from nip.errors import NipError
+from nip.errors import ConfigFileError, NipError
 from nip.parameters import HyperParameters
 
 #: Sub-folders of presets (each also a package, so that the files are installed).
-PRESET_FOLDERS = ("", "paper")
+PRESET_FOLDERS = ("", "paper", "open")
+#: The folder of the shipped sweep grids (``nip sweep NAME``).
+GRID_FOLDER = "sweeps"
+#: The keys of a preset built on others.
+_EXTENDING_KEYS = {"extends", "set"}
 
 
 class UnknownPresetError(NipError, KeyError):
@@ -46,17 +61,47 @@ class Preset:
         return _file(self.name).read_text(encoding="utf-8")
 
     def load(self) -> HyperParameters:
-        """The preset's parameters, validated."""
-        return HyperParameters.from_yaml(self.text())
+        """The preset's parameters, validated (those it extends, then its overrides)."""
+        return _build(self.name, ())
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A shipped sweep grid (``nip sweep NAME``; the format: :mod:`nip.experiments.sweep_grid`).
+
+    Attributes:
+        name: What ``nip sweep`` takes (``paper-ei``).
+        description: The file's first comment line.
+    """
+
+    name: str
+    description: str
+
+    def text(self) -> str:
+        """The YAML text of the grid."""
+        return _root().joinpath(GRID_FOLDER, f"{self.name}.yaml").read_text(encoding="utf-8")
+
+
+def list_grids() -> list[Grid]:
+    """Every shipped sweep grid, sorted by name."""
+    directory = _root().joinpath(GRID_FOLDER)
+    return sorted(
+        (
+            Grid(entry.name[:-5], _description(entry))
+            for entry in directory.iterdir()
+            if entry.is_file() and entry.name.endswith(".yaml")
+        ),
+        key=lambda grid: grid.name,
+    )
 
 
 def list_presets() -> list[Preset]:
     """Every shipped preset, sorted by name."""
     presets = []
     for folder in PRESET_FOLDERS:
-        directory = resources.files("nip.configs").joinpath(folder) if folder else _root()
+        directory = _root().joinpath(folder) if folder else _root()
         for entry in directory.iterdir():
-            if entry.is_file() and entry.name.endswith(".yaml"):
+            if entry.is_file() and entry.name.endswith(".yaml") and entry.name[0] != "_":
                 name = f"{folder}/{entry.name[:-5]}" if folder else entry.name[:-5]
                 presets.append(Preset(name, _description(entry)))
     return sorted(presets, key=lambda preset: preset.name)
@@ -77,6 +122,67 @@ def get_preset(name: str) -> Preset:
 def load_preset(name: str) -> HyperParameters:
     """The parameters of the shipped preset called ``name`` (``"paper/nip-ei"``)."""
     return get_preset(name).load()
+
+
+def _build(name: str, seen: tuple[str, ...]) -> HyperParameters:
+    """The parameters of preset ``name``: its file, or what it extends and its overrides."""
+    import yaml
+
+    if name in seen:
+        raise ConfigFileError(f"preset {name!r} extends itself: {' -> '.join((*seen, name))}")
+    entry = _file(name)
+    if not entry.is_file():
+        known = [preset.name for preset in list_presets()]
+        raise UnknownPresetError(name, known)
+    text = entry.read_text(encoding="utf-8")
+    data = yaml.safe_load(text) or {}
+    if not isinstance(data, dict) or "extends" not in data:
+        return HyperParameters.from_yaml(text)
+    unknown = set(data) - _EXTENDING_KEYS
+    if unknown:
+        raise ConfigFileError(
+            f"preset {name!r} extends others and so holds only extends and set, not "
+            f"{', '.join(sorted(unknown))}"
+        )
+    bases = data["extends"] if isinstance(data["extends"], list) else [data["extends"]]
+    params: HyperParameters | None = None
+    for base in map(str, bases):
+        if _is_fragment(base):
+            if params is None:
+                raise ConfigFileError(
+                    f"preset {name!r}: extends starts with a preset, not {base!r}"
+                )
+            params = params.with_overrides(_fragment_overrides(base))
+        elif params is None:
+            params = _build(base, (*seen, name))
+        else:
+            raise ConfigFileError(f"preset {name!r}: extends one preset, then fragments (_name)")
+    if params is None:
+        raise ConfigFileError(f"preset {name!r}: extends names nothing")
+    return params.with_overrides(dict(data.get("set") or {}))
+
+
+def open_model_overrides() -> dict[str, object]:
+    """The open-weight model of the ``open/*`` presets, as the overrides that put a
+    configuration's agents on it (``open/_model.yaml``: ``agents.*.model_name``...)."""
+    return _fragment_overrides("open/_model")
+
+
+def _is_fragment(name: str) -> bool:
+    return name.rpartition("/")[2].startswith("_")
+
+
+def _fragment_overrides(name: str) -> dict[str, object]:
+    """The ``set:`` of fragment ``name`` (``open/_model``)."""
+    import yaml
+
+    entry = _file(name)
+    if not entry.is_file():
+        raise ConfigFileError(f"no preset fragment named {name!r}")
+    data = yaml.safe_load(entry.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict) or set(data) - {"set"}:
+        raise ConfigFileError(f"fragment {name!r} holds only set: (dotted overrides)")
+    return dict(data.get("set") or {})
 
 
 def _root() -> Traversable:

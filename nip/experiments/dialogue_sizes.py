@@ -11,7 +11,7 @@ what it measures.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nip.agents.agent import AgentNotActiveInChannelError
 from nip.backends import GenerationRequest, GenerationResult
@@ -57,6 +57,7 @@ def dry_run_session(
     """The run's session (agents, protocol, dataset) with backends that refuse to generate:
     no API key is read and no client is made."""
     refusing = _RefusingBackend()
+    settings = replace(settings, serve=False, servers={})  # no server is started or asked
     overrides = {endpoint_key(p): refusing for p in hyper_params.agents.values()}
     pool = BackendPool(settings, overrides=overrides)
     return Session(hyper_params, settings, backends=pool, protocol=protocol)

@@ -13,6 +13,7 @@ A grid file (YAML)::
       - agents.prover.model_name: [gpt-4o-mini-2024-07-18, gpt-4o-2024-08-06]
         agents.verifier.model_name: [gpt-4o-mini-2024-07-18, gpt-4o-2024-08-06]
     max_parallel: 4                # optional: cells running at once (--max-parallel wins)
+    serve: true                    # optional: the sweep owns its nip serve (--serve/--no-serve win)
 
 An axis is any dotted path :meth:`HyperParameters.with_overrides` takes, or ``base`` itself
 (a list of presets or files: ``base: [paper/nip-ei, paper/debate-ei]`` compares the paper's
@@ -47,7 +48,7 @@ __all__ = [
 #: The manifest a sweep directory holds.
 MANIFEST = "sweep.json"
 
-_KEYS = {"name", "base", "set", "axes", "zip", "max_parallel"}
+_KEYS = {"name", "base", "set", "axes", "zip", "max_parallel", "serve"}
 
 
 def load_base(name_or_path: str, relative_to: Path | None = None) -> HyperParameters:
@@ -111,6 +112,7 @@ class GridSpec:
     zipped: list[dict[str, list[Any]]] = field(default_factory=list)
     max_parallel: int = 4
     folder: Path | None = None
+    serve: bool = False
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, folder: Path | None = None, name: str = "sweep"):
@@ -139,6 +141,8 @@ class GridSpec:
         max_parallel = data.get("max_parallel", 4)
         if not isinstance(max_parallel, int) or max_parallel < 1:
             raise InvalidParameterError("max_parallel", max_parallel, "an integer >= 1")
+        if not isinstance(data.get("serve", False), bool):
+            raise InvalidParameterError("serve", data["serve"], "true or false")
         return cls(
             base=str(base) if base is not None else "",
             name=str(data.get("name") or name),
@@ -147,6 +151,7 @@ class GridSpec:
             zipped=zipped,
             max_parallel=max_parallel,
             folder=folder,
+            serve=data.get("serve", False),
         )
 
     @classmethod
@@ -177,7 +182,7 @@ class GridSpec:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "base": self.base, "set": self.overrides}
         out |= {"axes": self.axes, "zip": self.zipped, "max_parallel": self.max_parallel}
-        return out
+        return out | {"serve": self.serve}
 
     # ------------------------------------------------------------- expansion
     def _dimensions(self) -> list[list[dict[str, Any]]]:

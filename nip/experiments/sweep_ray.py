@@ -25,7 +25,13 @@ from nip.experiments.sweep_grid import GridSpec
 from nip.extras import needs
 from nip.settings import ExperimentSettings
 
-__all__ = ["RayClusterError", "RayNotInstalledError", "parse_resources", "run_sweep_ray"]
+__all__ = [
+    "RayClusterError",
+    "RayNotInstalledError",
+    "join_cluster",
+    "parse_resources",
+    "run_sweep_ray",
+]
 
 #: ``--ray`` was asked for and Ray is not installed (the extras table's one line).
 RayNotInstalledError = MissingExtraError
@@ -41,8 +47,11 @@ def _ray():
     return ray
 
 
-def parse_resources(text: str | dict[str, float] | None) -> dict[str, Any]:
-    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options.
+def parse_resources(
+    text: str | dict[str, float] | None, option: str = "--cell-resources"
+) -> dict[str, Any]:
+    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (``option``: the
+    command-line option an error names).
 
     Raises:
         InvalidParameterError: An entry is not ``NAME=NUMBER``.
@@ -59,7 +68,7 @@ def parse_resources(text: str | dict[str, float] | None) -> dict[str, Any]:
                 sep = ""
             if not sep:
                 raise InvalidParameterError(
-                    "--cell-resources", text, "NAME=NUMBER,... e.g. cpu=1,gpu=1"
+                    option, text, "NAME=NUMBER,... e.g. cpu=1,gpu=1"
                 ) from None
     options: dict[str, Any] = {}
     custom: dict[str, float] = {}
@@ -75,6 +84,26 @@ def parse_resources(text: str | dict[str, float] | None) -> dict[str, Any]:
     if custom:
         options["resources"] = custom
     return options
+
+
+def join_cluster(address: str | None) -> Any:
+    """Ray, joined to the cluster at ``address`` (``auto``, ``local``: a new one here, or
+    ``ray://host:10001``; None: the one already initialised).
+
+    Raises:
+        RayNotInstalledError: Ray is not installed.
+        RayClusterError: The cluster cannot be reached.
+    """
+    ray = _ray()
+    if address is not None and not ray.is_initialized():
+        try:
+            ray.init(address=None if address == "local" else address, include_dashboard=False)
+        except (ConnectionError, RuntimeError) as error:
+            raise RayClusterError(
+                f"could not join the Ray cluster at {address!r} ({error}); start one with "
+                "`ray start --head`, or use --ray local for a cluster on this machine"
+            ) from None
+    return ray
 
 
 def _run_cell(
@@ -135,14 +164,7 @@ def run_sweep_ray(
     cells = prepare_sweep(spec, sweep_dir)
     settings = cell_settings(spec, settings, parallel=2)
     plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
-    if address is not None and not ray.is_initialized():
-        try:
-            ray.init(address=None if address == "local" else address, include_dashboard=False)
-        except (ConnectionError, RuntimeError) as error:
-            raise RayClusterError(
-                f"could not join the Ray cluster at {address!r} ({error}); start one with "
-                "`ray start --head`, or use --ray local for a cluster on this machine"
-            ) from None
+    join_cluster(address)
     task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
     options = parse_resources(resources)
     folder = str(spec.folder) if spec.folder else None

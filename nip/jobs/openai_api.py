@@ -18,6 +18,7 @@ from typing import Any
 
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec, JobStatus
+from nip.jobs.openai_closing import refused_job_error
 from nip.parameters import PureTextAgentParameters
 
 #: OpenAI job statuses and what nip calls them.
@@ -165,6 +166,14 @@ class OpenAIFineTuneBackend:
             async with self._client() as client:
                 return await self._create_job(client, spec)
         except openai.APIStatusError as error:
+            # OpenAI refused for good (no permission, fine-tuning closed): stop, never retry.
+            closed = (
+                None
+                if self.send_lora_settings
+                else refused_job_error(error.status_code, _message(error))
+            )
+            if closed is not None:
+                raise closed from None
             raise FineTuneError(f"the fine-tuning API refused the job: {_message(error)}") from None
 
     async def _create_job(self, client: Any, spec: FineTuneSpec) -> str:

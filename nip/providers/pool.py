@@ -12,6 +12,7 @@ from pathlib import Path
 from nip.backends._types import ChatBackend
 from nip.backends.cache import CachedBackend, ResponseCache
 from nip.backends.dummy import DummyBackend
+from nip.backends.self_hosted import served_params
 from nip.parameters import PureTextAgentParameters
 from nip.providers import provider_for
 from nip.settings import ExperimentSettings
@@ -59,6 +60,7 @@ class BackendPool:
 
     def backend_for(self, params: PureTextAgentParameters) -> ChatBackend:
         """The (shared) backend serving an agent with these parameters."""
+        params = served_params(params, self.settings)  # to the server its run owns, if any
         key = endpoint_key(params)
         if key not in self._backends:
             self._backends[key] = self._cached(

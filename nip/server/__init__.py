@@ -26,6 +26,7 @@ _LAZY = {
     "ServerHandle": "nip.server.background",
     "ServerStartError": "nip.server.background",
     "serve_in_background": "nip.server.background",
+    "serving": "nip.server.run_servers",
 }
 
 

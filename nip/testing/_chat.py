@@ -3,7 +3,9 @@
 Both carriers of :mod:`nip.testing.server` (the lean asyncio server and the FastAPI app) call
 :func:`respond` with the request's method, path, headers and body, and send back the
 :class:`Reply`. Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``,
-``POST /stats/reset`` and ``GET /health``.
+``POST /stats/reset`` and ``GET /health``; with ``fine_tuning_closed``, also ``POST /v1/files``
+(accepted) and ``POST /v1/fine_tuning/jobs``, refused as OpenAI refuses an organisation it no
+longer lets fine-tune (:data:`FINE_TUNING_CLOSED_MESSAGE`, HTTP 403).
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ from nip.testing.faults import (
     error_response,
 )
 
+#: The refusal of a job creation with ``fine_tuning_closed`` (OpenAI's error envelope, HTTP
+#: 403 PermissionDenied; the wording is nip's: OpenAI's own is not published).
+FINE_TUNING_CLOSED_MESSAGE = (
+    "Fine-tuning is no longer available to this organization: the self-serve fine-tuning "
+    "platform is winding down."
+)
+
 #: Waits until the client disconnects or ``timeout_s`` passes, whichever comes first.
 WaitForDisconnect = Callable[[float], Awaitable[None]]
 
@@ -40,6 +49,7 @@ class ServerStats:
         in_flight: Chat requests being handled now.
         max_in_flight: The most chat requests ever handled at once.
         faults: Injected faults, by kind.
+        fine_tuning_jobs: Job creations received (``POST /v1/fine_tuning/jobs``).
     """
 
     requests: int = 0
@@ -47,6 +57,7 @@ class ServerStats:
     in_flight: int = 0
     max_in_flight: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    fine_tuning_jobs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +79,7 @@ class ChatState:
     model_names: tuple[str, ...] | None
     api_key: str | None
     ignore_n: bool = False
+    fine_tuning_closed: bool = False
     stats: ServerStats = field(default_factory=ServerStats)
 
     def snapshot(self) -> ServerStats:
@@ -129,6 +141,27 @@ async def respond(
         return json_reply(state.snapshot().to_dict())
     if path == "/health" and method == "GET":
         return json_reply({"status": "ok"})
+    if state.fine_tuning_closed and method == "POST" and path == "/v1/files":
+        return json_reply(
+            {
+                "id": "file-0",
+                "object": "file",
+                "bytes": len(body),
+                "created_at": 0,
+                "filename": "train.jsonl",
+                "purpose": "fine-tune",
+                "status": "processed",
+            }
+        )
+    if state.fine_tuning_closed and method == "POST" and path == "/v1/fine_tuning/jobs":
+        state.stats.fine_tuning_jobs += 1
+        body_ = {
+            "message": FINE_TUNING_CLOSED_MESSAGE,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        }
+        return json_reply({"error": body_}, 403)
     known = {"/v1/chat/completions", "/v1/models", "/stats", "/stats/reset", "/health"}
     if path in known:
         return error_reply(405, f"method {method} not allowed on {path}")

@@ -53,6 +53,7 @@ def create_app(
     model_names: Sequence[str] | None = None,
     api_key: str | None = None,
     ignore_n: bool = False,
+    fine_tuning_closed: bool = False,
 ) -> FastAPI:
     """The FastAPI app of an OpenAI-compatible chat server.
 
@@ -71,6 +72,8 @@ def create_app(
             clients keep it out of their own errors.
         ignore_n: Answer every request with one choice whatever its ``n``, as OpenRouter
             does, so clients must top up with further requests.
+        fine_tuning_closed: Accept training files and refuse every fine-tuning job with
+            HTTP 403, as OpenAI refuses organisations it no longer lets fine-tune.
     """
     from fastapi import FastAPI
 
@@ -80,7 +83,9 @@ def create_app(
         backend = DummyBackend()
     names = tuple(model_names) if model_names is not None else None
     app = FastAPI(title="nip test server", docs_url=None, redoc_url=None)
-    app.state.nip = ChatState(backend, latency_s, faults, names, api_key, ignore_n)
+    app.state.nip = ChatState(
+        backend, latency_s, faults, names, api_key, ignore_n, fine_tuning_closed
+    )
 
     async def route(request: Any) -> Any:  # a plain Starlette endpoint: no injection
         async def wait_for_disconnect(timeout_s: float) -> None:
@@ -102,6 +107,11 @@ def create_app(
         ("/stats", ["GET"]),
         ("/stats/reset", ["POST"]),
         ("/health", ["GET"]),
+        *(
+            [("/v1/files", ["POST"]), ("/v1/fine_tuning/jobs", ["POST"])]
+            if fine_tuning_closed
+            else []
+        ),
     ):
         app.add_route(path, route, methods=methods, include_in_schema=False)
     app.state.nip_routes = len(app.router.routes)

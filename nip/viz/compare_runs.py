@@ -61,6 +61,7 @@ def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
                 "protocol": hp.get("interaction_protocol", "?"),
                 "trainer": hp.get("trainer", "?"),
                 "seed": hp.get("seed"),
+                "models": _models(hp),
                 "run": str(run.path),
                 "variant": _variant(Path(run.path)),
                 "iteration": iteration,
@@ -69,6 +70,12 @@ def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _models(hyper_params: dict[str, Any]) -> str:
+    """The run's agents' models (``gpt-4o-mini-2024-07-18``; several joined by ``+``)."""
+    agents = (hyper_params.get("agents") or {}).values()
+    return "+".join(sorted({str(agent.get("model_name", "?")) for agent in agents})) or "?"
 
 
 def _expand_sweeps(sources: Iterable[RunSource]) -> list[RunSource]:
@@ -115,8 +122,10 @@ def runs_table(
 
     Returns:
         Columns :data:`RUNS_COLUMNS`, sorted by series and iteration. A series is named
-        after its protocol, with the trainer when the runs mix trainers, and with the seed
-        (or the directory, for runs sharing a seed) when runs are not pooled.
+        after its protocol, with the trainer when the runs mix trainers, the agents' models
+        when they mix models (``nip [gpt-4o-mini-2024-07-18]`` beside ``nip
+        [Qwen/Qwen2.5-7B-Instruct]``), and with the seed (or the directory, for runs sharing
+        a seed) when runs are not pooled.
 
     Raises:
         FileNotFoundError: A directory is not a run, or no run saved ``split`` rollouts.
@@ -134,6 +143,8 @@ def runs_table(
     frame["series"] = frame["protocol"]
     if mixed_trainers:
         frame["series"] += " (" + frame["trainer"] + ")"
+    if frame["models"].nunique() > 1:  # the same protocol on two models: two series
+        frame["series"] += " [" + frame["models"] + "]"
     frame["series"] += frame["variant"]
     if not pool_seeds:
         shared_seed = frame.groupby(["series", "seed"])["run"].transform("nunique") > 1

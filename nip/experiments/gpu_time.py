@@ -1,0 +1,360 @@
+"""GPU time of self-hosted agents, priced before it is spent (``--dry-run``).
+
+::
+
+    table = ThroughputTable.load()                     # nip/configs/gpu/throughput.yaml
+    time = gpu_time(hyper_params, estimate_cost(hyper_params), table, gpu="H100-80GB")
+    time.total_h, time.usd(2.5)
+    print(GpuTimeReport([("run", time)], gpu_hour_usd=2.5))
+
+The dry run's token counts (:class:`~nip.experiments.cost_report.CostEstimate`) of every
+``SelfHosted`` agent, over a throughput table per GPU and model size: generation is its prompt
+tokens over the prefill rate plus its completion tokens over the decode rate, training its
+training tokens over the LoRA rate plus a fixed time per job. Each figure of the table says
+whether it was measured (``bench/gpu_check.py --throughput-out``, with the GPU and the date) or
+assumed, and the report says which it used.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nip.errors import ConfigFileError, InvalidParameterError
+from nip.experiments.cost_report import CostEstimate
+from nip.parameters import HyperParameters
+
+__all__ = [
+    "DEFAULT_GPU",
+    "GpuTime",
+    "GpuTimeReport",
+    "Throughput",
+    "ThroughputTable",
+    "gpu_time",
+    "model_params_b",
+]
+
+#: The GPU priced unless another is named (``--gpu``).
+DEFAULT_GPU = "H100-80GB"
+
+_RATES = ("prefill_tokens_per_s", "decode_tokens_per_s", "train_tokens_per_s")
+_SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*([BbMm])(?![A-Za-z])")
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What ``nip serve`` does per second on one GPU with a model of one size.
+
+    Attributes:
+        gpu: The GPU (``H100-80GB``).
+        params_b: The model's size, in billions of parameters.
+        prefill_tokens_per_s / decode_tokens_per_s: vLLM's prompt and completion tokens per
+            second under many concurrent dialogues.
+        train_tokens_per_s: LoRA training tokens per second.
+        job_overhead_s: Seconds each fine-tuning job spends besides training.
+        source: ``measured`` or ``assumed``.
+        how: How the figures were found.
+        date: When.
+    """
+
+    gpu: str
+    params_b: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+    train_tokens_per_s: float
+    job_overhead_s: float
+    source: str
+    how: str = ""
+    date: str = ""
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, Any], where: str) -> Throughput:
+        """A row of a throughput file (``where`` names it in errors).
+
+        Raises:
+            ConfigFileError: A field is missing or not allowed.
+        """
+        if not isinstance(row, Mapping):
+            raise ConfigFileError(f"{where}: a row is a mapping of gpu, params_b, rates, source")
+        names = {"gpu", "params_b", *_RATES, "job_overhead_s", "source", "how", "date"}
+        if unknown := set(row) - names:
+            raise ConfigFileError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        for name in ("gpu", "params_b", *_RATES, "job_overhead_s", "source"):
+            if name not in row:
+                raise ConfigFileError(f"{where}: a row needs {name}")
+        for name in ("params_b", *_RATES):
+            value = row[name]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigFileError(f"{where}: {name}={value!r} is not a number > 0")
+        overhead = row["job_overhead_s"]
+        if isinstance(overhead, bool) or not isinstance(overhead, int | float) or overhead < 0:
+            raise ConfigFileError(f"{where}: job_overhead_s={overhead!r} is not a number >= 0")
+        if row["source"] not in ("measured", "assumed"):
+            raise ConfigFileError(f"{where}: source={row['source']!r} is not measured or assumed")
+        return cls(
+            gpu=str(row["gpu"]),
+            params_b=float(row["params_b"]),
+            prefill_tokens_per_s=float(row["prefill_tokens_per_s"]),
+            decode_tokens_per_s=float(row["decode_tokens_per_s"]),
+            train_tokens_per_s=float(row["train_tokens_per_s"]),
+            job_overhead_s=float(overhead),
+            source=str(row["source"]),
+            how=str(row.get("how", "")),
+            date=str(row.get("date", "")),
+        )
+
+    def label(self) -> str:
+        """``H100-80GB 7.6B: assumed (2026-11-27)``."""
+        date = f", {self.date}" if self.date else ""
+        return f"{self.gpu} {self.params_b:g}B: {self.source}{date}"
+
+
+@dataclass
+class ThroughputTable:
+    """Throughput rows by GPU and model size (see ``nip/configs/gpu/throughput.yaml``)."""
+
+    rows: list[Throughput] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> ThroughputTable:
+        """The shipped table, with the rows of ``path`` (a user's own, YAML with ``rows:``)
+        replacing those of the same GPU and size and adding the others.
+
+        Raises:
+            ConfigFileError: ``path`` is missing, not YAML, or has a bad row.
+        """
+        from importlib import resources
+
+        shipped = resources.files("nip.configs").joinpath("gpu", "throughput.yaml")
+        rows = _rows(shipped.read_text(encoding="utf-8"), "nip/configs/gpu/throughput.yaml")
+        if path is not None:
+            path = Path(path)
+            if not path.is_file():
+                raise ConfigFileError(f"--throughput: no such file {str(path)!r}", path=path)
+            own = _rows(path.read_text(encoding="utf-8"), str(path))
+            mine = {(r.gpu, r.params_b) for r in own}
+            rows = [r for r in rows if (r.gpu, r.params_b) not in mine] + own
+        return cls(rows)
+
+    def gpus(self) -> list[str]:
+        return sorted({row.gpu for row in self.rows})
+
+    def check_gpu(self, gpu: str) -> str:
+        """``gpu`` if the table has rows for it.
+
+        Raises:
+            InvalidParameterError: It has none (the error lists the GPUs it has).
+        """
+        if gpu not in self.gpus():
+            raise InvalidParameterError("--gpu", gpu, f"one of {', '.join(self.gpus())}")
+        return gpu
+
+    def for_model(self, gpu: str, params_b: float) -> tuple[Throughput, float]:
+        """The row of ``gpu`` nearest ``params_b`` and the factor its rates are scaled by
+        (its size over the model's: a model twice as large runs at half the rate)."""
+        candidates = [row for row in self.rows if row.gpu == self.check_gpu(gpu)]
+        row = min(candidates, key=lambda r: abs(math.log(r.params_b / params_b)))
+        return row, row.params_b / params_b
+
+
+def _rows(text: str, where: str) -> list[Throughput]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise ConfigFileError(f"{where}: not valid YAML: {error}") from None
+    if not isinstance(data, Mapping) or not isinstance(data.get("rows"), list):
+        raise ConfigFileError(f"{where}: a throughput file is a mapping with a list of rows")
+    return [
+        Throughput.from_dict(row, f"{where}, row {i + 1}") for i, row in enumerate(data["rows"])
+    ]
+
+
+def model_params_b(model: str) -> float | None:
+    """A model's size in billions of parameters, read from its name (``Qwen2.5-7B-Instruct``
+    -> 7, ``SmolLM2-135M-Instruct`` -> 0.135); None when the name says none."""
+    found = _SIZE.findall(Path(model).name)
+    if not found:
+        return None
+    number, unit = found[-1]
+    return float(number) / (1000 if unit in "Mm" else 1)
+
+
+@dataclass
+class GpuTime:
+    """The GPU time of one run's self-hosted agents.
+
+    Attributes:
+        gpu: The GPU priced.
+        generation_s: Prefill and decode of every self-hosted call, in GPU-seconds.
+        training_s: Every LoRA job's training and overhead, in GPU-seconds.
+        jobs: Fine-tuning jobs.
+        rows: The table rows used, by model (with the scaling factor applied).
+        unsized: Self-hosted models whose size could not be read from their name.
+    """
+
+    gpu: str
+    generation_s: float = 0.0
+    training_s: float = 0.0
+    jobs: int = 0
+    rows: dict[str, tuple[Throughput, float]] = field(default_factory=dict)
+    unsized: list[str] = field(default_factory=list)
+
+    @property
+    def total_s(self) -> float:
+        return self.generation_s + self.training_s
+
+    @property
+    def total_h(self) -> float:
+        return self.total_s / 3600
+
+    def usd(self, gpu_hour_usd: float | None) -> float | None:
+        return None if gpu_hour_usd is None else self.total_h * gpu_hour_usd
+
+
+def gpu_time(
+    hyper_params: HyperParameters,
+    estimate: CostEstimate,
+    table: ThroughputTable,
+    gpu: str = DEFAULT_GPU,
+) -> GpuTime | None:
+    """The GPU time of the ``SelfHosted`` agents of a run, from its dry run; None when it
+    has none (its other agents run on an API, the embedded model or the dummy).
+
+    Raises:
+        InvalidParameterError: ``gpu`` is not in the table.
+    """
+    table.check_gpu(gpu)
+    hosted = {
+        name: agent.model_name
+        for name, agent in hyper_params.agents.items()
+        if agent.model_provider == "SelfHosted" and not agent.use_dummy_api
+    }
+    if not hosted:
+        return None
+    result = GpuTime(gpu)
+    for model in sorted(set(hosted.values())):
+        size = model_params_b(model)
+        if size is None:
+            result.unsized.append(model)
+        else:
+            result.rows[model] = table.for_model(gpu, size)
+    jobs = set()
+    for line in estimate.lines:
+        model = hosted.get(line.agent)
+        if model is None or model not in result.rows:
+            continue
+        row, scale = result.rows[model]
+        if line.stage == "fine-tune":
+            result.training_s += line.training_tokens / (row.train_tokens_per_s * scale)
+            group = hyper_params.agents[line.agent].shared_model_group or line.agent
+            if (line.iteration, group) not in jobs:
+                jobs.add((line.iteration, group))
+                result.training_s += row.job_overhead_s
+        else:
+            result.generation_s += line.prompt_tokens / (row.prefill_tokens_per_s * scale)
+            result.generation_s += line.completion_tokens / (row.decode_tokens_per_s * scale)
+    result.jobs = len(jobs)
+    return result
+
+
+@dataclass
+class GpuTimeReport:
+    """GPU time per run (a sweep's cells) and in all, as ``--dry-run`` prints it."""
+
+    runs: Sequence[tuple[str, GpuTime]]
+    gpu_hour_usd: float | None = None
+
+    @property
+    def total_h(self) -> float:
+        return sum(time.total_h for _, time in self.runs)
+
+    def __str__(self) -> str:
+        if not self.runs:
+            return "GPU time: no SelfHosted agent, nothing to price"
+        gpu = self.runs[0][1].gpu
+        usd = self.gpu_hour_usd is not None
+        head = ["run", "generation h", "training h", "jobs", "total h", *(["USD"] if usd else [])]
+        body = []
+        for name, time in self.runs:
+            cells = [
+                name,
+                f"{time.generation_s / 3600:,.2f}",
+                f"{time.training_s / 3600:,.2f}",
+                f"{time.jobs:,}",
+                f"{time.total_h:,.2f}",
+            ]
+            body.append(cells + ([f"{time.usd(self.gpu_hour_usd):,.2f}"] if usd else []))
+        if len(self.runs) > 1:
+            total = [
+                "total",
+                f"{sum(t.generation_s for _, t in self.runs) / 3600:,.2f}",
+                f"{sum(t.training_s for _, t in self.runs) / 3600:,.2f}",
+                f"{sum(t.jobs for _, t in self.runs):,}",
+                f"{self.total_h:,.2f}",
+            ]
+            body.append(total + ([f"{self.total_h * self.gpu_hour_usd:,.2f}"] if usd else []))
+        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
+        lines = [
+            "  ".join(
+                f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+            for row in [head, *body]
+        ]
+        price = (
+            f", about ${self.total_h * self.gpu_hour_usd:,.2f} at ${self.gpu_hour_usd:g}/GPU-hour"
+            if usd
+            else " (--gpu-hour-usd prices it)"
+        )
+        return "\n".join(
+            [
+                f"GPU time of the SelfHosted agents on one {gpu}: {self.total_h:,.1f} GPU-hours"
+                + price,
+                "",
+                *lines,
+                "",
+                *self._sources(),
+            ]
+        )
+
+    def _sources(self) -> list[str]:
+        used: dict[str, tuple[Throughput, float]] = {}
+        unsized: set[str] = set()
+        for _, time in self.runs:
+            used.update(time.rows)
+            unsized.update(time.unsized)
+        lines = ["throughput figures used (bench/gpu_check.py --throughput-out measures yours):"]
+        for model, (row, scale) in sorted(used.items()):
+            scaled = "" if scale == 1 else f", rates x{scale:.2g} for its size"
+            lines.append(f"  - {model}: {row.label()}{scaled} ({row.how})")
+            if row.source == "assumed":
+                lines[-1] += " -- ASSUMED, not measured"
+        lines += [
+            "assumes: every prompt token is prefilled (no prefix-cache hit) and every dialogue "
+            "runs to its last round (the dry run's upper bounds); one GPU serves and trains "
+            "(generation and training add up); a model between table sizes runs at the "
+            "nearest size's rates scaled by the size ratio",
+        ]
+        if unsized:
+            lines.append(f"not priced (no size in the model name): {', '.join(sorted(unsized))}")
+        return lines
+
+
+def report_rows(
+    runs: Iterable[tuple[str, HyperParameters, CostEstimate]],
+    table: ThroughputTable,
+    gpu: str = DEFAULT_GPU,
+) -> list[tuple[str, GpuTime]]:
+    """The GPU time of each ``(name, parameters, dry run)`` with self-hosted agents."""
+    found = []
+    for name, hyper_params, estimate in runs:
+        time = gpu_time(hyper_params, estimate, table, gpu)
+        if time is not None:
+            found.append((name, time))
+    return found

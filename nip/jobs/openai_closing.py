@@ -1,0 +1,125 @@
+"""OpenAI's closing of self-serve fine-tuning, said before it costs anything.
+
+OpenAI is winding its fine-tuning platform down (its deprecations page, 2026-05-07, as reported
+publicly; see docs/training.md): organisations that never used self-serve fine-tuning cannot
+create jobs since 2026-05-07, those without inference on a fine-tuned model in the past 60
+days since 2026-07-02, and nobody from 2027-01-06. A run of the paper's presets pays for a
+whole iteration of rollouts before its first job is created, so the dry run and ``nip plan``
+say this first, naming the open-weight preset to use instead; and a job creation OpenAI
+refuses (:func:`refused_job_error`) stops the run at once with the same words, its rollouts
+kept for a resume on another provider, instead of being retried as a transient failure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+
+from nip.errors import FineTuningClosedError
+from nip.parameters import HyperParameters
+
+__all__ = [
+    "CLOSING_STAGES",
+    "closing_text",
+    "open_weight_preset",
+    "openai_fine_tuning_notice",
+    "refused_job_error",
+]
+
+#: Since when, and for whom, OpenAI accepts no new fine-tuning jobs.
+CLOSING_STAGES: tuple[tuple[dt.date, str], ...] = (
+    (dt.date(2026, 5, 7), "organisations that never used its self-serve fine-tuning"),
+    (dt.date(2026, 7, 2), "organisations without inference on a fine-tuned model in 60 days"),
+    (dt.date(2027, 1, 6), "every organisation"),
+)
+
+#: Words in a refusal that say fine-tuning is closed rather than that the request is wrong.
+_CLOSED_WORDS = ("no longer", "deprecat", "winding down", "wound down", "shut down")
+
+
+def closing_text(today: dt.date | None = None) -> str:
+    """Who can no longer create OpenAI fine-tuning jobs, as of ``today``."""
+    today = today or dt.date.today()
+    last_date, _ = CLOSING_STAGES[-1]
+    if today >= last_date:
+        return f"OpenAI accepts no new fine-tuning jobs since {last_date.isoformat()}"
+    stages = "; ".join(
+        f"{'since' if today >= date else 'from'} {date.isoformat()}: {who}"
+        for date, who in CLOSING_STAGES
+    )
+    return f"OpenAI no longer accepts new fine-tuning jobs from most organisations ({stages})"
+
+
+def open_weight_preset(hyper_params: HyperParameters) -> str:
+    """The ``open/*`` preset of the run's protocol and algorithm (``open/nip-ei``), or the
+    nearest one there is."""
+    from nip.configs import list_presets
+
+    algorithm = "malt" if hyper_params.trainer == "pure_text_malt" else "ei"
+    names = {preset.name for preset in list_presets()}
+    for name in (f"open/{hyper_params.interaction_protocol}-{algorithm}", "open/nip-ei"):
+        if name in names:
+            return name
+    return "open/nip-ei"
+
+
+def _advice(hyper_params: HyperParameters) -> str:
+    preset = open_weight_preset(hyper_params)
+    return (
+        f"use the open-weight preset {preset} (`nip run {preset} --serve` on a GPU machine; "
+        "docs/training.md, 'The paper's comparison on open weights')"
+    )
+
+
+def openai_fine_tuning_notice(
+    hyper_params: HyperParameters,
+    trained_agents: Collection[str],
+    today: dt.date | None = None,
+    *,
+    instead: str | None = None,
+) -> str | None:
+    """One sentence for a run whose plan fine-tunes agents through OpenAI; None otherwise.
+
+    Args:
+        hyper_params: The run.
+        trained_agents: The agents its plan fine-tunes (``RunPlan``'s groups with a method).
+        today: The date the closing is told as of (default: today).
+        instead: What to use instead (default: the run's ``open/*`` preset).
+    """
+    through_openai = sorted(
+        name
+        for name in trained_agents
+        if hyper_params.agents[name].model_provider == "OpenAI"
+        and not hyper_params.agents[name].use_dummy_api
+    )
+    if not through_openai:
+        return None
+    return (
+        f"this run fine-tunes {', '.join(through_openai)} through OpenAI, and "
+        f"{closing_text(today)}: its first job will most likely be refused after an "
+        f"iteration of paid rollouts; {instead or _advice(hyper_params)}"
+    )
+
+
+def refused_job_error(status: int, message: str) -> FineTuningClosedError | None:
+    """The error that stops a run when the API refused to create a job: a permission refusal
+    (HTTP 403, as OpenAI answers an organisation it no longer lets fine-tune) or a refusal
+    that says fine-tuning is closed (deprecated, no longer available); None for any other
+    error (a bad file, an unknown model, a rate limit).
+
+    Args:
+        status: The HTTP status of the refusal.
+        message: The API's message.
+    """
+    closed = status in (400, 403, 404, 410) and any(w in message.lower() for w in _CLOSED_WORDS)
+    if status != 403 and not closed:
+        return None
+    from nip.configs import open_model_overrides
+
+    switch = " ".join(f"--set {path}={value}" for path, value in open_model_overrides().items())
+    return FineTuningClosedError(
+        f"the fine-tuning API refused to create the job (HTTP {status}: {message}); "
+        f"{closing_text()}. The run stopped at once; its rollouts and datasets are kept: "
+        f"resume it on the open-weight model with `nip resume RUN_DIR --serve "
+        f"--accept-changes {switch}`, or run the experiment's open/* preset (nip presets)"
+    )

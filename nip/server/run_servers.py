@@ -1,0 +1,179 @@
+"""The ``nip serve`` a run or a sweep owns (``--serve``, ``ExperimentSettings.serve``).
+
+::
+
+    from nip.server import serving
+
+    with serving([hyper_params], settings, storage=run_dir / "serve") as settings:
+        build_trainer(hyper_params, settings).train()   # SelfHosted agents talk to it
+    # every server it started is gone here
+
+One server per base model of the configurations' ``SelfHosted`` agents, on this machine, each
+a :func:`~nip.server.background.serve_in_background` child: ready (with progress) before the
+block runs, stopped when the block ends or raises, when the interpreter exits, and, because
+its watchdog sees its owner go, when the owner is killed outright (``kill -9``). Its storage
+(jobs, adapters, logs) is a folder the caller names, so a resumed run or sweep starts it again
+on the same storage and every adapter trained before is served again. The agents are pointed
+at it through ``settings.servers`` (:func:`nip.backends.self_hosted.served_params`), not
+through their saved parameters: a server's port is how a run runs, not what it studies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from nip.errors import ConfigFileError, ModelNotFoundError
+from nip.parameters import HyperParameters
+from nip.settings import ExperimentSettings
+
+__all__ = [
+    "PER_SERVER_FIELDS",
+    "model_source",
+    "served_models",
+    "server_settings",
+    "serving",
+    "serving_models",
+]
+
+#: ServerConfig fields set for each server, not taken from ``serve_config``.
+PER_SERVER_FIELDS = ("model", "served_model_name", "port", "storage_dir", "host")
+
+
+def served_models(configs: Iterable[HyperParameters]) -> list[str]:
+    """The base models the configurations' ``SelfHosted`` agents need a server for, sorted
+    (agents on the dummy API need none)."""
+    return sorted(
+        {
+            agent.model_name
+            for params in configs
+            for agent in params.agents.values()
+            if agent.model_provider == "SelfHosted" and not agent.use_dummy_api
+        }
+    )
+
+
+def storage_name(model: str) -> str:
+    """The folder of ``model``'s server under the storage root (``Qwen--Qwen2.5-7B-Instruct``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "--", model.strip("/")) or "model"
+
+
+def server_settings(settings: ExperimentSettings) -> dict[str, Any]:
+    """The ServerConfig fields every server starts with: ``settings.serve_config``'s, less the
+    ones set per server (:data:`PER_SERVER_FIELDS`).
+
+    Raises:
+        ConfigFileError: The file is missing or not a ServerConfig.
+    """
+    if settings.serve_config is None:
+        return {}
+    import yaml
+
+    from nip.server.config import ServerConfig
+
+    path = Path(settings.serve_config)
+    if not path.is_file():
+        raise ConfigFileError(f"serve_config: no such file {str(path)!r}", path=path)
+    config = ServerConfig.load(path)  # validated: a wrong field or value is refused here
+    given = yaml.safe_load(path.read_text(encoding="utf-8")) or {}  # JSON is YAML too
+    return {k: getattr(config, k) for k in given if k not in PER_SERVER_FIELDS}
+
+
+def model_source(name: str) -> str:
+    """What ``nip serve --model`` is given for a base model the agents call ``name``: a model
+    folder as it is, an embedded model by name, else a Hugging Face model id fetched into the
+    Hub cache (only looked up there with ``HF_HUB_OFFLINE=1``).
+
+    Raises:
+        ModelNotFoundError: None of these.
+    """
+    from nip.backends.local.model_store import canonical_model_name
+
+    if Path(name).expanduser().is_dir() or canonical_model_name(name) is not None:
+        return name
+    try:
+        from huggingface_hub import snapshot_download
+
+        return snapshot_download(name)
+    except Exception as error:  # not an id, not cached offline, no network: one line
+        raise ModelNotFoundError(
+            f"{name!r} is not a model folder, an embedded model or a Hugging Face model that "
+            f"could be fetched ({type(error).__name__}: {str(error).splitlines()[0][:200]}); "
+            "download it first (huggingface-cli download) or name its folder"
+        ) from None
+
+
+@contextlib.contextmanager
+def serving(
+    configs: Iterable[HyperParameters],
+    settings: ExperimentSettings,
+    storage: str | Path,
+    *,
+    echo: bool = True,
+) -> Iterator[ExperimentSettings]:
+    """Start the ``nip serve`` of each base model the configurations' ``SelfHosted`` agents
+    use, wait until each is ready, and yield ``settings`` pointing those agents at them.
+
+    Args:
+        configs: The run's parameters, or a sweep's cells'.
+        settings: The run's settings; ``serve_config``, ``server_ready_timeout_s`` and
+            ``show_progress`` shape the servers. With ``serve`` off, nothing is started and
+            ``settings`` is yielded as given.
+        storage: The servers' storage root: one folder per model under it.
+        echo: Say which server starts where.
+
+    Raises:
+        ServerStartError: A server did not get ready (the others are stopped).
+        ModelNotFoundError: A model cannot be found.
+        MissingExtraError: ``nip serve`` needs ``nip[server]``.
+    """
+    configs = list(configs)
+    if not settings.serve:
+        yield settings
+        return
+    models = served_models(configs)
+    if echo and not models:
+        print("nip serve: no SelfHosted agent here needs a server; none started")
+    with serving_models(models, settings, storage, echo=echo) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def serving_models(
+    models: Iterable[str],
+    settings: ExperimentSettings,
+    storage: str | Path,
+    *,
+    echo: bool = True,
+) -> Iterator[ExperimentSettings]:
+    """:func:`serving` for the given base models (a Ray node's servers start this way)."""
+    from nip.extras import require
+    from nip.server.background import serve_in_background
+
+    require("server")
+    shared = server_settings(settings)
+    servers: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        for model in models:
+            folder = Path(storage) / storage_name(model)
+            if echo:
+                print(f"nip serve for {model}: starting (storage {folder})", flush=True)
+            handle = serve_in_background(
+                model_source(model),
+                **{"engine": "auto", **shared},
+                served_model_name=model,
+                storage_dir=str(folder),
+                ready_timeout_s=settings.server_ready_timeout_s,
+                show_progress=settings.show_progress,
+            )
+            stack.callback(handle.stop)
+            servers[model] = handle.url
+            if echo:
+                print(f"nip serve for {model}: ready at {handle.url} ({handle.engine_kind})")
+        yield replace(settings, serve=True, servers={**settings.servers, **servers})
+        if echo and servers:
+            print(f"nip serve: stopping {len(servers)} server(s)", flush=True)
