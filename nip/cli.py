@@ -5,6 +5,64 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, naming the argument (argparse's
+    usage block can be a dozen lines; ``--help`` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _count(text: str) -> int:
+    """An argument that counts something: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected an integer >= 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A duration: a number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected a number >= 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    """A probability strictly between 0 and 1 (an interval's coverage)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not allowed: expected a number between 0 and 1 (0.95)"
+        )
+    return value
+
+
+def _iterations(text: str) -> list[int]:
+    """Iterations as whole numbers >= 0 separated by commas (``0,7``)."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        values = [-1]
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not allowed: expected iterations (whole numbers >= 0) separated "
+            "by commas, e.g. 0,7"
+        )
+    return values
 
 
 def _print_protocol(name: str, seed: int) -> None:
@@ -70,14 +128,17 @@ def _load_config(name_or_path: str):
     from pathlib import Path
 
     from nip.configs import UnknownPresetError, load_preset
+    from nip.errors import ConfigFileError
     from nip.parameters import HyperParameters
 
     path = Path(name_or_path)
-    if not path.exists():
+    if not path.is_file():
         try:
             return load_preset(name_or_path)
-        except UnknownPresetError as error:
-            raise SystemExit(f"nip: no config file or preset named {name_or_path!r}") from error
+        except UnknownPresetError:
+            raise ConfigFileError(
+                f"no config file or preset named {name_or_path!r} (nip presets lists them)"
+            ) from None
     return HyperParameters.load(path)
 
 
@@ -158,8 +219,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from nip.viz.compare_runs import compare_runs
 
+    if args.html and not Path(args.html).resolve().parent.is_dir():
+        print(f"nip compare: --html {args.html}: its folder does not exist", file=sys.stderr)
+        return 2
     try:
         figure, table = compare_runs(
             args.run_dirs,
@@ -180,6 +246,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             float_format=lambda v: f"{v:.3f}",
         )
     )
+    if incomplete := table.attrs.get("incomplete"):
+        print(f"\nnot finished, shown as far as they got: {'; '.join(incomplete)}")
     if args.html:
         figure.write_html(args.html)  # plotly.js embedded: opens offline
         print(f"\nfigure: {args.html}")
@@ -192,20 +260,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from nip.experiments import sweep
 
     action, target = (
-        (args.target[0], args.target[1:]) if len(args.target) > 1 else ("", args.target)
+        (args.target[0], args.target[1:])
+        if args.target[0] in ("status", "resume") and not Path(args.target[0]).is_file()
+        else ("", args.target)
     )
-    if action not in ("", "status", "resume") or len(target) != 1:
+    if len(target) != 1:
+        what = f"nip sweep {action}: which sweep folder? " if action else "nip sweep: "
         print(
-            "usage: nip sweep GRID.yaml | nip sweep status DIR | nip sweep resume DIR",
+            f"{what}usage: nip sweep GRID.yaml | nip sweep status DIR | nip sweep resume DIR",
             file=sys.stderr,
         )
         return 2
     if action == "status":
-        for cell in sweep.sweep_status(target[0]):
-            print(
-                f"{cell.name:<32}{cell.stage:<24}"
-                f"iteration {cell.iteration + 1}/{cell.num_iterations}"
-            )
+        _print_sweep_status(target[0])
         return 0
     if action == "resume":
         spec, sweep_dir = sweep.load_sweep_spec(target[0]), Path(target[0])
@@ -234,14 +301,31 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _print_sweep_status(sweep_dir: str) -> None:
+    from nip.experiments.sweep import sweep_status
+    from nip.runs.ownership import current_owner
+
+    cells = sweep_status(sweep_dir)  # first: refuses a folder that holds no sweep
+    owner = current_owner(sweep_dir)
+    print(f"{sweep_dir}: " + (f"running ({owner})" if owner else "not running"))
+    for cell in cells:
+        if cell.error:
+            stage, where = "failed", cell.error
+        elif cell.stage == "not started":
+            stage, where = cell.stage, ""
+        else:
+            shown = min(cell.iteration + 1, cell.num_iterations)
+            stage, where = cell.stage, f"iteration {shown}/{cell.num_iterations}"
+        print(f"{cell.name:<32}{stage:<24}{where}".rstrip())
+
+
 def _cmd_retest(args: argparse.Namespace) -> int:
     from nip.experiments.retest import retest
 
-    iterations = [int(i) for i in args.iterations.split(",")] if args.iterations else None
     args.run_dir = None
     out = retest(
         args.run_dir_positional,
-        iterations=iterations,
+        iterations=args.iterations,
         passes=args.passes,
         split=args.split,
         settings=_settings(args),
@@ -253,9 +337,10 @@ def _cmd_retest(args: argparse.Namespace) -> int:
 def _cmd_extend(args: argparse.Namespace) -> int:
     from nip.experiments.extend import extend_run, extension_schedule
 
-    print(extension_schedule(args.run_dir_positional, args.iterations))
+    schedule = extension_schedule(args.run_dir_positional, args.iterations)
     args.run_dir = args.run_dir_positional
     trainer = extend_run(args.run_dir_positional, args.iterations, _settings(args))
+    print(schedule)  # once the extension is under way: a refused one prints only its error
     trainer.train()
     _print_metrics(trainer)
     return 0
@@ -288,16 +373,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_control(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from nip.runs.control import read_status, request
+    from nip.runs.run_dir import RunDirectory
 
-    if not (Path(args.run_dir_positional) / "hyper_params.json").exists():
-        print(
-            f"error: {args.run_dir_positional} holds no run (no hyper_params.json)",
-            file=sys.stderr,
-        )
-        return 2
+    RunDirectory.of_run(args.run_dir_positional)  # refuses a folder that holds no run
     request(args.run_dir_positional, args.request)
     status = read_status(args.run_dir_positional).get("status", "not reported yet")
     print(f"asked the run to {args.request} (its last status: {status}); it acts between stages")
@@ -395,7 +474,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dummy-latency",
-        type=float,
+        type=_seconds,
         default=0.0,
         help="Simulated latency of the dummy backend, in seconds.",
     )
@@ -413,7 +492,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from nip.parameters.providers import PROVIDER_CAPABILITIES
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="nip",
         description="Neural interactive proofs with language models: run and resume "
         "experiments, analyse their dialogues, serve models for them.",
@@ -452,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--sample-items",
-        type=int,
+        type=_count,
         default=4,
         help="--dry-run: build the real prompts of this many items per pass (default 4).",
     )
@@ -491,8 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("target", nargs="+", metavar="GRID.yaml | status DIR | resume DIR")
     sweep.add_argument("--sweep-dir", help="Where the cells go (default: runs/sweeps/NAME).")
     sweep.add_argument("--dry-run", action="store_true", help="Price every cell and the total.")
-    sweep.add_argument("--sample-items", type=int, default=4, help="--dry-run: see nip run.")
-    sweep.add_argument("--max-parallel", type=int, help="Cells at once (default: the grid's, 4).")
+    sweep.add_argument("--sample-items", type=_count, default=4, help="--dry-run: see nip run.")
+    sweep.add_argument(
+        "--max-parallel", type=_count, help="Cells at once (default: the grid's, 4)."
+    )
     sweep.add_argument("--ray", metavar="auto|ADDRESS", help="Run each cell as a Ray task.")
     sweep.add_argument(
         "--cell-resources", default="cpu=1", help="--ray: each cell's resources (cpu=1,gpu=1)."
@@ -504,15 +585,17 @@ def build_parser() -> argparse.ArgumentParser:
         "retest", help="Test a run's saved models again (more passes, another split)."
     )
     retest.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
-    retest.add_argument("--iterations", help="Which iterations, e.g. 0,7 (default: all).")
-    retest.add_argument("--passes", type=int, help="Test passes (default: the run's).")
+    retest.add_argument(
+        "--iterations", type=_iterations, help="Which iterations, e.g. 0,7 (default: all)."
+    )
+    retest.add_argument("--passes", type=_count, help="Test passes (default: the run's).")
     retest.add_argument("--split", help="The dataset split (default: the run's test split).")
     _add_run_options(retest)
     retest.set_defaults(func=_cmd_retest)
 
     extend = sub.add_parser("extend", help="More iterations for a finished run.")
     extend.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
-    extend.add_argument("--iterations", type=int, required=True, help="How many more.")
+    extend.add_argument("--iterations", type=_count, required=True, help="How many more.")
     _add_run_options(extend)
     extend.set_defaults(func=_cmd_extend)
 
@@ -540,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--split", choices=["test", "train"], default="test", help="Which rollouts (test)."
     )
     compare.add_argument(
-        "--confidence", type=float, default=0.95, help="The intervals' coverage (0.95)."
+        "--confidence", type=_fraction, default=0.95, help="The intervals' coverage (0.95)."
     )
     compare.add_argument(
         "--separate-seeds",
@@ -574,8 +657,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status (2: bad input, said in one line)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or an argument refused: already said
+        return exit_.code if isinstance(exit_.code, int) else 2
     from nip.errors import MissingExtraError, NipError
 
     try:

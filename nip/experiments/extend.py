@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nip.errors import InvalidParameterError
+from nip.errors import InvalidParameterError, require_count
 from nip.runs.changes import change_saved_parameters, saved_parameters
+from nip.runs.ownership import owning
 from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
@@ -31,7 +32,13 @@ __all__ = ["extend_run", "extension_schedule"]
 
 def extension_schedule(run_dir: str | Path, iterations: int) -> str:
     """What extending the run by ``iterations`` will do, one line per iteration, from the
-    plan of the longer run (:mod:`nip.training.plan`)."""
+    plan of the longer run (:mod:`nip.training.plan`).
+
+    Raises:
+        InvalidParameterError: ``iterations`` < 1.
+        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+    """
+    require_count("--iterations", iterations)
     before = saved_parameters(run_dir)
     old = before.rl.num_iterations
     plan = make_run_plan(before.with_overrides({"rl.num_iterations": old + iterations}))
@@ -59,21 +66,23 @@ def extend_run(
 
     Raises:
         InvalidParameterError: ``iterations`` < 1, or the run is not finished (resume it).
+        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+        DirectoryInUseError: Another process is writing the run directory.
     """
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise InvalidParameterError("--iterations", iterations, "an integer >= 1")
-    directory = RunDirectory(run_dir)
-    state = directory.read_json("state.json") if directory.exists("state.json") else {}
-    if state.get("stage") != "done":
-        raise InvalidParameterError(
-            "run_dir",
-            str(run_dir),
-            "a finished run",
-            reason="the run is not finished: resume it (nip resume) before extending it",
-        )
-    old = saved_parameters(run_dir).rl.num_iterations
-    change_saved_parameters(run_dir, {"rl.num_iterations": old + iterations}, accept=True)
-    # The old last iteration went from test to done; its fine-tuning comes next.
-    directory.write_json("state.json", {**state, "stage": "create_fine_tune_jobs"})
-    # More iterations is a new plan by design (extension_schedule shows it first).
-    return PureTextEiTrainer.resume(run_dir, settings, accept_plan_change=True, **kwargs)
+    require_count("--iterations", iterations)
+    directory = RunDirectory.of_run(run_dir)
+    with owning(directory.path, "an extension"):
+        state = directory.read_json("state.json") if directory.exists("state.json") else {}
+        if state.get("stage") != "done":
+            raise InvalidParameterError(
+                "run_dir",
+                str(run_dir),
+                "a finished run",
+                reason="the run is not finished: resume it (nip resume) before extending it",
+            )
+        old = saved_parameters(run_dir).rl.num_iterations
+        change_saved_parameters(run_dir, {"rl.num_iterations": old + iterations}, accept=True)
+        # The old last iteration went from test to done; its fine-tuning comes next.
+        directory.write_json("state.json", {**state, "stage": "create_fine_tune_jobs"})
+        # More iterations is a new plan by design (extension_schedule shows it first).
+        return PureTextEiTrainer.resume(run_dir, settings, accept_plan_change=True, **kwargs)

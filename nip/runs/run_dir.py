@@ -27,11 +27,26 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nip.errors import NipError
 from nip.extras import needs
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
 from nip.utils.files import atomic_write_text
 
-__all__ = ["RunDirectory", "atomic_write_text", "new_run_path"]
+__all__ = [
+    "NotARunDirectoryError",
+    "RunDirectory",
+    "RunFileError",
+    "atomic_write_text",
+    "new_run_path",
+]
+
+
+class NotARunDirectoryError(NipError, FileNotFoundError):
+    """A folder given as a run's is missing, is a file, or holds no run."""
+
+
+class RunFileError(NipError, ValueError):
+    """A file of a run directory is not what nip wrote there (damaged, or edited by hand)."""
 
 
 def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None) -> Path:
@@ -75,6 +90,22 @@ class RunDirectory:
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
 
+    @classmethod
+    def of_run(cls, path: str | Path, **kwargs: Any) -> RunDirectory:
+        """The directory of a saved run (``kwargs`` as for the constructor).
+
+        Raises:
+            NotARunDirectoryError: ``path`` is missing, a file, or holds no run.
+        """
+        path = Path(path)
+        if not path.exists():
+            raise NotARunDirectoryError(f"{path}: no such folder")
+        if not path.is_dir():
+            raise NotARunDirectoryError(f"{path} is a file, not a run directory")
+        if not (path / "hyper_params.json").is_file():
+            raise NotARunDirectoryError(f"{path} holds no run (no hyper_params.json)")
+        return cls(path, **kwargs)
+
     # ----------------------------------------------------------------- generic
     def write_json(self, relative: str, data: Any) -> Path:
         path = self.path / relative
@@ -82,7 +113,16 @@ class RunDirectory:
         return path
 
     def read_json(self, relative: str) -> Any:
-        return json.loads((self.path / relative).read_text(encoding="utf-8"))
+        """A JSON file of the run.
+
+        Raises:
+            RunFileError: It is not valid JSON.
+        """
+        path = self.path / relative
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise RunFileError(f"{path}: not valid JSON ({error})") from None
 
     def exists(self, relative: str) -> bool:
         return (self.path / relative).exists()
@@ -97,6 +137,18 @@ class RunDirectory:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     # ----------------------------------------------------------------- dataset
+    def progress(self) -> tuple[str, int, int]:
+        """Where the run stands: ``(stage, iteration, num_iterations)``. The stage is
+        ``"not started"`` before its parameters are saved and ``"starting"`` before its first
+        stage ends (iteration 0 then); ``num_iterations`` is 0 before it starts."""
+        if not self.exists("hyper_params.json"):
+            return "not started", 0, 0
+        iterations = self.read_json("hyper_params.json").get("rl", {}).get("num_iterations", 0)
+        if not self.exists("state.json"):
+            return "starting", 0, iterations
+        state = self.read_json("state.json")
+        return state["stage"], state["iteration"], iterations
+
     def load_hyper_params(self, *, force: bool = False) -> Any:
         """The run's saved ``HyperParameters``.
 

@@ -32,6 +32,7 @@ from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
+from nip.runs.ownership import owning
 from nip.runs.plan_steps import TEST_ITERATION
 from nip.runs.run_dir import RunDirectory, new_run_path, split_provenance
 from nip.runs.state import Stage as Stage  # re-exported: the stages' names
@@ -98,6 +99,30 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         check_wandb(settings.wandb_mode)  # W&B asked for but not installed: before any write
         if settings.run_dir is None:
             settings.run_dir = new_run_path()
+        with owning(settings.run_dir, "a run starting"):  # one writer of the folder at a time
+            self._open(
+                hyper_params,
+                settings,
+                fine_tune_backends=fine_tune_backends,
+                overwrite=overwrite,
+                protocol=protocol,
+                backends=backends,
+                callbacks=callbacks,
+                _resuming=_resuming,
+            )
+
+    def _open(
+        self,
+        hyper_params: HyperParameters,
+        settings: ExperimentSettings,
+        *,
+        fine_tune_backends: Mapping[str, FineTuneBackend] | None,
+        overwrite: bool,
+        protocol: type[ProtocolHandler] | None,
+        backends: BackendPool | None,
+        callbacks: Sequence[TrainerCallback] | None,
+        _resuming: bool,
+    ) -> None:
         self.hyper_params = hyper_params
         self.settings = settings
         text_rl = hyper_params.text_rl
@@ -198,31 +223,34 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         the saved parameters hold only its name.
 
         Raises:
+            NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+            DirectoryInUseError: Another process is writing the run directory.
             IncompatibleParametersError: The run was saved by an incompatible nip (pass
                 ``force=True`` to try anyway).
             PlanChangedError: The plan this nip makes from the saved parameters and data
                 differs from the run's ``plan.json`` (pass ``accept_plan_change=True`` to go
                 on with the new plan).
         """
-        directory = RunDirectory(run_dir)
+        directory = RunDirectory.of_run(run_dir)
         hyper_params = directory.load_hyper_params(force=force)
         settings = settings or ExperimentSettings()
         settings.run_dir = directory.path
-        trainer = cls(
-            hyper_params,
-            settings,
-            fine_tune_backends=fine_tune_backends,
-            protocol=protocol,
-            backends=backends,
-            _resuming=True,
-        )
-        if directory.exists("state.json"):
-            trainer.state = TrainerState(**directory.read_json("state.json"))
-            for name, group_state in trainer.state.groups.items():
-                trainer.groups[name].set_state(group_state)
-        trainer.context.plan = check_saved_plan(
-            trainer.run_dir, trainer.plan, trainer.state, accept=accept_plan_change
-        )
+        with owning(directory.path, "a run resuming"):
+            trainer = cls(
+                hyper_params,
+                settings,
+                fine_tune_backends=fine_tune_backends,
+                protocol=protocol,
+                backends=backends,
+                _resuming=True,
+            )
+            if directory.exists("state.json"):
+                trainer.state = TrainerState(**directory.read_json("state.json"))
+                for name, group_state in trainer.state.groups.items():
+                    trainer.groups[name].set_state(group_state)
+            trainer.context.plan = check_saved_plan(
+                trainer.run_dir, trainer.plan, trainer.state, accept=accept_plan_change
+            )
         return trainer
 
     def _save_state(self) -> None:
@@ -249,7 +277,15 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
 
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
         """Run stages until the run is finished, ``max_stages`` stages were run, or a
-        callback stopped it (``nip control RUN_DIR stop``; a pause waits between stages)."""
+        callback stopped it (``nip control RUN_DIR stop``; a pause waits between stages).
+
+        Raises:
+            DirectoryInUseError: Another process (or task) is writing the run directory.
+        """
+        with owning(self.run_dir.path, "training"):
+            return await self._train(max_stages)
+
+    async def _train(self, max_stages: int | None) -> TrainerState:
         stages_run = 0
         await self._call("on_train_begin")
         if not self.finished and not self._servers_ready:
