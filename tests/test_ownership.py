@@ -135,3 +135,146 @@ def test_a_waiting_claim_gets_the_folder_when_its_owner_dies(tmp_path):
         assert ownership.taken_over_from.pid == holder.pid
     assert time.monotonic() - started < 20
     holder.wait(timeout=10)
+
+
+# ------------------------------------------------------------ two sweeps on one folder
+GRID = """
+name: owned
+base: base.yaml
+axes:
+  interaction_protocol: [nip, debate]
+  seed: [0, 1]
+"""
+
+
+@pytest.fixture
+def paid_grid(make_tiny_dataset, tmp_path) -> Path:
+    """A 2 x 2 grid whose agents call an OpenAI-compatible server (the test server, below);
+    too few examples to fine-tune, so every cell warns and only chat requests are made."""
+    from nip.parameters import HyperParameters, PureTextAgentParameters
+
+    agent = PureTextAgentParameters(model_provider="OpenAI", model_name="gpt-test")
+    HyperParameters(
+        dataset=str(make_tiny_dataset()),
+        agents={"prover": agent, "verifier": agent},
+        rl={"num_iterations": 2, "rollouts_per_iteration": 4},
+        text_rl={"min_fine_tune_examples": 1000, "test_scheme": "last"},
+        nip_protocol={"max_message_rounds": 3},
+        debate_protocol={"max_message_rounds": 3},
+    ).save(tmp_path / "base.yaml")
+    (tmp_path / "grid.yaml").write_text(GRID)
+    return tmp_path / "grid.yaml"
+
+
+@pytest.fixture
+def chat_server():
+    """The test server; its answers wait while ``server.gate`` is closed (cleared)."""
+    from nip.backends import DummyBackend, DummyPolicy
+    from nip.testing.server import create_app, serve
+
+    gate = threading.Event()
+    gate.set()
+
+    class GatedBackend(DummyBackend):
+        async def generate(self, request):
+            while not gate.is_set():
+                await asyncio.sleep(0.01)
+            return await super().generate(request)
+
+    server = serve(create_app(GatedBackend(DummyPolicy(decide_on_turn=2)), latency_s=0.02))
+    server.gate = gate
+    yield server
+    gate.set()
+    server.stop()
+
+
+def _sweep(grid: Path, sweep_dir: Path, server) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "sk-test",
+        "WANDB_MODE": "disabled",
+    }
+    command = [sys.executable, "-m", "nip.cli", "sweep", str(grid), "--sweep-dir", str(sweep_dir)]
+    command += ["--cache", "off", "--max-parallel", "2"]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _wait_for(condition, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def _turns(sweep_dir: Path) -> int:
+    """Every turn of every dialogue the sweep's cells saved: one chat request each."""
+    import json
+
+    return sum(
+        len(json.loads(line)["turns"])
+        for path in sweep_dir.glob("cells/*/rollouts/*.jsonl")
+        for line in path.read_text().splitlines()
+    )
+
+
+@pytest.mark.timeout(240)
+def test_a_second_sweep_on_the_folder_is_refused_and_every_cell_runs_once(
+    paid_grid, tmp_path, chat_server
+):
+    from nip.experiments.sweep import sweep_status
+
+    sweep_dir = tmp_path / "sweep"
+    chat_server.gate.clear()  # the first sweep's cells wait for their first answers
+    first = _sweep(paid_grid, sweep_dir, chat_server)
+    try:
+        _wait_for(lambda: chat_server.stats().requests > 0)
+        time.sleep(1)
+        second = _sweep(paid_grid, sweep_dir, chat_server)
+        _, err = second.communicate(timeout=120)
+        assert second.returncode == 2, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert f"in use: a sweep by pid {first.pid} on {socket.gethostname()} since" in err
+        chat_server.gate.set()
+        _, err = first.communicate(timeout=180)
+    finally:
+        first.kill()
+    assert first.returncode == 0, err[-2000:]
+    assert {c.stage for c in sweep_status(sweep_dir)} == {"done"}
+    assert chat_server.stats().requests == _turns(sweep_dir) > 0  # no cell ran twice
+    # Warnings of parallel cells name their cell and read as nip's other lines.
+    warned = [line for line in err.splitlines() if "too few examples" in line]
+    assert {line.split(":")[0] for line in warned} == {
+        "nip_seed0",
+        "nip_seed1",
+        "debate_seed0",
+        "debate_seed1",
+    }
+    assert all(": warning: group '" in line for line in warned)
+    assert "UserWarning" not in err and ".py:" not in err
+
+
+@pytest.mark.timeout(240)
+def test_a_sweep_killed_with_sigkill_is_taken_over_by_the_next_one(
+    paid_grid, tmp_path, chat_server
+):
+    from nip.experiments.sweep import sweep_status
+
+    sweep_dir = tmp_path / "sweep"
+    killed = _sweep(paid_grid, sweep_dir, chat_server)
+    try:
+        _wait_for(lambda: any(sweep_dir.glob("cells/*/state.json")))
+        chat_server.gate.clear()  # killed in the middle: no cell can finish meanwhile
+    finally:
+        os.kill(killed.pid, signal.SIGKILL)
+        killed.communicate(timeout=30)
+    assert {c.stage for c in sweep_status(sweep_dir)} != {"done"}
+    chat_server.gate.set()
+    third = _sweep(paid_grid, sweep_dir, chat_server)
+    out, err = third.communicate(timeout=180)
+    assert third.returncode == 0, err[-2000:]
+    assert f"taking over from a sweep by pid {killed.pid}" in out
+    assert {c.stage for c in sweep_status(sweep_dir)} == {"done"}
