@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 
 class _Parser(argparse.ArgumentParser):
@@ -16,53 +16,31 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _count(text: str) -> int:
-    """An argument that counts something: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected an integer >= 1")
-    return value
+def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], allowed: str):
+    """An argument type: ``convert`` the text, refused in one line unless ``ok``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected {allowed}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    """A duration: a number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected a number >= 0")
-    return value
-
-
-def _fraction(text: str) -> float:
-    """A probability strictly between 0 and 1 (an interval's coverage)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not allowed: expected a number between 0 and 1 (0.95)"
-        )
-    return value
-
-
-def _iterations(text: str) -> list[int]:
-    """Iterations as whole numbers >= 0 separated by commas (``0,7``)."""
-    try:
-        values = [int(part) for part in text.split(",")]
-    except ValueError:
-        values = [-1]
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not allowed: expected iterations (whole numbers >= 0) separated "
-            "by commas, e.g. 0,7"
-        )
-    return values
+#: A count (iterations, passes, cells at once); a duration; an interval's coverage; which
+#: iterations (``0,7``).
+_count = _checked(int, lambda n: n >= 1, "an integer >= 1")
+_seconds = _checked(float, lambda s: 0 <= s < float("inf"), "a number >= 0")
+_fraction = _checked(float, lambda p: 0 < p < 1, "a number between 0 and 1 (0.95)")
+_iterations = _checked(
+    lambda text: [int(part) for part in text.split(",")],
+    lambda values: min(values) >= 0,
+    "iterations (whole numbers >= 0) separated by commas, e.g. 0,7",
+)
 
 
 def _print_protocol(name: str, seed: int) -> None:
@@ -286,8 +264,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     args.run_dir = None
     if args.ray:
-        from nip.experiments.sweep_ray import run_sweep_ray
+        from nip.experiments.sweep_ray import parse_resources, run_sweep_ray
 
+        parse_resources(args.cell_resources)  # refused before anything is written
         outcomes = run_sweep_ray(
             spec, sweep_dir, _settings(args), address=args.ray, resources=args.cell_resources
         )
@@ -384,10 +363,11 @@ def _cmd_control(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyse(args: argparse.Namespace) -> int:
-    from nip.analysis.judges import ANALYSERS
+    from nip.analysis.judges import ANALYSERS, check_analysers
     from nip.parameters import PureTextAgentParameters
     from nip.training.trainer import PureTextEiTrainer
 
+    check_analysers(args.analysers or ())
     trainer = PureTextEiTrainer.resume(args.run_dir_positional, _settings(args))
     judge = PureTextAgentParameters(
         model_provider=args.provider, model_name=args.model, use_dummy_api=args.dummy

@@ -79,7 +79,9 @@ def test_a_child_forked_by_the_owner_does_not_keep_its_folder_after_it_dies(tmp_
     _kill(holder)  # its child sleeps on, with copies of its descriptors
     try:
         os.kill(holder.child, 0)  # alive
-        with owning(tmp_path / "run", "training") as ownership:
+        # The child closes its copies as it starts (filelock's fork hook); on a busy machine
+        # it may not have run yet. A child keeping the lock would hold it for a minute.
+        with owning(tmp_path / "run", "training", wait_s=20) as ownership:
             assert ownership.taken_over_from.pid == holder.pid
     finally:
         os.kill(holder.child, signal.SIGKILL)
@@ -148,20 +150,12 @@ axes:
 
 
 @pytest.fixture
-def paid_grid(make_tiny_dataset, tmp_path) -> Path:
+def paid_grid(dummy_params, tmp_path) -> Path:
     """A 2 x 2 grid whose agents call an OpenAI-compatible server (the test server, below);
     too few examples to fine-tune, so every cell warns and only chat requests are made."""
-    from nip.parameters import HyperParameters, PureTextAgentParameters
-
-    agent = PureTextAgentParameters(model_provider="OpenAI", model_name="gpt-test")
-    HyperParameters(
-        dataset=str(make_tiny_dataset()),
-        agents={"prover": agent, "verifier": agent},
-        rl={"num_iterations": 2, "rollouts_per_iteration": 4},
-        text_rl={"min_fine_tune_examples": 1000, "test_scheme": "last"},
-        nip_protocol={"max_message_rounds": 3},
-        debate_protocol={"max_message_rounds": 3},
-    ).save(tmp_path / "base.yaml")
+    params = dummy_params(model_provider="OpenAI", model_name="gpt-test")
+    params.text_rl.min_fine_tune_examples = 1000
+    params.save(tmp_path / "base.yaml")
     (tmp_path / "grid.yaml").write_text(GRID)
     return tmp_path / "grid.yaml"
 
@@ -278,3 +272,101 @@ def test_a_sweep_killed_with_sigkill_is_taken_over_by_the_next_one(
     assert third.returncode == 0, err[-2000:]
     assert f"taking over from a sweep by pid {killed.pid}" in out
     assert {c.stage for c in sweep_status(sweep_dir)} == {"done"}
+
+
+# ------------------------------------------------- every command and its Python API
+@pytest.fixture(scope="module")
+def owned(tmp_path_factory, dummy_params) -> dict[str, Path]:
+    """A finished run, a finished sweep and their config and grid files."""
+    from nip.experiments.sweep import GridSpec, run_sweep
+    from nip.settings import ExperimentSettings
+    from nip.training.trainer import build_trainer
+
+    root = tmp_path_factory.mktemp("owned")
+    params = dummy_params()
+    params.rl.num_iterations = 1
+    params.save(root / "base.json")
+    quiet = {"show_progress": False, "wandb_mode": "disabled"}
+    build_trainer(params, ExperimentSettings(run_dir=root / "run", **quiet)).train()
+    (root / "grid.yaml").write_text(GRID.replace("base.yaml", "base.json"))
+    spec = GridSpec.load(root / "grid.yaml")
+    run_sweep(spec, root / "sweep", ExperimentSettings(**quiet), echo=False)
+    return {"root": root, "run": root / "run", "sweep": root / "sweep"}
+
+
+#: Each command, with the folder a running copy of it owns.
+SECOND_COPIES = {
+    "nip run": (["run", "{root}/base.json", "--run-dir", "{run}", "--overwrite"], "{run}"),
+    "nip resume": (["resume", "{run}"], "{run}"),
+    "nip extend": (["extend", "{run}", "--iterations", "1"], "{run}"),
+    "nip retest": (["retest", "{run}"], "{run}/retest/test-1x"),
+    "nip sweep": (["sweep", "{root}/grid.yaml", "--sweep-dir", "{sweep}"], "{sweep}"),
+    "nip sweep resume": (["sweep", "resume", "{sweep}"], "{sweep}"),
+}
+
+
+@pytest.mark.parametrize("command", list(SECOND_COPIES))
+def test_a_second_copy_of_a_command_is_refused_naming_the_first(owned, command, capsys):
+    from nip.cli import main
+
+    argv, folder = SECOND_COPIES[command]
+    places = {k: str(v) for k, v in owned.items()}
+    holder = _holder(Path(folder.format(**places)))
+    try:
+        before = {p: p.read_bytes() for p in owned["root"].rglob("*") if p.is_file()}
+        assert main([a.format(**places) for a in argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"by pid {holder.pid} on {socket.gethostname()}" in err
+        after = {p: p.read_bytes() for p in owned["root"].rglob("*") if p.is_file()}
+        assert after == before
+    finally:
+        _kill(holder)
+
+
+def test_the_python_api_takes_the_same_lock(owned):
+    from nip.experiments.extend import extend_run
+    from nip.experiments.retest import retest
+    from nip.experiments.sweep import GridSpec, prepare_sweep, run_sweep
+    from nip.parameters import HyperParameters
+    from nip.runs.changes import change_saved_parameters
+    from nip.settings import ExperimentSettings
+    from nip.training.trainer import PureTextEiTrainer, build_trainer
+
+    settings = ExperimentSettings(show_progress=False, wandb_mode="disabled")
+    params = HyperParameters.load(owned["root"] / "base.json")
+    spec = GridSpec.load(owned["root"] / "grid.yaml")
+    holder = _holder(owned["run"])
+    try:
+        for attempt in (
+            lambda: build_trainer(params, ExperimentSettings(run_dir=owned["run"]), overwrite=True),
+            lambda: PureTextEiTrainer.resume(owned["run"], settings),
+            lambda: extend_run(owned["run"], 1, settings),
+            lambda: change_saved_parameters(owned["run"], {"seed": 9}, accept=True),
+        ):
+            with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                attempt()
+    finally:
+        _kill(holder)
+    trainer = PureTextEiTrainer.resume(owned["run"], settings)  # free again: it opens
+    holder = _holder(owned["run"])
+    try:  # opened before another process took the folder: training is refused
+        with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+            trainer.train()
+    finally:
+        _kill(holder)
+    holder = _holder(owned["run"] / "retest" / "test-1x")
+    try:
+        with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+            retest(owned["run"], settings=settings)
+    finally:
+        _kill(holder)
+    holder = _holder(owned["sweep"])
+    try:
+        for attempt in (
+            lambda: run_sweep(spec, owned["sweep"], settings, echo=False),
+            lambda: prepare_sweep(spec, owned["sweep"]),
+        ):
+            with pytest.raises(DirectoryInUseError, match=f"pid {holder.pid}"):
+                attempt()
+    finally:
+        _kill(holder)

@@ -43,7 +43,7 @@ from nip.experiments.sweep_grid import (
     sweep_run_dirs,
 )
 from nip.runs.ownership import owning
-from nip.runs.run_dir import RunDirectory
+from nip.runs.run_dir import RunDirectory, RunFileError
 from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 from nip.utils.notices import labelled
@@ -313,9 +313,13 @@ def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
     last = _Events(sweep_dir).last()
     statuses = []
     for record in manifest["cells"]:
-        status = cell_status(Path(sweep_dir) / record["run_dir"], record["name"], record["values"])
+        name, values = record["name"], record["values"]
+        try:
+            status = cell_status(Path(sweep_dir) / record["run_dir"], name, values)
+        except RunFileError as error:  # a damaged cell is shown, not a reason to fail
+            status = CellStatus(name, "unreadable", 0, 0, values, error=str(error))
         status.num_iterations = status.num_iterations or record.get("num_iterations", 0)
-        event = last.get(record["name"], {})
+        event = last.get(name, {})
         if event.get("event") == "error":
             status.error = event.get("error")
         statuses.append(status)

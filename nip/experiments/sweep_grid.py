@@ -33,7 +33,7 @@ from typing import Any
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, require_count
 from nip.experiments.cost_report import CostEstimate
 from nip.parameters import HyperParameters
-from nip.runs.run_dir import RunDirectory
+from nip.runs.run_dir import RunDirectory, folder_holding
 from nip.settings import ExperimentSettings
 
 __all__ = [
@@ -330,13 +330,7 @@ def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
     Raises:
         NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
     """
-    path = Path(sweep_dir)
-    if not path.exists():
-        raise NotASweepDirectoryError(f"{path}: no such folder")
-    if not path.is_dir():
-        raise NotASweepDirectoryError(f"{path} is a file, not a sweep directory")
-    if not is_sweep_dir(path):
-        raise NotASweepDirectoryError(f"{path} holds no sweep (no {MANIFEST})")
+    path = folder_holding(sweep_dir, MANIFEST, "sweep", NotASweepDirectoryError)
     manifest = RunDirectory(path).read_json(MANIFEST)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
         raise NotASweepDirectoryError(f"{path / MANIFEST} is not a sweep's manifest")

@@ -487,12 +487,17 @@ class BaseParameters:
         """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix).
 
         ``options`` go to :meth:`from_dict` (``force=True`` for ``HyperParameters``).
+
+        Raises:
+            ConfigFileError: The file is missing, unreadable, or not valid YAML or JSON.
         """
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
         except UnicodeDecodeError as error:
             raise ConfigFileError(f"{path}: not a text file ({error.reason})", path=path) from None
+        except OSError as error:  # missing, a folder, unreadable
+            raise ConfigFileError(f"{path}: {error.strerror}", path=path) from None
         parse = cls.from_yaml if path.suffix in {".yaml", ".yml"} else cls.from_json
         try:
             return parse(text, ignore_extra_keys=ignore_extra_keys, **options)

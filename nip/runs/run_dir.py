@@ -37,6 +37,7 @@ __all__ = [
     "RunDirectory",
     "RunFileError",
     "atomic_write_text",
+    "folder_holding",
     "new_run_path",
 ]
 
@@ -47,6 +48,23 @@ class NotARunDirectoryError(NipError, FileNotFoundError):
 
 class RunFileError(NipError, ValueError):
     """A file of a run directory is not what nip wrote there (damaged, or edited by hand)."""
+
+
+def folder_holding(path: str | Path, marker: str, what: str, error: type[Exception]) -> Path:
+    """``path``, if it is a folder holding the file ``marker`` (a run's ``hyper_params.json``,
+    a sweep's ``sweep.json``).
+
+    Raises:
+        error: It is missing, a file, or lacks ``marker``; the message says which.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise error(f"{path}: no such folder")
+    if not path.is_dir():
+        raise error(f"{path} is a file, not a {what} directory")
+    if not (path / marker).is_file():
+        raise error(f"{path} holds no {what} (no {marker})")
+    return path
 
 
 def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None) -> Path:
@@ -97,13 +115,7 @@ class RunDirectory:
         Raises:
             NotARunDirectoryError: ``path`` is missing, a file, or holds no run.
         """
-        path = Path(path)
-        if not path.exists():
-            raise NotARunDirectoryError(f"{path}: no such folder")
-        if not path.is_dir():
-            raise NotARunDirectoryError(f"{path} is a file, not a run directory")
-        if not (path / "hyper_params.json").is_file():
-            raise NotARunDirectoryError(f"{path} holds no run (no hyper_params.json)")
+        path = folder_holding(path, "hyper_params.json", "run", NotARunDirectoryError)
         return cls(path, **kwargs)
 
     # ----------------------------------------------------------------- generic

@@ -97,39 +97,41 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
     ):
         settings = settings or ExperimentSettings()
         check_wandb(settings.wandb_mode)  # W&B asked for but not installed: before any write
+        self.hyper_params = hyper_params
+        self.settings = settings
+        # What the configuration or its data can get wrong (protocol, agents, prompts, the
+        # dataset's rows) fails here, before the run's folder is made or written.
+        self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
+        provenance = None if _resuming else split_provenance(self.session)  # loads the data
+        plan = self.make_plan()
         if settings.run_dir is None:
             settings.run_dir = new_run_path()
         with owning(settings.run_dir, "a run starting"):  # one writer of the folder at a time
             self._open(
-                hyper_params,
-                settings,
+                plan,
+                provenance,
                 fine_tune_backends=fine_tune_backends,
                 overwrite=overwrite,
-                protocol=protocol,
-                backends=backends,
                 callbacks=callbacks,
-                _resuming=_resuming,
             )
 
     def _open(
         self,
-        hyper_params: HyperParameters,
-        settings: ExperimentSettings,
+        plan: RunPlan,
+        provenance: dict[str, dict] | None,
         *,
         fine_tune_backends: Mapping[str, FineTuneBackend] | None,
         overwrite: bool,
-        protocol: type[ProtocolHandler] | None,
-        backends: BackendPool | None,
         callbacks: Sequence[TrainerCallback] | None,
-        _resuming: bool,
     ) -> None:
-        self.hyper_params = hyper_params
-        self.settings = settings
+        """Open the run's folder (``provenance`` None: a resumed run's, already written)."""
+        hyper_params, settings = self.hyper_params, self.settings
         text_rl = hyper_params.text_rl
         self.run_dir = RunDirectory(
             settings.run_dir,
             transcript_format=text_rl.transcript_format if text_rl.save_transcripts else None,
         )
+        _resuming = provenance is None
         if not _resuming:
             if self.run_dir.exists("state.json") and not overwrite:
                 raise RunDirectoryError(
@@ -140,11 +142,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             self.run_dir.write_json(
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
-        self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
-        if not _resuming:  # load the data now: a missing dataset fails before any sampling
-            self.run_dir.save_dataset_provenance(split_provenance(self.session))
-        plan = self.make_plan()
-        if not _resuming:
+            self.run_dir.save_dataset_provenance(provenance)
             self.run_dir.write_json("plan.json", plan.to_dict())
         job_backends = dict(fine_tune_backends or {})
         self.groups: dict[str, PureTextSharedModelGroup] = {
