@@ -145,6 +145,7 @@ def test_a_retest_of_an_iteration_the_run_does_not_have_leaves_nothing_behind(
     run_dir = _run(dataset, tmp_path / "run", 2)
     before = _files_of(run_dir)
     assert main(["retest", str(run_dir), "--iterations", "5"]) == 2
+    assert _files_of(run_dir) == before and not (run_dir / "retest").exists()
     assert "--iterations=5 is not allowed: expected an iteration whose training dialogues " in (
         capsys.readouterr().err
     )

@@ -64,3 +64,30 @@ def test_other_warnings_keep_pythons_format():
     with pytest.warns(DeprecationWarning) as records:
         warnings.warn("old", DeprecationWarning, stacklevel=1)
     assert "test_warnings_display.py" in _shown(records[0])
+
+
+def test_a_sweeps_cells_warn_in_one_plain_line_each_naming_the_cell(dummy_params, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    params = dummy_params()
+    params.text_rl.min_fine_tune_examples = 1000  # every cell: too few examples to fine-tune
+    params.save(tmp_path / "base.json")
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("base: base.json\naxes:\n  interaction_protocol: [nip, debate]\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "WANDB_MODE": "disabled"}
+    command = [sys.executable, "-m", "nip.cli", "sweep", str(grid), "--sweep-dir"]
+    done = subprocess.run(
+        [*command, str(tmp_path / "s"), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    assert lines and all(": warning: group '" in line for line in lines), done.stderr
+    assert {line.split(":")[0] for line in lines} == {"nip", "debate"}
+    assert "UserWarning" not in done.stderr and ".py:" not in done.stderr
