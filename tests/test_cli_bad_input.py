@@ -238,6 +238,10 @@ def template(tmp_path_factory, dummy_params) -> Path:
     return root
 
 
+#: What each scratch folder must hold (``contents``), by folder.
+CONTENTS: dict[Path, dict[str, bytes]] = {}
+
+
 @pytest.fixture(scope="module")
 def copy(template, tmp_path_factory) -> Path:
     """A copy of the template that the cases share (each checks that it writes nothing)."""
@@ -246,14 +250,22 @@ def copy(template, tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def contents(template) -> dict[str, bytes]:
+    """Every file of the template, by path: what the scratch folder must hold."""
+    files = (p for p in template.rglob("*") if p.is_file())
+    return {str(p.relative_to(template)): p.read_bytes() for p in files}
+
+
 @pytest.fixture
-def scratch(copy, template, monkeypatch) -> Path:
+def scratch(copy, template, contents, monkeypatch) -> Path:
     """The shared copy as the working directory; made again after a case that changed it."""
     monkeypatch.chdir(copy)
     monkeypatch.setenv("WANDB_MODE", "disabled")
     monkeypatch.delenv("NIP_SERVER_API_KEY", raising=False)
+    CONTENTS[copy] = contents
     yield copy
-    if _snapshot(copy) != _snapshot(template):
+    if _changed(copy, contents, {}):
         shutil.rmtree(copy)
         shutil.copytree(template, copy)
 
@@ -276,8 +288,28 @@ def _places(root: Path) -> dict[str, str]:
     return {key: str(root / name) for key, name in names.items()}
 
 
-def _snapshot(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+def _stats(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(root)): (stat.st_size, stat.st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file() and (stat := p.stat())
+    }
+
+
+def _changed(root: Path, contents: dict[str, bytes], before: dict) -> list[str]:
+    """The files created, removed or changed in ``root``: those whose size or time differ
+    from ``before`` are read and compared with ``contents`` (a lock file may be rewritten
+    with the same text)."""
+    now = _stats(root)
+    return sorted(
+        {path for path in now if path not in contents}
+        | set(contents) - set(now)
+        | {
+            path
+            for path, stat in now.items()
+            if stat != before.get(path) and (root / path).read_bytes() != contents.get(path)
+        }
+    )
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -290,14 +322,15 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 def refused(argv: list[str], root: Path, capsys) -> str:
     """Run ``nip ARGV`` in ``root``; check it refused the input as the module docstring says;
     return its standard error."""
-    before = _snapshot(root)
+    before = _stats(root)
     status = main(argv)
     out, err = capsys.readouterr()
     assert status == 2, f"nip {' '.join(argv)}: exit {status}\n{out}{err}"
     lines = err.strip().splitlines()
     assert 1 <= len(lines) <= 2, f"nip {' '.join(argv)}:\n{err}"
     assert "Traceback" not in err
-    assert _snapshot(root) == before, f"nip {' '.join(argv)} changed files"
+    changed = _changed(root, CONTENTS[root], before)
+    assert not changed, f"nip {' '.join(argv)} changed {changed}"
     return err
 
 
@@ -385,8 +418,8 @@ BAD_CONFIGS = st.one_of(
     st.lists(st.integers(), min_size=1),
     st.integers().filter(bool),
     st.text(min_size=1).map(lambda t: {"__scalar__": t}),
-    st.dictionaries(
-        st.text(alphabet="abcdefghij_", min_size=3).filter(
+    st.dictionaries(  # (keys starting with "_" are the file's metadata, such as _type)
+        st.from_regex(r"[a-j][a-j_]{2,12}", fullmatch=True).filter(
             lambda k: k not in {f.name for f in dataclasses.fields(HyperParameters)}
         ),
         st.integers(),
@@ -404,7 +437,7 @@ BAD_CONFIGS = st.one_of(
 def test_a_malformed_config_file_is_refused_in_one_line(config, suffix, scratch, capsys):
     if isinstance(config, dict) and "__scalar__" in config:
         config = config["__scalar__"]  # a bare string at the top level
-    path = scratch / f"generated{suffix}"
+    path = scratch.parent / f"generated{suffix}"  # beside the folder the check watches
     text = json.dumps(config) if suffix == ".json" else yaml.safe_dump(config)
     path.write_text(text)
     for command in (["plan", str(path)], ["run", str(path), "--dry-run"]):
