@@ -10,7 +10,10 @@ The sweep's directory holds ``sweep.json`` (the grid and its cells), ``events.js
 each cell started and ended) and ``cells/<name>/``, each an ordinary run directory: ``nip
 resume``, ``nip control`` and ``nip compare`` work on a cell as on any run. Running the same
 grid again into the same directory resumes every unfinished cell from its own state and skips
-the finished ones, so a sweep killed at any point (even ``kill -9``) loses nothing.
+the finished ones, so a sweep killed at any point (even ``kill -9``) loses nothing. Every cell
+is checked before any starts (:func:`check_cells`), and a sweep owns its directory while it
+runs (:mod:`nip.runs.ownership`): a second copy on the same directory is refused, naming the
+first, and a dead one's place is taken.
 
 Cells run as asyncio tasks in one process, at most ``max_parallel`` at once, and share one
 :class:`~nip.backends.pool.BackendPool`: agents of every cell that use the same endpoint share
