@@ -4,7 +4,43 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line, naming the argument (argparse's
+    usage block can be a dozen lines; ``--help`` shows it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], allowed: str):
+    """An argument type: ``convert`` the text, refused in one line unless ``ok``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not allowed: expected {allowed}")
+        return value
+
+    return parse
+
+
+#: A count (iterations, passes, cells at once); a duration; an interval's coverage; which
+#: iterations (``0,7``).
+_count = _checked(int, lambda n: n >= 1, "an integer >= 1")
+_seconds = _checked(float, lambda s: 0 <= s < float("inf"), "a number >= 0")
+_fraction = _checked(float, lambda p: 0 < p < 1, "a number between 0 and 1 (0.95)")
+_iterations = _checked(
+    lambda text: [int(part) for part in text.split(",")],
+    lambda values: min(values) >= 0,
+    "iterations (whole numbers >= 0) separated by commas, e.g. 0,7",
+)
 
 
 def _print_protocol(name: str, seed: int) -> None:
@@ -113,14 +149,17 @@ def _load_config(name_or_path: str):
     from pathlib import Path
 
     from nip.configs import UnknownPresetError, load_preset
+    from nip.errors import ConfigFileError
     from nip.parameters import HyperParameters
 
     path = Path(name_or_path)
-    if not path.exists():
+    if not path.is_file():
         try:
             return load_preset(name_or_path)
-        except UnknownPresetError as error:
-            raise SystemExit(f"nip: no config file or preset named {name_or_path!r}") from error
+        except UnknownPresetError:
+            raise ConfigFileError(
+                f"no config file or preset named {name_or_path!r} (nip presets lists them)"
+            ) from None
     return HyperParameters.load(path)
 
 
@@ -303,8 +342,13 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from nip.viz.compare_runs import compare_runs
 
+    if args.html and not Path(args.html).resolve().parent.is_dir():
+        print(f"nip compare: --html {args.html}: its folder does not exist", file=sys.stderr)
+        return 2
     try:
         figure, table = compare_runs(
             args.run_dirs,
@@ -325,6 +369,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             float_format=lambda v: f"{v:.3f}",
         )
     )
+    if incomplete := table.attrs.get("incomplete"):
+        print(f"\nnot finished, shown as far as they got: {'; '.join(incomplete)}")
     if args.html:
         figure.write_html(args.html)  # plotly.js embedded: opens offline
         print(f"\nfigure: {args.html}")
@@ -337,11 +383,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from nip.experiments import sweep
 
     action, target = (
-        (args.target[0], args.target[1:]) if len(args.target) > 1 else ("", args.target)
+        (args.target[0], args.target[1:])
+        if args.target[0] in ("status", "resume") and not Path(args.target[0]).is_file()
+        else ("", args.target)
     )
-    if action not in ("", "status", "resume") or len(target) != 1:
+    if len(target) != 1:
+        what = f"nip sweep {action}: which sweep folder? " if action else "nip sweep: "
         print(
-            "usage: nip sweep GRID.yaml | nip sweep status DIR | nip sweep resume DIR",
+            f"{what}usage: nip sweep GRID.yaml | nip sweep status DIR | nip sweep resume DIR",
             file=sys.stderr,
         )
         return 2
@@ -352,11 +401,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             from nip.errors import InvalidParameterError
 
             raise InvalidParameterError("--set", args.set, "a grid to run or price, not status")
-        for cell in sweep.sweep_status(target[0]):
-            print(
-                f"{cell.name:<32}{cell.stage:<24}"
-                f"iteration {cell.iteration + 1}/{cell.num_iterations}"
-            )
+        _print_sweep_status(target[0])
         return 0
     if action == "resume":
         spec, sweep_dir = sweep.load_sweep_spec(target[0]), Path(target[0])
@@ -414,15 +459,34 @@ def _sweep_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str,
             resources=args.cell_resources,
             server_resources=args.server_resources or "gpu=1",
         )
-    from nip.experiments.sweep_ray import run_sweep_ray
+    from nip.experiments.sweep_ray import parse_resources, run_sweep_ray
+
+    parse_resources(args.cell_resources)  # refused before the cells start
 
     return run_sweep_ray(spec, sweep_dir, settings, address=args.ray, resources=args.cell_resources)
+
+
+def _print_sweep_status(sweep_dir: str) -> None:
+    from nip.experiments.sweep import sweep_status
+    from nip.runs.ownership import current_owner
+
+    cells = sweep_status(sweep_dir)  # first: refuses a folder that holds no sweep
+    owner = current_owner(sweep_dir)
+    print(f"{sweep_dir}: " + (f"running ({owner})" if owner else "not running"))
+    for cell in cells:
+        if cell.error:
+            stage, where = "failed", cell.error
+        elif cell.stage == "not started":
+            stage, where = cell.stage, ""
+        else:
+            shown = min(cell.iteration + 1, cell.num_iterations)
+            stage, where = cell.stage, f"iteration {shown}/{cell.num_iterations}"
+        print(f"{cell.name:<32}{stage:<24}{where}".rstrip())
 
 
 def _cmd_retest(args: argparse.Namespace) -> int:
     from nip.experiments.retest import retest
 
-    iterations = [int(i) for i in args.iterations.split(",")] if args.iterations else None
     args.run_dir = None
     settings = _settings(args)
     _check_serve_options(settings)
@@ -430,7 +494,11 @@ def _cmd_retest(args: argparse.Namespace) -> int:
     _check_run_dir(run_dir)
     with _served_run(run_dir, settings) as settings:
         out = retest(
-            run_dir, iterations=iterations, passes=args.passes, split=args.split, settings=settings
+            run_dir,
+            iterations=args.iterations,
+            passes=args.passes,
+            split=args.split,
+            settings=settings,
         )
     print(f"retest results: {out} (nip compare {run_dir} shows them)")
     return 0
@@ -444,11 +512,14 @@ def _cmd_extend(args: argparse.Namespace) -> int:
     settings = _settings(args)
     _check_serve_options(settings)
     _check_run_dir(args.run_dir)
-    print(extension_schedule(args.run_dir_positional, args.iterations, from_sampling=from_sampling))
+    schedule = extension_schedule(
+        args.run_dir_positional, args.iterations, from_sampling=from_sampling
+    )
     with _served_run(args.run_dir, settings) as settings:
         trainer = extend_run(
             args.run_dir_positional, args.iterations, settings, from_sampling=from_sampling
         )
+        print(schedule)  # once the extension is under way: a refused one prints only its error
         trainer.train()
     _print_metrics(trainer)
     return 0
@@ -485,16 +556,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 
 
 def _cmd_control(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from nip.runs.control import read_status, request
+    from nip.runs.run_dir import RunDirectory
 
-    if not (Path(args.run_dir_positional) / "hyper_params.json").exists():
-        print(
-            f"error: {args.run_dir_positional} holds no run (no hyper_params.json)",
-            file=sys.stderr,
-        )
-        return 2
+    RunDirectory.of_run(args.run_dir_positional)  # refuses a folder that holds no run
     request(args.run_dir_positional, args.request)
     status = read_status(args.run_dir_positional).get("status", "not reported yet")
     print(f"asked the run to {args.request} (its last status: {status}); it acts between stages")
@@ -502,10 +567,11 @@ def _cmd_control(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyse(args: argparse.Namespace) -> int:
-    from nip.analysis.judges import ANALYSERS
+    from nip.analysis.judges import ANALYSERS, check_analysers
     from nip.parameters import PureTextAgentParameters
     from nip.training.trainer import PureTextEiTrainer
 
+    check_analysers(args.analysers or ())
     trainer = PureTextEiTrainer.resume(args.run_dir_positional, _settings(args))
     judge = PureTextAgentParameters(
         model_provider=args.provider, model_name=args.model, use_dummy_api=args.dummy
@@ -592,7 +658,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dummy-latency",
-        type=float,
+        type=_seconds,
         default=0.0,
         help="Simulated latency of the dummy backend, in seconds.",
     )
@@ -644,7 +710,7 @@ def _add_gpu_options(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from nip.parameters.providers import PROVIDER_FACTS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="nip",
         description="Neural interactive proofs with language models: run and resume "
         "experiments, analyse their dialogues, serve models for them.",
@@ -683,7 +749,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--sample-items",
-        type=int,
+        type=_count,
         default=4,
         help="--dry-run: build the real prompts of this many items per pass (default 4).",
     )
@@ -732,8 +798,10 @@ def build_parser() -> argparse.ArgumentParser:
         "grid's own set: --set agents.*.model_name=Qwen/Qwen2.5-14B-Instruct",
     )
     sweep.add_argument("--dry-run", action="store_true", help="Price every cell and the total.")
-    sweep.add_argument("--sample-items", type=int, default=4, help="--dry-run: see nip run.")
-    sweep.add_argument("--max-parallel", type=int, help="Cells at once (default: the grid's, 4).")
+    sweep.add_argument("--sample-items", type=_count, default=4, help="--dry-run: see nip run.")
+    sweep.add_argument(
+        "--max-parallel", type=_count, help="Cells at once (default: the grid's, 4)."
+    )
     sweep.add_argument("--ray", metavar="auto|ADDRESS", help="Run each cell as a Ray task.")
     sweep.add_argument(
         "--cell-resources", default="cpu=1", help="--ray: each cell's resources (cpu=1,gpu=1)."
@@ -751,8 +819,10 @@ def build_parser() -> argparse.ArgumentParser:
         "retest", help="Test a run's saved models again (more passes, another split)."
     )
     retest.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
-    retest.add_argument("--iterations", help="Which iterations, e.g. 0,7 (default: all).")
-    retest.add_argument("--passes", type=int, help="Test passes (default: the run's).")
+    retest.add_argument(
+        "--iterations", type=_iterations, help="Which iterations, e.g. 0,7 (default: all)."
+    )
+    retest.add_argument("--passes", type=_count, help="Test passes (default: the run's).")
     retest.add_argument("--split", help="The dataset split (default: the run's test split).")
     _add_run_options(retest)
     _add_serve_options(retest)
@@ -760,7 +830,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     extend = sub.add_parser("extend", help="More iterations for a finished run.")
     extend.add_argument("run_dir_positional", metavar="RUN_DIR", help="The run's directory.")
-    extend.add_argument("--iterations", type=int, required=True, help="How many more.")
+    extend.add_argument("--iterations", type=_count, required=True, help="How many more.")
     extend.add_argument(
         "--from-sampling",
         action="store_true",
@@ -796,7 +866,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--split", choices=["test", "train"], default="test", help="Which rollouts (test)."
     )
     compare.add_argument(
-        "--confidence", type=float, default=0.95, help="The intervals' coverage (0.95)."
+        "--confidence", type=_fraction, default=0.95, help="The intervals' coverage (0.95)."
     )
     compare.add_argument(
         "--separate-seeds",
@@ -830,8 +900,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the command line; returns the exit status (2: bad input, said in one line)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or an argument refused: already said
+        return exit_.code if isinstance(exit_.code, int) else 2
     from nip.errors import MissingExtraError, NipError
 
     try:

@@ -56,6 +56,18 @@ class InvalidParameterError(NipError, ValueError):
         return error
 
 
+def require_count(field: str, value: Any, minimum: int = 1) -> int:
+    """``value``, if it is a whole number of at least ``minimum`` (a count: iterations,
+    passes, cells at once).
+
+    Raises:
+        InvalidParameterError: It is not, naming ``field``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidParameterError(field, value, f"an integer >= {minimum}")
+    return value
+
+
 class UnknownKeyError(NipError, KeyError):
     """A dictionary of parameters has a key that no field matches."""
 

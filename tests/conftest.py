@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,6 +83,29 @@ def make_tiny_dataset(tmp_path_factory) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def dummy_params(make_tiny_dataset) -> Callable[..., Any]:
+    """``dummy_params(**agent)``: a small Expert Iteration run over a tiny dataset (2
+    iterations of 4 dialogues, nip and debate in 3 rounds, the last iteration tested), both
+    agents on the dummy API unless ``agent`` says otherwise: a sweep's base, say."""
+    dataset = make_tiny_dataset()
+
+    def build(**agent: Any) -> Any:
+        from nip.parameters import HyperParameters, PureTextAgentParameters
+
+        params = PureTextAgentParameters(**(agent or {"use_dummy_api": True}))
+        return HyperParameters(
+            dataset=str(dataset),
+            agents={"prover": params, "verifier": params},
+            rl={"num_iterations": 2, "rollouts_per_iteration": 4},
+            text_rl={"min_fine_tune_examples": 1, "test_scheme": "last"},
+            nip_protocol={"max_message_rounds": 3},
+            debate_protocol={"max_message_rounds": 3},
+        )
+
+    return build
 
 
 # ------------------------------------------------------------------ tiers and workers

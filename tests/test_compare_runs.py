@@ -118,7 +118,7 @@ def test_the_figure_draws_a_line_per_protocol_with_asymmetric_error_bars(runs):
 
 
 def test_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a run directory"):
+    with pytest.raises(FileNotFoundError, match="holds no run"):
         runs_table([tmp_path])
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from nip.cli import _load_config, build_parser, main
 from nip.configs import UnknownPresetError, get_preset, list_presets, load_preset
+from nip.errors import ConfigFileError
 from nip.parameters import HyperParameters
 
 PAPER_PROTOCOLS = ("adp", "debate", "merlin_arthur", "nip", "mnip", "solo_verifier")
@@ -84,5 +85,5 @@ def test_nip_run_takes_a_preset_name_with_a_slash():
 def test_an_unknown_preset_is_an_error_that_lists_the_shipped_ones():
     with pytest.raises(UnknownPresetError, match="paper/nip-ei"):
         get_preset("paper/nip-ie")
-    with pytest.raises(SystemExit, match="no config file or preset named 'paper/nip-ie'"):
+    with pytest.raises(ConfigFileError, match="no config file or preset named 'paper/nip-ie'"):
         _load_config("paper/nip-ie")

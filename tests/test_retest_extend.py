@@ -147,3 +147,46 @@ def test_compare_shows_a_retest_as_its_own_series(dataset, tmp_path):
     table = runs_table([run_dir])
     assert set(table["series"]) == {"nip", "nip (retest test-2x)"}
     assert table.set_index("series").loc["nip (retest test-2x)", "dialogues"] == 8
+
+
+def _files_of(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("iterations", ["0", "-2"])
+def test_extending_by_less_than_one_iteration_prints_nothing_but_the_error(
+    dataset, tmp_path, capsys, iterations
+):
+    run_dir = _run(dataset, tmp_path / "run", 1)
+    before = _files_of(run_dir)
+    assert main(["extend", str(run_dir), "--iterations", iterations]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"'{iterations}' is not allowed: expected an integer >= 1" in err
+    with pytest.raises(InvalidParameterError, match=f"--iterations={iterations} is not"):
+        extension_schedule(run_dir, int(iterations))
+    with pytest.raises(InvalidParameterError, match=f"--iterations={iterations} is not"):
+        extend_run(run_dir, int(iterations))
+    assert _files_of(run_dir) == before
+
+
+def test_a_retest_of_an_iteration_the_run_does_not_have_leaves_nothing_behind(
+    dataset, tmp_path, capsys
+):
+    run_dir = _run(dataset, tmp_path / "run", 2)
+    before = _files_of(run_dir)
+    assert main(["retest", str(run_dir), "--iterations", "5"]) == 2
+    assert _files_of(run_dir) == before and not (run_dir / "retest").exists()
+    assert "--iterations=5 is not allowed: expected an iteration whose training dialogues " in (
+        capsys.readouterr().err
+    )
+    with pytest.raises(InvalidParameterError, match="saved: 0, 1"):
+        retest(run_dir, iterations=[0, 5], settings=_settings(None))
+    assert _files_of(run_dir) == before and not (run_dir / "retest").exists()
+
+
+@pytest.mark.parametrize("command", ["retest", "extend"])
+def test_a_folder_that_holds_no_run_is_one_line(tmp_path, capsys, command):
+    assert main([command, str(tmp_path), "--iterations", "1"]) == 2
+    err = capsys.readouterr().err
+    expected = f"{tmp_path} holds no run (no hyper_params.json)"
+    assert err == f"nip: error: NotARunDirectoryError: {expected}\n"

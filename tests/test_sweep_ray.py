@@ -14,7 +14,6 @@ import pytest
 from nip.cli import main
 from nip.experiments.sweep import GridSpec, run_sweep, sweep_status
 from nip.experiments.sweep_ray import parse_resources
-from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.settings import ExperimentSettings
 
 GRID = """
@@ -23,18 +22,6 @@ axes:
   interaction_protocol: [nip, debate]
   seed: [0, 1]
 """
-
-
-def _base(dataset: Path) -> HyperParameters:
-    dummy = PureTextAgentParameters(use_dummy_api=True)
-    return HyperParameters(
-        dataset=str(dataset),
-        agents={"prover": dummy, "verifier": dummy},
-        rl={"num_iterations": 2, "rollouts_per_iteration": 4},
-        text_rl={"min_fine_tune_examples": 1, "test_scheme": "last"},
-        nip_protocol={"max_message_rounds": 3},
-        debate_protocol={"max_message_rounds": 3},
-    )
 
 
 def test_cell_resources_become_ray_task_options():
@@ -61,7 +48,7 @@ def test_without_ray_the_ray_option_says_how_to_install_it(tmp_path, capsys, mon
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
-    make_tiny_dataset, tmp_path, monkeypatch
+    dummy_params, tmp_path, monkeypatch
 ):
     ray = pytest.importorskip("ray")
     # A loaded machine starts the node's agents slowly (15-20 s on a busy 2-core machine).
@@ -71,7 +58,7 @@ def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
     monkeypatch.setenv("RAY_agent_register_timeout_ms", "120000")
     from nip.experiments.sweep_ray import run_sweep_ray
 
-    _base(make_tiny_dataset()).save(tmp_path / "base.yaml")
+    dummy_params().save(tmp_path / "base.yaml")
     (tmp_path / "grid.yaml").write_text(GRID)
     spec = GridSpec.load(tmp_path / "grid.yaml")
     settings = ExperimentSettings(show_progress=False, wandb_mode="disabled", dummy_latency_s=0.1)

@@ -110,3 +110,28 @@ def test_callbacks_see_the_runs_context_not_the_trainer(dataset, tmp_path):
     assert seen == [trainer.context, trainer.context]
     assert isinstance(seen[0], RunContext) and not isinstance(seen[0], type(trainer))
     assert trainer.context.step is trainer.plan[0] and trainer.context.state is trainer.state
+
+
+async def test_wandb_starts_off_the_event_loop_so_a_sweeps_other_cells_go_on(monkeypatch):
+    import asyncio
+    import threading
+    from types import SimpleNamespace
+
+    from nip.training import callbacks
+    from nip.training.logging import NullLogger
+
+    released = threading.Event()
+
+    def slow_start(run):  # W&B's set-up, which only the event loop can let finish here
+        assert released.wait(timeout=10), "the event loop was blocked while W&B started"
+        return NullLogger()
+
+    async def another_cell() -> None:
+        await asyncio.sleep(0.01)
+        released.set()
+
+    monkeypatch.setattr(callbacks, "make_logger", slow_start)
+    wandb = callbacks.WandbCallback()
+    run = SimpleNamespace(state=SimpleNamespace(stage="sample_rollouts"))
+    await asyncio.wait_for(asyncio.gather(wandb.on_train_begin(run), another_cell()), 20)
+    assert isinstance(wandb.logger, NullLogger)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from nip.backends import ChatBackend, ChatMessage, GenerationRequest
+from nip.errors import InvalidParameterError
 from nip.protocols import AgentSpec, ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.utils.seeding import derive_seed
@@ -85,6 +86,17 @@ ANALYSERS: dict[str, BinaryAnalyser] = {
         ),
     )
 }
+
+
+def check_analysers(analysers: Sequence[str]) -> None:
+    """Refuse names :data:`ANALYSERS` does not have.
+
+    Raises:
+        InvalidParameterError: One of ``analysers`` is unknown.
+    """
+    unknown = sorted(set(analysers) - set(ANALYSERS))
+    if unknown:
+        raise InvalidParameterError("--analysers", unknown, f"names from {', '.join(ANALYSERS)}")
 
 
 @dataclass(frozen=True)
@@ -176,9 +188,7 @@ async def analyse_async(
 
     An answer that is not Yes/No after ``retries`` retries is recorded as ``None``.
     """
-    unknown = set(analysers) - set(ANALYSERS)
-    if unknown:
-        raise KeyError(f"unknown analyser(s) {sorted(unknown)}; choose from {list(ANALYSERS)}")
+    check_analysers(analysers)
     jobs = []
     for name in analysers:
         analyser = ANALYSERS[name]

@@ -22,7 +22,7 @@ from typing import Any
 from nip.analysis.metrics import (
     price_key,
 )
-from nip.errors import InvalidParameterError
+from nip.errors import InvalidParameterError, require_count
 from nip.experiments.cost_report import CostEstimate, CostLine, Stage
 from nip.experiments.dialogue_sizes import (
     DialogueSizer,
@@ -231,8 +231,7 @@ def estimate_cost(
     Raises:
         InvalidParameterError: ``sample_items`` or ``response_fill`` is out of range.
     """
-    if isinstance(sample_items, bool) or not isinstance(sample_items, int) or sample_items < 1:
-        raise InvalidParameterError("sample_items", sample_items, "an integer >= 1")
+    require_count("sample_items", sample_items)
     if not 0 < response_fill <= 1:
         raise InvalidParameterError("response_fill", response_fill, "a number > 0 and <= 1")
     settings = settings or ExperimentSettings(show_progress=False)

@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nip.errors import InvalidParameterError
+from nip.errors import InvalidParameterError, require_count
 from nip.runs.changes import change_saved_parameters, saved_parameters
+from nip.runs.ownership import owning
 from nip.runs.run_dir import RunDirectory
 from nip.runs.state import TrainerState
 from nip.settings import ExperimentSettings
@@ -47,7 +48,13 @@ def _start(last: int, from_sampling: bool) -> TrainerState:
 
 def extension_schedule(run_dir: str | Path, iterations: int, *, from_sampling: bool = False) -> str:
     """What extending the run by ``iterations`` will do, one line per iteration, from the
-    plan the extended run will walk (:mod:`nip.training.plan`)."""
+    plan the extended run will walk (:mod:`nip.training.plan`).
+
+    Raises:
+        InvalidParameterError: ``iterations`` < 1.
+        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+    """
+    require_count("--iterations", iterations)
     before = saved_parameters(run_dir)
     old = before.rl.num_iterations
     plan = make_run_plan(before.with_overrides({"rl.num_iterations": old + iterations}))
@@ -92,24 +99,26 @@ def extend_run(
 
     Raises:
         InvalidParameterError: ``iterations`` < 1, or the run is not finished (resume it).
+        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+        DirectoryInUseError: Another process is writing the run directory.
     """
-    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
-        raise InvalidParameterError("--iterations", iterations, "an integer >= 1")
-    directory = RunDirectory(run_dir)
-    state = directory.read_json("state.json") if directory.exists("state.json") else {}
-    if state.get("stage") != "done":
-        raise InvalidParameterError(
-            "run_dir",
-            str(run_dir),
-            "a finished run",
-            reason="the run is not finished: resume it (nip resume) before extending it",
+    require_count("--iterations", iterations)
+    directory = RunDirectory.of_run(run_dir)
+    with owning(directory.path, "an extension"):
+        state = directory.read_json("state.json") if directory.exists("state.json") else {}
+        if state.get("stage") != "done":
+            raise InvalidParameterError(
+                "run_dir",
+                str(run_dir),
+                "a finished run",
+                reason="the run is not finished: resume it (nip resume) before extending it",
+            )
+        old = saved_parameters(run_dir).rl.num_iterations
+        change_saved_parameters(run_dir, {"rl.num_iterations": old + iterations}, accept=True)
+        start = _start(old - 1, from_sampling)
+        directory.write_json(
+            "state.json", {**state, "iteration": start.iteration, "stage": start.stage}
         )
-    old = saved_parameters(run_dir).rl.num_iterations
-    change_saved_parameters(run_dir, {"rl.num_iterations": old + iterations}, accept=True)
-    start = _start(old - 1, from_sampling)
-    directory.write_json(
-        "state.json", {**state, "iteration": start.iteration, "stage": start.stage}
-    )
-    # More iterations is a new plan by design (extension_schedule shows it first); what ran
-    # stays in it as it ran.
-    return PureTextEiTrainer.resume(run_dir, settings, accept_plan_change=True, **kwargs)
+        # More iterations is a new plan by design (extension_schedule shows it first); what
+        # ran stays in it as it ran.
+        return PureTextEiTrainer.resume(run_dir, settings, accept_plan_change=True, **kwargs)

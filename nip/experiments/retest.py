@@ -25,11 +25,12 @@ from pathlib import Path
 
 from nip.analysis.metrics import rollout_metrics
 from nip.backends import AdapterHost, capability
-from nip.errors import InvalidParameterError
+from nip.errors import InvalidParameterError, require_count
 from nip.protocols import ProtocolHandler
 from nip.providers import provider_for
 from nip.rollouts.records import Transcript
 from nip.runs.changes import saved_parameters
+from nip.runs.ownership import owning
 from nip.runs.plan_steps import TEST_ITERATION  # the run's own test passes' seeds
 from nip.runs.run_dir import RunDirectory
 from nip.session import Session
@@ -93,20 +94,35 @@ async def retest_async(
         split: The dataset split (default: the run's ``text_rl.test_dataset_split``).
         settings: Runtime settings (cache, latency); ``run_dir`` is ignored.
         protocol: The class of a protocol defined in your own code, which the run names.
+
+    Raises:
+        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+        InvalidParameterError: An iteration without saved training dialogues, or
+            ``passes`` < 1.
+        DatasetSplitError: The dataset has no such split.
+        DirectoryInUseError: Another retest with this split and passes is under way.
     """
     saved = saved_parameters(run_dir)
+    if passes is not None:
+        require_count("--passes", passes)
     passes = passes or saved.rl.num_test_iterations
     split = split or saved.text_rl.test_dataset_split
     params = saved.with_overrides(
         {"text_rl.test_dataset_split": split, "rl.num_test_iterations": passes}
     )
     directory = RunDirectory(run_dir)
-    if iterations is None:
-        iterations = [
-            i for i in range(params.rl.num_iterations) if directory.has_rollouts("train", i)
-        ]
-    out = RunDirectory(retest_dir(run_dir, split, passes))
-    out.write_json("hyper_params.json", params.to_dict())
+    saved_iterations = [
+        i for i in range(params.rl.num_iterations) if directory.has_rollouts("train", i)
+    ]
+    iterations = saved_iterations if iterations is None else list(iterations)
+    for iteration in iterations:
+        if iteration not in saved_iterations:
+            raise InvalidParameterError(
+                "--iterations",
+                iteration,
+                "an iteration whose training dialogues the run saved: "
+                + (", ".join(map(str, saved_iterations)) or "none yet"),
+            )
     settings = replace(settings or ExperimentSettings(), run_dir=None)
     session = Session(params, settings, protocol=protocol)
     free = {n for n, a in session.agents.items() if not provider_for(a.agent_params).bills_tokens}
@@ -115,21 +131,24 @@ async def retest_async(
         passes_items = [
             session.datapoints_by_id(ids, split=split) for ids in step.test_pass_item_ids
         ]
-        for iteration in iterations:
-            for agent, model in iteration_models(run_dir, iteration).items():
-                _register_local_adapter(session.agents[agent].backend, model, run_dir)
-                session.agents[agent].model_name = model
-            transcripts: list[Transcript] = []
-            for repeat, items in enumerate(passes_items):
-                batch = await session.rollouts_async(
-                    items, iteration=TEST_ITERATION + repeat, description=f"retest {iteration}"
+        out = RunDirectory(retest_dir(run_dir, split, passes))
+        with owning(out.path, "a retest"):  # the run itself is only read
+            out.write_json("hyper_params.json", params.to_dict())
+            for iteration in iterations:
+                for agent, model in iteration_models(run_dir, iteration).items():
+                    _register_local_adapter(session.agents[agent].backend, model, run_dir)
+                    session.agents[agent].model_name = model
+                transcripts: list[Transcript] = []
+                for repeat, items in enumerate(passes_items):
+                    batch = await session.rollouts_async(
+                        items, iteration=TEST_ITERATION + repeat, description=f"retest {iteration}"
+                    )
+                    transcripts += batch.transcripts
+                out.save_rollouts("test", iteration, transcripts)
+                metrics = rollout_metrics(
+                    transcripts, prices=settings.prices_usd_per_1m, free_agents=free
                 )
-                transcripts += batch.transcripts
-            out.save_rollouts("test", iteration, transcripts)
-            metrics = rollout_metrics(
-                transcripts, prices=settings.prices_usd_per_1m, free_agents=free
-            )
-            out.save_metrics("test", iteration, metrics)
+                out.save_metrics("test", iteration, metrics)
     finally:
         await session.aclose()
     return out.path

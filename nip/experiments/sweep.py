@@ -10,7 +10,10 @@ The sweep's directory holds ``sweep.json`` (the grid and its cells), ``events.js
 each cell started and ended) and ``cells/<name>/``, each an ordinary run directory: ``nip
 resume``, ``nip control`` and ``nip compare`` work on a cell as on any run. Running the same
 grid again into the same directory resumes every unfinished cell from its own state and skips
-the finished ones, so a sweep killed at any point (even ``kill -9``) loses nothing.
+the finished ones, so a sweep killed at any point (even ``kill -9``) loses nothing. Every cell
+is checked before any starts (:func:`check_cells`), and a sweep owns its directory while it
+runs (:mod:`nip.runs.ownership`): a second copy on the same directory is refused, naming the
+first, and a dead one's place is taken.
 
 Cells run as asyncio tasks in one process, at most ``max_parallel`` at once, and share one
 :class:`~nip.providers.pool.BackendPool`: agents of every cell that use the same endpoint share
@@ -24,30 +27,36 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from nip._version import __version__
-from nip.errors import IncompatibleParametersError
+from nip.errors import IncompatibleParametersError, require_count
 from nip.experiments.sweep_grid import (
     MANIFEST,
     GridSpec,
     SweepCell,
     grid_cells,
+    in_cell,
     is_sweep_dir,
+    read_manifest,
     sweep_run_dirs,
 )
 from nip.providers.pool import BackendPool
-from nip.runs.run_dir import RunDirectory
+from nip.runs.ownership import owning
+from nip.runs.run_dir import RunDirectory, RunFileError
 from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer, build_trainer
+from nip.utils.notices import labelled
 from nip.utils.sync import run_sync
 
 __all__ = [
     "CellStatus",
     "SweepMismatchError",
     "cell_status",
+    "check_cells",
     "is_sweep_dir",
     "open_cell",
     "prepare_sweep",
@@ -62,17 +71,46 @@ class SweepMismatchError(IncompatibleParametersError):
     """The sweep directory holds another grid."""
 
 
-def prepare_sweep(spec: GridSpec, sweep_dir: str | Path) -> list[SweepCell]:
-    """Expand the grid and write (or check) the manifest; returns the cells.
+def check_cells(cells: list[SweepCell], settings: ExperimentSettings | None = None) -> None:
+    """Build every cell's session as its run would (protocol, agents, prompts, dataset
+    choice), with backends that call nothing: a cell that cannot start is refused before any
+    cell starts.
 
     Raises:
+        NipError: A cell cannot start (the message names it).
+    """
+    from nip.experiments.dialogue_sizes import dry_run_session
+
+    settings = replace(settings or ExperimentSettings(), show_progress=False)
+    for cell in cells:
+        with in_cell(cell.name):
+            dry_run_session(cell.hyper_params, settings)
+
+
+def prepare_sweep(
+    spec: GridSpec, sweep_dir: str | Path, settings: ExperimentSettings | None = None
+) -> list[SweepCell]:
+    """Expand the grid, check every cell (:func:`check_cells`), and write (or check) the
+    manifest; returns the cells. Nothing is written when a cell is refused.
+
+    Raises:
+        NipError: A cell cannot start (the message names it).
         SweepMismatchError: ``sweep_dir`` already holds a sweep with other cells.
+        DirectoryInUseError: Another process runs a sweep in ``sweep_dir``.
     """
     cells = spec.cells()
+    check_cells(cells, settings)
+    with owning(sweep_dir, "a sweep"):
+        _write_manifest(spec, cells, sweep_dir)
+    return cells
+
+
+def _write_manifest(spec: GridSpec, cells: list[SweepCell], sweep_dir: str | Path) -> None:
+    """Write the manifest, or check that the one there lists these cells."""
     directory = RunDirectory(sweep_dir)
     records = grid_cells(cells)
     if directory.exists(MANIFEST):
-        saved = directory.read_json(MANIFEST)
+        saved = read_manifest(sweep_dir)
         if [c["name"] for c in saved["cells"]] != [c["name"] for c in records]:
             raise SweepMismatchError(
                 f"{directory.path} holds the sweep {saved.get('name')!r} with other cells; "
@@ -82,7 +120,7 @@ def prepare_sweep(spec: GridSpec, sweep_dir: str | Path) -> list[SweepCell]:
             run_dir = cell.run_dir(sweep_dir)
             if (run_dir / "hyper_params.json").exists():
                 _check_same(cell, run_dir)
-        return cells
+        return
     directory.write_json(
         MANIFEST,
         {
@@ -94,13 +132,16 @@ def prepare_sweep(spec: GridSpec, sweep_dir: str | Path) -> list[SweepCell]:
             "created": time.time(),
         },
     )
-    return cells
 
 
 def _check_same(cell: SweepCell, run_dir: Path) -> None:
+    """Refuse a cell run with parameters other than the grid's. Changes the cell itself
+    recorded since (``nip extend``, ``nip resume --set ... --accept-changes``: its first
+    parameters kept as ``hyper_params.before-0.json``) are the cell's own history."""
     from nip.parameters.overrides import changed_paths
 
-    saved = json.loads((run_dir / "hyper_params.json").read_text(encoding="utf-8"))
+    first = run_dir / "hyper_params.before-0.json"
+    saved = RunDirectory(run_dir).read_json(first.name if first.exists() else "hyper_params.json")
     changes = changed_paths(saved, cell.hyper_params.to_dict())
     if changes:
         listed = "; ".join(f"{p}: {a!r} -> {b!r}" for p, (a, b) in list(changes.items())[:5])
@@ -145,6 +186,18 @@ class _Events:
         with self.path.open("a", encoding="utf-8") as file:
             file.write(line + "\n")
 
+    def last(self) -> dict[str, dict[str, Any]]:
+        """Each cell's latest event (a line cut short by a kill is skipped)."""
+        latest: dict[str, dict[str, Any]] = {}
+        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        for line in lines:
+            try:
+                event = json.loads(line)
+                latest[event["cell"]] = event
+            except (ValueError, KeyError, TypeError):
+                continue
+        return latest
+
 
 async def run_sweep_async(
     spec: GridSpec,
@@ -160,14 +213,36 @@ async def run_sweep_async(
         Each cell's outcome by name: ``done`` (this call or before), ``stopped`` (a
         ``nip control ... stop``), or the error that ended it. One cell's error does not
         stop the others.
+
+    Raises:
+        InvalidParameterError: ``max_parallel`` < 1.
+        NipError: A cell cannot start (:func:`check_cells`): no cell is run.
+        DirectoryInUseError: Another process runs a sweep in ``sweep_dir``.
     """
-    cells = prepare_sweep(spec, sweep_dir)
-    parallel = max_parallel or spec.max_parallel
+    parallel = spec.max_parallel if max_parallel is None else max_parallel
+    require_count("max_parallel", parallel)
+    cells = spec.cells()
+    check_cells(cells, settings)  # every cell, before anything is written
+    say = print if echo else (lambda *_: None)
+    with owning(sweep_dir, "a sweep") as ownership:
+        if ownership.taken_over_from is not None:
+            say(f"{sweep_dir}: taking over from {ownership.taken_over_from}, which is gone")
+        _write_manifest(spec, cells, sweep_dir)
+        return await _run_cells(spec, cells, sweep_dir, settings, parallel, say)
+
+
+async def _run_cells(
+    spec: GridSpec,
+    cells: list[SweepCell],
+    sweep_dir: str | Path,
+    settings: ExperimentSettings | None,
+    parallel: int,
+    say: Callable[[str], object],
+) -> dict[str, str]:
     settings = cell_settings(spec, settings, parallel)
     pool = BackendPool(settings)
     limit = asyncio.Semaphore(parallel)
     events = _Events(sweep_dir)
-    say = print if echo else (lambda *_: None)
 
     def failed(cell: SweepCell, error: Exception) -> str:
         text = f"{type(error).__name__}: {error}"
@@ -176,6 +251,10 @@ async def run_sweep_async(
         return text
 
     async def run(cell: SweepCell) -> str:
+        with labelled(cell.name):  # its warnings name it
+            return await run_cell(cell)
+
+    async def run_cell(cell: SweepCell) -> str:
         async with limit:
             try:
                 trainer = open_cell(cell, sweep_dir, settings, backends=pool)
@@ -211,39 +290,52 @@ def run_sweep(spec: GridSpec, sweep_dir: str | Path, settings=None, **kwargs) ->
 
 @dataclass
 class CellStatus:
-    """Where one cell stands."""
+    """Where one cell stands (``error``: what made it fail, if its last attempt did)."""
 
     name: str
     stage: str
     iteration: int
     num_iterations: int
     values: dict[str, Any]
+    error: str | None = None
 
 
 def cell_status(run_dir: str | Path, name: str = "", values=None) -> CellStatus:
-    directory = RunDirectory(run_dir)
-    if not directory.exists("hyper_params.json"):
-        return CellStatus(name, "not started", 0, 0, values or {})
-    params = directory.read_json("hyper_params.json")
-    iterations = params.get("rl", {}).get("num_iterations", 0)
-    if not directory.exists("state.json"):
-        return CellStatus(name, "starting", 0, iterations, values or {})
-    state = directory.read_json("state.json")
-    return CellStatus(name, state["stage"], state["iteration"], iterations, values or {})
+    stage, iteration, iterations = RunDirectory(run_dir).progress()
+    return CellStatus(name, stage, iteration, iterations, values or {})
 
 
 def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
-    """Each cell's stage and iteration, from its run directory."""
-    manifest = RunDirectory(sweep_dir).read_json(MANIFEST)
-    return [
-        cell_status(Path(sweep_dir) / c["run_dir"], c["name"], c["values"])
-        for c in manifest["cells"]
-    ]
+    """Each cell's stage and iteration, from its run directory, and the error of each cell
+    whose last attempt failed (``events.jsonl``).
+
+    Raises:
+        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
+    """
+    manifest = read_manifest(sweep_dir)
+    last = _Events(sweep_dir).last()
+    statuses = []
+    for record in manifest["cells"]:
+        name, values = record["name"], record["values"]
+        try:
+            status = cell_status(Path(sweep_dir) / record["run_dir"], name, values)
+        except RunFileError as error:  # a damaged cell is shown, not a reason to fail
+            status = CellStatus(name, "unreadable", 0, 0, values, error=str(error))
+        status.num_iterations = status.num_iterations or record.get("num_iterations", 0)
+        event = last.get(name, {})
+        if event.get("event") == "error":
+            status.error = event.get("error")
+        statuses.append(status)
+    return statuses
 
 
 def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:
-    """The grid a sweep directory was made from (``nip sweep resume DIR``)."""
-    manifest = RunDirectory(sweep_dir).read_json(MANIFEST)
+    """The grid a sweep directory was made from (``nip sweep resume DIR``).
+
+    Raises:
+        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
+    """
+    manifest = read_manifest(sweep_dir)
     grid = manifest["grid"]
     folder = manifest.get("folder")
     data = {k: v for k, v in grid.items() if not (k == "base" and v == "")}

@@ -25,23 +25,27 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nip.errors import ConfigFileError, InvalidParameterError
+from nip.errors import ConfigFileError, InvalidParameterError, NipError, require_count
 from nip.experiments.cost_report import CostEstimate
 from nip.parameters import HyperParameters
+from nip.runs.run_dir import RunDirectory, folder_holding
 from nip.settings import ExperimentSettings
 
 __all__ = [
     "GridSpec",
+    "NotASweepDirectoryError",
     "SweepCell",
     "SweepEstimate",
     "estimate_sweep",
     "is_sweep_dir",
     "load_base",
+    "read_manifest",
     "sweep_run_dirs",
 ]
 
@@ -69,6 +73,15 @@ def load_base(name_or_path: str, relative_to: Path | None = None) -> HyperParame
             "a shipped preset (nip presets) or a config file",
             reason=str(error),
         ) from None
+
+
+def _mapping(value: Any, key: str, allowed: str) -> dict[str, Any]:
+    """A grid's mapping (``axes``, ``set``, a zip group), its keys dotted paths."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise InvalidParameterError(key, value, allowed)
+    return dict(value)
 
 
 def _label(path: str, value: Any) -> str:
@@ -124,11 +137,17 @@ class GridSpec:
             raise InvalidParameterError(
                 ", ".join(sorted(unknown)), "...", f"grid keys: {', '.join(sorted(_KEYS))}"
             )
-        axes = dict(data.get("axes") or {})
-        zipped = [dict(group) for group in data.get("zip") or []]
-        for path, values in [*axes.items(), *(i for g in zipped for i in g.items())]:
-            if not isinstance(values, list) or not values:
-                raise InvalidParameterError(f"axes.{path}", values, "a non-empty list of values")
+        axes = _mapping(data.get("axes"), "axes", "a mapping of dotted paths to lists of values")
+        zip_groups = data.get("zip") or []
+        if not isinstance(zip_groups, list):
+            raise InvalidParameterError(
+                "zip", zip_groups, "a list of groups, each a mapping of paths to lists"
+            )
+        zipped = [_mapping(g, "zip", "a mapping of dotted paths to lists") for g in zip_groups]
+        for key, group in [("axes", axes), *(("zip", g) for g in zipped)]:
+            for path, values in group.items():
+                if not isinstance(values, list) or not values:
+                    raise InvalidParameterError(f"{key}.{path}", values, "a non-empty list")
         for group in zipped:
             lengths = {len(v) for v in group.values()}
             if len(lengths) > 1:
@@ -138,15 +157,19 @@ class GridSpec:
         base = data.get("base")
         if base is None and "base" not in axes:
             raise InvalidParameterError("base", None, "a preset or config file (or a base axis)")
-        max_parallel = data.get("max_parallel", 4)
-        if not isinstance(max_parallel, int) or max_parallel < 1:
-            raise InvalidParameterError("max_parallel", max_parallel, "an integer >= 1")
+        if not isinstance(base, str | None):
+            raise InvalidParameterError("base", base, "a preset or config file (or a base axis)")
+        max_parallel = require_count("max_parallel", data.get("max_parallel", 4))
+        given = data.get("name")
+        if given is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", str(given)):
+            raise InvalidParameterError("name", given, "a folder name: letters, digits, . _ -")
+        name = str(given or name)
         if not isinstance(data.get("serve", False), bool):
             raise InvalidParameterError("serve", data["serve"], "true or false")
         return cls(
             base=str(base) if base is not None else "",
-            name=str(data.get("name") or name),
-            overrides=dict(data.get("set") or {}),
+            name=name,
+            overrides=_mapping(data.get("set"), "set", "a mapping of dotted paths to values"),
             axes=axes,
             zipped=zipped,
             max_parallel=max_parallel,
@@ -175,8 +198,11 @@ class GridSpec:
             return cls.from_dict(yaml.safe_load(text), folder=None, name=path.name)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as error:
-            raise ConfigFileError(f"{path}: not valid YAML: {error}", path=path) from None
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            reason = " ".join(str(error).split())  # one line
+            raise ConfigFileError(f"{path}: not valid YAML: {reason}", path=path) from None
+        if not isinstance(data, Mapping):
+            raise ConfigFileError(f"{path}: a grid is a mapping with base and axes", path=path)
         return cls.from_dict(data, folder=path.parent.resolve(), name=path.stem)
 
     def to_dict(self) -> dict[str, Any]:
@@ -212,17 +238,24 @@ class GridSpec:
                 bases[base] = load_base(base, self.folder)
             changes = {**self.overrides, **{k: v for k, v in values.items() if k != "base"}}
             name = "_".join(_label(p, v) for p, v in values.items()) or "cell"
-            try:
+            with in_cell(name):
                 hyper_params = bases[base].with_overrides(changes)
-            except InvalidParameterError as error:
-                raise InvalidParameterError(
-                    error.field, error.value, error.allowed, reason=f"cell {name}: {error}"
-                ) from None
             cells.append(SweepCell(name, values, hyper_params))
         names = [c.name for c in cells]
         if len(set(names)) != len(names):
             raise InvalidParameterError("axes", names, "values that name every cell differently")
         return cells
+
+
+@contextmanager
+def in_cell(name: str) -> Iterator[None]:
+    """Name the cell in the message of a nip error raised in the block (once)."""
+    try:
+        yield
+    except NipError as error:
+        if error.args and isinstance(error.args[0], str):
+            error.args = (f"cell {name}: {error.args[0]}", *error.args[1:])
+        raise
 
 
 @dataclass
@@ -281,15 +314,37 @@ def estimate_sweep(
 
 def grid_cells(cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
     """The manifest's cell records."""
-    return [{"name": c.name, "values": c.values, "run_dir": f"cells/{c.name}"} for c in cells]
+    return [
+        {
+            "name": c.name,
+            "values": c.values,
+            "run_dir": f"cells/{c.name}",
+            "num_iterations": c.hyper_params.rl.num_iterations,
+        }
+        for c in cells
+    ]
+
+
+class NotASweepDirectoryError(NipError, FileNotFoundError):
+    """A folder given as a sweep's is missing, is a file, or holds no sweep."""
+
+
+def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
+    """A sweep directory's ``sweep.json``.
+
+    Raises:
+        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
+    """
+    path = folder_holding(sweep_dir, MANIFEST, "sweep", NotASweepDirectoryError)
+    manifest = RunDirectory(path).read_json(MANIFEST)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
+        raise NotASweepDirectoryError(f"{path / MANIFEST} is not a sweep's manifest")
+    return manifest
 
 
 def sweep_run_dirs(sweep_dir: str | Path) -> list[Path]:
     """The run directories of a sweep's cells, in grid order."""
-    import json
-
-    manifest = json.loads((Path(sweep_dir) / MANIFEST).read_text(encoding="utf-8"))
-    return [Path(sweep_dir) / cell["run_dir"] for cell in manifest["cells"]]
+    return [Path(sweep_dir) / cell["run_dir"] for cell in read_manifest(sweep_dir)["cells"]]
 
 
 def is_sweep_dir(path: str | Path) -> bool:

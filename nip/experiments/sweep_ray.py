@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import InvalidParameterError, MissingExtraError, NipError
-from nip.experiments.sweep_grid import GridSpec
+from nip.experiments.sweep_grid import GridSpec, SweepCell
 from nip.extras import needs
+from nip.runs.ownership import owning
 from nip.settings import ExperimentSettings
+from nip.utils.notices import labelled
 
 __all__ = [
     "RayClusterError",
@@ -35,6 +37,11 @@ __all__ = [
 
 #: ``--ray`` was asked for and Ray is not installed (the extras table's one line).
 RayNotInstalledError = MissingExtraError
+
+
+#: How long a retried cell waits for its folder's lock: a lost node's lock lasts until the
+#: shared file system's lease for it ends (NFSv4: 90 s by default).
+LOST_NODE_WAIT_S = 180.0
 
 
 class RayClusterError(NipError):
@@ -126,9 +133,11 @@ def _run_cell(
     attempts = run_dir / "ray_attempts.txt"  # one line per attempt: its worker's pid
     with attempts.open("a", encoding="utf-8") as file:
         file.write(f"{os.getpid()}\n")
-    trainer = open_cell(cell, sweep_dir, ExperimentSettings(**settings))
-    if not trainer.finished:
-        trainer.train()
+    # A retry after a lost node waits for that node's lock to expire (an NFSv4 lease).
+    with labelled(cell_name), owning(run_dir, "a sweep cell on Ray", wait_s=LOST_NODE_WAIT_S):
+        trainer = open_cell(cell, sweep_dir, ExperimentSettings(**settings))
+        if not trainer.finished:
+            trainer.train()
     return "done" if trainer.finished else "stopped"
 
 
@@ -156,12 +165,33 @@ def run_sweep_ray(
 
     Raises:
         RayNotInstalledError: Ray is not installed (``pip install 'nip[ray]'``).
+        NipError: A cell cannot start (``check_cells``): no cell is run.
+        DirectoryInUseError: Another process runs a sweep in ``sweep_dir``.
     """
     ray = _ray()
-    from nip.experiments.sweep import cell_settings, prepare_sweep
+    from nip.experiments.sweep import prepare_sweep
 
     sweep_dir = Path(sweep_dir).resolve()
-    cells = prepare_sweep(spec, sweep_dir)
+    cells = prepare_sweep(spec, sweep_dir, settings)  # every cell checked first
+    with owning(sweep_dir, "a sweep on Ray"):
+        return _run_cells_on_ray(
+            ray, spec, cells, sweep_dir, settings, address, resources, max_retries, echo
+        )
+
+
+def _run_cells_on_ray(
+    ray: Any,
+    spec: GridSpec,
+    cells: list[SweepCell],
+    sweep_dir: Path,
+    settings: ExperimentSettings | None,
+    address: str | None,
+    resources: str | dict[str, float] | None,
+    max_retries: int,
+    echo: bool,
+) -> dict[str, str]:
+    from nip.experiments.sweep import cell_settings
+
     settings = cell_settings(spec, settings, parallel=2)
     plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
     join_cluster(address)

@@ -471,8 +471,8 @@ class BaseParameters:
 
         try:
             loaded = yaml.safe_load(text) or {}
-        except yaml.YAMLError as error:
-            raise ConfigFileError(f"not valid YAML: {error}") from None
+        except yaml.YAMLError as error:  # its message spans lines: one line here
+            raise ConfigFileError(f"not valid YAML: {' '.join(str(error).split())}") from None
         return cls.from_dict(loaded, ignore_extra_keys=ignore_extra_keys, **options)
 
     def save(self, path: str | Path) -> Path:
@@ -487,9 +487,17 @@ class BaseParameters:
         """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix).
 
         ``options`` go to :meth:`from_dict` (``force=True`` for ``HyperParameters``).
+
+        Raises:
+            ConfigFileError: The file is missing, unreadable, or not valid YAML or JSON.
         """
         path = Path(path)
-        text = path.read_text(encoding="utf-8")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigFileError(f"{path}: not a text file ({error.reason})", path=path) from None
+        except OSError as error:  # missing, a folder, unreadable
+            raise ConfigFileError(f"{path}: {error.strerror}", path=path) from None
         parse = cls.from_yaml if path.suffix in {".yaml", ".yml"} else cls.from_json
         try:
             return parse(text, ignore_extra_keys=ignore_extra_keys, **options)

@@ -14,6 +14,7 @@ from typing import Any
 from nip.errors import IncompatibleParametersError
 from nip.parameters import HyperParameters
 from nip.parameters.overrides import changed_paths
+from nip.runs.ownership import owning
 from nip.runs.run_dir import RunDirectory
 
 __all__ = ["SavedParametersChangedError", "change_saved_parameters", "saved_parameters"]
@@ -24,8 +25,12 @@ class SavedParametersChangedError(IncompatibleParametersError):
 
 
 def saved_parameters(run_dir: str | Path) -> HyperParameters:
-    """The parameters saved in a run directory."""
-    return HyperParameters.from_dict(RunDirectory(run_dir).read_json("hyper_params.json"))
+    """The parameters saved in a run directory.
+
+    Raises:
+        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+    """
+    return HyperParameters.from_dict(RunDirectory.of_run(run_dir).read_json("hyper_params.json"))
 
 
 def change_saved_parameters(
@@ -43,22 +48,23 @@ def change_saved_parameters(
         InvalidParameterError: An override names no parameter or is not allowed.
         SavedParametersChangedError: Something would change and ``accept`` is False.
     """
-    directory = RunDirectory(run_dir)
-    saved = directory.read_json("hyper_params.json")
-    before = HyperParameters.from_dict(saved)
-    after = before.with_overrides(overrides, from_text=from_text)
-    changes = changed_paths(before.to_dict(), after.to_dict())
-    if not changes:
-        return {}
-    if not accept:
-        listed = "; ".join(f"{p}: {old!r} -> {new!r}" for p, (old, new) in changes.items())
-        raise SavedParametersChangedError(
-            f"{directory.path} was run with other parameters ({listed}); pass "
-            "--accept-changes (accept=True) to continue it as a changed run"
-        )
-    number = 0
-    while directory.exists(f"hyper_params.before-{number}.json"):
-        number += 1
-    directory.write_json(f"hyper_params.before-{number}.json", saved)
-    directory.write_json("hyper_params.json", after.to_dict())
+    directory = RunDirectory.of_run(run_dir)
+    with owning(directory.path, "a change of its parameters"):
+        saved = directory.read_json("hyper_params.json")
+        before = HyperParameters.from_dict(saved)
+        after = before.with_overrides(overrides, from_text=from_text)
+        changes = changed_paths(before.to_dict(), after.to_dict())
+        if not changes:
+            return {}
+        if not accept:
+            listed = "; ".join(f"{p}: {old!r} -> {new!r}" for p, (old, new) in changes.items())
+            raise SavedParametersChangedError(
+                f"{directory.path} was run with other parameters ({listed}); pass "
+                "--accept-changes (accept=True) to continue it as a changed run"
+            )
+        number = 0
+        while directory.exists(f"hyper_params.before-{number}.json"):
+            number += 1
+        directory.write_json(f"hyper_params.before-{number}.json", saved)
+        directory.write_json("hyper_params.json", after.to_dict())
     return changes

@@ -28,11 +28,44 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from nip.errors import NipError
 from nip.extras import needs
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
 from nip.utils.files import atomic_write_text
 
-__all__ = ["RunDirectory", "atomic_write_text", "new_run_path"]
+__all__ = [
+    "NotARunDirectoryError",
+    "RunDirectory",
+    "RunFileError",
+    "atomic_write_text",
+    "folder_holding",
+    "new_run_path",
+]
+
+
+class NotARunDirectoryError(NipError, FileNotFoundError):
+    """A folder given as a run's is missing, is a file, or holds no run."""
+
+
+class RunFileError(NipError, ValueError):
+    """A file of a run directory is not what nip wrote there (damaged, or edited by hand)."""
+
+
+def folder_holding(path: str | Path, marker: str, what: str, error: type[Exception]) -> Path:
+    """``path``, if it is a folder holding the file ``marker`` (a run's ``hyper_params.json``,
+    a sweep's ``sweep.json``).
+
+    Raises:
+        error: It is missing, a file, or lacks ``marker``; the message says which.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise error(f"{path}: no such folder")
+    if not path.is_dir():
+        raise error(f"{path} is a file, not a {what} directory")
+    if not (path / marker).is_file():
+        raise error(f"{path} holds no {what} (no {marker})")
+    return path
 
 
 def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None) -> Path:
@@ -76,6 +109,16 @@ class RunDirectory:
     def __repr__(self) -> str:
         return f"RunDirectory({str(self.path)!r})"
 
+    @classmethod
+    def of_run(cls, path: str | Path, **kwargs: Any) -> RunDirectory:
+        """The directory of a saved run (``kwargs`` as for the constructor).
+
+        Raises:
+            NotARunDirectoryError: ``path`` is missing, a file, or holds no run.
+        """
+        path = folder_holding(path, "hyper_params.json", "run", NotARunDirectoryError)
+        return cls(path, **kwargs)
+
     # ----------------------------------------------------------------- generic
     def write_json(self, relative: str, data: Any) -> Path:
         path = self.path / relative
@@ -83,7 +126,16 @@ class RunDirectory:
         return path
 
     def read_json(self, relative: str) -> Any:
-        return json.loads((self.path / relative).read_text(encoding="utf-8"))
+        """A JSON file of the run.
+
+        Raises:
+            RunFileError: It is not valid JSON.
+        """
+        path = self.path / relative
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise RunFileError(f"{path}: not valid JSON ({error})") from None
 
     def exists(self, relative: str) -> bool:
         return (self.path / relative).exists()
@@ -98,6 +150,18 @@ class RunDirectory:
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
     # ----------------------------------------------------------------- dataset
+    def progress(self) -> tuple[str, int, int]:
+        """Where the run stands: ``(stage, iteration, num_iterations)``. The stage is
+        ``"not started"`` before its parameters are saved and ``"starting"`` before its first
+        stage ends (iteration 0 then); ``num_iterations`` is 0 before it starts."""
+        if not self.exists("hyper_params.json"):
+            return "not started", 0, 0
+        iterations = self.read_json("hyper_params.json").get("rl", {}).get("num_iterations", 0)
+        if not self.exists("state.json"):
+            return "starting", 0, iterations
+        state = self.read_json("state.json")
+        return state["stage"], state["iteration"], iterations
+
     def load_hyper_params(self, *, force: bool = False) -> Any:
         """The run's saved ``HyperParameters``.
 

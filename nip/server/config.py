@@ -54,7 +54,9 @@ class ServerConfig(BaseParameters):
     vllm_python: str | None = param(
         None, doc="Interpreter with vLLM installed (None: the one running the server)."
     )
-    vllm_port: int = param(8000, doc="Port vLLM listens on, on loopback (0: any free port).")
+    vllm_port: int = param(
+        8000, doc="Port vLLM listens on, on loopback (0: any free port).", ge=0, le=65535
+    )
     vllm_startup_timeout_s: float = param(
         900.0, doc="Give up on a vLLM start that is not ready by then.", gt=0
     )
@@ -128,6 +130,8 @@ class ServerConfig(BaseParameters):
                 self.max_cpu_loras,
                 f"at least max_loras={self.max_loras}",
             )
+        if self.storage_dir is not None and Path(self.storage_dir).expanduser().is_file():
+            raise InvalidParameterError("storage_dir", self.storage_dir, "a folder, not a file")
 
     # ------------------------------------------------------------- derived values
     @property

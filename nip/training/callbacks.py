@@ -17,6 +17,7 @@ Pass more with ``build_trainer(..., callbacks=[MyCallback()])``; subclass
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from nip.runs.control import StageProgressWriter, between_stages
@@ -72,8 +73,10 @@ class WandbCallback(TrainerCallback):
         self.logger: Any = None
 
     async def on_train_begin(self, run: RunContext) -> None:
+        # W&B's start takes seconds (imports, its service, files): off the event loop, where
+        # a sweep's other cells go on meanwhile.
         if self.logger is None and run.state.stage != "done":
-            self.logger = make_logger(run)
+            self.logger = await asyncio.to_thread(make_logger, run)
 
     def on_log(self, run: RunContext, metrics: dict[str, Any]) -> None:
         if self.logger is not None:
@@ -86,14 +89,16 @@ class WandbCallback(TrainerCallback):
         iteration = run.state.iteration - (stage == "switch_models")
         # A run that saves transcripts logs the original's processed ones and prompts too.
         agents = run.session.agents if run.run_dir.transcript_format is not None else None
-        self.logger.on_stage_end(run.run_dir.path, stage, iteration, agents)
+        await asyncio.to_thread(
+            self.logger.on_stage_end, run.run_dir.path, stage, iteration, agents
+        )
         if stage == "switch_models":
-            self.logger.save_run_artifact(run.run_dir.path)
+            await asyncio.to_thread(self.logger.save_run_artifact, run.run_dir.path)
 
     async def on_train_end(self, run: RunContext) -> None:
         if self.logger is not None:
-            self.logger.finish()
-            self.logger = None
+            logger, self.logger = self.logger, None
+            await asyncio.to_thread(logger.finish)
 
 
 class ControlFileCallback(TrainerCallback):

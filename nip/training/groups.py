@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
@@ -33,6 +32,7 @@ from nip.rollouts.records import Transcript
 from nip.settings import ExperimentSettings
 from nip.training.algorithms.expert_iteration import sft_dataset
 from nip.training.plan import continues_from_latest, fine_tune_spec, job_epochs
+from nip.utils.notices import warn
 
 JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
 #: The outcomes a trainer records for a group it did not submit a job for.
@@ -236,18 +236,15 @@ class PureTextSharedModelGroup:
             ``state.last_job_outcome``; a warning says why).
         """
         if not self.is_trainable:
-            warnings.warn(
+            warn(
                 f"group {self.group_name!r} is frozen (freeze_agent=True); its model is "
-                f"not fine-tuned and the {method} job is not submitted",
-                stacklevel=3,
+                f"not fine-tuned and the {method} job is not submitted"
             )
             self.state.last_job_outcome = "frozen"
             return None
         minimum = self.hyper_params.text_rl.min_fine_tune_examples
         if len(examples) < minimum:
-            warnings.warn(
-                too_few_examples(self.group_name, len(examples), method, minimum), stacklevel=3
-            )
+            warn(too_few_examples(self.group_name, len(examples), method, minimum))
             self.state.last_job_outcome = "insufficient_data"
             return None
         spec = self._spec(method, examples, job_name, continues)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from nip.runs.run_dir import RunDirectory
 from nip.runs.transcript_export import save_processed_and_prompts
 from nip.settings import ExperimentSettings, WandbMode
 from nip.utils.imports import heavy_imports
+from nip.utils.notices import warn
 
 
 class NullLogger:
@@ -157,12 +157,9 @@ class WandbLogger:
             )
         except Exception as error:  # W&B must never stop a run
             if self.mode == "offline":
-                warnings.warn(
-                    f"W&B could not start ({error}); metrics stay in the run directory",
-                    stacklevel=2,
-                )
+                warn(f"W&B could not start ({error}); metrics stay in the run directory")
                 return
-            warnings.warn(f"W&B could not start online ({error}); logging offline", stacklevel=2)
+            warn(f"W&B could not start online ({error}); logging offline")
             self.mode = "offline"
             self._run = wandb.init(
                 mode="offline",
@@ -198,7 +195,7 @@ class WandbLogger:
         try:
             self._run.log_artifact(build_run_artifact(wandb, Path(run_dir), self._run.id))
         except Exception as error:
-            warnings.warn(f"W&B could not save the run's artifact: {error}", stacklevel=2)
+            warn(f"W&B could not save the run's artifact: {error}")
 
     def on_stage_end(
         self, run_dir: Path, stage: str, iteration: int, agents: Mapping[str, Any] | None = None
@@ -221,7 +218,7 @@ class WandbLogger:
             for artifact in build_rollout_artifacts(wandb, Path(run_dir), self._run.id):
                 self._run.log_artifact(artifact)
         except Exception as error:
-            warnings.warn(f"W&B could not save the rollouts' artifact: {error}", stacklevel=2)
+            warn(f"W&B could not save the rollouts' artifact: {error}")
 
     def __repr__(self) -> str:
         return f"WandbLogger(mode={self.mode!r})"

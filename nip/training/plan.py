@@ -390,8 +390,10 @@ def check_saved_plan(
 ) -> RunPlan:
     """Compare ``plan`` with the run's saved ``plan.json``; save and return the plan to run.
 
-    An accepted change applies from where ``state`` stands: what has already run stays as
-    it ran, in the plan returned and in ``plan.json`` (:meth:`RunPlan.keeping_executed`).
+    What has already run stays as it ran, in the plan compared, returned and saved
+    (:meth:`RunPlan.keeping_executed`): only what is still to run can differ, and a change
+    there applies from where ``state`` stands once accepted. (An extended run's executed
+    plan differs from its longer configuration's; it resumes as it is.)
 
     Raises:
         PlanChangedError: They differ and ``accept`` is False (the message lists the
@@ -399,6 +401,7 @@ def check_saved_plan(
     """
     if run_dir.exists("plan.json"):
         recorded = run_dir.read_json("plan.json")
+        plan = plan.keeping_executed(RunPlan.from_dict(recorded), state)
         # What the saved plan recorded (a field added by a later nip is not compared).
         changes = plan_diff(recorded, json.loads(json.dumps(plan.to_dict())))
         if changes and not accept:
@@ -410,8 +413,6 @@ def check_saved_plan(
                 "schedule; resume with accept_plan_change=True (nip resume "
                 "--accept-plan-change) to go on with the new plan."
             )
-        if changes:
-            plan = plan.keeping_executed(RunPlan.from_dict(recorded), state)
     elif run_dir.exists("state.json") and not accept:
         # A run started by a nip without run plans drew its training items in the file's
         # order; this one walks a seeded shuffle, so going on would change its data silently.

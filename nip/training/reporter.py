@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from typing import Any, TextIO
 
 from nip.training.callbacks import TrainerCallback
 from nip.training.context import RunContext
+from nip.utils.notices import in_notebook, run_stream
 
 _QUIET_STAGES = frozenset({"log_stats", "create_fine_tune_jobs", "switch_models"})
 _SUMMARY = {
@@ -54,9 +54,7 @@ class RunReporter(TrainerCallback):
         engines_after_s: float = 2.0,
     ):
         self.enabled = enabled
-        # In a notebook, standard error shows as a red block under the cell: the run's lines
-        # are plain output there.
-        self.stream = stream or (sys.stdout if _in_notebook() else sys.stderr)
+        self.stream = stream or run_stream()
         self.bars = _interactive(self.stream) if bars is None else bars
         self.poll_s = poll_s
         self.final_read_timeout_s = final_read_timeout_s
@@ -212,14 +210,8 @@ def _summary(run: RunContext, iteration: int, seconds: float) -> str:
     return f"iteration {iteration + 1}/{total} done in {seconds:.0f} s · " + " · ".join(parts)
 
 
-def _in_notebook() -> bool:
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
-
-
 def _interactive(stream: TextIO) -> bool:
-    if _in_notebook():
+    if in_notebook():
         return True  # a notebook: tqdm.auto draws widgets
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())

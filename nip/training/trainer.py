@@ -32,6 +32,7 @@ from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
 from nip.providers.pool import BackendPool
 from nip.rollouts.records import Transcript
+from nip.runs.ownership import owning
 from nip.runs.plan_steps import TEST_ITERATION
 from nip.runs.run_dir import RunDirectory, new_run_path, split_provenance
 from nip.runs.state import Stage as Stage  # re-exported: the stages' names
@@ -96,15 +97,41 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
     ):
         settings = settings or ExperimentSettings()
         check_wandb(settings.wandb_mode)  # W&B asked for but not installed: before any write
-        if settings.run_dir is None:
-            settings.run_dir = new_run_path()
         self.hyper_params = hyper_params
         self.settings = settings
+        # What the configuration or its data can get wrong (protocol, agents, prompts, the
+        # dataset's rows) fails here, before the run's folder is made or written.
+        self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
+        provenance = None if _resuming else split_provenance(self.session)  # loads the data
+        plan = self.make_plan()
+        if settings.run_dir is None:
+            settings.run_dir = new_run_path()
+        with owning(settings.run_dir, "a run starting"):  # one writer of the folder at a time
+            self._open(
+                plan,
+                provenance,
+                fine_tune_backends=fine_tune_backends,
+                overwrite=overwrite,
+                callbacks=callbacks,
+            )
+
+    def _open(
+        self,
+        plan: RunPlan,
+        provenance: dict[str, dict] | None,
+        *,
+        fine_tune_backends: Mapping[str, FineTuneBackend] | None,
+        overwrite: bool,
+        callbacks: Sequence[TrainerCallback] | None,
+    ) -> None:
+        """Open the run's folder (``provenance`` None: a resumed run's, already written)."""
+        hyper_params, settings = self.hyper_params, self.settings
         text_rl = hyper_params.text_rl
         self.run_dir = RunDirectory(
             settings.run_dir,
             transcript_format=text_rl.transcript_format if text_rl.save_transcripts else None,
         )
+        _resuming = provenance is None
         if not _resuming:
             if self.run_dir.exists("state.json") and not overwrite:
                 raise RunDirectoryError(
@@ -115,11 +142,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             self.run_dir.write_json(
                 "meta.json", {"nip_version": __version__, "created": time.time()}
             )
-        self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
-        if not _resuming:  # load the data now: a missing dataset fails before any sampling
-            self.run_dir.save_dataset_provenance(split_provenance(self.session))
-        plan = self.make_plan()
-        if not _resuming:
+            self.run_dir.save_dataset_provenance(provenance)
             self.run_dir.write_json("plan.json", plan.to_dict())
         job_backends = dict(fine_tune_backends or {})
         self.groups: dict[str, PureTextSharedModelGroup] = {
@@ -198,31 +221,34 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         the saved parameters hold only its name.
 
         Raises:
+            NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
+            DirectoryInUseError: Another process is writing the run directory.
             IncompatibleParametersError: The run was saved by an incompatible nip (pass
                 ``force=True`` to try anyway).
             PlanChangedError: The plan this nip makes from the saved parameters and data
                 differs from the run's ``plan.json`` (pass ``accept_plan_change=True`` to go
                 on with the new plan).
         """
-        directory = RunDirectory(run_dir)
+        directory = RunDirectory.of_run(run_dir)
         hyper_params = directory.load_hyper_params(force=force)
         settings = settings or ExperimentSettings()
         settings.run_dir = directory.path
-        trainer = cls(
-            hyper_params,
-            settings,
-            fine_tune_backends=fine_tune_backends,
-            protocol=protocol,
-            backends=backends,
-            _resuming=True,
-        )
-        if directory.exists("state.json"):
-            trainer.state = TrainerState(**directory.read_json("state.json"))
-            for name, group_state in trainer.state.groups.items():
-                trainer.groups[name].set_state(group_state)
-        trainer.context.plan = check_saved_plan(
-            trainer.run_dir, trainer.plan, trainer.state, accept=accept_plan_change
-        )
+        with owning(directory.path, "a run resuming"):
+            trainer = cls(
+                hyper_params,
+                settings,
+                fine_tune_backends=fine_tune_backends,
+                protocol=protocol,
+                backends=backends,
+                _resuming=True,
+            )
+            if directory.exists("state.json"):
+                trainer.state = TrainerState(**directory.read_json("state.json"))
+                for name, group_state in trainer.state.groups.items():
+                    trainer.groups[name].set_state(group_state)
+            trainer.context.plan = check_saved_plan(
+                trainer.run_dir, trainer.plan, trainer.state, accept=accept_plan_change
+            )
         return trainer
 
     def _save_state(self) -> None:
@@ -249,7 +275,15 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
 
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
         """Run stages until the run is finished, ``max_stages`` stages were run, or a
-        callback stopped it (``nip control RUN_DIR stop``; a pause waits between stages)."""
+        callback stopped it (``nip control RUN_DIR stop``; a pause waits between stages).
+
+        Raises:
+            DirectoryInUseError: Another process (or task) is writing the run directory.
+        """
+        with owning(self.run_dir.path, "training"):
+            return await self._train(max_stages)
+
+    async def _train(self, max_stages: int | None) -> TrainerState:
         stages_run = 0
         await self._call("on_train_begin")
         if not self.finished and not self._servers_ready:

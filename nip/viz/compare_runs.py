@@ -78,21 +78,36 @@ def _models(hyper_params: dict[str, Any]) -> str:
     return "+".join(sorted({str(agent.get("model_name", "?")) for agent in agents})) or "?"
 
 
-def _expand_sweeps(sources: Iterable[RunSource]) -> list[RunSource]:
+def _expand_sweeps(sources: Iterable[RunSource]) -> list[tuple[RunSource, bool]]:
     """Each sweep directory (``nip sweep``) replaced by its cells' run directories, and each
-    run followed by its retests (``nip retest``: ``retest/*/`` inside it)."""
-    expanded: list[RunSource] = []
+    run followed by its retests (``nip retest``: ``retest/*/`` inside it); with each, whether
+    it is a sweep's cell (which may not have started yet)."""
+    expanded: list[tuple[RunSource, bool]] = []
     for source in sources:
         if isinstance(source, str | Path) and is_sweep_dir(source):
-            expanded += sweep_run_dirs(source)
+            expanded += [(cell, True) for cell in sweep_run_dirs(source)]
         else:
-            expanded.append(source)
-    with_retests: list[RunSource] = []
-    for source in expanded:
-        with_retests.append(source)
+            expanded.append((source, False))
+    with_retests: list[tuple[RunSource, bool]] = []
+    for source, in_sweep in expanded:
+        with_retests.append((source, in_sweep))
         path = source.path if isinstance(source, RunResults | RunDirectory) else Path(source)
-        with_retests += sorted(p.parent for p in path.glob("retest/*/hyper_params.json"))
+        retests = sorted(p.parent for p in path.glob("retest/*/hyper_params.json"))
+        with_retests += [(retest, False) for retest in retests]
     return with_retests
+
+
+def _unfinished(run: RunResults, in_sweep: bool, split: str, rows: list) -> str | None:
+    """How far a run that has not finished got (None: finished, or a retest)."""
+    name = run.path.name if in_sweep else str(run.path)
+    stage, iteration, iterations = run.run_dir.progress()
+    if stage == "done" or _variant(run.path):
+        return None
+    if stage == "not started":
+        return f"{name} (not started)"
+    shown = min(iteration + 1, iterations)
+    saved = "" if rows else f", no {split} dialogues yet"
+    return f"{name} ({stage}, iteration {shown}/{iterations}{saved})"
 
 
 def _variant(path: Path) -> str:
@@ -125,19 +140,26 @@ def runs_table(
         after its protocol, with the trainer when the runs mix trainers, the agents' models
         when they mix models (``nip [gpt-4o-mini-2024-07-18]`` beside ``nip
         [Qwen/Qwen2.5-7B-Instruct]``), and with the seed (or the directory, for runs sharing
-        a seed) when runs are not pooled.
+        a seed) when runs are not pooled. Runs that have not finished (a sweep's cells still
+        running, or not started) count as far as they got; ``table.attrs["incomplete"]`` says
+        how far each got.
 
     Raises:
-        FileNotFoundError: A directory is not a run, or no run saved ``split`` rollouts.
+        FileNotFoundError: A directory given is not a run or sweep, or no run saved
+            ``split`` rollouts.
     """
-    counts = []
-    for source in _expand_sweeps(run_dirs):
+    counts, incomplete = [], []
+    for source, in_sweep in _expand_sweeps(run_dirs):
         run = source if isinstance(source, RunResults) else RunResults(source)
-        if not run.run_dir.exists("hyper_params.json"):
-            raise FileNotFoundError(f"{run.path} is not a run directory (no hyper_params.json)")
-        counts += _counts(run, split)
+        if not in_sweep:
+            RunDirectory.of_run(run.path)  # a folder given that holds no run
+        rows = _counts(run, split) if run.run_dir.exists("hyper_params.json") else []
+        if (unfinished := _unfinished(run, in_sweep, split, rows)) is not None:
+            incomplete.append(unfinished)
+        counts += rows
     if not counts:
-        raise FileNotFoundError(f"none of the runs saved {split!r} rollouts")
+        missing = f": {'; '.join(incomplete)}" if incomplete else ""
+        raise FileNotFoundError(f"none of the runs saved {split!r} rollouts yet{missing}")
     frame = pd.DataFrame(counts)
     mixed_trainers = frame["trainer"].nunique() > 1
     frame["series"] = frame["protocol"]
@@ -178,7 +200,9 @@ def runs_table(
                 "ci_high": high,
             }
         )
-    return pd.DataFrame(rows, columns=RUNS_COLUMNS)
+    table = pd.DataFrame(rows, columns=RUNS_COLUMNS)
+    table.attrs["incomplete"] = incomplete
+    return table
 
 
 #: How far apart (in iterations) the series' points of one iteration are drawn.

@@ -1,0 +1,274 @@
+"""One owner per run directory and sweep directory: a second writer is refused, a dead one's
+place is taken.
+
+Whatever writes a run's folder (training, resuming, extending, retesting, changing its saved
+parameters) or a sweep's folder owns it for that time::
+
+    with owning("runs/nip-ei", "training"):
+        ...  # nobody else writes runs/nip-ei meanwhile
+
+The owner holds an exclusive OS file lock on ``owner.lock`` in the folder (``filelock``'s
+``flock``, which Linux turns into a POSIX byte-range lock on NFS) and writes into that file
+who it is: pid, host, since when, doing what. A second owner, in this process or any other,
+on this machine or another node sharing the folder, is refused at once with
+:class:`DirectoryInUseError` naming the first. The kernel (or, on NFS, the server) drops the
+lock of a process that dies, even with ``kill -9``, so the next owner simply takes it; the
+file still names the dead owner, which :attr:`Ownership.taken_over_from` reports. On a clean
+release the file is emptied.
+
+Claims nest: code that owns a folder may call code that claims it again (``nip extend``
+changes the saved parameters, then resumes the run) in the same task or thread, and asyncio
+tasks it starts inherit its claims. A claim made elsewhere in this process (another task of a
+notebook, another thread) is refused like another process's: the lock file is opened once per
+process, since on NFS closing any descriptor of a file drops every POSIX lock the process
+holds on it.
+
+What is assumed of a shared file system (docs/reliability.md): it implements POSIX locks
+across nodes (NFSv4; NFSv3 with ``lockd``/``statd``; Lustre mounted with ``-o flock``;
+CephFS; GPFS). A node that is lost holds its locks until the server gives up on it (an NFSv4
+lease: 90 s by default), so a retried Ray cell waits that long for its folder. A mount with
+``nolock`` or ``local_lock=flock|all`` keeps locks on one node: processes on two nodes would
+not see each other. Where the file system refuses locks altogether, nip warns once and goes
+on without one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nip.errors import NipError
+
+__all__ = [
+    "LOCK_FILE",
+    "DirectoryInUseError",
+    "FolderError",
+    "Owner",
+    "Ownership",
+    "current_owner",
+    "owning",
+]
+
+#: The lock file every owned folder holds; its text names the owner while one holds it.
+LOCK_FILE = "owner.lock"
+
+#: Errors by which a file system says it has no locks (or none across the network).
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who owns a folder: a process on a host, since when, doing what."""
+
+    pid: int
+    host: str
+    since: float
+    what: str
+
+    def __str__(self) -> str:
+        if not self.pid:  # an owner that has not written its record yet
+            return self.what
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
+        return f"{self.what} by pid {self.pid} on {self.host} since {since}"
+
+    @classmethod
+    def parse(cls, text: str) -> Owner | None:
+        """The owner a lock file's text names (None: empty, or not nip's)."""
+        try:
+            data = json.loads(text)
+            return cls(int(data["pid"]), str(data["host"]), float(data["since"]), data["what"])
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+class DirectoryInUseError(NipError):
+    """A run or sweep directory is owned by another process (or another task of this one).
+
+    Attributes:
+        path: The folder.
+        owner: Its owner, as the lock file names it (None when it has not said yet).
+    """
+
+    def __init__(self, path: str | Path, owner: Owner | None):
+        self.path, self.owner = Path(path), owner
+        who = owner or "another process (which has not said who yet)"
+        super().__init__(f"{path} is in use: {who}; wait for it to end (or stop it), then retry")
+
+
+class FolderError(NipError, OSError):
+    """A folder to own is a file, or cannot be made."""
+
+
+@dataclass
+class Ownership:
+    """A held claim on a folder (what :func:`owning` yields).
+
+    Attributes:
+        path: The folder.
+        owner: This process's record, as written in the lock file.
+        taken_over_from: The owner the lock file named when this one took it: a process
+            that died holding it (None after a clean release).
+    """
+
+    path: Path
+    owner: Owner
+    taken_over_from: Owner | None = None
+
+
+class _Held:
+    """A lock this process holds: its ``FileLock``, its descriptor and its record."""
+
+    def __init__(self, lock: Any, ownership: Ownership):
+        self.lock, self.ownership, self.fd = lock, ownership, -1
+        self.pid = os.getpid()  # a forked child inherits the table, not the lock
+
+
+# The locks this process holds, by lock file path. It mirrors the kernel's lock table, which
+# is per process for POSIX locks: one FileLock per file per process, so that no second
+# descriptor of a held lock file is ever opened (closing it would drop the lock on NFS).
+_HELD: dict[str, _Held] = {}
+_TABLE = threading.Lock()
+# The lock files this task or thread holds: a nested claim of one of them is the same owner.
+_MINE: ContextVar[frozenset[str]] = ContextVar("nip_owned_folders", default=frozenset())
+
+
+def _lock_path(path: str | Path) -> str:
+    return str(Path(path).resolve() / LOCK_FILE)
+
+
+def _read_owner(lock_file: str) -> Owner | None:
+    try:
+        return Owner.parse(Path(lock_file).read_text(encoding="utf-8"))
+    except OSError:
+        return None
+
+
+def _live_hold(key: str) -> _Held | None:
+    held = _HELD.get(key)
+    if held is not None and held.pid != os.getpid():
+        del _HELD[key]  # inherited through fork: the child never held it
+        return None
+    return held
+
+
+@contextmanager
+def owning(path: str | Path, what: str, *, wait_s: float = 0.0) -> Iterator[Ownership]:
+    """Own the folder ``path`` (made if missing) for the ``with`` block.
+
+    Args:
+        path: A run or sweep directory.
+        what: What the owner does there, as others will read it ("training", "a sweep").
+        wait_s: How long to wait for another owner to let go (0: refuse at once). A Ray
+            cell retried after its node was lost waits for the lost node's lock to expire.
+
+    Raises:
+        DirectoryInUseError: Another process, or another task or thread of this one, owns
+            the folder (after ``wait_s``).
+        FolderError: ``path`` is a file, or cannot be made.
+    """
+    key = _lock_path(path)
+    with _TABLE:
+        held = _live_hold(key)
+    if held is not None and key in _MINE.get():
+        yield held.ownership  # a nested claim of this task's own folder
+        return
+    held = _acquire(path, key, what, wait_s)
+    if held is None:  # the file system has no locks: go on without one
+        yield Ownership(Path(path), Owner(os.getpid(), socket.gethostname(), time.time(), what))
+        return
+    token = _MINE.set(_MINE.get() | {key})
+    try:
+        yield held.ownership
+    finally:
+        _MINE.reset(token)
+        _release(key, held)
+
+
+def _acquire(path: str | Path, key: str, what: str, wait_s: float) -> _Held | None:
+    from filelock import FileLock, Timeout
+
+    with _TABLE:
+        other = _live_hold(key)
+        if other is not None:  # another task or thread of this process
+            raise DirectoryInUseError(path, other.ownership.owner)
+        _make_folder(path)
+        owner = Owner(os.getpid(), socket.gethostname(), time.time(), what)
+        record = (json.dumps(owner.__dict__) + "\n").encode()
+        held = _Held(None, Ownership(Path(path), owner))
+
+        def write_owner(fd: int) -> None:  # FileLock calls it once the lock is ours
+            previous = os.pread(fd, 4096, 0).decode(errors="replace")
+            held.ownership.taken_over_from = Owner.parse(previous)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
+            held.fd = fd
+
+        held.lock = FileLock(key, timeout=wait_s, thread_local=False, on_acquired=write_owner)
+        try:
+            held.lock.acquire()
+        except Timeout:
+            raise DirectoryInUseError(path, _read_owner(key)) from None
+        except OSError as error:
+            if error.errno not in _NO_LOCKS:
+                raise
+            from nip.utils.notices import warn
+
+            warn(
+                f"the file system of {path} has no file locks ({error.strerror}): a second "
+                "copy of this command on the same folder would not be refused"
+            )
+            return None
+        _HELD[key] = held
+        return held
+
+
+def _make_folder(path: str | Path) -> None:
+    if Path(path).exists() and not Path(path).is_dir():
+        raise FolderError(f"{path} is a file, not a folder")
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise FolderError(f"cannot make the folder {path}: {error.strerror}") from None
+
+
+def _release(key: str, held: _Held) -> None:
+    with _TABLE:
+        if _HELD.get(key) is held:
+            del _HELD[key]
+        with contextlib.suppress(OSError):
+            os.ftruncate(held.fd, 0)  # released cleanly: the file names nobody
+        held.lock.release()
+
+
+def current_owner(path: str | Path) -> Owner | None:
+    """The live owner of the folder ``path``, or None when nobody holds it (the lock file of
+    a process that died still names it, but it owns nothing). Writes nothing."""
+    from filelock import FileLock, Timeout
+
+    key = _lock_path(path)
+    with _TABLE:
+        held = _live_hold(key)
+        if held is not None:
+            return held.ownership.owner
+        if not Path(key).is_file():
+            return None
+        probe = FileLock(key, timeout=0, thread_local=False)
+        try:
+            probe.acquire()
+        except Timeout:
+            return _read_owner(key) or Owner(0, "", 0.0, "another process")
+        except OSError:
+            return None  # no locks on this file system: nobody can be seen holding one
+        probe.release()
+        return None
