@@ -105,13 +105,11 @@ def _served_run(run_dir, settings):
 
 
 def _check_run_dir(run_dir) -> None:
-    """A directory to resume, extend or re-test must hold a run: one line otherwise."""
-    from pathlib import Path
+    """A directory to resume, extend or re-test must hold a run: one line otherwise, before
+    a server starts for it."""
+    from nip.runs.run_dir import RunDirectory
 
-    from nip.errors import ConfigFileError
-
-    if not (Path(run_dir) / "hyper_params.json").is_file():
-        raise ConfigFileError(f"{run_dir} holds no run (no hyper_params.json)")
+    RunDirectory.of_run(run_dir)
 
 
 def _check_serve_options(settings) -> None:

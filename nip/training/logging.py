@@ -150,8 +150,11 @@ class WandbLogger:
             self._run = wandb.init(
                 mode=self.mode,
                 # create_new: a sweep's cells each log to their own run from one process.
+                # console="off": W&B does not wrap the process's standard streams, which the
+                # run's own progress bars (and its other cells, in a sweep) write to while W&B
+                # starts and finishes in a worker thread.
                 settings=wandb.Settings(
-                    init_timeout=init_timeout_s, silent=True, reinit="create_new"
+                    init_timeout=init_timeout_s, silent=True, reinit="create_new", console="off"
                 ),
                 **kwargs,
             )
@@ -163,7 +166,7 @@ class WandbLogger:
             self.mode = "offline"
             self._run = wandb.init(
                 mode="offline",
-                settings=wandb.Settings(silent=True, reinit="create_new"),
+                settings=wandb.Settings(silent=True, reinit="create_new", console="off"),
                 **kwargs,
             )
         if self._run is not None:
