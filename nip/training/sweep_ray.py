@@ -16,6 +16,8 @@ extra ``nip[ray]``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,29 @@ def _run_cell(
     return "done" if trainer.finished else "stopped"
 
 
+@contextmanager
+def _joined(ray, address: str | None) -> Iterator[None]:
+    """This process in the cluster at ``address`` (see :func:`run_sweep_ray`) for the block;
+    a ``local`` one is stopped when it ends."""
+    with ExitStack() as stack:
+        if address == "local" and not ray.is_initialized():
+            from nip.utils.ray_cluster import local_ray_cluster
+
+            try:
+                stack.enter_context(local_ray_cluster())  # comes up on a busy machine too
+            except RuntimeError as error:
+                raise RayClusterError(f"could not start a Ray cluster here: {error}") from None
+        elif address is not None and not ray.is_initialized():
+            try:
+                ray.init(address=address, include_dashboard=False)
+            except (ConnectionError, RuntimeError) as error:
+                raise RayClusterError(
+                    f"could not join the Ray cluster at {address!r} ({error}); start one with "
+                    "`ray start --head`, or use --ray local for a cluster on this machine"
+                ) from None
+        yield
+
+
 def run_sweep_ray(
     spec: GridSpec,
     sweep_dir: str | Path,
@@ -120,8 +145,8 @@ def run_sweep_ray(
         sweep_dir: The sweep's directory, on storage every node sees at this path.
         settings: Runtime settings for every cell (``run_dir`` is the cell's).
         address: The cluster (``auto``: the one this machine is part of; ``local``: a new
-            one on this machine; or ``ray://host:10001``); None: the already initialised
-            one.
+            one on this machine, stopped when the sweep ends; or ``ray://host:10001``);
+            None: the already initialised one.
         resources: Each task's resources (``cpu=1,gpu=1``).
         max_retries: How often a cell whose worker or node died is run again (it resumes).
 
@@ -135,29 +160,22 @@ def run_sweep_ray(
     cells = prepare_sweep(spec, sweep_dir)
     settings = cell_settings(spec, settings, parallel=2)
     plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
-    if address is not None and not ray.is_initialized():
-        try:
-            ray.init(address=None if address == "local" else address, include_dashboard=False)
-        except (ConnectionError, RuntimeError) as error:
-            raise RayClusterError(
-                f"could not join the Ray cluster at {address!r} ({error}); start one with "
-                "`ray start --head`, or use --ray local for a cluster on this machine"
-            ) from None
-    task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
-    options = parse_resources(resources)
-    folder = str(spec.folder) if spec.folder else None
-    refs = {
-        cell.name: task.options(**options).remote(
-            spec.to_dict(), folder, cell.name, str(sweep_dir), plain
-        )
-        for cell in cells
-    }
-    outcomes: dict[str, str] = {}
-    for name, ref in refs.items():
-        try:
-            outcomes[name] = ray.get(ref)
-        except Exception as error:  # a cell that failed every retry; the others go on
-            outcomes[name] = f"{type(error).__name__}: {error}"
-        if echo:
-            print(f"{name}: {outcomes[name]}")
-    return outcomes
+    with _joined(ray, address):
+        task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
+        options = parse_resources(resources)
+        folder = str(spec.folder) if spec.folder else None
+        refs = {
+            cell.name: task.options(**options).remote(
+                spec.to_dict(), folder, cell.name, str(sweep_dir), plain
+            )
+            for cell in cells
+        }
+        outcomes: dict[str, str] = {}
+        for name, ref in refs.items():
+            try:
+                outcomes[name] = ray.get(ref)
+            except Exception as error:  # a cell that failed every retry; the others go on
+                outcomes[name] = f"{type(error).__name__}: {error}"
+            if echo:
+                print(f"{name}: {outcomes[name]}")
+        return outcomes
