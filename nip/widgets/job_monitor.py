@@ -231,11 +231,13 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
 
     # -------------------------------------------------------------- the job
     async def launch(self) -> str | None:
-        """Submit the job; returns its id (None if the group declined: frozen, too few
-        examples)."""
+        """Submit the job; returns its id (None when there is none: the group is frozen or
+        has too few examples, as :attr:`no_job_reason` and the status line say)."""
         name = self.job_name_box.value.strip() or None
         self._follow(None)
-        if self.method == "supervised":
+        if self._launch_problem():  # the group would decline it (and warn): not asked
+            job_id = None
+        elif self.method == "supervised":
             job_id = await self.group.create_supervised_fine_tune_job(
                 *self.chosen_rollouts(), job_name=name
             )
@@ -245,7 +247,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self._declined = job_id is None
         self._update_buttons()
         if job_id is None:
-            self.status.value = error_html(self.no_job_reason or "no job was launched")
+            self.status.value = error_html(self.no_job_reason or "")
         else:
             self.status.value = escape(f"job {job_id} submitted")
         return job_id
