@@ -26,6 +26,7 @@ from nip.testing.processes import live_group_members
 from nip.testing.server import serve
 from nip.testing.tiny_model import build_tiny_chat_model
 from nip.training.groups import PureTextSharedModelGroup
+from nip.utils.precision import cpu_dtype
 
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
 PROMPT = ({"role": "user", "content": "Is the code correct?"},)
@@ -134,7 +135,7 @@ def test_a_job_trained_through_the_server_is_served_by_vllm_at_run_time(
         vllm_python=python,
         vllm_port=0,
         storage_dir=str(tmp_path / "srv"),
-        dtype="float32",
+        dtype=cpu_dtype(fast=False),  # the transformers engine's, whose answers it must give
         max_model_len=512,
         enforce_eager=True,
         max_lora_rank=16,  # the stack below: 8 + 4, padded to 16
