@@ -20,7 +20,7 @@ def test_the_quickstart_experiment_trains_both_agents_and_tests_them(tmp_path):
     params = _load_config("quickstart")
     params.rl.rollouts_per_iteration = 2
     for agent in params.agents.values():
-        agent.max_response_words = 25
+        agent.max_response_words = 15
     params.text_rl.min_fine_tune_examples = 1
     params.pure_text_ei.reward_threshold = -10.0  # keep every dialogue: both agents train
     # The verifier questions the prover before it may decide: the prover speaks in every
