@@ -311,7 +311,9 @@ async def test_a_job_shares_the_local_backends_loaded_weights_and_learns_the_sam
     from nip.backends import GenerationRequest, SharesBaseWeights, capability
     from nip.backends.local import LocalBackend
 
-    chat = LocalBackend(str(tiny_model), device="cpu")
+    # float32, what a job loads on a CPU: weights of another dtype (NIP_CPU_DTYPE=bfloat16)
+    # are not shared, and the job loads its own.
+    chat = LocalBackend(str(tiny_model), device="cpu", dtype="float32")
     host = capability(chat, SharesBaseWeights)
     assert host is chat and chat.loaded_base_weights(str(tiny_model)) is None  # not loaded
     await chat.generate(
