@@ -26,6 +26,7 @@ from nip.testing.processes import live_group_members
 from nip.testing.server import serve
 from nip.testing.tiny_model import build_tiny_chat_model
 from nip.training.groups import PureTextSharedModelGroup
+from nip.utils.precision import cpu_dtype
 
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
 PROMPT = ({"role": "user", "content": "Is the code correct?"},)
@@ -134,7 +135,7 @@ def test_a_job_trained_through_the_server_is_served_by_vllm_at_run_time(
         vllm_python=python,
         vllm_port=0,
         storage_dir=str(tmp_path / "srv"),
-        dtype="float32",
+        dtype=cpu_dtype(fast=False),  # the transformers engine's, whose answers it must give
         max_model_len=512,
         enforce_eager=True,
         max_lora_rank=16,  # the stack below: 8 + 4, padded to 16
@@ -534,7 +535,7 @@ def test_with_pause_sharing_vllm_sleeps_while_a_job_trains_on_the_gpu(tiny_model
     ("device", "native_bf16", "setting", "expected"),
     [
         ("cpu", False, "auto", "float32"),  # vLLM's auto would emulate bfloat16
-        ("cpu", True, "auto", "auto"),
+        ("cpu", True, "auto", "bfloat16"),
         ("cuda", False, "auto", "auto"),
         ("cpu", False, "bfloat16", "bfloat16"),  # an explicit dtype is passed on as it is
     ],
@@ -543,12 +544,29 @@ def test_vllm_reads_in_float32_on_a_cpu_without_native_bfloat16(
     monkeypatch, device, native_bf16, setting, expected
 ):
     from nip.server import vllm_engine
+    from nip.utils import precision
 
-    monkeypatch.setattr(vllm_engine, "cpu_has_native_bf16", lambda: native_bf16)
+    monkeypatch.delenv("NIP_CPU_DTYPE", raising=False)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
     config = ServerConfig(device=device, dtype=setting)
     command = vllm_engine.vllm_command(config, Path("/m"), 8001, "py")
 
     assert command[command.index("--dtype") + 1] == expected
+
+
+@pytest.mark.parametrize("forced", ["float32", "bfloat16"])
+@pytest.mark.parametrize("native_bf16", [False, True])
+def test_nip_cpu_dtype_decides_what_auto_means_for_vllm_on_any_cpu(
+    monkeypatch, forced, native_bf16
+):
+    from nip.server import vllm_engine
+    from nip.utils import precision
+
+    monkeypatch.setenv("NIP_CPU_DTYPE", forced)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
+    command = vllm_engine.vllm_command(ServerConfig(device="cpu"), Path("/m"), 8001, "py")
+
+    assert command[command.index("--dtype") + 1] == forced
 
 
 def test_vllm_is_not_handed_our_thread_count_unless_its_binding_is_ours(monkeypatch):

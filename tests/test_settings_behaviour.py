@@ -354,7 +354,7 @@ CASES: tuple[Case, ...] = (
     Case("server.gpu_memory_utilization", 0.7, "server", context=CUDA),
     Case("server.tensor_parallel_size", 2, "server"),
     Case("server.data_parallel_size", 2, "server"),
-    Case("server.dtype", "bfloat16", "server"),
+    Case("server.dtype", "float16", "server"),  # auto is float32 or bfloat16 on a CPU
     Case("server.quantization", "bitsandbytes", "server", context=CUDA),
     Case("server.max_model_len", 4096, "server"),
     Case("server.enforce_eager", True, "server"),

@@ -1,5 +1,6 @@
-"""A sweep on a local Ray cluster (2 CPUs, started by the test): each cell a Ray task, and a
-cell whose worker is killed mid-run is retried by Ray and resumes from its run directory."""
+"""A sweep on a local Ray cluster (``--ray local``: started for the sweep, stopped after it):
+each cell a Ray task, and a cell whose worker is killed mid-run is retried by Ray and resumes
+from its run directory."""
 
 from __future__ import annotations
 
@@ -46,16 +47,11 @@ def test_without_ray_the_ray_option_says_how_to_install_it(tmp_path, capsys, mon
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
-    dummy_params, tmp_path, monkeypatch
-):
-    ray = pytest.importorskip("ray")
-    # A loaded machine starts the node's agents slowly (15-20 s on a busy 2-core machine).
-    # Ray 2.60's raylet waits a fixed 15 s for the dashboard agent's port file and then
-    # aborts (the node "timed out during startup": the test skips, saying so); later Ray
-    # versions wait RAY_agent_register_timeout_ms instead.
-    monkeypatch.setenv("RAY_agent_register_timeout_ms", "120000")
+@pytest.mark.timeout(900)
+def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(dummy_params, tmp_path):
+    """``--ray local``'s cluster comes up on a loaded 2-core machine too (Ray's own
+    ``ray.init()`` did not: the test skipped there); it is stopped when the sweep ends."""
+    pytest.importorskip("ray")  # the one reason to skip: Ray is not installed
     from nip.experiments.sweep_ray import run_sweep_ray
 
     dummy_params().save(tmp_path / "base.yaml")
@@ -63,32 +59,26 @@ def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
     spec = GridSpec.load(tmp_path / "grid.yaml")
     settings = ExperimentSettings(show_progress=False, wandb_mode="disabled", dummy_latency_s=0.1)
     run_sweep(spec, tmp_path / "straight", settings, echo=False)
-    try:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    except Exception as error:  # a node's agents too slow to start on an overloaded machine
-        if "timed out during startup" not in str(error):
-            raise
-        pytest.skip(f"Ray could not start a local node here: {error}")
-    try:
-        outcomes: dict[str, str] = {}
-        sweep_dir = tmp_path / "ray"
-        thread = threading.Thread(
-            target=lambda: outcomes.update(
-                run_sweep_ray(spec, sweep_dir, settings, address=None, echo=False)
-            ),
-            daemon=True,
-        )
-        thread.start()
-        cell = sweep_dir / "cells" / "nip_seed0"
-        deadline = time.monotonic() + 300
-        while not (cell / "state.json").exists():  # the cell is under way
-            assert time.monotonic() < deadline and thread.is_alive()
-            time.sleep(0.05)
-        os.kill(int((cell / "ray_attempts.txt").read_text().split()[0]), signal.SIGKILL)
-        thread.join(timeout=400)
-        assert not thread.is_alive()
-    finally:
-        ray.shutdown()
+    sweep_dir = tmp_path / "ray"
+    outcomes: dict[str, str] = {}
+    errors: list[BaseException] = []
+
+    def sweep() -> None:
+        try:
+            outcomes.update(run_sweep_ray(spec, sweep_dir, settings, address="local", echo=False))
+        except BaseException as error:  # shown by the assertions below
+            errors.append(error)
+
+    thread = threading.Thread(target=sweep, daemon=True)
+    thread.start()
+    cell = sweep_dir / "cells" / "nip_seed0"
+    deadline = time.monotonic() + 420  # the cluster's start (up to 300 s) and the cell's
+    while not (cell / "state.json").exists():  # the cell is under way
+        assert time.monotonic() < deadline and thread.is_alive(), errors
+        time.sleep(0.05)
+    os.kill(int((cell / "ray_attempts.txt").read_text().split()[0]), signal.SIGKILL)
+    thread.join(timeout=400)
+    assert not thread.is_alive() and not errors, errors
     assert outcomes == {c.name: "done" for c in spec.cells()}
     assert len((cell / "ray_attempts.txt").read_text().split()) == 2  # Ray ran it again
     assert {c.stage for c in sweep_status(sweep_dir)} == {"done"}
@@ -97,3 +87,19 @@ def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(
         relative = path.relative_to(straight)
         assert (sweep_dir / relative).read_text() == path.read_text(), relative
     assert Path(sweep_dir / "sweep.json").exists()
+    worker = int((cell / "ray_attempts.txt").read_text().split()[1])
+    assert _gone(worker, within_s=60)  # the cluster stopped with the sweep, its workers too
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    """Whether process ``pid`` ends (or is a zombie nobody reaps) within ``within_s``."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        if stat.rpartition(")")[2].split()[0] == "Z":
+            return True
+        time.sleep(0.2)
+    return False

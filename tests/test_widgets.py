@@ -12,7 +12,7 @@ import ipywidgets
 import pytest
 
 from nip.backends import DummyBackend
-from nip.errors import BackendUnavailableError, InvalidParameterError, NipError
+from nip.errors import BackendUnavailableError, FineTuneError, InvalidParameterError, NipError
 from nip.jobs import FineTuneEvent, FineTuneJob
 from nip.parameters import (
     ContiguousPeriodicUpdateSchedule,
@@ -521,6 +521,36 @@ def test_the_launcher_builds_dpo_lines_from_preference_pairs():
     assert "not preferred" in launcher.preview.value and launcher.select_box.disabled
     launcher.launch_button.click()
     assert launcher.job.status == "succeeded"
+
+
+async def test_a_dpo_launcher_without_pairs_says_no_job_was_launched_and_why():
+    """MALT trees whose siblings all ended alike give no preference pair: nothing to train."""
+    session = make_session()
+    launcher = FineTuneLauncher(verifier_group(session), [], method="dpo")
+    assert launcher.launch_button.disabled and "too few examples" in launcher.summary.value
+
+    assert await launcher.launch() is None
+    why = "no job was launched: group 'verifier': too few examples to fine-tune (0 dpo example(s)"
+    assert launcher.no_job_reason.startswith(why)
+    assert "no job was launched: group &#x27;verifier&#x27;: too few" in launcher.status.value
+    with pytest.raises(FineTuneError, match=r"^verifier: cannot switch to a new model: no job"):
+        await launcher.switch()
+    with pytest.raises(FineTuneError, match="cannot poll a job: no job was launched: group"):
+        await launcher.watch()
+    assert "status='no job'" in repr(launcher)
+
+
+async def test_before_its_launch_a_launcher_says_it_has_no_job_yet():
+    session = make_session()
+    launcher = FineTuneLauncher(verifier_group(session), session.rollouts(ITEMS))
+
+    assert launcher.no_job_reason == (
+        "no job was launched: Launch has not been clicked (or launch() awaited)"
+    )
+    with pytest.raises(FineTuneError, match="Launch has not been clicked"):
+        await launcher.switch()
+    await launcher.launch()
+    assert launcher.no_job_reason is None
 
 
 def test_progress_comes_from_steps_or_epochs_and_loss_from_the_job_or_its_events():

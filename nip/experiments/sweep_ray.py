@@ -16,6 +16,8 @@ extra ``nip[ray]``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from nip.utils.notices import labelled
 __all__ = [
     "RayClusterError",
     "RayNotInstalledError",
-    "join_cluster",
+    "joined_cluster",
     "parse_resources",
     "run_sweep_ray",
 ]
@@ -93,26 +95,6 @@ def parse_resources(
     return options
 
 
-def join_cluster(address: str | None) -> Any:
-    """Ray, joined to the cluster at ``address`` (``auto``, ``local``: a new one here, or
-    ``ray://host:10001``; None: the one already initialised).
-
-    Raises:
-        RayNotInstalledError: Ray is not installed.
-        RayClusterError: The cluster cannot be reached.
-    """
-    ray = _ray()
-    if address is not None and not ray.is_initialized():
-        try:
-            ray.init(address=None if address == "local" else address, include_dashboard=False)
-        except (ConnectionError, RuntimeError) as error:
-            raise RayClusterError(
-                f"could not join the Ray cluster at {address!r} ({error}); start one with "
-                "`ray start --head`, or use --ray local for a cluster on this machine"
-            ) from None
-    return ray
-
-
 def _run_cell(
     grid: dict[str, Any],
     folder: str | None,
@@ -141,6 +123,36 @@ def _run_cell(
     return "done" if trainer.finished else "stopped"
 
 
+@contextmanager
+def joined_cluster(address: str | None) -> Iterator[Any]:
+    """Ray, with this process in the cluster at ``address`` for the block (``auto``; ``local``:
+    a new one on this machine, stopped when the block ends; ``ray://host:10001``; None: the
+    one already initialised).
+
+    Raises:
+        RayNotInstalledError: Ray is not installed.
+        RayClusterError: The cluster cannot be started or reached.
+    """
+    ray = _ray()
+    with ExitStack() as stack:
+        if address == "local" and not ray.is_initialized():
+            from nip.utils.ray_cluster import local_ray_cluster
+
+            try:
+                stack.enter_context(local_ray_cluster())  # comes up on a busy machine too
+            except RuntimeError as error:
+                raise RayClusterError(f"could not start a Ray cluster here: {error}") from None
+        elif address is not None and not ray.is_initialized():
+            try:
+                ray.init(address=address, include_dashboard=False)
+            except (ConnectionError, RuntimeError) as error:
+                raise RayClusterError(
+                    f"could not join the Ray cluster at {address!r} ({error}); start one with "
+                    "`ray start --head`, or use --ray local for a cluster on this machine"
+                ) from None
+        yield ray
+
+
 def run_sweep_ray(
     spec: GridSpec,
     sweep_dir: str | Path,
@@ -158,8 +170,8 @@ def run_sweep_ray(
         sweep_dir: The sweep's directory, on storage every node sees at this path.
         settings: Runtime settings for every cell (``run_dir`` is the cell's).
         address: The cluster (``auto``: the one this machine is part of; ``local``: a new
-            one on this machine; or ``ray://host:10001``); None: the already initialised
-            one.
+            one on this machine, stopped when the sweep ends; or ``ray://host:10001``);
+            None: the already initialised one.
         resources: Each task's resources (``cpu=1,gpu=1``).
         max_retries: How often a cell whose worker or node died is run again (it resumes).
 
@@ -194,22 +206,22 @@ def _run_cells_on_ray(
 
     settings = cell_settings(spec, settings, parallel=2)
     plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
-    join_cluster(address)
-    task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
-    options = parse_resources(resources)
-    folder = str(spec.folder) if spec.folder else None
-    refs = {
-        cell.name: task.options(**options).remote(
-            spec.to_dict(), folder, cell.name, str(sweep_dir), plain
-        )
-        for cell in cells
-    }
-    outcomes: dict[str, str] = {}
-    for name, ref in refs.items():
-        try:
-            outcomes[name] = ray.get(ref)
-        except Exception as error:  # a cell that failed every retry; the others go on
-            outcomes[name] = f"{type(error).__name__}: {error}"
-        if echo:
-            print(f"{name}: {outcomes[name]}")
-    return outcomes
+    with joined_cluster(address):
+        task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
+        options = parse_resources(resources)
+        folder = str(spec.folder) if spec.folder else None
+        refs = {
+            cell.name: task.options(**options).remote(
+                spec.to_dict(), folder, cell.name, str(sweep_dir), plain
+            )
+            for cell in cells
+        }
+        outcomes: dict[str, str] = {}
+        for name, ref in refs.items():
+            try:
+                outcomes[name] = ray.get(ref)
+            except Exception as error:  # a cell that failed every retry; the others go on
+                outcomes[name] = f"{type(error).__name__}: {error}"
+            if echo:
+                print(f"{name}: {outcomes[name]}")
+        return outcomes

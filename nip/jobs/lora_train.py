@@ -32,6 +32,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nip.extras import require
+from nip.utils.precision import cpu_dtype
 
 #: ChatML with the assistant's content (and its end token) marked for the loss.
 CHATML_TRAINING_TEMPLATE = (
@@ -175,17 +176,6 @@ def import_training_libraries() -> None:
     from trl.chat_template_utils import has_generation_markers  # noqa: F401
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), where mixed
-    precision trains several times faster than float32."""
-    import torch
-
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
-
-
 @dataclass(frozen=True)
 class TrainingOptions:
     """How a job trains, beside what its spec says (none of these change what it learns).
@@ -195,7 +185,8 @@ class TrainingOptions:
             process whose output a user reads.
         stop: When set, training ends at the next step and no adapter is saved.
         mixed_precision: Compute in bfloat16 with float32 weights (autocast); default on a GPU
-            and on a CPU with native bfloat16 (:func:`cpu_has_native_bf16`).
+            and on a CPU with native bfloat16, or as ``NIP_CPU_DTYPE`` says
+            (:func:`~nip.utils.precision.cpu_dtype`).
         base_weights: The base model's weights already in this process (the local backend's,
             see :class:`~nip.backends.SharesBaseWeights`), by the model name asked for; used
             instead of loading a second copy when they fit the job (same dtype and device, no
@@ -367,7 +358,9 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         report_to="none",
         seed=spec["seed"],
         use_cpu=not cuda,
-        bf16=(cuda or cpu_has_native_bf16()) if mixed_precision is None else mixed_precision,
+        bf16=(cuda or cpu_dtype(fast=True) == "bfloat16")
+        if mixed_precision is None
+        else mixed_precision,
         max_length=1024,
         disable_tqdm=quiet,
     )

@@ -82,7 +82,7 @@ class ServerConfig(BaseParameters):
     dtype: str = param(
         "auto",
         doc="vLLM's --dtype (auto, bfloat16, float16, float32); auto is float32 on a CPU "
-        "without native bfloat16 (emulated it is several times slower).",
+        "without native bfloat16 (emulated it is several times slower), or NIP_CPU_DTYPE.",
     )
     quantization: Quantization = param(
         "none",

@@ -187,7 +187,7 @@ def run_sweep_ray_served(
         spec: The grid.
         sweep_dir: The sweep's directory, on storage every node sees at this path.
         settings: Runtime settings for every cell and server (``serve_config``...).
-        address: The cluster (see :func:`~nip.experiments.sweep_ray.join_cluster`).
+        address: The cluster (see :func:`~nip.experiments.sweep_ray.joined_cluster`).
         resources: Each cell task's resources (``cpu=1``); its server holds the GPUs.
         server_resources: Each server slot's resources (``gpu=1``; ``cpu=1`` on a CPU
             cluster): one slot per node that has them.
@@ -199,94 +199,94 @@ def run_sweep_ray_served(
         RayNotInstalledError: Ray is not installed.
     """
     from nip.experiments.sweep import cell_settings, prepare_sweep
-    from nip.experiments.sweep_ray import _run_cell, join_cluster, parse_resources
+    from nip.experiments.sweep_ray import _run_cell, joined_cluster, parse_resources
     from nip.server.run_servers import served_models
 
     cell_options = parse_resources(resources)  # bad input refused before anything starts
     server_options = parse_resources(server_resources, "--server-resources")
-    ray = join_cluster(address)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    with joined_cluster(address) as ray:  # a local cluster is stopped when the sweep ends
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    sweep_dir = Path(sweep_dir).resolve()
-    cells = prepare_sweep(spec, sweep_dir)
-    settings = cell_settings(spec, settings, parallel=2)
-    plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
-    nodes = [node for node in ray.nodes() if _fits(node, server_options)]
-    if not nodes:
-        raise RayClusterError(
-            f"no node of the Ray cluster has the resources of a server slot "
-            f"({server_resources}); see --server-resources"
+        sweep_dir = Path(sweep_dir).resolve()
+        cells = prepare_sweep(spec, sweep_dir)
+        settings = cell_settings(spec, settings, parallel=2)
+        plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
+        nodes = [node for node in ray.nodes() if _fits(node, server_options)]
+        if not nodes:
+            raise RayClusterError(
+                f"no node of the Ray cluster has the resources of a server slot "
+                f"({server_resources}); see --server-resources"
+            )
+        say = print if echo else (lambda *_: None)
+        placement_path = sweep_dir / SERVE_FOLDER / PLACEMENT_FILE
+        placement = place_cells(
+            {c.name: served_models([c.hyper_params]) for c in cells},
+            len(nodes),
+            _load_saved(placement_path),
         )
-    say = print if echo else (lambda *_: None)
-    placement_path = sweep_dir / SERVE_FOLDER / PLACEMENT_FILE
-    placement = place_cells(
-        {c.name: served_models([c.hyper_params]) for c in cells},
-        len(nodes),
-        _load_saved(placement_path),
-    )
-    placement_path.parent.mkdir(parents=True, exist_ok=True)
-    placement_path.write_text(json.dumps(asdict(placement), indent=1), encoding="utf-8")
-    actor_class = ray.remote(NodeServers)
-    actors = {}
-    for index, (slot, models) in enumerate(placement.models.items()):
-        node = nodes[index % len(nodes)]["NodeID"]
-        actors[slot] = actor_class.options(
-            **server_options,
-            max_restarts=-1,  # a node that dies: the slot starts again on another node
-            max_task_retries=-1,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
-        ).remote(models, str(sweep_dir / SERVE_FOLDER / slot), plain)
-        say(f"{slot}: nip serve for {', '.join(models)} ({len(placement.slots[slot])} cells)")
-    task = ray.remote(max_retries=0)(_run_cell)
-    folder = str(spec.folder) if spec.folder else None
-    wait_s = settings.server_ready_timeout_s + 60
-    running: dict[Any, str] = {}
-    by_name = {cell.name: cell for cell in cells}
-    tries = dict.fromkeys(by_name, 0)
-    outcomes: dict[str, str] = {}
+        placement_path.parent.mkdir(parents=True, exist_ok=True)
+        placement_path.write_text(json.dumps(asdict(placement), indent=1), encoding="utf-8")
+        actor_class = ray.remote(NodeServers)
+        actors = {}
+        for index, (slot, models) in enumerate(placement.models.items()):
+            node = nodes[index % len(nodes)]["NodeID"]
+            actors[slot] = actor_class.options(
+                **server_options,
+                max_restarts=-1,  # a node that dies: the slot starts again on another node
+                max_task_retries=-1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
+            ).remote(models, str(sweep_dir / SERVE_FOLDER / slot), plain)
+            say(f"{slot}: nip serve for {', '.join(models)} ({len(placement.slots[slot])} cells)")
+        task = ray.remote(max_retries=0)(_run_cell)
+        folder = str(spec.folder) if spec.folder else None
+        wait_s = settings.server_ready_timeout_s + 60
+        running: dict[Any, str] = {}
+        by_name = {cell.name: cell for cell in cells}
+        tries = dict.fromkeys(by_name, 0)
+        outcomes: dict[str, str] = {}
 
-    def submit(name: str) -> None:
-        options, cell_plain = dict(cell_options), plain
-        slot = placement.slot_of(name)
-        if slot is not None:
-            node, servers = ray.get(actors[slot].address.remote(), timeout=wait_s)
-            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
-            cell_plain = {**plain, "serve": True, "servers": servers}
-        ref = task.options(**options).remote(
-            spec.to_dict(), folder, name, str(sweep_dir), cell_plain
-        )
-        running[ref] = name
+        def submit(name: str) -> None:
+            options, cell_plain = dict(cell_options), plain
+            slot = placement.slot_of(name)
+            if slot is not None:
+                node, servers = ray.get(actors[slot].address.remote(), timeout=wait_s)
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+                cell_plain = {**plain, "serve": True, "servers": servers}
+            ref = task.options(**options).remote(
+                spec.to_dict(), folder, name, str(sweep_dir), cell_plain
+            )
+            running[ref] = name
 
-    try:
-        for name in by_name:
-            try:
-                submit(name)
-            except Exception as error:  # its slot's servers never got ready
-                outcomes[name] = f"{type(error).__name__}: {error}"
-        while running:
-            (ref,), _ = ray.wait(list(running), num_returns=1)
-            name = running.pop(ref)
-            try:
-                outcomes[name] = ray.get(ref)
-            except ray.exceptions.RayTaskError as error:  # the cell's own error
-                cause = error.cause if error.cause is not None else error
-                outcomes[name] = f"{type(cause).__name__}: {cause}"
-            except ray.exceptions.RayError as error:  # its node or worker went away
-                tries[name] += 1
-                if tries[name] > max_retries:
+        try:
+            for name in by_name:
+                try:
+                    submit(name)
+                except Exception as error:  # its slot's servers never got ready
                     outcomes[name] = f"{type(error).__name__}: {error}"
-                else:
-                    say(f"{name}: its node or worker went away; resuming it beside its server")
-                    try:
-                        submit(name)
-                    except Exception as again:
-                        outcomes[name] = f"{type(again).__name__}: {again}"
-                    continue
-            say(f"{name}: {outcomes[name]}")
-    finally:
-        for actor in actors.values():
-            with contextlib.suppress(Exception):
-                ray.get(actor.stop.remote(), timeout=60)
-            with contextlib.suppress(Exception):
-                ray.kill(actor, no_restart=True)
-    return {name: outcomes.get(name, "not run") for name in by_name}
+            while running:
+                (ref,), _ = ray.wait(list(running), num_returns=1)
+                name = running.pop(ref)
+                try:
+                    outcomes[name] = ray.get(ref)
+                except ray.exceptions.RayTaskError as error:  # the cell's own error
+                    cause = error.cause if error.cause is not None else error
+                    outcomes[name] = f"{type(cause).__name__}: {cause}"
+                except ray.exceptions.RayError as error:  # its node or worker went away
+                    tries[name] += 1
+                    if tries[name] > max_retries:
+                        outcomes[name] = f"{type(error).__name__}: {error}"
+                    else:
+                        say(f"{name}: its node or worker went away; resuming it beside its server")
+                        try:
+                            submit(name)
+                        except Exception as again:
+                            outcomes[name] = f"{type(again).__name__}: {again}"
+                        continue
+                say(f"{name}: {outcomes[name]}")
+        finally:
+            for actor in actors.values():
+                with contextlib.suppress(Exception):
+                    ray.get(actor.stop.remote(), timeout=60)
+                with contextlib.suppress(Exception):
+                    ray.kill(actor, no_restart=True)
+        return {name: outcomes.get(name, "not run") for name in by_name}

@@ -31,24 +31,25 @@ from nip.backends.local.vllm_process import (
 )
 from nip.backends.local.vllm_python import vllm_ranks_up_to
 from nip.errors import UnservableAdapterError
-from nip.jobs.lora_train import cpu_has_native_bf16
 from nip.server.config import ServerConfig
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
+from nip.utils.precision import cpu_dtype
 from nip.utils.processes import end_of_file, free_port
 
 log = logging.getLogger(__name__)
 
 
 def vllm_dtype(config: ServerConfig) -> str:
-    """vLLM's ``--dtype`` for ``config``: its ``dtype``, except that "auto" on a CPU without
-    native bfloat16 is float32.
+    """vLLM's ``--dtype`` for ``config``: its ``dtype``, except that "auto" on a CPU is
+    bfloat16 where the CPU has it natively and float32 elsewhere, or what ``NIP_CPU_DTYPE``
+    says (:func:`~nip.utils.precision.cpu_dtype`).
 
     vLLM's own "auto" picks bfloat16 on every x86 CPU; without AVX512-BF16 or AMX it is
     emulated there, and SmolLM2-135M read a 645-token prompt in 17 s instead of 4 s.
     """
     if config.dtype != "auto" or config.resolved_device == "cuda":
         return config.dtype
-    return "auto" if cpu_has_native_bf16() else "float32"
+    return cpu_dtype(fast=True)
 
 
 def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:

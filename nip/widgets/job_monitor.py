@@ -115,6 +115,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self.events: list[FineTuneEvent] = []
         self.task: asyncio.Task | None = None
         self._switched = False
+        self._declined = False  # launch() was refused by the group
         self._busy = False
         self._examples: list[dict[str, Any]] = []
 
@@ -230,38 +231,63 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
 
     # -------------------------------------------------------------- the job
     async def launch(self) -> str | None:
-        """Submit the job; returns its id (None if the group declined: frozen, too few
-        examples)."""
+        """Submit the job; returns its id (None when there is none: the group is frozen or
+        has too few examples, as :attr:`no_job_reason` and the status line say)."""
         name = self.job_name_box.value.strip() or None
         self._follow(None)
-        if self.method == "supervised":
+        if self._launch_problem():  # the group would decline it (and warn): not asked
+            job_id = None
+        elif self.method == "supervised":
             job_id = await self.group.create_supervised_fine_tune_job(
                 *self.chosen_rollouts(), job_name=name
             )
         else:
             job_id = await self.group.create_dpo_fine_tune_job(self._data, job_name=name)
         self.job_id = job_id
+        self._declined = job_id is None
         self._update_buttons()
         if job_id is None:
-            outcome = self.group.state.last_job_outcome.replace("_", " ")
-            self.status.value = error_html(f"not submitted: {outcome}")
+            self.status.value = error_html(self.no_job_reason or "")
         else:
             self.status.value = escape(f"job {job_id} submitted")
         return job_id
 
+    @property
+    def no_job_reason(self) -> str | None:
+        """Why there is no job to watch or switch to (None when there is one): e.g. "no job
+        was launched: group 'verifier': too few examples to fine-tune (0 dpo example(s)...)"."""
+        if self.job_id is not None:
+            return None
+        problem = self._launch_problem()
+        if problem:
+            why = problem
+        elif self._declined:
+            why = f"the group declined ({self.group.state.last_job_outcome.replace('_', ' ')})"
+        else:
+            why = "Launch has not been clicked (or launch() awaited)"
+        return f"no job was launched: {why}"
+
+    def _require_job(self, action: str) -> str:
+        """The job's id, or a :class:`~nip.errors.FineTuneError` that says why there is none."""
+        if self.job_id is None:
+            from nip.errors import FineTuneError
+
+            raise FineTuneError(f"{self._members()}: cannot {action}: {self.no_job_reason}")
+        return self.job_id
+
     def _follow(self, job_id: str | None) -> None:
         """Show ``job_id`` from now on, forgetting everything about the previous job."""
         self.job_id, self.job, self.events, self._switched = job_id, None, [], False
+        self._declined = False
         self.progress.value, self.progress.bar_style = 0.0, ""
         self._update_buttons()
 
     async def poll(self) -> FineTuneJob:
         """Ask the backend how the job is doing once, and show it."""
-        if self.job_id is None:
-            raise RuntimeError("no job has been launched")
+        job_id = self._require_job("poll a job")
         backend = self.group.fine_tune_backend
-        self.job = await backend.get_job(self.job_id)
-        self.events = await backend.list_events(self.job_id)
+        self.job = await backend.get_job(job_id)
+        self.events = await backend.list_events(job_id)
         self._show_job()
         return self.job
 
@@ -292,7 +318,13 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
             await self.poll()
 
     async def switch(self) -> str:
-        """Make the group generate with the job's model; returns its name."""
+        """Make the group generate with the job's model; returns its name.
+
+        Raises:
+            FineTuneError: No job was launched (the message says why), or it has not
+                succeeded.
+        """
+        self._require_job("switch to a new model")
         model = await self.group.switch_to_next_model()
         self._switched = True
         self.header.value = self._header()
@@ -361,7 +393,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self._update_buttons()
 
     def __repr__(self) -> str:
-        status = self.job.status if self.job else ("launched" if self.job_id else "not launched")
+        status = self.job.status if self.job else ("launched" if self.job_id else "no job")
         return (
             f"FineTuneLauncher(group={self.group.group_name!r}, method={self.method!r}, "
             f"examples={len(self._examples)}, status={status!r})"

@@ -34,6 +34,7 @@ from nip.backends.local.adapters import AdapterLayer, AdapterStack
 from nip.backends.local.model_store import ensure_local_model
 from nip.errors import GenerationError, ModelNotFoundError
 from nip.utils.imports import heavy_imports
+from nip.utils.precision import cpu_dtype
 from nip.utils.seeding import derive_seed
 
 
@@ -81,13 +82,14 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    """``"auto"`` is bfloat16 on a GPU that supports it, else float32 (exact on every CPU)."""
+    """``"auto"`` is bfloat16 on a GPU that supports it, else float32 (exact on every CPU),
+    or on a CPU what ``NIP_CPU_DTYPE`` says."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+        return getattr(torch, cpu_dtype(fast=False))
     resolved = getattr(torch, dtype, None)
     if not isinstance(resolved, torch.dtype):
         raise GenerationError(f"Unknown dtype {dtype!r}; use 'auto', 'float32' or 'bfloat16'.")

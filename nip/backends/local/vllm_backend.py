@@ -47,6 +47,7 @@ from nip.errors import (
     UnservableAdapterError,
 )
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
+from nip.utils.precision import cpu_dtype
 from nip.utils.processes import free_port
 
 #: The name vLLM serves the base model under (requests use the backend's own names).
@@ -68,8 +69,8 @@ class LocalVllmBackend:
     Args:
         model: A known model name (converted once into nip's cache, as for
             :class:`~nip.backends.local.LocalBackend`) or a Hugging Face model folder.
-        dtype: vLLM's ``--dtype``; float32 (the default) answers greedy requests as the
-            transformers engine does on the CPU.
+        dtype: vLLM's ``--dtype`` (None: the transformers engine's on a CPU, float32 unless
+            ``NIP_CPU_DTYPE`` says otherwise, so greedy requests are answered as it does).
         cache_dir: Cache root for converted models.
         vllm_python: An interpreter with vLLM (default: see
             :func:`~nip.backends.local.vllm_python.find_vllm_python`).
@@ -94,7 +95,7 @@ class LocalVllmBackend:
         self,
         model: str = DEFAULT_LOCAL_MODEL,
         *,
-        dtype: str = "float32",
+        dtype: str | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         vllm_python: str | None = None,
         max_lora_rank: int = 16,
@@ -117,7 +118,7 @@ class LocalVllmBackend:
         self.name = "local"
         self.model = str(model)
         self.python = python
-        self.dtype = dtype
+        self.dtype = dtype if dtype is not None else cpu_dtype(fast=False)
         self.cache_dir = cache_dir
         self.max_lora_rank = max_lora_rank
         self.max_loras = max_loras
