@@ -1,0 +1,179 @@
+"""Pausing and stopping a run from outside it: a small control file in its directory.
+
+Anyone (a notebook's dashboard, ``nip control RUN_DIR pause``, another process) writes a
+request to ``control.json``; the trainer reads it between stages, so a request works the
+same whether the run is an asyncio task in the same kernel or ``nip run`` in a shell::
+
+    control.json   {"request": "pause"}      written by the user (atomically)
+    run_status.json {"status": "paused", "stages_completed": 4, "updated": ...}
+                                              written by the trainer
+    stage_progress.json {"stage": "sample_rollouts", "iteration": 1, "done": 5, "total": 8}
+                                              written by the trainer while a stage plays
+                                              dialogues (at most twice a second)
+
+``pause`` finishes the current stage, saves the state and waits (polling the file, without
+blocking the event loop) until the request becomes ``run`` or ``stop``. ``stop`` finishes the
+current stage, saves the state and returns from training: the run directory is left as a
+run killed between stages would be, and :meth:`Trainer.resume` (``nip resume``) continues it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from nip.errors import NipError
+from nip.utils.files import atomic_write_text
+
+__all__ = [
+    "CONTROL_FILE",
+    "PROGRESS_FILE",
+    "STATUS_FILE",
+    "Request",
+    "RunControlError",
+    "StageProgressWriter",
+    "between_stages",
+    "read_request",
+    "read_stage_progress",
+    "read_status",
+    "request",
+]
+
+CONTROL_FILE = "control.json"
+STATUS_FILE = "run_status.json"
+PROGRESS_FILE = "stage_progress.json"
+
+#: What a user may ask of a running trainer.
+Request = Literal["run", "pause", "stop"]
+#: What the trainer says it is doing, as of its last stage boundary.
+Status = Literal["running", "paused", "stopped"]
+
+
+class RunControlError(NipError, ValueError):
+    """A control request that is not one of run, pause or stop."""
+
+
+def request(run_dir: str | Path, what: str) -> Path:
+    """Ask the run in ``run_dir`` to ``"pause"`` after its current stage, ``"stop"`` after
+    it, or ``"run"`` (go on after a pause). ``"resume"`` is accepted for ``"run"``.
+
+    Returns:
+        The control file's path.
+    """
+    what = "run" if what == "resume" else what
+    if what not in get_args(Request):
+        raise RunControlError(
+            f"control request {what!r} is not allowed: expected one of "
+            "'pause', 'resume' ('run') or 'stop'"
+        )
+    path = Path(run_dir) / CONTROL_FILE
+    atomic_write_text(path, json.dumps({"request": what, "updated": time.time()}) + "\n")
+    return path
+
+
+def read_request(run_dir: str | Path) -> Request:
+    """The standing request (``"run"`` when there is no control file, or an unreadable one)."""
+    data = _read(Path(run_dir) / CONTROL_FILE)
+    value = data.get("request", "run")
+    return value if value in get_args(Request) else "run"
+
+
+def read_status(run_dir: str | Path) -> dict[str, Any]:
+    """The trainer's last report: ``status`` and the ``stages_completed`` it was made at
+    (``{}`` before the first)."""
+    return _read(Path(run_dir) / STATUS_FILE)
+
+
+def read_stage_progress(run_dir: str | Path) -> dict[str, Any]:
+    """How far the stage being played has got: ``stage``, ``iteration``, ``done`` and
+    ``total`` dialogues (``{}`` before the first report)."""
+    return _read(Path(run_dir) / PROGRESS_FILE)
+
+
+class StageProgressWriter:
+    """Writes a stage's dialogue count to ``stage_progress.json`` as dialogues finish.
+
+    Called with ``(done, total)`` by the rollout engine; ``offset`` and ``total`` place one
+    batch within a stage of several (a test stage's repeats). Writes the first count always,
+    then at most every ``min_interval_s`` of ``clock`` (``time.monotonic``, which counts from
+    the machine's boot), and always the last count of a batch.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        stage: str,
+        iteration: int,
+        *,
+        total: int | None = None,
+        offset: int = 0,
+        min_interval_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.path = Path(run_dir) / PROGRESS_FILE
+        self.stage, self.iteration = stage, iteration
+        self.total, self.offset = total, offset
+        self.min_interval_s = min_interval_s
+        self._clock = clock
+        self._last: float | None = None  # never written: no clock value stands for that
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self._clock()
+        recent = self._last is not None and now - self._last < self.min_interval_s
+        if done < total and recent:
+            return
+        self._last = now
+        data = {
+            "stage": self.stage,
+            "iteration": self.iteration,
+            "done": self.offset + done,
+            "total": self.total or total,
+            "updated": time.time(),
+        }
+        atomic_write_text(self.path, json.dumps(data) + "\n", durable=False)  # a display's
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _report(run_dir: Path, status: Status, stages_completed: int) -> None:
+    data = {"status": status, "stages_completed": stages_completed, "updated": time.time()}
+    atomic_write_text(run_dir / STATUS_FILE, json.dumps(data) + "\n")
+
+
+async def between_stages(
+    run_dir: str | Path, stages_completed: int, *, poll_interval_s: float = 1.0
+) -> bool:
+    """The trainer's check at a stage boundary (after the state was saved).
+
+    Waits while the request is ``pause``; a ``stop`` is answered by writing ``run`` back to
+    the control file (so that resuming the run does not stop it at once).
+
+    Returns:
+        Whether training goes on (False: stop now).
+    """
+    run_dir = Path(run_dir)
+    reported: Status | None = None
+    while True:
+        wanted = read_request(run_dir)
+        if wanted == "stop":
+            _report(run_dir, "stopped", stages_completed)
+            request(run_dir, "run")
+            return False
+        if wanted == "run":
+            if reported is not None or read_status(run_dir).get("status") != "running":
+                _report(run_dir, "running", stages_completed)
+            return True
+        if reported != "paused":
+            _report(run_dir, "paused", stages_completed)
+            reported = "paused"
+        await asyncio.sleep(poll_interval_s)

@@ -1,0 +1,115 @@
+"""One iteration of a run plan, as saved in ``plan.json``: what it samples, tests and trains.
+
+The plan is made by :mod:`nip.training.plan` (its rules) and walked by the trainer; these
+records are what the trainer's algorithms, callbacks and the dashboard read of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from nip.runs.state import FINE_TUNE_STAGES, ITERATION_STAGES
+
+#: The trainer's iteration number of a test pass (``TEST_ITERATION + pass``): dialogue ids and
+#: seeds of test passes, the same in the run, its dry run and ``nip retest``.
+TEST_ITERATION = 10_000
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    """What one shared model group does after an iteration's sampling.
+
+    Attributes:
+        group: The group's name.
+        agents: Its members.
+        method: ``"supervised"`` (Expert Iteration) or ``"dpo"`` (MALT); None when skipped.
+        skip: Why it is not trained (``"frozen"``, ``"not_scheduled"``), or None.
+        data_iterations: The iterations whose dialogues (or trees) its dataset is built from.
+        job: The job's settings as its provider's backend sends them (the base model of a
+            group that continues from its latest fine-tune is named in angle brackets: it is
+            known only once the earlier job has run).
+        epochs: The epochs the job trains for: the number sent, or where OpenAI chooses
+            (``"auto"``) the agent's ``num_epochs`` (``rl.num_epochs``).
+        continues: The job continues from the group's latest model (``fine_tune_from_scratch``
+            off) rather than from its starting model.
+    """
+
+    group: str
+    agents: tuple[str, ...]
+    method: str | None = None
+    skip: str | None = None
+    data_iterations: tuple[int, ...] = ()
+    job: dict[str, Any] | None = None
+    epochs: int = 0
+    continues: bool = False
+
+
+@dataclass(frozen=True)
+class IterationPlan:
+    """One iteration: what it samples, whether it tests, and what each group trains.
+
+    Attributes:
+        iteration: Its number, from 0.
+        algorithm: The name of the algorithm it runs (``nip.training.algorithms``).
+        items: How many train items it samples.
+        item_ids: Their ids, in order (None when the dataset was not loaded).
+        tests: Whether the test stage runs.
+        test_passes: Passes over the test items (``rl.num_test_iterations``).
+        test_items: How many test items each pass plays.
+        test_item_ids: Their ids (None when not loaded, or no test).
+        fine_tunes: Whether fine-tuning follows (not after the last iteration).
+        groups: Each group's step (empty when nothing is fine-tuned).
+        frozen_agents: The agents not trained in this iteration (frozen, or not scheduled):
+            in MALT they add one child, not several, in rounds only they act.
+    """
+
+    iteration: int
+    algorithm: str
+    items: int
+    item_ids: tuple[str, ...] | None = None
+    tests: bool = False
+    test_passes: int = 0
+    test_items: int = 0
+    test_item_ids: tuple[str, ...] | None = None
+    fine_tunes: bool = True
+    groups: tuple[GroupStep, ...] = ()
+    frozen_agents: tuple[str, ...] = ()
+
+    def group(self, name: str) -> GroupStep | None:
+        return next((g for g in self.groups if g.group == name), None)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages this iteration runs, in order: sampling and its statistics, the test
+        stage (which plays the test passes where :attr:`tests` says so), and the fine-tuning
+        stages where it fine-tunes."""
+        return tuple(s for s in ITERATION_STAGES if self.fine_tunes or s not in FINE_TUNE_STAGES)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> IterationPlan:
+        """From ``to_dict`` (``dataclasses.asdict``) of a plan's iteration, as saved."""
+        known = {f.name for f in fields(GroupStep)}
+        return cls(
+            **{
+                **data,
+                "item_ids": _tuple(data.get("item_ids")),
+                "test_item_ids": _tuple(data.get("test_item_ids")),
+                "frozen_agents": tuple(data.get("frozen_agents", ())),
+                "groups": tuple(
+                    GroupStep(
+                        **{
+                            **{k: v for k, v in g.items() if k in known},
+                            "agents": tuple(g["agents"]),
+                            "data_iterations": tuple(g["data_iterations"]),
+                        }
+                    )
+                    for g in data.get("groups", ())
+                ),
+            }
+        )
+
+
+def _tuple(value: Any) -> tuple | None:
+    return None if value is None else tuple(value)

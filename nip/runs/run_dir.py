@@ -1,0 +1,159 @@
+"""A run's directory: parameters, state, rollouts, trees, datasets and metrics on disk.
+
+Everything is JSON or JSONL (no pickles) and every file is written atomically (a temporary
+file renamed into place), so a run killed at any moment leaves either the old file or the
+new one, never half of one.
+
+Layout::
+
+    hyper_params.json          the parameters, with their schema version
+    meta.json                  nip version, creation time
+    dataset.json               per split: dataset, Hub revision, item count, fingerprint
+    state.json                 iteration, stage, shared model groups
+    rollouts/train_it0003.jsonl, rollouts/test_it0003.jsonl
+    malt/trees_it0003.jsonl
+    transcripts/train_it0003.md  readable transcripts (text_rl.save_transcripts), if asked
+    fine_tune/it0003_<group>.jsonl
+    metrics/train_it0003.json, metrics/test_it0003.json
+    jobs/                      local LoRA jobs (adapters, logs)
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from nip.extras import needs
+from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
+from nip.utils.files import atomic_write_text
+
+__all__ = ["RunDirectory", "atomic_write_text", "new_run_path"]
+
+
+def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None) -> Path:
+    """A new, empty folder under ``root`` named for the local time (``20261126-071500``),
+    claimed atomically: runs started in the same second get ``-2``, ``-3``... instead of
+    sharing one folder."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", now or time.localtime())
+    Path(root).mkdir(parents=True, exist_ok=True)
+    for attempt in itertools.count(1):
+        path = Path(root) / (stamp if attempt == 1 else f"{stamp}-{attempt}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def split_provenance(session: Any) -> dict[str, dict]:
+    """Source, Hub revision and fingerprint of each split a run of ``session`` uses."""
+    from nip.data import dataset_provenance
+
+    text_rl = session.hyper_params.text_rl
+    splits = ["train"] + ([text_rl.test_dataset_split] if text_rl.test_scheme != "none" else [])
+    return {split: dataset_provenance(session.dataset(split)) for split in splits}
+
+
+class RunDirectory:
+    """Reads and writes the files of one run (see the module docstring for the layout).
+
+    Args:
+        path: The run's folder.
+        transcript_format: Also write readable transcripts in this format ("json", "yaml"
+            or "markdown") with every saved rollout file; None writes none.
+    """
+
+    def __init__(self, path: str | Path, *, transcript_format: str | None = None):
+        self.path = Path(path)
+        self.transcript_format = transcript_format
+
+    def __repr__(self) -> str:
+        return f"RunDirectory({str(self.path)!r})"
+
+    # ----------------------------------------------------------------- generic
+    def write_json(self, relative: str, data: Any) -> Path:
+        path = self.path / relative
+        atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        return path
+
+    def read_json(self, relative: str) -> Any:
+        return json.loads((self.path / relative).read_text(encoding="utf-8"))
+
+    def exists(self, relative: str) -> bool:
+        return (self.path / relative).exists()
+
+    def write_jsonl(self, relative: str, rows: Iterable[Any]) -> Path:
+        path = self.path / relative
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+        return path
+
+    def read_jsonl(self, relative: str) -> list[Any]:
+        text = (self.path / relative).read_text(encoding="utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    # ----------------------------------------------------------------- dataset
+    def load_hyper_params(self, *, force: bool = False) -> Any:
+        """The run's saved ``HyperParameters``.
+
+        Raises:
+            IncompatibleParametersError: Saved by an incompatible nip (``force``: try anyway).
+        """
+        from nip.parameters import HyperParameters, check_compatibility
+
+        saved = self.read_json("hyper_params.json")
+        if "_schema_version" not in saved and not force:
+            check_compatibility(saved)  # raises: the file was not written by nip
+        # from_dict checks the schema version stamp (an error, or a warning for a minor one).
+        return HyperParameters.from_dict(saved, ignore_extra_keys=force, force=force)
+
+    def save_dataset_provenance(self, splits: dict[str, dict[str, Any]]) -> Path:
+        """Record which data each split used (see ``nip.data.dataset_provenance``), so that
+        two runs can be compared: same fingerprint, same items."""
+        return self.write_json("dataset.json", splits)
+
+    # ---------------------------------------------------------------- rollouts
+    @staticmethod
+    def rollouts_name(split: str, iteration: int) -> str:
+        return f"rollouts/{split}_it{iteration:04d}.jsonl"
+
+    def save_rollouts(self, split: str, iteration: int, transcripts: Iterable[Transcript]) -> Path:
+        transcripts = list(transcripts)
+        if self.transcript_format is not None:  # first: the records' file marks the stage done
+            from nip.runs.transcript_export import render, transcript_file_name
+
+            name = transcript_file_name(split, iteration, self.transcript_format)
+            atomic_write_text(self.path / name, render(transcripts, self.transcript_format))
+        path = self.path / self.rollouts_name(split, iteration)
+        atomic_write_text(path, transcripts_to_jsonl(transcripts))
+        return path
+
+    def load_rollouts(self, split: str, iteration: int) -> list[Transcript]:
+        path = self.path / self.rollouts_name(split, iteration)
+        return transcripts_from_jsonl(path.read_text(encoding="utf-8"))
+
+    def has_rollouts(self, split: str, iteration: int) -> bool:
+        return self.exists(self.rollouts_name(split, iteration))
+
+    # ----------------------------------------------------------------- metrics
+    def save_metrics(self, split: str, iteration: int, metrics: dict[str, Any]) -> Path:
+        return self.write_json(f"metrics/{split}_it{iteration:04d}.json", metrics)
+
+    def metrics_records(self) -> list[dict[str, Any]]:
+        """Every saved metrics file as a row with ``split`` and ``iteration``."""
+        rows = []
+        for path in sorted((self.path / "metrics").glob("*_it*.json")):
+            split, _, number = path.stem.rpartition("_it")
+            rows.append({"split": split, "iteration": int(number), **json.loads(path.read_text())})
+        return rows
+
+    def metrics_dataframe(self):
+        """The run's metrics, one row per (split, iteration)."""
+        with needs("dataframes"):
+            import pandas as pd
+
+        return pd.DataFrame(self.metrics_records())
