@@ -30,7 +30,7 @@ from nip.training.algorithms.malt_tree import ResponseTree
 from nip.training.trainer import build_trainer
 from nip.viz import (
     TreeViewer,
-    compare_protocols,
+    compare_runs,
     confusion_matrix,
     load_run,
     plot_accuracy,
@@ -442,8 +442,8 @@ def test_protocols_run_on_the_same_items_and_compare_with_intervals(dataset):
     batches = run_protocols(dummy_params(dataset), ["nip", "adp", "solo_verifier"], n=6)
     items = [[t.datapoint.id for t in batch] for batch in batches.values()]
     assert items[0] == items[1] == items[2]
-    figure, table = compare_protocols(batches)
-    overall = table[table["items"] == "all items"].set_index("protocol")
+    figure, table = compare_runs(batches, by_label=True)
+    overall = table[table["items"] == "all items"].set_index("series")
     for protocol, batch in batches.items():
         assert overall.loc[protocol, "accuracy"] == batch.accuracy
         assert overall.loc[protocol, "dialogues"] == 6
@@ -458,7 +458,7 @@ def test_protocols_run_on_the_same_items_and_compare_with_intervals(dataset):
 
 
 def test_protocols_compare_from_run_directories(ei_run):
-    _, table = compare_protocols({"nip": ei_run}, split="test")
+    _, table = compare_runs({"nip": ei_run}, split="test", iteration=1, by_label=True)
     overall = table[table["items"] == "all items"].iloc[0]
     transcripts = load_run(ei_run).transcripts("test", 1)
     assert overall["dialogues"] == len(transcripts)
