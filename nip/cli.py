@@ -91,15 +91,17 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return overrides
 
 
-def _add_override_options(parser: argparse.ArgumentParser) -> None:
+def _add_override_options(parser: argparse.ArgumentParser, *, seed: bool = True) -> None:
     parser.add_argument(
         "--set",
         action="append",
         metavar="PATH=VALUE",
         help="Change one parameter by dotted path, typed and checked like the file "
-        "(repeatable): --set rl.num_iterations=4 --set agents.prover.model_name=gpt-4o",
+        "(repeatable): --set rl.num_iterations=4 --set agents.prover.model_name=gpt-4o; "
+        "all_agents.FIELD sets every agent's (--set all_agents.use_dummy_api=true)",
     )
-    parser.add_argument("--seed", type=int, help="The run's seed (as --set seed=N).")
+    if seed:
+        parser.add_argument("--seed", type=int, help="The run's seed (as --set seed=N).")
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
@@ -211,7 +213,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         spec, sweep_dir = sweep.load_sweep_spec(target[0]), Path(target[0])
     else:
         spec = sweep.GridSpec.load(target[0])
-        sweep_dir = Path(args.sweep_dir or Path("runs") / "sweeps" / spec.name)
+        sweep_dir = Path(args.sweep_dir or sweep.default_sweep_dir(spec.name))
+    spec.overrides.update(_overrides(args))  # --set: as the grid's set:, for every cell
     if args.dry_run:
         from nip.experiments.sweep_grid import estimate_sweep
 
@@ -497,6 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--cell-resources", default="cpu=1", help="--ray: each cell's resources (cpu=1,gpu=1)."
     )
+    _add_override_options(sweep, seed=False)
     _add_run_options(sweep)
     sweep.set_defaults(func=_cmd_sweep, run_dir=None)
 

@@ -201,9 +201,9 @@ def test_the_sweep_monitor_shows_each_cell_and_opens_a_cells_dashboard(grid, tmp
 
     run_sweep(GridSpec.load(grid), tmp_path / "sweep", _settings(), max_parallel=1, echo=False)
     monitor = SweepMonitor(tmp_path / "sweep", start=False)
-    assert monitor.finished and "4/4 cells done" in monitor.table.value
+    assert monitor.finished and "4/4 cells done" in monitor.header.value
     assert "debate_seed1" in monitor.table.value
-    monitor.chooser.value = "nip_seed1"
+    monitor.chooser.value = "nip_seed1"  # a click on the cell's name
     (cell,) = monitor.cell_box.children
     assert isinstance(cell, RunMonitor) and cell.snapshot.finished
     monitor.close()

@@ -35,6 +35,7 @@ from nip.experiments.sweep_grid import (
     MANIFEST,
     GridSpec,
     SweepCell,
+    default_sweep_dir,
     grid_cells,
     is_sweep_dir,
     sweep_run_dirs,
@@ -47,7 +48,9 @@ from nip.utils.sync import run_sync
 __all__ = [
     "CellStatus",
     "SweepMismatchError",
+    "cell_errors",
     "cell_status",
+    "default_sweep_dir",
     "is_sweep_dir",
     "open_cell",
     "prepare_sweep",
@@ -145,6 +148,20 @@ class _Events:
         with self.path.open("a", encoding="utf-8") as file:
             file.write(line + "\n")
 
+    def read(self) -> list[dict[str, Any]]:
+        """Every event so far, oldest first (a line being written is left out)."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                continue
+        return events
+
 
 async def run_sweep_async(
     spec: GridSpec,
@@ -211,13 +228,14 @@ def run_sweep(spec: GridSpec, sweep_dir: str | Path, settings=None, **kwargs) ->
 
 @dataclass
 class CellStatus:
-    """Where one cell stands."""
+    """Where one cell stands (``error``: what ended it, when its last attempt failed)."""
 
     name: str
     stage: str
     iteration: int
     num_iterations: int
     values: dict[str, Any]
+    error: str | None = None
 
 
 def cell_status(run_dir: str | Path, name: str = "", values=None) -> CellStatus:
@@ -233,12 +251,24 @@ def cell_status(run_dir: str | Path, name: str = "", values=None) -> CellStatus:
 
 
 def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
-    """Each cell's stage and iteration, from its run directory."""
+    """Each cell's stage and iteration, from its run directory, and the error that ended it
+    when its last event (``events.jsonl``) is a failure."""
     manifest = RunDirectory(sweep_dir).read_json(MANIFEST)
-    return [
+    statuses = [
         cell_status(Path(sweep_dir) / c["run_dir"], c["name"], c["values"])
         for c in manifest["cells"]
     ]
+    errors = cell_errors(sweep_dir)
+    for status in statuses:
+        status.error = errors.get(status.name)
+    return statuses
+
+
+def cell_errors(sweep_dir: str | Path) -> dict[str, str]:
+    """The error that ended each cell whose last event is a failure (``events.jsonl``): a
+    cell started again after a failure has none."""
+    last = {e["cell"]: e for e in _Events(sweep_dir).read()}
+    return {name: e.get("error", "?") for name, e in last.items() if e["event"] == "error"}
 
 
 def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:

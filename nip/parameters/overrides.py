@@ -14,6 +14,11 @@ text as given (``model_name=2024`` stays ``"2024"``).
 Changing ``interaction_protocol`` also gives the new protocol its agents: an agent keeps the
 parameters of the old agent of the same name, else of one in the same role (``prover0`` and
 ``prover`` are both provers), else the defaults.
+
+``all_agents.FIELD`` sets a field of every agent the configuration has (after a protocol
+change, the new protocol's): ``all_agents.use_dummy_api: true`` runs a whole grid of protocols
+on the dummy backend, where ``agents.prover.use_dummy_api`` would miss debate's ``prover0`` and
+``prover1``. A path naming one agent (``agents.verifier.model_name``) wins over it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,10 @@ from nip.errors import InvalidParameterError
 if TYPE_CHECKING:
     from nip.parameters.hyper_parameters import HyperParameters
 
-__all__ = ["apply_overrides", "changed_paths", "parse_override", "parse_value"]
+__all__ = ["ALL_AGENTS", "apply_overrides", "changed_paths", "parse_override", "parse_value"]
+
+#: The path prefix of a setting for every agent (``all_agents.use_dummy_api``).
+ALL_AGENTS = "all_agents"
 
 
 def parse_value(text: str) -> Any:
@@ -82,6 +90,55 @@ def _agents_for(protocol: str, old_agents: Mapping[str, Any]) -> dict[str, Any] 
     return agents
 
 
+def _every_agent(pending: dict[str, Any], agents: Mapping[str, Any]) -> dict[str, Any]:
+    """``pending`` with each ``all_agents.FIELD`` replaced by ``agents.NAME.FIELD`` for every
+    agent (those first, so that a path naming one agent wins).
+
+    Raises:
+        InvalidParameterError: ``FIELD`` is no agent setting, or there are no agents.
+    """
+    from dataclasses import fields
+
+    from nip.parameters.agents import PureTextAgentParameters
+
+    known = {f.name for f in fields(PureTextAgentParameters)}
+    expanded: dict[str, Any] = {}
+    for path, value in pending.items():
+        if path.split(".", 1)[0] != ALL_AGENTS:
+            continue
+        field_name = path.partition(".")[2]
+        if field_name not in known or not agents:
+            from difflib import get_close_matches
+
+            close = get_close_matches(field_name, known, n=1)
+            raise InvalidParameterError(
+                path,
+                value,
+                f"{ALL_AGENTS}.FIELD, FIELD a field of PureTextAgentParameters",
+                reason=(
+                    "the configuration has no agents"
+                    if field_name in known
+                    else f"agents have no setting {field_name!r}"
+                    + (f" (did you mean {ALL_AGENTS}.{close[0]}?)" if close else "")
+                ),
+            )
+        expanded |= {f"agents.{name}.{field_name}": value for name in agents}
+    rest = {p: v for p, v in pending.items() if p.split(".", 1)[0] != ALL_AGENTS}
+    return {**expanded, **rest}
+
+
+def _missing_agent(path: str, data: Mapping[str, Any]) -> str | None:
+    """Why ``agents.NAME.FIELD`` names no parameter when the protocol has no agent NAME."""
+    parts = path.split(".")
+    agents = data.get("agents") or {}
+    if len(parts) < 3 or parts[0] != "agents" or parts[1] in agents:
+        return None
+    return (
+        f"{data.get('interaction_protocol')} has no agent {parts[1]!r} (its agents: "
+        f"{', '.join(agents)}); {ALL_AGENTS}.{'.'.join(parts[2:])} sets every agent's"
+    )
+
+
 def _set(data: dict[str, Any], path: str, value: Any, current: Any) -> None:
     parts = path.split(".")
     node = data
@@ -116,6 +173,8 @@ def apply_overrides(
         agents = _agents_for(str(protocol), data.get("agents") or {})
         if agents is not None:
             data["agents"] = agents
+    every_agent = {p: v for p, v in pending.items() if p.split(".", 1)[0] == ALL_AGENTS}
+    pending = _every_agent(pending, data.get("agents") or {})
     for path, value in pending.items():
         if from_text and isinstance(value, str):
             value = parse_value(value)
@@ -127,14 +186,17 @@ def apply_overrides(
                     path,
                     value,
                     "the dotted path of a parameter",
-                    reason=str(error.args[0]).split(": ", 1)[-1],
+                    reason=_missing_agent(path, data) or str(error.args[0]).split(": ", 1)[-1],
                 ) from None
             current = None  # an agent of the new protocol: checked when built
         try:
             _set(data, path, value, current)
         except (KeyError, TypeError):
             raise InvalidParameterError(
-                path, value, "the dotted path of a parameter", reason="no such parameter"
+                path,
+                value,
+                "the dotted path of a parameter",
+                reason=_missing_agent(path, data) or "no such parameter",
             ) from None
     from nip.errors import UnknownKeyError
 
@@ -144,6 +206,16 @@ def apply_overrides(
         raise InvalidParameterError(
             ", ".join(overrides), list(overrides.values()), "known parameters", reason=str(error)
         ) from None
+    except InvalidParameterError as error:
+        # A value all_agents gave is refused under its own name, not one agent's.
+        field_name = error.field.split(".")[-1] if error.field.startswith("agents.") else ""
+        path = f"{ALL_AGENTS}.{field_name}"
+        if path not in every_agent:
+            raise
+        refused = InvalidParameterError(path, every_agent[path], error.allowed)
+        why = str(error).partition(" is not allowed: ")[2] or error.reason
+        refused.args = (f"{path}={every_agent[path]!r} is not allowed ({error.field}): {why}",)
+        raise refused from None
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
