@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 import nip
 from nip.cli import main
@@ -16,13 +17,12 @@ from nip.experiments.sweep import GridSpec
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.settings import ExperimentSettings
 
-GRID = """
-name: tiny
-base: base.yaml
-axes:
-  interaction_protocol: [nip, debate]
-  seed: [0, 1]
-"""
+#: A 2 x 2 grid, written to grid.yaml.
+GRID = {
+    "name": "tiny",
+    "base": "base.yaml",
+    "axes": {"interaction_protocol": ["nip", "debate"], "seed": [0, 1]},
+}
 
 #: Two protocols whose agents differ: nip has a prover, debate prover0 and prover1.
 PROTOCOL_GRID = {"base": "base.yaml", "axes": {"interaction_protocol": ["nip", "debate"]}}
@@ -41,7 +41,7 @@ def folder(make_tiny_dataset, tmp_path, monkeypatch) -> Path:
         nip_protocol={"max_message_rounds": 3},
         debate_protocol={"max_message_rounds": 3},
     ).save(tmp_path / "base.yaml")
-    (tmp_path / "grid.yaml").write_text(GRID)
+    (tmp_path / "grid.yaml").write_text(yaml.safe_dump(GRID))
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -43,6 +43,7 @@ from nip.experiments.sweep_grid import (
 from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer, build_trainer
+from nip.utils.files import read_growing_jsonl
 from nip.utils.sync import run_sync
 
 __all__ = [
@@ -150,17 +151,7 @@ class _Events:
 
     def read(self) -> list[dict[str, Any]]:
         """Every event so far, oldest first (a line being written is left out)."""
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        events = []
-        for line in lines:
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                continue
-        return events
+        return read_growing_jsonl(self.path)
 
 
 async def run_sweep_async(

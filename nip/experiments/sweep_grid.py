@@ -286,6 +286,9 @@ class SweepEstimate:
             )
         return "\n".join([*lines, "", f"total: {self.total}"])
 
+    def __repr__(self) -> str:
+        return f"SweepEstimate({self.name!r}: {len(self.cells)} cells, {self.total})"
+
     def _repr_html_(self) -> str:
         frame = self.to_dataframe().to_html(index=False, na_rep="?", float_format="{:,.2f}".format)
         title = f"Dry run of sweep {self.name!r}: {len(self.cells)} cells, {self.total}"

@@ -36,10 +36,10 @@ __all__ = [
     "RunResults",
     "TreeViewer",
     "accuracy_table",
+    "clicks_available",
     "compare_runs",
     "comparison_table",
     "confusion_matrix",
-    "figure_widget_available",
     "load_run",
     "plot_accuracy",
     "plot_confusion",
@@ -57,6 +57,6 @@ __getattr__, __dir__ = lazy_attributes(
     __name__,
     {
         "TreeViewer": "nip.viz.tree_viewer",
-        "figure_widget_available": "nip.viz.tree_viewer",
+        "clicks_available": "nip.viz.tree_viewer",
     },
 )

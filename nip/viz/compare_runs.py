@@ -33,7 +33,7 @@ from nip.protocols import Decision
 from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
 from nip.viz import _style
-from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
+from nip.viz._accuracy_plot import accuracy_trace, error_bars, frame_accuracy_figure
 from nip.viz.intervals import seed_interval, wilson_interval
 from nip.viz.results import RunResults
 
@@ -300,13 +300,7 @@ def compare_runs(
                 y=rows["accuracy"],
                 name=items,
                 marker_color=_style.series_colour(index),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=rows["ci_high"] - rows["accuracy"],
-                    arrayminus=rows["accuracy"] - rows["ci_low"],
-                    thickness=1.5,
-                ),
+                error_y=error_bars(rows),
                 customdata=rows[["correct", "dialogues", "ci_low", "ci_high"]].to_numpy(),
                 hovertemplate=(
                     f"<b>%{{x}}</b>, {items}<br>accuracy %{{y:.1%}} "

@@ -27,8 +27,8 @@ import plotly.graph_objects as go
 
 from nip.runs.control import request
 from nip.training.context import RunContext
+from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, escape, note_html
-from nip.widgets._plots import PlotOutput
 from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
@@ -118,11 +118,11 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.pause_button.on_click(lambda _: self.ask("pause"))
         self.resume_button.on_click(lambda _: self.ask("run"))
         self.stop_button.on_click(lambda _: self.ask("stop"))
-        self.accuracy_plot = PlotOutput(
+        self.accuracy_plot = LiveFigure(
             _figure("Verifier accuracy", "accuracy", y_range=[-0.02, 1.02])
         )
-        self.reward_plot = PlotOutput(_figure("Mean episode reward (train)", "reward"))
-        self.loss_plot = PlotOutput(
+        self.reward_plot = LiveFigure(_figure("Mean episode reward (train)", "reward"))
+        self.loss_plot = LiveFigure(
             _figure("Fine-tuning loss (latest job per group)", "loss", x_title="step")
         )
         self.jobs_view = ipywidgets.HTML()
@@ -235,7 +235,7 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         return self.loss_plot.figure
 
     @staticmethod
-    def _set_traces(plot: PlotOutput, series: dict[str, list[tuple[int, float]]]) -> None:
+    def _set_traces(plot: LiveFigure, series: dict[str, list[tuple[int, float]]]) -> None:
         """Make ``plot`` show ``series`` (name -> points), and draw it if that changed."""
         plot.figure.data = ()
         for name, points in series.items():

@@ -19,6 +19,7 @@ from typing import Any
 from nip.runs.control import read_request, read_stage_progress, read_status
 from nip.runs.run_dir import RunDirectory
 from nip.training.plan import RunPlan
+from nip.utils.files import read_growing_jsonl
 
 
 @dataclass(frozen=True)
@@ -308,21 +309,7 @@ def _local_job(run_dir: Path, job_id: str) -> tuple[str | None, tuple[tuple[int,
     if not folder.is_dir():
         return None, ()
     status = _read_json(folder / "status.json").get("status")
-    return status, loss_points(_events(folder / "events.jsonl"))
-
-
-def _events(path: Path) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    events = []
-    for line in lines:
-        try:
-            events.append(json.loads(line))
-        except ValueError:  # the line being appended
-            continue
-    return events
+    return status, loss_points(read_growing_jsonl(folder / "events.jsonl"))
 
 
 def loss_points(events: list[dict[str, Any]]) -> tuple[tuple[int, float], ...]:

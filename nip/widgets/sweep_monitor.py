@@ -29,8 +29,8 @@ from nip.experiments.sweep import cell_errors
 from nip.experiments.sweep_grid import MANIFEST, SweepCell
 from nip.runs.run_dir import RunDirectory
 from nip.viz.compare_runs import compare_runs
+from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
-from nip.widgets._plots import PlotOutput
 from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_monitor import RunMonitor
 from nip.widgets.run_snapshot import RunSnapshot
@@ -80,7 +80,7 @@ class SweepMonitor(PlainTextRepr, ipywidgets.VBox):
             options=[], description="dashboard:", style={"button_width": "auto"}
         )
         self.chooser.observe(lambda change: self.open_cell(change["new"]), names="value")
-        self.comparison = PlotOutput(go.Figure())
+        self.comparison = LiveFigure(go.Figure())
         self.comparison_note = ipywidgets.HTML()
         self.cell_box = ipywidgets.VBox()
         self.children = [

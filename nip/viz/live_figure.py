@@ -6,22 +6,28 @@ a few kilobytes, in the saved notebook) and drawn again, whole, when it changes.
 ``go.FigureWidget`` would update in place, but plotly 6+ builds it on anywidget, which puts
 plotly's 5 MB JavaScript bundle into every figure widget's saved state
 (plotly/plotly.py#5056): a notebook with one run dashboard (three figures) saved at 15 MB.
+
+Clicks on its points reach Python through :class:`~nip.viz.plot_clicks.PlotClicks`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import ipywidgets
 import plotly.graph_objects as go
 
+__all__ = ["LiveFigure"]
 
-class PlotOutput(ipywidgets.Output):
+
+class LiveFigure(ipywidgets.Output):
     """Shows ``figure``; :meth:`draw` shows it again after a change (once per change).
 
     Args:
-        figure: The figure (change it in place, then call :meth:`draw`).
+        figure: The figure (change it in place, or assign another, then call :meth:`draw`).
     """
 
-    def __init__(self, figure: go.Figure, **kwargs):
+    def __init__(self, figure: go.Figure, **kwargs: Any):
         super().__init__(**kwargs)
         self.figure = figure
         self._drawn: str | None = None
