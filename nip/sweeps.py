@@ -110,7 +110,7 @@ class Sweep:
             for row, cell in zip(rows, cells, strict=True):
                 row["iteration"] = f"{min(cell.iteration + 1, cell.num_iterations)}"
                 row["iteration"] += f"/{cell.num_iterations}"
-                row["error"] = cell.error
+                row["error"] = cell.error or ""
         else:
             rows = [{"cell": c.name, **c.values, "stage": "not started"} for c in self.cells]
         return pd.DataFrame(rows)
