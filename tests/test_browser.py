@@ -317,14 +317,16 @@ def _check_malt_figures(page, shots: Screenshots) -> None:
         for i in range(traces.count())
         if traces.nth(i).locator(".point").count() == len(options)
     )
-    box = nodes.locator(".point").first.bounding_box()
+    root_marker = nodes.locator(".point").first
+    root_marker.evaluate("e => e.scrollIntoView({block: 'center'})")  # a click needs it on screen
+    box = root_marker.bounding_box()
     x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
 
     def click_the_root() -> None:
         page.mouse.move(x, y)
         page.mouse.click(x, y)
 
-    root = options[0].split(" · ")[0]
+    root = options[0].replace("\xa0", " ").split(" · ")[0]  # the option text: id · speaker
     assert root in _changes(page, panel, click_the_root).splitlines()[0]
     shots.save(page, "viewer", viewer)
 
