@@ -46,7 +46,7 @@ class InvalidParameterError(NipError, ValueError):
         self.value = value
         self.allowed = allowed
         self.reason = reason or f"expected {allowed}"
-        message = f"{field}={value!r} is not allowed: {reason or 'expected ' + allowed}"
+        message = f"{field}={value!r} is not allowed: {self.reason}"
         if reason:
             message += f" (allowed: {allowed})"
         super().__init__(message)
