@@ -177,7 +177,8 @@ def _add_override_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="PATH=VALUE",
         help="Change one parameter by dotted path, typed and checked like the file "
-        "(repeatable): --set rl.num_iterations=4 --set agents.prover.model_name=gpt-4o",
+        "(repeatable): --set rl.num_iterations=4 --set agents.prover.model_name=gpt-4o; "
+        "agents.*.FIELD sets every agent's (--set agents.*.use_dummy_api=true)",
     )
     parser.add_argument("--seed", type=int, help="The run's seed (as --set seed=N).")
 
@@ -405,7 +406,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         spec, sweep_dir = sweep.load_sweep_spec(target[0]), Path(target[0])
     else:
         spec = sweep.GridSpec.load(target[0])
-        sweep_dir = Path(args.sweep_dir or Path("runs") / "sweeps" / spec.name)
+        sweep_dir = Path(args.sweep_dir or sweep.default_sweep_dir(spec.name))
     if overrides := _overrides(args):  # every cell's: the grid's own `set:`, then these
         spec.overrides = {**spec.overrides, **overrides}
     if args.dry_run:

@@ -38,13 +38,15 @@ class InvalidParameterError(NipError, ValueError):
         field: Dotted address of the offending field (e.g. ``"agents.verifier.top_p"``).
         value: The value that was given.
         allowed: A short description of what is allowed.
+        reason: Why, in words (``"expected " + allowed`` when not given).
     """
 
     def __init__(self, field: str, value: Any, allowed: str, *, reason: str | None = None):
         self.field = field
         self.value = value
         self.allowed = allowed
-        message = f"{field}={value!r} is not allowed: {reason or 'expected ' + allowed}"
+        self.reason = reason or f"expected {allowed}"
+        message = f"{field}={value!r} is not allowed: {self.reason}"
         if reason:
             message += f" (allowed: {allowed})"
         super().__init__(message)
@@ -52,7 +54,7 @@ class InvalidParameterError(NipError, ValueError):
     def with_prefix(self, prefix: str) -> InvalidParameterError:
         """Return the same error with ``prefix.`` in front of the field address."""
         error = InvalidParameterError(f"{prefix}.{self.field}", self.value, self.allowed)
-        error.args = (f"{prefix}.{self.args[0]}",)
+        error.args, error.reason = (f"{prefix}.{self.args[0]}",), self.reason
         return error
 
 

@@ -289,7 +289,8 @@ def _check_job_launcher_and_dashboard(page, shots: Screenshots) -> None:
 
 
 def _check_malt_figures(page, shots: Screenshots) -> None:
-    """05: the tree and icicle figures draw; the tree viewer shows the node picked."""
+    """05: the tree and icicle figures draw; the tree viewer shows the node picked in its list
+    or clicked in its figure."""
     figure = _cell(page, "plot_tree(tree")
     figure.locator("svg.main-svg").first.wait_for()
     shots.save(page, "tree", figure)
@@ -308,6 +309,25 @@ def _check_malt_figures(page, shots: Screenshots) -> None:
     assert "The dialogue up to here" in text
     # Its figure drew the tree's nodes (one marker per node).
     assert viewer.locator("svg.main-svg .scatterlayer .point").count() >= len(options)
+    # A click on the root's marker reaches the kernel (plotly's click, relayed by a small
+    # widget beside the figure): the panel shows the root.
+    traces = viewer.locator("svg.main-svg .scatterlayer .trace")
+    nodes = next(
+        traces.nth(i)
+        for i in range(traces.count())
+        if traces.nth(i).locator(".point").count() == len(options)
+    )
+    root_marker = nodes.locator(".point").first
+    root_marker.evaluate("e => e.scrollIntoView({block: 'center'})")  # a click needs it on screen
+    box = root_marker.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+    def click_the_root() -> None:
+        page.mouse.move(x, y)
+        page.mouse.click(x, y)
+
+    root = options[0].replace("\xa0", " ").split(" · ")[0]  # the option text: id · speaker
+    assert root in _changes(page, panel, click_the_root).splitlines()[0]
     shots.save(page, "viewer", viewer)
 
 
@@ -339,6 +359,25 @@ def _check_self_hosted_loop(page, shots: Screenshots) -> None:
     assert "prover-it0" in switched and ("verifier-it0" in switched) == ("succeeded" in dpo)
 
 
+def _check_sweep_dashboard(page, shots: Screenshots) -> None:
+    """08: the sweep's dashboard shows every cell finished and the comparison drawn; a click on
+    a cell's name opens its own dashboard, which says what its dummy jobs did; the comparison
+    figure below draws a line per protocol."""
+    dashboard = _cell(page, "monitor = SweepMonitor(sweep)")
+    dashboard.get_by_text("4/4 cells done").first.wait_for(timeout=CLICK_TIMEOUT_MS)
+    table = dashboard.locator(".widget-html table").first
+    assert table.inner_text().count("finished") == 4
+    assert dashboard.locator("svg.main-svg .scatterlayer .trace").count() >= 2
+    dashboard.get_by_role("button", name="debate_seed1").click()
+    opened = dashboard.get_by_text(re.compile(r"debate_seed1 · finished")).first
+    opened.wait_for(timeout=CLICK_TIMEOUT_MS)
+    dashboard.get_by_text("dummy backend: trains nothing").first.wait_for(timeout=CLICK_TIMEOUT_MS)
+    shots.save(page, "sweep-monitor", dashboard)
+    comparison = _cell(page, "figure, table = sweep.compare()")
+    assert comparison.locator("svg.main-svg .scatterlayer .trace").count() == 2
+    shots.save(page, "comparison", comparison)
+
+
 @dataclass(frozen=True)
 class Tutorial:
     """One tutorial the browser runs, and what it checks once every cell has run."""
@@ -359,6 +398,7 @@ TUTORIALS = (
     # 900: room for a loaded machine; on two workers it ran 148-169 s in CI on 2026-11-26
     # (about 560 s before each worker's torch had one thread and vLLM its own core).
     Tutorial("07_self_hosted_loop.ipynb", _check_self_hosted_loop, 900),
+    Tutorial("08_compare_protocols.ipynb", _check_sweep_dashboard),
 )
 
 

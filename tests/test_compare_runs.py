@@ -20,7 +20,7 @@ from nip.protocols import protocol_class
 from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
 from nip.training.trainer import build_trainer
-from nip.viz import compare_runs, runs_table, wilson_interval
+from nip.viz import compare_runs, comparison_table, wilson_interval
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def counts(run_dir: Path, split: str, iteration: int) -> tuple[int, int]:
 
 
 def test_runs_of_one_protocol_pool_their_dialogues_per_iteration(runs):
-    table = runs_table(runs.values())
+    table = comparison_table(runs.values())
     nip = table[(table["series"] == "nip") & (table["iteration"] == 1)].iloc[0]
     (c1, n1), (c2, n2) = counts(runs["nip-s1"], "test", 1), counts(runs["nip-s2"], "test", 1)
     assert (nip["runs"], nip["seeds"]) == (2, "1, 2")
@@ -77,7 +77,7 @@ def test_runs_of_one_protocol_pool_their_dialogues_per_iteration(runs):
 
 
 def test_each_point_has_the_wilson_interval_of_its_counts(runs):
-    table = runs_table(runs.values(), confidence=0.9)
+    table = comparison_table(runs.values(), confidence=0.9)
     for row in table.itertuples():
         assert (row.ci_low, row.ci_high) == pytest.approx(
             wilson_interval(row.correct, row.dialogues, 0.9)
@@ -86,7 +86,7 @@ def test_each_point_has_the_wilson_interval_of_its_counts(runs):
 
 
 def test_there_is_one_row_per_protocol_and_saved_iteration(runs):
-    table = runs_table(runs.values())
+    table = comparison_table(runs.values())
     assert list(zip(table["series"], table["iteration"], strict=True)) == [
         ("debate", 0),
         ("debate", 1),
@@ -96,13 +96,13 @@ def test_there_is_one_row_per_protocol_and_saved_iteration(runs):
 
 
 def test_separate_seeds_show_each_run_as_its_own_series(runs):
-    table = runs_table(runs.values(), pool_seeds=False)
+    table = comparison_table(runs.values(), pool_seeds=False)
     assert sorted(set(table["series"])) == ["debate seed 1", "nip seed 1", "nip seed 2"]
     assert set(table["runs"]) == {1}
 
 
 def test_train_rollouts_can_be_compared_too(runs):
-    table = runs_table([runs["debate-s1"]], split="train")
+    table = comparison_table([runs["debate-s1"]], split="train")
     assert list(table["dialogues"]) == [4, 4]
 
 
@@ -117,9 +117,40 @@ def test_the_figure_draws_a_line_per_protocol_with_asymmetric_error_bars(runs):
         assert [round(x) for x in trace.x] == list(rows["iteration"])
 
 
+def test_runs_under_labels_are_a_series_per_label_and_protocol(runs):
+    table = comparison_table(
+        {"first": [runs["nip-s1"], runs["debate-s1"]], "second": runs["nip-s2"]}
+    )
+    assert list(dict.fromkeys(table["series"])) == ["first: nip", "first: debate", "second"]
+    assert set(table["runs"]) == {1}
+
+
+def test_the_per_seed_figure_says_each_run_and_the_pooled_one_seeds_pooled(runs):
+    separate, _ = compare_runs(runs.values(), pool_seeds=False)
+    pooled, _ = compare_runs(runs.values())
+    assert (
+        "each run" in separate.layout.title.text and "by protocol" not in separate.layout.title.text
+    )
+    assert separate.layout.legend.title.text == "run"
+    assert "seeds pooled" in pooled.layout.title.text
+
+
+def test_one_iteration_is_drawn_as_bars_per_series_and_true_label(runs):
+    figure, table = compare_runs(runs.values(), iteration=1, by_label=True)
+    assert [bar.name for bar in figure.data] == [
+        "all items",
+        "correct solutions",
+        "incorrect solutions",
+    ]
+    assert list(figure.data[0].x) == ["debate", "nip"]
+    overall = table[table["items"] == "all items"]
+    parts = table[table["items"] != "all items"].groupby("series")["dialogues"].sum()
+    assert list(overall["dialogues"]) == list(parts)
+
+
 def test_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="holds no run"):
-        runs_table([tmp_path])
+        comparison_table([tmp_path])
 
 
 def test_nip_compare_prints_the_table_and_writes_the_figure(runs, tmp_path):
@@ -160,9 +191,9 @@ def test_runs_of_one_protocol_on_two_models_are_two_series(runs, tmp_path):
     for agent in saved["agents"].values():
         agent["model_name"] = "Qwen/Qwen2.5-7B-Instruct"
     (open_run / "hyper_params.json").write_text(json.dumps(saved))
-    table = runs_table([runs["nip-s1"], runs["nip-s2"], open_run])
+    table = comparison_table([runs["nip-s1"], runs["nip-s2"], open_run])
     assert set(table["series"]) == {
         "nip [gpt-4o-mini-2024-07-18]",
         "nip [Qwen/Qwen2.5-7B-Instruct]",
     }
-    assert set(runs_table([runs["nip-s1"], runs["nip-s2"]])["series"]) == {"nip"}
+    assert set(comparison_table([runs["nip-s1"], runs["nip-s2"]])["series"]) == {"nip"}

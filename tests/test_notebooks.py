@@ -4,7 +4,9 @@ Each notebook runs under nbval in a pytest subprocess (``--nbval-lax``: every ce
 without error, and cells marked ``# NBVAL_CHECK_OUTPUT`` must print what they hold), on a copy
 in a scratch folder, so the files a tutorial writes (run directories) never land in the
 checkout. Each cell has a time-out, and the whole run a wall-clock limit after which its process
-group (pytest, the kernel, any fine-tuning job) is killed.
+group (pytest, the kernel, any fine-tuning job) is killed. The same run also writes the notebook
+as it would be saved after running, outputs and widget state included
+(``tests/nbval_saved_notebook.py``), and its size must stay under :data:`SAVED_LIMIT_BYTES`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ LIMITS_S["07_self_hosted_loop"] = 900
 #: Where tutorial 7's background server keeps its settings (relative to the notebook).
 SELF_HOSTED_SERVER = Path("runs/07_self_hosted/server/background-server.json")
 DEFAULT_LIMIT_S = 360
+#: The most a tutorial may weigh saved after running at CI size: a reviewer opens it at once,
+#: and a researcher can commit it. One plotly FigureWidget alone saved plotly.js (5 MB).
+SAVED_LIMIT_BYTES = 2_000_000
 
 
 def _code_cells(path: Path) -> list[dict]:
@@ -57,8 +62,8 @@ def _kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def test_there_are_seven_tutorials():
-    assert [p.name[:3] for p in TUTORIALS] == ["01_", "02_", "03_", "04_", "05_", "06_", "07_"]
+def test_there_are_eight_tutorials():
+    assert [p.name[:3] for p in TUTORIALS] == [f"0{n}_" for n in range(1, 9)]
 
 
 @pytest.mark.parametrize("notebook", TUTORIALS, ids=lambda p: p.stem)
@@ -104,6 +109,7 @@ def test_the_tutorial_runs_top_to_bottom_at_ci_size(
     scratch.mkdir()
     copy = Path(shutil.copy(notebook, scratch))
     (scratch / "pytest.ini").write_text("[pytest]\n")  # not the checkout's pytest settings
+    shutil.copy(Path(__file__).with_name("nbval_saved_notebook.py"), scratch / "conftest.py")
     command = [
         sys.executable,
         "-m",
@@ -144,6 +150,29 @@ def test_the_tutorial_runs_top_to_bottom_at_ci_size(
     assert process.returncode == 0, f"{notebook.name} failed:\n{output[-8000:]}"
     if notebook.name == "07_self_hosted_loop.ipynb":
         _report_engine(scratch / SELF_HOSTED_SERVER, record_property)
+    saved = scratch / f"saved-{notebook.name}"
+    size = saved.stat().st_size
+    print(f"{notebook.stem} saved after running: {size:,} bytes")
+    record_property("saved_bytes", size)
+    assert size < SAVED_LIMIT_BYTES, f"{notebook.name} saved at {size:,} bytes: {_heaviest(saved)}"
+
+
+def _heaviest(saved: Path) -> str:
+    """What weighs most in a saved notebook: outputs by MIME type, widget state by model."""
+    notebook = json.loads(saved.read_text())
+    parts: dict[str, int] = {}
+    for cell in notebook["cells"]:
+        for output in cell.get("outputs", []):
+            for mime, data in (output.get("data") or {"stream": output}).items():
+                parts[f"output {mime}"] = parts.get(f"output {mime}", 0) + len(json.dumps(data))
+    widgets = notebook["metadata"].get("widgets", {})
+    for model in (
+        widgets.get("application/vnd.jupyter.widget-state+json", {}).get("state", {}).values()
+    ):
+        name = f"widget {model['model_name']}"
+        parts[name] = parts.get(name, 0) + len(json.dumps(model))
+    top = sorted(parts.items(), key=lambda part: -part[1])[:5]
+    return ", ".join(f"{name} {size:,}" for name, size in top)
 
 
 def _report_engine(settings: Path, record_property) -> None:

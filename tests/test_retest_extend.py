@@ -14,7 +14,7 @@ from nip.experiments.retest import iteration_models, retest
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.settings import ExperimentSettings
 from nip.training.trainer import build_trainer
-from nip.viz.compare_runs import runs_table
+from nip.viz.compare_runs import comparison_table
 
 
 def _params(dataset: Path, iterations: int) -> HyperParameters:
@@ -144,7 +144,7 @@ def test_a_retest_uses_each_iterations_models_and_writes_beside_the_run(dataset,
 def test_compare_shows_a_retest_as_its_own_series(dataset, tmp_path):
     run_dir = _run(dataset, tmp_path / "run", 1)
     assert main(["retest", str(run_dir), "--passes", "2", "--quiet"]) == 0
-    table = runs_table([run_dir])
+    table = comparison_table([run_dir])
     assert set(table["series"]) == {"nip", "nip (retest test-2x)"}
     assert table.set_index("series").loc["nip (retest test-2x)", "dialogues"] == 8
 

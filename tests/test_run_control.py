@@ -335,6 +335,31 @@ def test_the_dashboard_grows_its_plots_and_its_buttons_write_the_control_file(da
     assert "ft-verifier-it0" in monitor.jobs_view.value
 
 
+def test_the_dashboard_says_what_dummy_jobs_did_and_draws_no_empty_loss_plot(dataset, tmp_path):
+    trainer = trainer_at(tmp_path / "run", dataset)
+    trainer.train()
+    monitor = RunMonitor(trainer.run_dir.path)
+    jobs = {job.group: job for job in monitor.snapshot.jobs}
+    assert jobs["verifier"].state == "succeeded, in use (dummy backend: trains nothing)"
+    assert jobs["verifier"].model in monitor.jobs_view.value
+    assert "none" not in [job.state for job in jobs.values()]  # the outcome of no iteration
+    assert "no losses reported: the dummy backend trains nothing" in monitor.jobs_view.value
+    assert monitor.loss_plot.layout.display == "none" and not monitor.loss_figure.data
+
+
+def test_the_dashboards_figures_are_saved_as_light_outputs_not_figure_widgets(dataset, tmp_path):
+    """A plotly FigureWidget keeps plotly.js (5 MB) in its saved state: a notebook with one
+    dashboard saved at 15 MB."""
+    from ipywidgets.embed import dependency_state
+
+    trainer = trainer_at(tmp_path / "run", dataset)
+    trainer.train()
+    monitor = RunMonitor(trainer.run_dir.path)
+    state = json.dumps(dependency_state(monitor, drop_defaults=False))
+    assert len(state) < 200_000, f"the dashboard's widget state is {len(state):,} bytes"
+    assert [t.name for t in monitor.accuracy_figure.data] == ["train", "test"]
+
+
 def test_a_run_can_be_paused_from_the_dashboard_before_its_first_stage_ends(dataset, tmp_path):
     run = tmp_path / "run"
     trainer_at(run, dataset)  # built: the background task has not finished a stage yet

@@ -25,7 +25,7 @@ from nip.experiments.sweep import (
 from nip.experiments.sweep_grid import estimate_sweep
 from nip.providers.pool import BackendPool
 from nip.settings import ExperimentSettings
-from nip.viz.compare_runs import runs_table
+from nip.viz.compare_runs import comparison_table
 
 GRID = """
 name: tiny
@@ -130,7 +130,7 @@ def test_status_and_compare_read_the_sweep_directory(grid, tmp_path, capsys):
     assert {(c.name, c.stage) for c in sweep_status(tmp_path / "sweep")} == {
         (name, "done") for name in ("nip_seed0", "nip_seed1", "debate_seed0", "debate_seed1")
     }
-    table = runs_table([tmp_path / "sweep"])
+    table = comparison_table([tmp_path / "sweep"])
     assert set(table["series"]) == {"nip", "debate"} and set(table["runs"]) == {2}
     assert main(["sweep", "status", str(tmp_path / "sweep")]) == 0
     assert "debate_seed1" in capsys.readouterr().out
@@ -188,9 +188,9 @@ def test_the_sweep_monitor_shows_each_cell_and_opens_a_cells_dashboard(grid, tmp
 
     run_sweep(GridSpec.load(grid), tmp_path / "sweep", _settings(), max_parallel=1, echo=False)
     monitor = SweepMonitor(tmp_path / "sweep", start=False)
-    assert monitor.finished and "4/4 cells done" in monitor.table.value
+    assert monitor.finished and "4/4 cells done" in monitor.header.value
     assert "debate_seed1" in monitor.table.value
-    monitor.chooser.value = "nip_seed1"
+    monitor.chooser.value = "nip_seed1"  # a click on the cell's name
     (cell,) = monitor.cell_box.children
     assert isinstance(cell, RunMonitor) and cell.snapshot.finished
     monitor.close()
@@ -218,9 +218,10 @@ def test_compare_over_seeds_gives_the_mean_of_the_seeds_and_a_t_interval(grid, t
     from nip.viz.intervals import seed_interval
 
     run_sweep(GridSpec.load(grid), tmp_path / "sweep", _settings(), echo=False)
-    pooled = runs_table([tmp_path / "sweep"]).set_index(["series", "iteration"])
-    seeds = runs_table([tmp_path / "sweep"], over_seeds=True).set_index(["series", "iteration"])
-    single = runs_table([tmp_path / "sweep"], pool_seeds=False).set_index(["series", "iteration"])
+    index = ["series", "iteration"]
+    pooled = comparison_table([tmp_path / "sweep"]).set_index(index)
+    seeds = comparison_table([tmp_path / "sweep"], over_seeds=True).set_index(index)
+    single = comparison_table([tmp_path / "sweep"], pool_seeds=False).set_index(index)
     for protocol in ("nip", "debate"):
         values = [single.loc[(f"{protocol} seed {s}", 1), "accuracy"] for s in (0, 1)]
         assert seeds.loc[(protocol, 1), "accuracy"] == pytest.approx(sum(values) / 2)

@@ -18,7 +18,7 @@ from nip.experiments.sweep import (
     sweep_status,
 )
 from nip.settings import ExperimentSettings
-from nip.viz.compare_runs import runs_table
+from nip.viz.compare_runs import comparison_table
 
 GRID = """
 name: tiny
@@ -122,7 +122,7 @@ def test_compare_shows_the_cells_that_ran_and_marks_those_that_have_not(grid, tm
         (tmp_path / "s" / "cells").mkdir(exist_ok=True)
         source.rename(tmp_path / "s" / "cells" / cell)
     _stop_after_first_stage(GridSpec.load(grid).cells()[2], tmp_path / "s")
-    table = runs_table([tmp_path / "s"])
+    table = comparison_table([tmp_path / "s"])
     assert set(table["series"]) == {"nip"}
     assert table.attrs["incomplete"] == [
         "debate_seed0 (log_stats, iteration 1/2, no test dialogues yet)",

@@ -30,7 +30,7 @@ from nip.training.algorithms.malt_tree import ResponseTree
 from nip.training.trainer import build_trainer
 from nip.viz import (
     TreeViewer,
-    compare_protocols,
+    compare_runs,
     confusion_matrix,
     load_run,
     plot_accuracy,
@@ -267,20 +267,30 @@ def test_the_summary_refuses_the_same_tree_twice():
 
 
 # -------------------------------------------------------------------- viewer
+def _click(viewer: TreeViewer, node_id: str) -> None:
+    """What the page sends when a node is clicked (tests/test_browser.py clicks in Chromium)."""
+    nodes = [t.meta for t in viewer.figure.data].index("nodes")
+    index = list(viewer.figure.data[nodes].customdata).index(node_id)
+    viewer.clicks.clicked = {"trace": nodes, "index": index, "customdata": node_id, "at": 1}
+
+
 def test_clicking_a_node_shows_it_in_the_panel():
     pytest.importorskip("anywidget")
-    from plotly.callbacks import Points
-
     viewer = TreeViewer(hand_tree())
-    nodes = trace(viewer.figure, "nodes")
-    index = list(nodes.customdata).index("t.0.1")
-    nodes._dispatch_on_click(Points(point_inds=[index], trace_index=4), None)
+    _click(viewer, "t.0.1")
     assert viewer.selected == "t.0.1"
     assert "x + 1 &lt;ok&gt;." in viewer.details.value
     assert "The dialogue up to here" in viewer.details.value
 
 
-def test_choosing_another_agent_recolours_the_clickable_figure():
+def test_a_click_elsewhere_than_on_a_node_changes_nothing():
+    pytest.importorskip("anywidget")
+    viewer = TreeViewer(hand_tree())
+    viewer.clicks.clicked = {"trace": 0, "index": 0, "customdata": None, "at": 1}
+    assert viewer.selected == "t"
+
+
+def test_choosing_another_agent_recolours_the_figure_and_clicks_still_pick_nodes():
     pytest.importorskip("anywidget")
     tree = hand_tree()
     viewer = TreeViewer(tree)
@@ -289,13 +299,24 @@ def test_choosing_another_agent_recolours_the_clickable_figure():
     assert list(nodes.marker.color) == [
         tree.nodes[i].expected_reward["prover"] for i in nodes.customdata
     ]
+    _click(viewer, "t.1")
+    assert "Decision: reject" in viewer.details.value
 
 
-def test_without_widgets_the_viewer_uses_a_static_figure_and_the_node_list():
+def test_the_viewer_is_saved_without_a_copy_of_plotly_js():
+    """A go.FigureWidget kept plotly.js (5 MB) in its saved widget state."""
+    from ipywidgets.embed import dependency_state
+
+    viewer = TreeViewer(hand_tree())
+    state = json.dumps(dependency_state(viewer, drop_defaults=False))
+    assert len(state) < 100_000, f"{len(state):,} bytes"
+
+
+def test_without_clicks_the_viewer_uses_the_node_list():
     tree = hand_tree()
     viewer = TreeViewer(tree, interactive=False)
     viewer.recolour("prover")
-    assert type(viewer.figure).__name__ == "Figure"
+    assert viewer.clicks is None
     nodes = trace(viewer.figure, "nodes")
     prover = [tree.nodes[i].expected_reward["prover"] for i in nodes.customdata]
     assert list(nodes.marker.color) == prover
@@ -442,8 +463,8 @@ def test_protocols_run_on_the_same_items_and_compare_with_intervals(dataset):
     batches = run_protocols(dummy_params(dataset), ["nip", "adp", "solo_verifier"], n=6)
     items = [[t.datapoint.id for t in batch] for batch in batches.values()]
     assert items[0] == items[1] == items[2]
-    figure, table = compare_protocols(batches)
-    overall = table[table["items"] == "all items"].set_index("protocol")
+    figure, table = compare_runs(batches, by_label=True)
+    overall = table[table["items"] == "all items"].set_index("series")
     for protocol, batch in batches.items():
         assert overall.loc[protocol, "accuracy"] == batch.accuracy
         assert overall.loc[protocol, "dialogues"] == 6
@@ -458,7 +479,7 @@ def test_protocols_run_on_the_same_items_and_compare_with_intervals(dataset):
 
 
 def test_protocols_compare_from_run_directories(ei_run):
-    _, table = compare_protocols({"nip": ei_run}, split="test")
+    _, table = compare_runs({"nip": ei_run}, split="test", iteration=1, by_label=True)
     overall = table[table["items"] == "all items"].iloc[0]
     transcripts = load_run(ei_run).transcripts("test", 1)
     assert overall["dialogues"] == len(transcripts)

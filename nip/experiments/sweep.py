@@ -38,6 +38,7 @@ from nip.experiments.sweep_grid import (
     MANIFEST,
     GridSpec,
     SweepCell,
+    default_sweep_dir,
     grid_cells,
     in_cell,
     is_sweep_dir,
@@ -49,14 +50,17 @@ from nip.runs.ownership import owning
 from nip.runs.run_dir import RunDirectory, RunFileError
 from nip.settings import ExperimentSettings
 from nip.training.trainer import PureTextEiTrainer, build_trainer
+from nip.utils.files import read_growing_jsonl
 from nip.utils.notices import labelled
 from nip.utils.sync import run_sync
 
 __all__ = [
     "CellStatus",
     "SweepMismatchError",
+    "cell_errors",
     "cell_status",
     "check_cells",
+    "default_sweep_dir",
     "is_sweep_dir",
     "open_cell",
     "prepare_sweep",
@@ -186,17 +190,9 @@ class _Events:
         with self.path.open("a", encoding="utf-8") as file:
             file.write(line + "\n")
 
-    def last(self) -> dict[str, dict[str, Any]]:
-        """Each cell's latest event (a line cut short by a kill is skipped)."""
-        latest: dict[str, dict[str, Any]] = {}
-        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
-        for line in lines:
-            try:
-                event = json.loads(line)
-                latest[event["cell"]] = event
-            except (ValueError, KeyError, TypeError):
-                continue
-        return latest
+    def read(self) -> list[dict[str, Any]]:
+        """Every event so far, oldest first (a line being written is left out)."""
+        return read_growing_jsonl(self.path)
 
 
 async def run_sweep_async(
@@ -313,7 +309,7 @@ def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
         NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
     """
     manifest = read_manifest(sweep_dir)
-    last = _Events(sweep_dir).last()
+    errors = cell_errors(sweep_dir)
     statuses = []
     for record in manifest["cells"]:
         name, values = record["name"], record["values"]
@@ -322,11 +318,16 @@ def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
         except RunFileError as error:  # a damaged cell is shown, not a reason to fail
             status = CellStatus(name, "unreadable", 0, 0, values, error=str(error))
         status.num_iterations = status.num_iterations or record.get("num_iterations", 0)
-        event = last.get(name, {})
-        if event.get("event") == "error":
-            status.error = event.get("error")
+        status.error = errors.get(name, status.error)
         statuses.append(status)
     return statuses
+
+
+def cell_errors(sweep_dir: str | Path) -> dict[str, str]:
+    """The error that ended each cell whose last event is a failure (``events.jsonl``): a
+    cell started again after a failure has none."""
+    last = {e["cell"]: e for e in _Events(sweep_dir).read() if isinstance(e, dict) and "cell" in e}
+    return {name: e.get("error", "?") for name, e in last.items() if e.get("event") == "error"}
 
 
 def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:

@@ -23,6 +23,7 @@ presets, each with its own protocol options). Each cell is named from its axis v
 
 from __future__ import annotations
 
+import html
 import itertools
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -33,6 +34,7 @@ from typing import Any
 
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, require_count
 from nip.experiments.cost_report import CostEstimate
+from nip.extras import needs
 from nip.parameters import HyperParameters
 from nip.runs.run_dir import RunDirectory, folder_holding
 from nip.settings import ExperimentSettings
@@ -42,6 +44,7 @@ __all__ = [
     "NotASweepDirectoryError",
     "SweepCell",
     "SweepEstimate",
+    "default_sweep_dir",
     "estimate_sweep",
     "is_sweep_dir",
     "load_base",
@@ -275,26 +278,60 @@ class SweepEstimate:
     def total_calls(self) -> int:
         return sum(estimate.total_calls for _, estimate in self.cells)
 
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per cell: its name, axis values, protocol, iterations, dialogues, model
+        calls and USD (None: a model has no price)."""
+        rows = []
+        for cell, estimate in self.cells:
+            hp = cell.hyper_params
+            rows.append(
+                {
+                    "cell": cell.name,
+                    **{path: value for path, value in cell.values.items()},
+                    "protocol": hp.interaction_protocol,
+                    "iterations": hp.rl.num_iterations,
+                    "dialogues": sum(row["dialogues"] for row in estimate.by_stage()),
+                    "calls": estimate.total_calls,
+                    "usd": estimate.total_usd,
+                }
+            )
+        return rows
+
+    def to_dataframe(self):
+        """:meth:`rows` as a DataFrame (the total is :attr:`total_usd`)."""
+        with needs("dataframes"):
+            import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    @property
+    def total(self) -> str:
+        """The total in words: model calls and USD."""
+        usd = "unknown (a model has no price)"
+        if self.total_usd is not None:
+            usd = f"${self.total_usd:,.2f}"
+        return f"{self.total_calls:,} model calls at most, about {usd}"
+
     def __str__(self) -> str:
         width = max(8, *(len(cell.name) for cell, _ in self.cells))
         head = f"{'cell':<{width}}  {'protocol':<14}{'iters':>6}{'dialogues':>11}"
         head += f"{'calls':>10}{'USD':>12}"
         lines = [f"Dry run of sweep {self.name!r}: {len(self.cells)} cells", "", head]
-        for cell, estimate in self.cells:
-            hp = cell.hyper_params
-            dialogues = sum(row["dialogues"] for row in estimate.by_stage())
-            usd = "?" if estimate.total_usd is None else f"{estimate.total_usd:,.2f}"
+        for row in self.rows():
+            usd = "?" if row["usd"] is None else f"{row['usd']:,.2f}"
             lines.append(
-                f"{cell.name:<{width}}  {hp.interaction_protocol:<14}{hp.rl.num_iterations:>6}"
-                f"{dialogues:>11,}{estimate.total_calls:>10,}{usd:>12}"
+                f"{row['cell']:<{width}}  {row['protocol']:<14}{row['iterations']:>6}"
+                f"{row['dialogues']:>11,}{row['calls']:>10,}{usd:>12}"
             )
-        total = (
-            "unknown (a model has no price)"
-            if self.total_usd is None
-            else f"${self.total_usd:,.2f}"
-        )
-        lines += ["", f"total: {self.total_calls:,} model calls at most, about {total}"]
-        return "\n".join(lines)
+        return "\n".join([*lines, "", f"total: {self.total}"])
+
+    def __repr__(self) -> str:
+        return f"SweepEstimate({self.name!r}: {len(self.cells)} cells, {self.total})"
+
+    def _repr_html_(self) -> str:
+        frame = self.to_dataframe().to_html(index=False, na_rep="?", float_format="{:,.2f}".format)
+        title = f"Dry run of sweep {self.name!r}: {len(self.cells)} cells, {self.total}"
+        return f"<div><b>{html.escape(title)}</b>{frame}</div>"
 
 
 def estimate_sweep(
@@ -349,3 +386,8 @@ def sweep_run_dirs(sweep_dir: str | Path) -> list[Path]:
 
 def is_sweep_dir(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
+
+
+def default_sweep_dir(name: str) -> Path:
+    """Where a sweep's cells go unless told otherwise: ``runs/sweeps/<name>``."""
+    return Path("runs") / "sweeps" / name

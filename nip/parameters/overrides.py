@@ -11,7 +11,10 @@ error names its full address. Text from a command line is read with YAML's scala
 (``4`` is an int, ``true`` a bool, ``null`` None), except that a field holding text keeps the
 text as given (``model_name=2024`` stays ``"2024"``). A mapping sets several fields of a group
 at once and keeps the others (``agents.verifier={model_provider: TogetherAI, model_name: X}``);
-``agents.*`` stands for every agent of the configuration (``agents.*.temperature=0.2``).
+``agents.*`` stands for every agent of the configuration (``agents.*.temperature=0.2``; after a
+protocol change, the new protocol's): ``agents.*.use_dummy_api: true`` runs a whole grid of
+protocols on the dummy backend, where ``agents.prover.use_dummy_api`` would miss debate's
+``prover0`` and ``prover1``. A path naming one agent (``agents.verifier.model_name``) wins over it.
 
 Changing ``interaction_protocol`` also gives the new protocol its agents: an agent keeps the
 parameters of the old agent of the same name, else of one in the same role (``prover0`` and
@@ -29,7 +32,10 @@ from nip.errors import InvalidParameterError
 if TYPE_CHECKING:
     from nip.parameters.hyper_parameters import HyperParameters
 
-__all__ = ["apply_overrides", "changed_paths", "parse_override", "parse_value"]
+__all__ = ["EVERY_AGENT", "apply_overrides", "changed_paths", "parse_override", "parse_value"]
+
+#: The path of every agent of a configuration (``agents.*.use_dummy_api``).
+EVERY_AGENT = "agents.*"
 
 
 def parse_value(text: str) -> Any:
@@ -84,6 +90,64 @@ def _agents_for(protocol: str, old_agents: Mapping[str, Any]) -> dict[str, Any] 
     return agents
 
 
+def _for_every_agent(path: str) -> bool:
+    return path == EVERY_AGENT or path.startswith(EVERY_AGENT + ".")
+
+
+def _every_agent(pending: dict[str, Any], agents: Mapping[str, Any]) -> dict[str, Any]:
+    """``pending`` with each ``agents.*...`` replaced by one path per agent (those first, so
+    that a path naming one agent wins).
+
+    Raises:
+        InvalidParameterError: ``agents.*.FIELD`` names no agent setting, or there are no agents.
+    """
+    from dataclasses import fields
+
+    from nip.parameters.agents import PureTextAgentParameters
+
+    known = {f.name for f in fields(PureTextAgentParameters)}
+    expanded: dict[str, Any] = {}
+    for path, value in pending.items():
+        if not _for_every_agent(path):
+            continue
+        field_name = path[len(EVERY_AGENT) + 1 :].split(".")[0]
+        if not field_name and not isinstance(value, Mapping | str):
+            raise InvalidParameterError(
+                path, value, f"a mapping of agent settings ({EVERY_AGENT}={{model_name: X}})"
+            )
+        named = [field_name] if field_name else list(value) if isinstance(value, Mapping) else []
+        field_name = next((f for f in named if f not in known), field_name)
+        if (field_name and field_name not in known) or not agents:
+            from difflib import get_close_matches
+
+            close = get_close_matches(field_name, known, n=1)
+            raise InvalidParameterError(
+                path,
+                value,
+                f"{EVERY_AGENT}.FIELD, FIELD a field of PureTextAgentParameters",
+                reason=(
+                    f"agents have no setting {field_name!r}"
+                    + (f" (did you mean {EVERY_AGENT}.{close[0]}?)" if close else "")
+                    if agents
+                    else "the configuration has no agents"
+                ),
+            )
+        expanded |= {path.replace(EVERY_AGENT, f"agents.{name}", 1): value for name in agents}
+    return {**expanded, **{p: v for p, v in pending.items() if not _for_every_agent(p)}}
+
+
+def _missing_agent(path: str, data: Mapping[str, Any]) -> str | None:
+    """Why ``agents.NAME.FIELD`` names no parameter when the protocol has no agent NAME."""
+    parts = path.split(".")
+    agents = data.get("agents") or {}
+    if len(parts) < 3 or parts[0] != "agents" or parts[1] in agents:
+        return None
+    return (
+        f"{data.get('interaction_protocol')} has no agent {parts[1]!r} (its agents: "
+        f"{', '.join(agents)}); {EVERY_AGENT}.{'.'.join(parts[2:])} sets every agent's"
+    )
+
+
 def _set(data: dict[str, Any], path: str, value: Any, current: Any) -> None:
     parts = path.split(".")
     node = data
@@ -94,13 +158,6 @@ def _set(data: dict[str, Any], path: str, value: Any, current: Any) -> None:
     if isinstance(value, Mapping) and isinstance(node.get(parts[-1]), Mapping):
         value = {**node[parts[-1]], **value}  # a mapping sets several fields of a group
     node[parts[-1]] = value
-
-
-def _every_agent(path: str, data: Mapping[str, Any]) -> list[str]:
-    """``agents.*...`` as one path per agent of the configuration; any other path as is."""
-    if path != "agents.*" and not path.startswith("agents.*."):
-        return [path]
-    return [path.replace("agents.*", f"agents.{name}", 1) for name in data.get("agents") or {}]
 
 
 def _apply(
@@ -114,14 +171,17 @@ def _apply(
                 path,
                 value,
                 "the dotted path of a parameter",
-                reason=str(error.args[0]).split(": ", 1)[-1],
+                reason=_missing_agent(path, data) or str(error.args[0]).split(": ", 1)[-1],
             ) from None
         current = None  # an agent of the new protocol: checked when built
     try:
         _set(data, path, value, current)
     except (KeyError, TypeError):
         raise InvalidParameterError(
-            path, value, "the dotted path of a parameter", reason="no such parameter"
+            path,
+            value,
+            "the dotted path of a parameter",
+            reason=_missing_agent(path, data) or "no such parameter",
         ) from None
 
 
@@ -149,11 +209,11 @@ def apply_overrides(
         agents = _agents_for(str(protocol), data.get("agents") or {})
         if agents is not None:
             data["agents"] = agents
-    for pattern, value in pending.items():
+    every_agent = {p: v for p, v in pending.items() if _for_every_agent(p)}
+    for path, value in _every_agent(pending, data.get("agents") or {}).items():
         if from_text and isinstance(value, str):
             value = parse_value(value)
-        for path in _every_agent(pattern, data):
-            _apply(params, data, path, value, protocol)
+        _apply(params, data, path, value, protocol)
     from nip.errors import UnknownKeyError
 
     try:
@@ -162,6 +222,16 @@ def apply_overrides(
         raise InvalidParameterError(
             ", ".join(overrides), list(overrides.values()), "known parameters", reason=str(error)
         ) from None
+    except InvalidParameterError as error:
+        # A value agents.* gave is refused under its own name, not one agent's.
+        field_name = error.field.split(".")[-1] if error.field.startswith("agents.") else ""
+        path = f"{EVERY_AGENT}.{field_name}"
+        if path not in every_agent:
+            raise
+        refused = InvalidParameterError(path, every_agent[path], error.allowed)
+        why = str(error).partition(" is not allowed: ")[2] or error.reason
+        refused.args = (f"{path}={every_agent[path]!r} is not allowed ({error.field}): {why}",)
+        raise refused from None
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

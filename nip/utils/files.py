@@ -1,10 +1,13 @@
-"""Writing files so that a process killed at any moment leaves the old file or the new one."""
+"""Writing files so that a process killed at any moment leaves the old file or the new one,
+and reading a JSON-lines file while another process appends to it."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
@@ -27,3 +30,19 @@ def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def read_growing_jsonl(path: Path) -> list[Any]:
+    """The records of a JSON-lines file another process may be appending to: none when it does
+    not exist yet, and a line being written (not yet valid JSON) left out."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:  # the line being appended
+            continue
+    return records

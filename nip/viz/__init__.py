@@ -16,13 +16,8 @@ from nip.extras import needs
 from nip.utils.lazy import lazy_attributes
 
 with needs("viz"):  # without pandas or plotly: one line naming the extra
-    from nip.viz.compare import (
-        compare_protocols,
-        comparison_table,
-        run_protocols,
-        run_protocols_async,
-    )
-    from nip.viz.compare_runs import compare_runs, runs_table
+    from nip.viz.compare import run_protocols, run_protocols_async
+    from nip.viz.compare_runs import compare_runs, comparison_table
     from nip.viz.confusion import confusion_matrix, plot_confusion
     from nip.viz.intervals import wilson_interval
     from nip.viz.results import (
@@ -41,11 +36,10 @@ __all__ = [
     "RunResults",
     "TreeViewer",
     "accuracy_table",
-    "compare_protocols",
+    "clicks_available",
     "compare_runs",
     "comparison_table",
     "confusion_matrix",
-    "figure_widget_available",
     "load_run",
     "plot_accuracy",
     "plot_confusion",
@@ -54,7 +48,6 @@ __all__ = [
     "plot_trees_summary",
     "run_protocols",
     "run_protocols_async",
-    "runs_table",
     "tree_layout",
     "wilson_interval",
 ]
@@ -64,6 +57,6 @@ __getattr__, __dir__ = lazy_attributes(
     __name__,
     {
         "TreeViewer": "nip.viz.tree_viewer",
-        "figure_widget_available": "nip.viz.tree_viewer",
+        "clicks_available": "nip.viz.tree_viewer",
     },
 )

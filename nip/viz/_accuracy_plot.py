@@ -11,6 +11,18 @@ import plotly.graph_objects as go
 from nip.viz import _style
 
 
+def error_bars(rows: pd.DataFrame, **style: Any) -> dict[str, Any]:
+    """Asymmetric error bars from ``accuracy`` to ``ci_low`` and ``ci_high``."""
+    return dict(
+        type="data",
+        symmetric=False,
+        array=rows["ci_high"] - rows["accuracy"],
+        arrayminus=rows["accuracy"] - rows["ci_low"],
+        thickness=1.5,
+        **style,
+    )
+
+
 def accuracy_trace(
     rows: pd.DataFrame,
     *,
@@ -39,14 +51,7 @@ def accuracy_trace(
         mode="lines+markers",
         name=name,
         line=line,
-        error_y=dict(
-            type="data",
-            symmetric=False,
-            array=rows["ci_high"] - rows["accuracy"],
-            arrayminus=rows["accuracy"] - rows["ci_low"],
-            thickness=1.5,
-            width=5,
-        ),
+        error_y=error_bars(rows, width=5),
         customdata=rows[columns].to_numpy(),
         hovertemplate=(
             f"<b>{name}</b>, iteration %{{customdata[4]}}<br>accuracy %{{y:.1%}} {count}<br>"

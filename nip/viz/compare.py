@@ -1,155 +1,22 @@
-"""Protocols side by side: accuracy with confidence intervals, overall and per true label.
+"""The same items under each protocol, for :func:`~nip.viz.compare_runs` to compare.
 
 ::
 
     batches = run_protocols(params, ["nip", "debate", "solo_verifier"], n=32)
-    figure, table = compare_protocols(batches)
-    figure, table = compare_protocols({"nip": "runs/nip", "debate": "runs/debate"})
+    figure, table = compare_runs(batches, by_label=True)
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import plotly.graph_objects as go
-
 from nip.parameters import HyperParameters, PureTextAgentParameters
-from nip.protocols import Decision, protocol_class
-from nip.rollouts.records import Transcript
-from nip.runs.run_dir import RunDirectory
+from nip.protocols import protocol_class
 from nip.settings import ExperimentSettings
-from nip.viz import _style
-from nip.viz.intervals import wilson_interval
-from nip.viz.results import RunResults
 
 if TYPE_CHECKING:
     from nip.rollouts.engine import RolloutBatch
-
-#: The item subsets compared, each a group of bars.
-SUBSETS = {"all items": (0, 1), "correct solutions": (1,), "incorrect solutions": (0,)}
-
-ProtocolResult = RunResults | str | Path | RunDirectory | Iterable[Transcript]
-
-
-def _transcripts(result: ProtocolResult, split: str, iteration: int | None) -> list[Transcript]:
-    if isinstance(result, str | Path | RunDirectory):
-        result = RunResults(result)
-    if isinstance(result, RunResults):
-        return result.transcripts(split, iteration)
-    return list(result)  # a RolloutBatch or any iterable of transcripts
-
-
-def comparison_table(
-    results: Mapping[str, ProtocolResult],
-    *,
-    split: str = "test",
-    iteration: int | None = None,
-    confidence: float = 0.95,
-) -> pd.DataFrame:
-    """Accuracy of each protocol on all items, on correct and on incorrect solutions.
-
-    Args:
-        results: Protocol (or any label) -> a run directory / :class:`RunResults` (its
-            ``split`` rollouts at ``iteration``, the latest by default), a ``RolloutBatch``
-            or a list of transcripts.
-        split: Which rollouts of a run directory.
-        iteration: Which iteration of a run directory (default: the latest saved).
-        confidence: The intervals' coverage.
-
-    Returns:
-        One row per (protocol, items): ``dialogues, correct, accuracy, ci_low, ci_high,
-        no_decision_rate, mean_rounds``.
-    """
-    rows = []
-    for protocol, result in results.items():
-        transcripts = _transcripts(result, split, iteration)
-        for subset, labels in SUBSETS.items():
-            chosen = [t for t in transcripts if t.datapoint.y in labels]
-            n, correct = len(chosen), sum(t.correct for t in chosen)
-            low, high = wilson_interval(correct, n, confidence) if n else (float("nan"),) * 2
-            rows.append(
-                {
-                    "protocol": protocol,
-                    "items": subset,
-                    "dialogues": n,
-                    "correct": correct,
-                    "accuracy": correct / n if n else float("nan"),
-                    "ci_low": low,
-                    "ci_high": high,
-                    "no_decision_rate": (
-                        sum(t.decision is Decision.NONE for t in chosen) / n if n else float("nan")
-                    ),
-                    "mean_rounds": (
-                        statistics.fmean(t.num_rounds for t in chosen) if n else float("nan")
-                    ),
-                }
-            )
-    return pd.DataFrame(rows)
-
-
-def compare_protocols(
-    results: Mapping[str, ProtocolResult],
-    *,
-    split: str = "test",
-    iteration: int | None = None,
-    confidence: float = 0.95,
-    title: str | None = None,
-) -> tuple[go.Figure, pd.DataFrame]:
-    """A grouped bar chart of accuracy per protocol, with Wilson intervals, and its table.
-
-    Args:
-        results: As for :func:`comparison_table`.
-        split: Which rollouts of a run directory.
-        iteration: Which iteration of a run directory (default: the latest saved).
-        confidence: The intervals' coverage.
-        title: The figure's title.
-
-    Returns:
-        ``(figure, table)``: one ``go.Bar`` per item subset, protocols along x; the table
-        from :func:`comparison_table`.
-    """
-    table = comparison_table(results, split=split, iteration=iteration, confidence=confidence)
-    figure = go.Figure()
-    for index, subset in enumerate(SUBSETS):
-        rows = table[table["items"] == subset]
-        figure.add_trace(
-            go.Bar(
-                x=rows["protocol"],
-                y=rows["accuracy"],
-                name=subset,
-                marker_color=_style.series_colour(index),
-                error_y=dict(
-                    type="data",
-                    symmetric=False,
-                    array=rows["ci_high"] - rows["accuracy"],
-                    arrayminus=rows["accuracy"] - rows["ci_low"],
-                    thickness=1.5,
-                ),
-                customdata=rows[["correct", "dialogues", "ci_low", "ci_high"]].to_numpy(),
-                hovertemplate=(
-                    f"<b>%{{x}}</b>, {subset}<br>accuracy %{{y:.1%}} "
-                    "(%{customdata[0]}/%{customdata[1]})<br>"
-                    f"{confidence:.0%} CI %{{customdata[2]:.1%}} to %{{customdata[3]:.1%}}"
-                    "<extra></extra>"
-                ),
-            )
-        )
-    figure.add_hline(y=0.5, line=dict(color=_style.CHANCE_COLOUR, dash="dot", width=1))
-    figure.update_layout(
-        template=_style.TEMPLATE,
-        barmode="group",
-        title=dict(
-            text=title or f"Verifier accuracy by protocol ({confidence:.0%} Wilson intervals)"
-        ),
-        xaxis=dict(title=dict(text="protocol")),
-        yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
-        legend=dict(title=dict(text="items")),
-    )
-    return figure, table
 
 
 def _protocol_params(
@@ -194,7 +61,7 @@ async def run_protocols_async(
         default_agent: Parameters for agents that ``params`` does not configure.
 
     Returns:
-        Protocol -> ``RolloutBatch``, ready for :func:`compare_protocols`.
+        Protocol -> ``RolloutBatch``, ready for :func:`~nip.viz.compare_runs`.
     """
     from nip.providers.pool import BackendPool
     from nip.session import Session

@@ -1,21 +1,27 @@
-"""Several runs side by side: accuracy per protocol and iteration, with Wilson intervals.
+"""The comparison: the verifier's accuracy per protocol (or any label) and iteration, with
+intervals, from runs, sweeps, or batches of dialogues.
 
 ::
 
     figure, table = compare_runs(["runs/nip-s1", "runs/nip-s2", "runs/debate-s1"])
-    figure.write_html("compare.html")
+    figure, table = compare_runs("runs/sweeps/paper-ei")          # a sweep stands for its cells
+    figure, table = compare_runs({"before": sweep_a, "after": sweep_b}, pool_seeds=False)
+    figure, table = compare_runs(run_protocols(params, ["nip", "debate"]), by_label=True)
 
 Runs of the same protocol (and trainer) with different seeds are **pooled** by default: their
 dialogues at an iteration are counted together and the interval is the Wilson interval of the
 pooled proportion. It treats every dialogue as an independent draw, so it shows how precisely
 the protocol's accuracy is measured, not how much it varies from seed to seed; the table's
 ``runs`` column says how many runs each point pools. ``pool_seeds=False`` draws every run as
-its own series (labelled with its seed) to see that spread.
+its own series (labelled with its seed) to see that spread, and ``over_seeds=True`` the mean of
+the seeds' accuracies with a Student-t interval. Several iterations are drawn as lines against
+the iteration; a single one (batches of dialogues, or ``iteration=``) as bars per series.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +29,16 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from nip.experiments.sweep_grid import is_sweep_dir, sweep_run_dirs
+from nip.protocols import Decision
+from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
 from nip.viz import _style
-from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
+from nip.viz._accuracy_plot import accuracy_trace, error_bars, frame_accuracy_figure
 from nip.viz.intervals import seed_interval, wilson_interval
 from nip.viz.results import RunResults
 
-#: The columns of :func:`runs_table`, in order.
-RUNS_COLUMNS = [
+#: The columns of :func:`comparison_table`, in order (``items`` only with ``by_label``).
+COLUMNS = [
     "series",
     "protocol",
     "trainer",
@@ -43,33 +51,60 @@ RUNS_COLUMNS = [
     "accuracy",
     "ci_low",
     "ci_high",
+    "no_decision_rate",
+    "mean_rounds",
+    "items",
 ]
 
-RunSource = str | Path | RunDirectory | RunResults
+#: The item subsets of ``by_label``: all items, and each true label's.
+SUBSETS = {"all items": (0, 1), "correct solutions": (1,), "incorrect solutions": (0,)}
+
+#: A run directory, or a sweep directory (a :class:`~nip.sweeps.Sweep` is one).
+RunSource = str | os.PathLike | RunDirectory | RunResults
+#: What a label may stand for: a run or sweep, a list of them, or dialogues (a ``RolloutBatch``).
+Source = RunSource | list[RunSource] | Iterable[Transcript]
 
 
-def _counts(run: RunResults, split: str) -> list[dict[str, Any]]:
-    """Dialogues and correct decisions per saved iteration of ``split``."""
-    hp = run.hyper_params
-    rows = []
-    for saved_split, iteration in run.rollout_files():
-        if saved_split != split:
-            continue
-        transcripts = run.transcripts(split, iteration)
-        rows.append(
-            {
-                "protocol": hp.get("interaction_protocol", "?"),
-                "trainer": hp.get("trainer", "?"),
-                "seed": hp.get("seed"),
-                "models": _models(hp),
-                "run": str(run.path),
-                "variant": _variant(Path(run.path)),
-                "iteration": iteration,
-                "dialogues": len(transcripts),
-                "correct": sum(t.correct for t in transcripts),
-            }
-        )
-    return rows
+def _is_run_source(source: Any) -> bool:
+    return isinstance(source, str | os.PathLike | RunDirectory | RunResults)
+
+
+def _path(source: RunSource) -> Path:
+    return source.path if isinstance(source, RunResults | RunDirectory) else Path(source)
+
+
+def _runs(source: RunSource) -> list[tuple[Path, bool]]:
+    """A run directory, or a sweep's cells (started or not), each followed by its retests
+    (``nip retest``); with each, whether it is a sweep's cell.
+
+    Raises:
+        NotARunDirectoryError: ``source`` is neither a sweep nor a run directory.
+    """
+    if is_sweep_dir(_path(source)):
+        runs = [(run, True) for run in sweep_run_dirs(source)]
+    else:
+        runs = [(RunDirectory.of_run(_path(source)).path, False)]
+    retest = "retest/*/hyper_params.json"
+    return [
+        (path, in_sweep and path == run)
+        for run, in_sweep in runs
+        for path in (run, *sorted(r.parent for r in run.glob(retest)))
+    ]
+
+
+def _unfinished(path: Path, in_sweep: bool, split: str, saved: bool) -> str | None:
+    """How far a run that has not finished got (None: finished, or a retest)."""
+    if path.parent.name == "retest":
+        return None
+    name = path.name if in_sweep else str(path)
+    stage, iteration, iterations = RunDirectory(path).progress()
+    if stage == "done":
+        return None
+    if stage == "not started":
+        return f"{name} (not started)"
+    shown = min(iteration + 1, iterations)
+    none_yet = "" if saved else f", no {split} dialogues yet"
+    return f"{name} ({stage}, iteration {shown}/{iterations}{none_yet})"
 
 
 def _models(hyper_params: dict[str, Any]) -> str:
@@ -78,57 +113,106 @@ def _models(hyper_params: dict[str, Any]) -> str:
     return "+".join(sorted({str(agent.get("model_name", "?")) for agent in agents})) or "?"
 
 
-def _expand_sweeps(sources: Iterable[RunSource]) -> list[tuple[RunSource, bool]]:
-    """Each sweep directory (``nip sweep``) replaced by its cells' run directories, and each
-    run followed by its retests (``nip retest``: ``retest/*/`` inside it); with each, whether
-    it is a sweep's cell (which may not have started yet)."""
-    expanded: list[tuple[RunSource, bool]] = []
-    for source in sources:
-        if isinstance(source, str | Path) and is_sweep_dir(source):
-            expanded += [(cell, True) for cell in sweep_run_dirs(source)]
-        else:
-            expanded.append((source, False))
-    with_retests: list[tuple[RunSource, bool]] = []
-    for source, in_sweep in expanded:
-        with_retests.append((source, in_sweep))
-        path = source.path if isinstance(source, RunResults | RunDirectory) else Path(source)
-        retests = sorted(p.parent for p in path.glob("retest/*/hyper_params.json"))
-        with_retests += [(retest, False) for retest in retests]
-    return with_retests
+def _counts(transcripts: list[Transcript], **fields: Any) -> list[dict[str, Any]]:
+    """One record per item subset: dialogues, correct decisions, no decisions, rounds."""
+    records = []
+    for items, labels in SUBSETS.items():
+        chosen = [t for t in transcripts if t.datapoint.y in labels]
+        records.append(
+            {
+                **fields,
+                "items": items,
+                "dialogues": len(chosen),
+                "correct": sum(t.correct for t in chosen),
+                "no_decision": sum(t.decision is Decision.NONE for t in chosen),
+                "rounds": sum(t.num_rounds for t in chosen),
+            }
+        )
+    return records
 
 
-def _unfinished(run: RunResults, in_sweep: bool, split: str, rows: list) -> str | None:
-    """How far a run that has not finished got (None: finished, or a retest)."""
-    name = run.path.name if in_sweep else str(run.path)
-    stage, iteration, iterations = run.run_dir.progress()
-    if stage == "done" or _variant(run.path):
-        return None
-    if stage == "not started":
-        return f"{name} (not started)"
-    shown = min(iteration + 1, iterations)
-    saved = "" if rows else f", no {split} dialogues yet"
-    return f"{name} ({stage}, iteration {shown}/{iterations}{saved})"
+def _records(
+    source: Source, label: str | None, split: str, iteration: int | None, incomplete: list[str]
+) -> list:
+    if isinstance(source, list | tuple) and all(map(_is_run_source, source)):
+        return [r for one in source for r in _records(one, label, split, iteration, incomplete)]
+    if not _is_run_source(source):
+        transcripts = list(source)  # a RolloutBatch or any iterable of transcripts
+        protocol = transcripts[0].protocol if transcripts else "?"
+        fields = dict(protocol=protocol, trainer="-", seed=None, run=label, variant="", models="")
+        return _counts(transcripts, label=label, iteration=None, **fields)
+    records = []
+    for path, in_sweep in _runs(source):
+        found = len(records)
+        if (path / "hyper_params.json").is_file():
+            records += _run_records(path, label, split, iteration)
+        if (unfinished := _unfinished(path, in_sweep, split, len(records) > found)) is not None:
+            incomplete.append(unfinished)
+    return records
 
 
-def _variant(path: Path) -> str:
-    """`` (retest test-10x)`` for a retest's directory, else empty."""
-    return f" (retest {path.name})" if path.parent.name == "retest" else ""
+def _run_records(path: Path, label: str | None, split: str, iteration: int | None) -> list:
+    """The records of one saved run."""
+    run = RunResults(path)
+    hp = run.hyper_params
+    fields = {
+        "label": label,
+        "protocol": hp.get("interaction_protocol", "?"),
+        "trainer": hp.get("trainer", "?"),
+        "seed": hp.get("seed"),
+        "models": _models(hp),
+        "run": str(path),
+        "variant": f" (retest {path.name})" if path.parent.name == "retest" else "",
+    }
+    return [
+        record
+        for saved_split, saved in run.rollout_files()
+        if saved_split == split and iteration in (None, saved)
+        for record in _counts(run.transcripts(split, saved), iteration=saved, **fields)
+    ]
 
 
-def runs_table(
-    run_dirs: Iterable[RunSource],
+def _series(frame: pd.DataFrame, pool_seeds: bool) -> pd.Series:
+    """Each record's series: its protocol (with the trainer when runs mix trainers, the
+    models when they mix models), or its label (with the protocol when a label covers
+    several); with the seed when not pooled."""
+    base = frame["protocol"].astype(str)
+    if frame["trainer"].nunique() > 1:
+        base += " (" + frame["trainer"].astype(str) + ")"
+    if frame["models"].nunique() > 1:  # the same protocol on two models: two series
+        base += " [" + frame["models"].astype(str) + "]"
+    base += frame["variant"]
+    labelled = frame["label"].notna()
+    several = frame.groupby("label", dropna=False)["protocol"].transform("nunique") > 1
+    series = base.where(~labelled, frame["label"].astype(str))
+    series = series.where(~(labelled & several), frame["label"].astype(str) + ": " + base)
+    if not pool_seeds:
+        shared = frame.groupby([series, frame["seed"]], dropna=False)["run"].transform("nunique")
+        each = frame["seed"].map(lambda s: "" if s is None else f" seed {s}")
+        series += each.where(shared <= 1, " " + frame["run"].astype(str))
+    return series
+
+
+def comparison_table(
+    sources: RunSource | Iterable[RunSource] | Mapping[str, Source],
     *,
     split: str = "test",
+    iteration: int | None = None,
+    by_label: bool = False,
     confidence: float = 0.95,
     pool_seeds: bool = True,
     over_seeds: bool = False,
 ) -> pd.DataFrame:
-    """Accuracy per series (protocol, or run) and iteration, with Wilson intervals.
+    """Accuracy per series and iteration, with intervals.
 
     Args:
-        run_dirs: Run directories (or :class:`RunResults`), or sweep directories (each
-            stands for its cells' runs).
-        split: Which rollouts: ``test`` (the test passes the test scheme ran) or ``train``.
+        sources: A run or sweep directory (a :class:`~nip.sweeps.Sweep`), several of them, or
+            labels mapped to a run or sweep, a list of them, or dialogues (a ``RolloutBatch``):
+            each label is a series (``"label: protocol"`` when it covers several protocols).
+        split: Which rollouts of a run: ``test`` (the test passes the test scheme ran) or
+            ``train``.
+        iteration: Only this iteration of each run (default: every saved one).
+        by_label: Also each true label's items (``items``: correct or incorrect solutions).
         confidence: The intervals' coverage.
         pool_seeds: Pool the runs of a protocol (and trainer); else one series per run.
         over_seeds: The accuracy is the mean of the pooled runs' (seeds') accuracies and the
@@ -136,71 +220,73 @@ def runs_table(
             how precisely the dialogues measure it (NaN for a single run).
 
     Returns:
-        Columns :data:`RUNS_COLUMNS`, sorted by series and iteration. A series is named
-        after its protocol, with the trainer when the runs mix trainers, the agents' models
-        when they mix models (``nip [gpt-4o-mini-2024-07-18]`` beside ``nip
-        [Qwen/Qwen2.5-7B-Instruct]``), and with the seed (or the directory, for runs sharing
-        a seed) when runs are not pooled. Runs that have not finished (a sweep's cells still
-        running, or not started) count as far as they got; ``table.attrs["incomplete"]`` says
-        how far each got.
+        Columns :data:`COLUMNS`, sorted by series (a mapping's order, else by name) and
+        iteration (None for dialogues outside a run). A series is named after its protocol,
+        with the trainer when the runs mix trainers and the agents' models when they mix
+        models (``nip [gpt-4o-mini-2024-07-18]`` beside ``nip [Qwen/Qwen2.5-7B-Instruct]``).
+        Runs that have not finished (a sweep's cells still running, or not started) count as
+        far as they got; ``table.attrs["incomplete"]`` says how far each got.
 
     Raises:
-        FileNotFoundError: A directory given is not a run or sweep, or no run saved
-            ``split`` rollouts.
+        FileNotFoundError: A directory is not a run or a sweep
+            (``NotARunDirectoryError``), or nothing saved ``split`` rollouts.
     """
-    counts, incomplete = [], []
-    for source, in_sweep in _expand_sweeps(run_dirs):
-        run = source if isinstance(source, RunResults) else RunResults(source)
-        if not in_sweep:
-            RunDirectory.of_run(run.path)  # a folder given that holds no run
-        rows = _counts(run, split) if run.run_dir.exists("hyper_params.json") else []
-        if (unfinished := _unfinished(run, in_sweep, split, rows)) is not None:
-            incomplete.append(unfinished)
-        counts += rows
-    if not counts:
+    if isinstance(sources, Mapping):
+        labelled = list(sources.items())
+    elif _is_run_source(sources):
+        labelled = [(None, sources)]
+    else:
+        labelled = [(None, source) for source in sources]
+    incomplete: list[str] = []
+    records = [r for label, s in labelled for r in _records(s, label, split, iteration, incomplete)]
+    if not records:
         missing = f": {'; '.join(incomplete)}" if incomplete else ""
         raise FileNotFoundError(f"none of the runs saved {split!r} rollouts yet{missing}")
-    frame = pd.DataFrame(counts)
-    mixed_trainers = frame["trainer"].nunique() > 1
-    frame["series"] = frame["protocol"]
-    if mixed_trainers:
-        frame["series"] += " (" + frame["trainer"] + ")"
-    if frame["models"].nunique() > 1:  # the same protocol on two models: two series
-        frame["series"] += " [" + frame["models"] + "]"
-    frame["series"] += frame["variant"]
-    if not pool_seeds:
-        shared_seed = frame.groupby(["series", "seed"])["run"].transform("nunique") > 1
-        frame["series"] += " " + frame["seed"].map(lambda s: f"seed {s}").where(
-            ~shared_seed, frame["run"]
-        )
+    frame = pd.DataFrame(records)
+    frame["series"] = _series(frame, pool_seeds)
     rows = []
-    for (series, iteration), group in frame.groupby(["series", "iteration"], sort=True):
+    keys = ["series", "iteration", "items"]
+    for (series, step, items), group in frame.groupby(keys, sort=False, dropna=False):
         n, correct = int(group["dialogues"].sum()), int(group["correct"].sum())
         low, high = wilson_interval(correct, n, confidence) if n else (float("nan"),) * 2
         accuracy = correct / n if n else float("nan")
         if over_seeds:
             per_run = group.groupby("run")[["correct", "dialogues"]].sum()
-            values = [
-                c / d for c, d in zip(per_run["correct"], per_run["dialogues"], strict=True) if d
-            ]
+            values = [c / d for c, d in per_run.itertuples(index=False) if d]
             accuracy, low, high = seed_interval(values, confidence)
+        seeds = sorted({s for s in group["seed"] if s is not None})
         rows.append(
             {
                 "series": series,
                 "protocol": group["protocol"].iloc[0],
                 "trainer": group["trainer"].iloc[0],
                 "split": split,
-                "iteration": int(iteration),
+                "iteration": None if pd.isna(step) else int(step),
                 "runs": group["run"].nunique(),
-                "seeds": ", ".join(str(s) for s in sorted(group["seed"].unique())),
+                "seeds": ", ".join(map(str, seeds)),
                 "dialogues": n,
                 "correct": correct,
                 "accuracy": accuracy,
                 "ci_low": low,
                 "ci_high": high,
+                "no_decision_rate": group["no_decision"].sum() / n if n else float("nan"),
+                "mean_rounds": group["rounds"].sum() / n if n else float("nan"),
+                "items": items,
             }
         )
-    table = pd.DataFrame(rows, columns=RUNS_COLUMNS)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    order = list(dict.fromkeys(frame["series"]))
+    if not isinstance(sources, Mapping):
+        order.sort()
+    rank = {"series": order, "items": list(SUBSETS)}
+    table = table.sort_values(
+        ["series", "iteration", "items"],
+        key=lambda c: c.map(rank[c.name].index) if c.name in rank else c,
+        kind="stable",
+    )
+    if not by_label:
+        table = table[table["items"] == "all items"].drop(columns="items")
+    table = table.reset_index(drop=True)
     table.attrs["incomplete"] = incomplete
     return table
 
@@ -210,57 +296,76 @@ _DODGE = 0.06
 
 
 def compare_runs(
-    run_dirs: Iterable[RunSource],
+    sources: RunSource | Iterable[RunSource] | Mapping[str, Source],
     *,
     split: str = "test",
+    iteration: int | None = None,
+    by_label: bool = False,
     confidence: float = 0.95,
     pool_seeds: bool = True,
     over_seeds: bool = False,
     title: str | None = None,
 ) -> tuple[go.Figure, pd.DataFrame]:
-    """The paper-style figure: accuracy per protocol against iteration, with error bars.
+    """The paper-style figure of the verifier's accuracy, and its table.
 
-    Args:
-        run_dirs: Run directories (or :class:`RunResults`).
-        split: ``test`` or ``train`` rollouts.
-        confidence: The intervals' coverage.
-        pool_seeds: Pool the runs of a protocol (see the module's docstring).
-        over_seeds: Mean over seeds with a Student-t interval (see :func:`runs_table`).
-        title: The figure's title.
+    Args: as :func:`comparison_table`, and ``title``, the figure's title.
 
     Returns:
-        ``(figure, table)``: one ``go.Scatter`` per series (lines and markers, asymmetric
-        Wilson error bars, drawn slightly apart so intervals at one iteration do not hide
-        each other); the table from :func:`runs_table`.
+        ``(figure, table)``: with several iterations, one ``go.Scatter`` per series (lines
+        and markers against the iteration, asymmetric error bars, drawn slightly apart so
+        that intervals at one iteration do not hide each other); with one, a ``go.Bar`` per
+        item subset, the series along x. The table is :func:`comparison_table`'s.
     """
-    table = runs_table(
-        run_dirs,
+    table = comparison_table(
+        sources,
         split=split,
+        iteration=iteration,
+        by_label=by_label,
         confidence=confidence,
         pool_seeds=pool_seeds,
         over_seeds=over_seeds,
     )
+    subsets = table["items"] if by_label else pd.Series("all items", index=table.index)
+    interval = "t intervals over seeds" if over_seeds else "Wilson intervals"
+    view = "mean over seeds" if over_seeds else "seeds pooled" if pool_seeds else "each run"
+    title = title or f"Verifier accuracy ({split}), {view} ({confidence:.0%} {interval})"
+    legend = "protocol" if pool_seeds else "run"
     figure = go.Figure()
-    series = list(dict.fromkeys(table["series"]))
-    for index, name in enumerate(series):
-        rows = table[table["series"] == name]
-        dodge = _DODGE * (index - (len(series) - 1) / 2)
+    if table["iteration"].nunique(dropna=False) > 1:
+        lines = list(dict.fromkeys(zip(table["series"], subsets, strict=True)))
+        for index, (name, items) in enumerate(lines):
+            rows = table[(table["series"] == name) & (subsets == items)]
+            label = name if items == "all items" else f"{name}, {items}"
+            figure.add_trace(
+                accuracy_trace(
+                    rows,
+                    name=label,
+                    offset=_DODGE * (index - (len(lines) - 1) / 2),
+                    line=dict(color=_style.series_colour(index)),
+                    confidence=confidence,
+                    dialogues_column="dialogues",
+                    extra_hover=("runs", "run(s)"),
+                )
+            )
+        return frame_accuracy_figure(figure, title=title, legend_title=legend), table
+    for index, items in enumerate(dict.fromkeys(subsets)):
+        rows = table[subsets == items]
         figure.add_trace(
-            accuracy_trace(
-                rows,
-                name=name,
-                offset=dodge,
-                line=dict(color=_style.series_colour(index)),
-                confidence=confidence,
-                dialogues_column="dialogues",
-                extra_hover=("runs", "run(s)"),
+            go.Bar(
+                x=rows["series"],
+                y=rows["accuracy"],
+                name=items,
+                marker_color=_style.series_colour(index),
+                error_y=error_bars(rows),
+                customdata=rows[["correct", "dialogues", "ci_low", "ci_high"]].to_numpy(),
+                hovertemplate=(
+                    f"<b>%{{x}}</b>, {items}<br>accuracy %{{y:.1%}} "
+                    "(%{customdata[0]}/%{customdata[1]})<br>"
+                    f"{confidence:.0%} CI %{{customdata[2]:.1%}} to %{{customdata[3]:.1%}}"
+                    "<extra></extra>"
+                ),
             )
         )
-    frame_accuracy_figure(
-        figure,
-        title=title
-        or f"Verifier accuracy ({split}) by protocol ({confidence:.0%} "
-        + ("t intervals over seeds)" if over_seeds else "Wilson intervals)"),
-        legend_title="protocol" if pool_seeds else "run",
-    )
+    frame_accuracy_figure(figure, title=title, legend_title="items")
+    figure.update_layout(barmode="group", xaxis=dict(title=dict(text=legend), tickmode="auto"))
     return figure, table

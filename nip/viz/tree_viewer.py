@@ -1,13 +1,15 @@
 """Browse a MALT tree in Jupyter: click a node to read its prompt and the dialogue so far.
 
-The figure is a ``go.FigureWidget`` when ``anywidget`` is installed (plotly 6+ needs it for
-widgets); otherwise the static figure is shown and nodes are chosen from the drop-down only.
+The figure is a light output (:class:`~nip.viz.live_figure.LiveFigure`); clicks on its nodes
+reach Python through :class:`~nip.viz.plot_clicks.PlotClicks` when ``anywidget`` is installed,
+and nodes can always be chosen from the drop-down.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping
+from importlib.util import find_spec
 from typing import Any
 
 import ipywidgets as widgets
@@ -17,16 +19,13 @@ from nip.protocols import Decision
 from nip.rollouts._transcript_html import transcript_to_html
 from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz._text import format_rewards, speaker_label
+from nip.viz.live_figure import LiveFigure
 from nip.viz.tree_plot import plot_tree, tree_agents
 
 
-def figure_widget_available() -> bool:
-    """Whether plotly can make a ``FigureWidget`` here (plotly 6+ needs ``anywidget``)."""
-    try:
-        go.FigureWidget()
-    except ImportError:
-        return False
-    return True
+def clicks_available() -> bool:
+    """Whether clicks on a figure can reach Python here (they need ``anywidget``)."""
+    return find_spec("anywidget") is not None
 
 
 class TreeViewer(widgets.VBox):
@@ -37,8 +36,8 @@ class TreeViewer(widgets.VBox):
         agent: Whose expected reward colours the nodes at first.
         agents: The dialogue's agents by name (e.g. ``session.agents``): when given, the panel
             shows the exact chat prompt behind each message.
-        interactive: Use a clickable ``FigureWidget``; by default when ``anywidget`` is
-            installed.
+        interactive: A click on a node picks it (needs ``anywidget``; by default when it is
+            installed).
         plot_options: Passed on to :func:`~nip.viz.plot_tree`.
 
     Example::
@@ -59,7 +58,7 @@ class TreeViewer(widgets.VBox):
         self.agents = dict(agents or {})
         self._plot_options = plot_options
         figure = plot_tree(tree, agent, **plot_options)
-        self.interactive = figure_widget_available() if interactive is None else interactive
+        self.interactive = clicks_available() if interactive is None else interactive
         self.agent_picker = widgets.Dropdown(
             options=tree_agents(tree), value=agent, description="colour by"
         )
@@ -71,18 +70,25 @@ class TreeViewer(widgets.VBox):
             layout=widgets.Layout(width="32em"),
         )
         self.details = widgets.HTML()
+        self.plot = LiveFigure(figure)
+        self.plot.draw()
+        children = [widgets.HBox([self.agent_picker, self.node_picker]), self.plot, self.details]
+        self.clicks = None
         if self.interactive:
-            self.figure = go.FigureWidget(figure)
-            self.figure.data[_index(figure, "nodes")].on_click(self._on_click)
-            plot: widgets.Widget = self.figure
-        else:
-            self.figure = figure
-            plot = widgets.Output()
-            _show_in(plot, figure)
+            from nip.viz.plot_clicks import PlotClicks
+
+            self.clicks = PlotClicks()
+            self.clicks.observe(self._on_click, names="clicked")
+            children.insert(2, self.clicks)
         self.agent_picker.observe(self._on_agent, names="value")
         self.node_picker.observe(self._on_node, names="value")
-        super().__init__([widgets.HBox([self.agent_picker, self.node_picker]), plot, self.details])
+        super().__init__(children)
         self.select(tree.tree_id)
+
+    @property
+    def figure(self) -> go.Figure:
+        """The tree's figure as shown now."""
+        return self.plot.figure
 
     # ---------------------------------------------------------------- actions
     @property
@@ -160,24 +166,17 @@ class TreeViewer(widgets.VBox):
         values = ", ".join(f"{a} {reward[a]:+.2f}" for a in tree_agents(self.tree) if a in reward)
         return f"{node_id} · {speaker_label(node)} · {values}"
 
-    def _on_click(self, trace, points, _state) -> None:
-        if points.point_inds:
-            self.select(trace.customdata[points.point_inds[0]])
+    def _on_click(self, change: dict) -> None:
+        point = change["new"] or {}
+        if point.get("trace") == _index(self.figure, "nodes") and point.get("customdata"):
+            self.select(point["customdata"])
 
     def _on_node(self, change: dict) -> None:
         self.details.value = self.node_html(change["new"])
 
     def _on_agent(self, change: dict) -> None:
-        figure = plot_tree(self.tree, change["new"], **self._plot_options)
-        if self.interactive:
-            # Same traces in the same order: restyle in place, keeping the click handler.
-            with self.figure.batch_update():
-                for old, new in zip(self.figure.data, figure.data, strict=True):
-                    old.update(new.to_plotly_json(), overwrite=True)
-                self.figure.layout.update(figure.layout.to_plotly_json(), overwrite=True)
-        else:
-            self.figure = figure
-            _show_in(self.children[1], figure)
+        self.plot.figure = plot_tree(self.tree, change["new"], **self._plot_options)
+        self.plot.draw()
         self.details.value = self.node_html(self.selected)
 
     def __repr__(self) -> str:
@@ -185,16 +184,6 @@ class TreeViewer(widgets.VBox):
             f"TreeViewer(tree={self.tree.tree_id!r}, agent={self.agent!r}, "
             f"nodes={len(self.tree.nodes)}, selected={self.selected!r})"
         )
-
-
-def _show_in(output: widgets.Output, figure: go.Figure) -> None:
-    from IPython import get_ipython
-
-    if get_ipython() is None:  # not in a kernel: nowhere to display it
-        return
-    output.clear_output()
-    with output:
-        figure.show()
 
 
 def _index(figure: go.Figure, role: str) -> int:

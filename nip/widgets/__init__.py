@@ -9,7 +9,8 @@ step-through controller and the fine-tuning launcher.
     FineTuneLauncher(group, transcripts)           # preview, launch, watch, switch
     RunMonitor(trainer)                            # live dashboard: stage, metrics, jobs,
                                                    # pause / stop (or RunMonitor(run_dir))
-    SweepMonitor(sweep_dir)                        # a sweep's cells; each cell's RunMonitor
+    SweepMonitor(sweep)                            # a sweep: its cells, the comparison so far,
+                                                   # each cell's RunMonitor (or SweepMonitor(dir))
 
 Needs the ``notebook`` extra (``pip install 'nip[notebook]'``); ``import nip`` never loads it.
 """

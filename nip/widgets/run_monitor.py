@@ -20,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import ipywidgets
 import plotly.graph_objects as go
 
 from nip.runs.control import request
 from nip.training.context import RunContext
+from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, escape, note_html
 from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
@@ -50,23 +51,21 @@ _STATUS_COLOURS = {
 
 def _figure(
     title: str, y_title: str, *, x_title: str = "iteration", y_range: list[float] | None = None
-) -> go.FigureWidget | go.Figure:
+) -> go.Figure:
     """An empty line plot sized so that two sit side by side in a notebook."""
-    layout = dict(
-        title=dict(text=title, font=dict(size=14)),
-        width=540,
-        height=280,
-        margin=dict(l=55, r=20, t=40, b=40),
-        xaxis=dict(title=dict(text=x_title), dtick=1 if x_title == "iteration" else None),
-        yaxis=dict(title=dict(text=y_title), range=y_range),
-        template="plotly_white",
-        showlegend=True,
-        legend=dict(orientation="h", y=-0.3),
+    return go.Figure(
+        layout=dict(
+            title=dict(text=title, font=dict(size=14)),
+            width=540,
+            height=280,
+            margin=dict(l=55, r=20, t=40, b=40),
+            xaxis=dict(title=dict(text=x_title), dtick=1 if x_title == "iteration" else None),
+            yaxis=dict(title=dict(text=y_title), range=y_range),
+            template="plotly_white",
+            showlegend=True,
+            legend=dict(orientation="h", y=-0.3),
+        )
     )
-    try:
-        return go.FigureWidget(layout=layout)
-    except ImportError:  # plotly 6+ without anywidget: a static figure, redrawn whole
-        return go.Figure(layout=layout)
 
 
 class RunMonitor(PlainTextRepr, ipywidgets.VBox):
@@ -102,7 +101,6 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.task: asyncio.Task | None = None
         self._job_events: dict[str, tuple[tuple[int, float], ...]] = {}
         self._job_done: dict[str, bool] = {}
-        self._outputs: dict[int, ipywidgets.Output] = {}
 
         self.header = ipywidgets.HTML()
         self.progress = ipywidgets.FloatProgress(
@@ -120,32 +118,24 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.pause_button.on_click(lambda _: self.ask("pause"))
         self.resume_button.on_click(lambda _: self.ask("run"))
         self.stop_button.on_click(lambda _: self.ask("stop"))
-        self.accuracy_figure = _figure("Verifier accuracy", "accuracy", y_range=[-0.02, 1.02])
-        self.reward_figure = _figure("Mean episode reward (train)", "reward")
-        self.loss_figure = _figure(
-            "Fine-tuning loss (latest job per group)", "loss", x_title="step"
+        self.accuracy_plot = LiveFigure(
+            _figure("Verifier accuracy", "accuracy", y_range=[-0.02, 1.02])
+        )
+        self.reward_plot = LiveFigure(_figure("Mean episode reward (train)", "reward"))
+        self.loss_plot = LiveFigure(
+            _figure("Fine-tuning loss (latest job per group)", "loss", x_title="step")
         )
         self.jobs_view = ipywidgets.HTML()
         self.children = [
             self.header,
             ipywidgets.HBox([self.progress, self.stage_progress, self.progress_text]),
             ipywidgets.HBox([self.pause_button, self.resume_button, self.stop_button]),
-            ipywidgets.HBox(
-                [self._plot_box(self.accuracy_figure), self._plot_box(self.reward_figure)]
-            ),
-            ipywidgets.HBox([self.jobs_view, self._plot_box(self.loss_figure)]),
+            ipywidgets.HBox([self.accuracy_plot, self.reward_plot]),
+            ipywidgets.HBox([self.jobs_view, self.loss_plot]),
         ]
         self.refresh()
         if start:
             self.start()
-
-    def _plot_box(self, figure: Any) -> ipywidgets.Widget:
-        """The figure itself when it is a widget, else an output it is drawn into."""
-        if isinstance(figure, go.FigureWidget):
-            return figure
-        output = ipywidgets.Output()
-        self._outputs[id(figure)] = output
-        return output
 
     # ------------------------------------------------------------------ polling
     def start(self) -> asyncio.Task | None:
@@ -232,33 +222,36 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self._draw_metrics()
         self._draw_jobs()
 
-    def _set_traces(self, figure: Any, series: dict[str, list[tuple[int, float]]]) -> None:
-        """Make ``figure`` show ``series`` (name -> points), updating traces in place."""
-        series = {name: points for name, points in series.items() if points}
-        existing = {trace.name: trace for trace in figure.data}
-        if set(existing) != set(series):
-            figure.data = ()
-            for name in series:
-                figure.add_scatter(name=name, mode="lines+markers")
-            existing = {trace.name: trace for trace in figure.data}
-        with figure.batch_update() if isinstance(figure, go.FigureWidget) else _nothing():
-            for name, points in series.items():
+    @property
+    def accuracy_figure(self) -> go.Figure:
+        return self.accuracy_plot.figure
+
+    @property
+    def reward_figure(self) -> go.Figure:
+        return self.reward_plot.figure
+
+    @property
+    def loss_figure(self) -> go.Figure:
+        return self.loss_plot.figure
+
+    @staticmethod
+    def _set_traces(plot: LiveFigure, series: dict[str, list[tuple[int, float]]]) -> None:
+        """Make ``plot`` show ``series`` (name -> points), and draw it if that changed."""
+        plot.figure.data = ()
+        for name, points in series.items():
+            if points:
                 xs, ys = zip(*points, strict=True)
-                existing[name].x, existing[name].y = list(xs), list(ys)
-        output = self._outputs.get(id(figure))
-        if output is not None:
-            output.clear_output(wait=True)
-            with output:
-                figure.show()
+                plot.figure.add_scatter(name=name, mode="lines+markers", x=list(xs), y=list(ys))
+        plot.draw()
 
     def _draw_metrics(self) -> None:
         snapshot = self.snapshot
         self._set_traces(
-            self.accuracy_figure,
+            self.accuracy_plot,
             {split: snapshot.metric(split, "accuracy") for split in ("train", "test")},
         )
         self._set_traces(
-            self.reward_figure,
+            self.reward_plot,
             {a: snapshot.metric("train", f"{a}.mean_episode_reward") for a in snapshot.agents},
         )
 
@@ -270,7 +263,7 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         rows = []
         for job in self.snapshot.jobs:
             losses = self.job_losses(job)
-            last = f"{losses[-1][1]:.4g}" if losses else "–"
+            last = f"{losses[-1][1]:.4g}" if losses else "none" if job.dummy else "–"
             rows.append(
                 "<tr>"
                 + "".join(
@@ -279,7 +272,7 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
                         job.group,
                         job.job_id or "–",
                         "–" if job.iteration is None else job.iteration,
-                        job.status or job.outcome.replace("_", " "),
+                        job.state,
                         last,
                         job.model or "(base model)",
                     )
@@ -290,20 +283,23 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
             f"<th style='padding:2px 8px;text-align:left'>{h}</th>"
             for h in ("group", "latest job", "iteration", "status", "loss", "model now")
         )
+        losses = {job.group: list(self.job_losses(job)) for job in self.snapshot.jobs}
+        self._set_traces(self.loss_plot, losses)
+        # No empty plot: a loss curve only where a job reported losses, else a line saying so.
+        self.loss_plot.layout.display = None if any(losses.values()) else "none"
+        jobs = self.snapshot.jobs
+        why = "the dummy backend trains nothing" if jobs and all(j.dummy for j in jobs) else ""
         self.jobs_view.value = (
             f"<table style='font-size:90%;margin:40px 16px 0 0'><tr>{head}</tr>"
             f"{''.join(rows)}</table>"
+            + (
+                ""
+                if any(losses.values())
+                else note_html("no losses reported" + (f": {why}" if why else ""))
+            )
             if rows
             else note_html("no fine-tuning jobs yet")
-        )
-        self._set_traces(
-            self.loss_figure, {job.group: list(self.job_losses(job)) for job in self.snapshot.jobs}
         )
 
     def __repr__(self) -> str:
         return f"RunMonitor({str(self.run_dir)!r}: {self.snapshot.describe()})"
-
-
-@contextlib.contextmanager
-def _nothing():
-    yield

@@ -19,6 +19,7 @@ from typing import Any
 from nip.runs.control import read_request, read_stage_progress, read_status
 from nip.runs.run_dir import RunDirectory
 from nip.training.plan import RunPlan
+from nip.utils.files import read_growing_jsonl
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class JobSnapshot:
         model: The model the group generates with now.
         status: The job's own status when its folder records one (local LoRA jobs).
         losses: ``(step, loss)`` points its events reported, oldest first.
+        failed: Whether the job is among the group's failed jobs.
+        dummy: Whether the group's agents use the dummy backend (its jobs train nothing).
     """
 
     group: str
@@ -42,6 +45,32 @@ class JobSnapshot:
     model: str | None
     status: str | None = None
     losses: tuple[tuple[int, float], ...] = ()
+    failed: bool = False
+    dummy: bool = False
+
+    @property
+    def state(self) -> str:
+        """Where the group's fine-tuning stands, in words ("succeeded, in use", "frozen: never
+        trained", "running"...)."""
+        if self.status:
+            words = self.status
+        elif self.outcome == "none":  # the iteration's outcome is forgotten once switched
+            words = "no job yet" if self.job_id is None else "succeeded, in use"
+            words = "failed: kept the previous model" if self.failed else words
+        else:
+            words = _OUTCOME_WORDS.get(self.outcome, self.outcome.replace("_", " "))
+        return f"{words} (dummy backend: trains nothing)" if self.dummy and self.job_id else words
+
+
+#: A group's last fine-tuning outcome (``PureTextSharedModelGroupState.last_job_outcome``) in
+#: words, where its name says too little.
+_OUTCOME_WORDS = {
+    "submitted": "submitted",
+    "frozen": "frozen: never trained",
+    "insufficient_data": "too few examples: not trained",
+    "not_scheduled": "not scheduled this iteration",
+    "failed": "failed: keeps its previous model",
+}
 
 
 @dataclass(frozen=True)
@@ -98,6 +127,7 @@ class RunSnapshot:
         iteration = int(state.get("iteration", 0))
         stage = str(state.get("stage", "sample_rollouts"))
         played = read_stage_progress(directory.path)
+        plan = _read_plan(directory.path)
         current = (played.get("stage"), played.get("iteration")) == (stage, iteration)
         return cls(
             run_dir=directory.path,
@@ -110,10 +140,10 @@ class RunSnapshot:
             request=read_request(directory.path),
             reported=status.get("status") if fresh else None,
             metrics=metrics,
-            jobs=tuple(_jobs(directory.path, state)),
+            jobs=tuple(_jobs(directory.path, state, params, plan)),
             stage_done=int(played["done"]) if current else None,
             stage_total=int(played["total"]) if current else None,
-            plan=_read_plan(directory.path),
+            plan=plan,
         )
 
     # ------------------------------------------------------------------ position
@@ -173,6 +203,18 @@ class RunSnapshot:
         ]
         return sorted(points)
 
+    def latest(self, split: str, name: str) -> float | None:
+        """The last value of one metric of one split (None before it is saved)."""
+        points = self.metric(split, name)
+        return points[-1][1] if points else None
+
+    @property
+    def cost_usd(self) -> float | None:
+        """What the run's dialogues have cost so far (every saved split and iteration; None
+        when a model has no price)."""
+        values = [row.get("cost_usd") for row in self.metrics]
+        return None if None in values else sum(values)
+
     @property
     def agents(self) -> list[str]:
         """Agents with a mean episode reward in the metrics."""
@@ -228,14 +270,20 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _jobs(run_dir: Path, state: dict[str, Any]) -> list[JobSnapshot]:
+def _jobs(
+    run_dir: Path, state: dict[str, Any], params: dict[str, Any], plan: RunPlan | None
+) -> list[JobSnapshot]:
     iterations = state.get("job_iterations", {})
+    agents = params.get("agents") or {}
+    steps = [g for it in plan.iterations for g in it.groups] if plan is not None else []
+    members = {g.group: g.agents for g in steps}
     jobs = []
     for group, group_state in sorted(state.get("groups", {}).items()):
         job_id = group_state.get("fine_tune_job_id")
         history = group_state.get("model_history") or []
         model = group_state.get("fine_tuned_model_name") or (history[-1] if history else None)
         status, losses = _local_job(run_dir, job_id) if job_id else (None, ())
+        dummy = [agents.get(a, {}).get("use_dummy_api") for a in members.get(group, ())]
         jobs.append(
             JobSnapshot(
                 group=group,
@@ -245,6 +293,10 @@ def _jobs(run_dir: Path, state: dict[str, Any]) -> list[JobSnapshot]:
                 model=model,
                 status=status,
                 losses=losses,
+                failed=any(
+                    f.get("job_id") == job_id for f in group_state.get("fine_tune_failures") or ()
+                ),
+                dummy=bool(dummy) and all(dummy),
             )
         )
     return jobs
@@ -257,21 +309,7 @@ def _local_job(run_dir: Path, job_id: str) -> tuple[str | None, tuple[tuple[int,
     if not folder.is_dir():
         return None, ()
     status = _read_json(folder / "status.json").get("status")
-    return status, loss_points(_events(folder / "events.jsonl"))
-
-
-def _events(path: Path) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    events = []
-    for line in lines:
-        try:
-            events.append(json.loads(line))
-        except ValueError:  # the line being appended
-            continue
-    return events
+    return status, loss_points(read_growing_jsonl(folder / "events.jsonl"))
 
 
 def loss_points(events: list[dict[str, Any]]) -> tuple[tuple[int, float], ...]:

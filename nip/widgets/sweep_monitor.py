@@ -1,88 +1,228 @@
-"""A live table of a sweep's cells, and a cell's own dashboard on demand.
+"""A sweep's dashboard: each cell where it stands, and the comparison as cells test.
 
 ::
 
+    SweepMonitor(sweep)                       # nip.sweep(...): before, during and after the run
     SweepMonitor("runs/sweeps/paper-ei")      # while `nip sweep` runs, here or in a shell
 
-It reads the sweep directory (``sweep.json`` and each cell's run directory, as ``nip sweep
-status`` does) on a timer that is an asyncio task on the kernel's loop, like
-:class:`~nip.widgets.RunMonitor`; choosing a cell shows that cell's ``RunMonitor`` below
-(pause and stop work per cell).
+It reads the sweep directory (``sweep.json``, ``events.jsonl`` and each cell's run directory)
+on a timer that is an asyncio task on the kernel's loop, like :class:`~nip.widgets.RunMonitor`:
+a table with each cell's axis values, protocol, status, iteration and stage, accuracy and cost
+so far (and, for a cell that failed, why), the comparison plot of
+:func:`~nip.viz.compare_runs` (accuracy per protocol and iteration, seeds pooled, with Wilson
+intervals) that fills as cells test, and, on a click on a cell's name, that cell's
+``RunMonitor`` (pause and stop work per cell). Made before the sweep has started, it says so
+and waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
+from typing import Any
 
 import ipywidgets
+import plotly.graph_objects as go
 
-from nip.experiments.sweep import CellStatus, sweep_status
-from nip.widgets._html import escape
+from nip.experiments.sweep import cell_errors
+from nip.experiments.sweep_grid import MANIFEST, SweepCell
+from nip.runs.run_dir import RunDirectory
+from nip.viz.compare_runs import compare_runs
+from nip.viz.live_figure import LiveFigure
+from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
 from nip.widgets._tasks import poll_on_running_loop
 from nip.widgets.run_monitor import RunMonitor
+from nip.widgets.run_snapshot import RunSnapshot
 
 __all__ = ["SweepMonitor"]
 
+_CELL = "padding:2px 8px;text-align:left;white-space:nowrap"
 
-class SweepMonitor(ipywidgets.VBox):
-    """Each cell's stage and iteration, refreshed every ``poll_interval_s`` seconds.
+
+def _status(snapshot: RunSnapshot) -> str:
+    return snapshot.status if snapshot.exists else "not started"
+
+
+class SweepMonitor(PlainTextRepr, ipywidgets.VBox):
+    """Each cell of a sweep, its comparison so far, and a cell's own dashboard on a click.
 
     Args:
-        sweep_dir: The sweep's directory (``nip sweep --sweep-dir``).
+        sweep: A :class:`~nip.sweeps.Sweep` (its cells are listed before its directory
+            exists), or a sweep directory (``nip sweep --sweep-dir``).
+        split: The rollouts the comparison plot reads (``test`` or ``train``).
         poll_interval_s: Seconds between reads.
         start: Start polling at once when there is a running event loop (in a notebook).
     """
 
-    def __init__(self, sweep_dir: str | Path, *, poll_interval_s: float = 2.0, start: bool = True):
+    def __init__(
+        self,
+        sweep: str | os.PathLike,
+        *,
+        split: str = "test",
+        poll_interval_s: float = 2.0,
+        start: bool = True,
+    ):
         super().__init__()
-        self.sweep_dir = Path(sweep_dir)
+        self.sweep_dir = Path(os.fspath(sweep))
+        self.split = split
         self.poll_interval_s = poll_interval_s
-        self.cells: list[CellStatus] = []
+        self.planned: list[SweepCell] = list(getattr(sweep, "cells", ()))
+        self.name = str(getattr(sweep, "name", self.sweep_dir.name))
+        self.cells: list[dict[str, Any]] = []
+        self.snapshots: dict[str, RunSnapshot] = {}
+        self.errors: dict[str, str] = {}
         self.task: asyncio.Task | None = None
+        self._compared: tuple | None = None
+        self.header = ipywidgets.HTML()
         self.table = ipywidgets.HTML()
-        self.chooser = ipywidgets.Dropdown(description="cell", options=[("-", "")])
-        self.chooser.observe(self._show_cell, names="value")
+        self.chooser = ipywidgets.ToggleButtons(
+            options=[], description="dashboard:", style={"button_width": "auto"}
+        )
+        self.chooser.observe(lambda change: self.open_cell(change["new"]), names="value")
+        self.comparison = LiveFigure(go.Figure())
+        self.comparison_note = ipywidgets.HTML()
         self.cell_box = ipywidgets.VBox()
-        self.children = [self.table, self.chooser, self.cell_box]
+        self.children = [
+            self.header,
+            self.table,
+            self.comparison_note,
+            self.comparison,
+            self.chooser,
+            self.cell_box,
+        ]
         self.refresh()
-        self.chooser.options = [("-", "")] + [(c.name, c.name) for c in self.cells]
         if start:
             self.start()
 
+    # ------------------------------------------------------------------ reading
+    @property
+    def started(self) -> bool:
+        """Whether the sweep directory holds the sweep (its manifest)."""
+        return (self.sweep_dir / MANIFEST).is_file()
+
     @property
     def finished(self) -> bool:
-        return bool(self.cells) and all(c.stage == "done" for c in self.cells)
+        """Every cell is done, or failed (and not started again)."""
+        return bool(self.cells) and all(
+            self.snapshots[c["name"]].finished or c["name"] in self.errors for c in self.cells
+        )
 
-    def refresh(self) -> list[CellStatus]:
-        """Read the sweep directory once and redraw the table."""
-        self.cells = sweep_status(self.sweep_dir)
-        done = sum(c.stage == "done" for c in self.cells)
-        rows = "".join(
-            f"<tr><td>{escape(c.name)}</td><td>{escape(c.stage)}</td>"
-            f"<td>{min(c.iteration + 1, c.num_iterations)}/{c.num_iterations}</td></tr>"
-            for c in self.cells
-        )
-        self.table.value = (
-            f"<b>sweep {escape(self.sweep_dir.name)}</b>: {done}/{len(self.cells)} cells done"
-            "<table><tr><th>cell</th><th>stage</th><th>iteration</th></tr>"
-            f"{rows}</table>"
-        )
+    def refresh(self) -> list[dict[str, Any]]:
+        """Read the sweep directory once and redraw."""
+        if self.started:
+            manifest = RunDirectory(self.sweep_dir).read_json(MANIFEST)
+            self.name, self.cells = manifest["name"], manifest["cells"]
+            self.errors = cell_errors(self.sweep_dir)
+        else:
+            self.cells = [{"name": c.name, "values": c.values} for c in self.planned]
+        self.snapshots = {
+            c["name"]: RunSnapshot.read(self.sweep_dir / "cells" / c["name"]) for c in self.cells
+        }
+        names = [c["name"] for c in self.cells]
+        if list(self.chooser.options) != names:
+            self.chooser.options = names
+            self.chooser.value = None
+        self._draw_table()
+        self._draw_comparison()
         return self.cells
 
-    def _show_cell(self, change) -> None:
+    # ------------------------------------------------------------------ drawing
+    def _protocol(self, cell: dict[str, Any]) -> str:
+        snapshot = self.snapshots[cell["name"]]
+        if snapshot.plan is not None:
+            return snapshot.plan.protocol
+        planned = {c.name: c for c in self.planned}.get(cell["name"])
+        if planned is not None:
+            return planned.hyper_params.interaction_protocol
+        return str(cell["values"].get("interaction_protocol", ""))
+
+    def _row(self, cell: dict[str, Any], axes: list[str]) -> list[str]:
+        """The table's cells of one sweep cell, as HTML."""
+        snapshot, error = self.snapshots[cell["name"]], self.errors.get(cell["name"])
+        accuracy, split = snapshot.latest("test", "accuracy"), "test"
+        if accuracy is None:
+            accuracy, split = snapshot.latest("train", "accuracy"), "train"
+        cost = snapshot.cost_usd if snapshot.metrics else None
+        where = "" if snapshot.finished or not snapshot.started else snapshot.position
+        return [
+            escape(cell["name"]),
+            *(escape(cell["values"].get(path, "")) for path in axes),
+            escape(self._protocol(cell)),
+            error_html(f"failed: {error}") if error else escape(_status(snapshot)),
+            escape(where),
+            "–" if accuracy is None else f"{accuracy:.0%} ({split})",
+            "–" if cost is None else f"${cost:,.2f}",
+        ]
+
+    def _draw_table(self) -> None:
+        axes = [
+            path
+            for path in dict.fromkeys(p for c in self.cells for p in c["values"])
+            if path != "interaction_protocol"
+        ]
+        head = ["cell", *(p.rsplit(".", 1)[-1] for p in axes)]
+        head += ["protocol", "status", "where", "accuracy", "cost"]
+        rows = "".join(
+            "<tr>" + "".join(f"<td style='{_CELL}'>{v}</td>" for v in self._row(c, axes)) + "</tr>"
+            for c in self.cells
+        )
+        th = "".join(f"<th style='{_CELL}'>{escape(h)}</th>" for h in head)
+        self.table.value = f"<table style='font-size:90%'><tr>{th}</tr>{rows}</table>"
+        done = sum(s.finished for s in self.snapshots.values())
+        failed = f", {len(self.errors)} failed" if self.errors else ""
+        state = f"{done}/{len(self.cells)} cells done{failed}"
+        if not self.started:
+            state = f"not started ({len(self.cells)} cells)" if self.cells else "not started"
+        self.header.value = f"<b>sweep {escape(self.name)}</b>: {state}" + note_html(
+            f"  ({self.sweep_dir})"
+        )
+
+    def _draw_comparison(self) -> None:
+        """The comparison of the cells so far, computed again when a cell's stage changes."""
+        key = tuple((n, s.stages_completed, s.stage) for n, s in self.snapshots.items())
+        if key == self._compared:
+            return
+        self._compared = key
+        try:
+            if not self.started:
+                raise FileNotFoundError(self.sweep_dir)
+            figure, table = compare_runs(self.sweep_dir, split=self.split)
+        except FileNotFoundError:  # no cell has saved such dialogues yet
+            self.comparison.layout.display = "none"
+            self.comparison_note.value = note_html(
+                f"the comparison appears once a cell has saved {self.split} dialogues"
+            )
+            return
+        figure.update_layout(height=360, margin=dict(t=50, b=40))
+        self.comparison.figure = figure
+        self.comparison.layout.display = None
+        self.comparison_note.value = note_html(
+            f"{len(table)} points from {table['runs'].max()} run(s) at most per protocol"
+        )
+        self.comparison.draw()
+
+    def open_cell(self, name: str | None) -> RunMonitor | None:
+        """Show cell ``name``'s :class:`~nip.widgets.RunMonitor` below (None: close it)."""
         for child in self.cell_box.children:
             child.close()
-        name = change["new"]
-        run_dir = self.sweep_dir / "cells" / name
-        self.cell_box.children = [RunMonitor(run_dir)] if name and run_dir.exists() else []
+        run_dir = self.sweep_dir / "cells" / (name or "")
+        monitor = RunMonitor(run_dir) if name and run_dir.exists() else None
+        self.cell_box.children = [monitor] if monitor is not None else []
+        if name and monitor is None:
+            self.cell_box.children = [ipywidgets.HTML(note_html(f"{name} has not started"))]
+        if self.chooser.value != name:
+            self.chooser.value = name
+        return monitor
 
+    # ------------------------------------------------------------------ polling
     def start(self) -> asyncio.Task | None:
-        """Poll on the running event loop until every cell is done or the widget closes."""
+        """Poll on the running event loop until every cell is done or failed, or the widget
+        closes (does nothing without a running loop: call :meth:`refresh`)."""
         self.task = poll_on_running_loop(self.task, self.watch)
         return self.task
 
-    async def watch(self) -> list[CellStatus]:
+    async def watch(self) -> list[dict[str, Any]]:
         while True:
             self.refresh()
             if self.finished:
@@ -98,5 +238,5 @@ class SweepMonitor(ipywidgets.VBox):
         super().close()
 
     def __repr__(self) -> str:
-        done = sum(c.stage == "done" for c in self.cells)
+        done = sum(s.finished for s in self.snapshots.values())
         return f"SweepMonitor({str(self.sweep_dir)!r}, {done}/{len(self.cells)} cells done)"
