@@ -69,8 +69,6 @@ class ProblemReport:
 
     problem: Problem
     reference_ok: bool
-    reference_reason: str
-    slowest_reference_step_s: float
     candidates: tuple[Candidate, ...]
 
 
@@ -85,9 +83,8 @@ def label_problem(problem: Problem, seed: int = 0) -> ProblemReport:
         step_timeout_s=STEP_TIMEOUT_S,
         timeout_s=RUN_TIMEOUT_S,
     )
-    slowest = max((s.seconds or 0.0 for s in reference.steps), default=0.0)
     if reference.outcome != "passed":
-        return ProblemReport(problem, False, reference.reason, slowest, ())
+        return ProblemReport(problem, False, ())
     # Examples the reference cannot evaluate (pseudo-code, wrong arity) are not examples.
     visible = {
         i: value for i, value in enumerate(reference.probe_values) if not value.startswith("<")
@@ -104,7 +101,7 @@ def label_problem(problem: Problem, seed: int = 0) -> ProblemReport:
             stop_on_timeout=True,
         )
         candidates.append(_candidate(mutant, result, visible))
-    return ProblemReport(problem, True, reference.reason, slowest, tuple(candidates))
+    return ProblemReport(problem, True, tuple(candidates))
 
 
 def _candidate(mutant: Mutant, result: CheckResult, visible: dict[int, str]) -> Candidate:
