@@ -12,6 +12,7 @@ Rules (see ``docs/dataset.md``):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from nip.data.checking import CheckResult, check_solution
@@ -74,15 +75,15 @@ class ProblemReport:
 
 def label_problem(problem: Problem, seed: int = 0) -> ProblemReport:
     """Run the reference and every mutant of ``problem`` through its tests."""
-    suite = problem.suite
-    reference = check_solution(
-        problem.reference,
-        suite,
+    check = functools.partial(
+        check_solution,
+        suite=problem.suite,
         probes=problem.examples,
         seed=seed,
         step_timeout_s=STEP_TIMEOUT_S,
         timeout_s=RUN_TIMEOUT_S,
     )
+    reference = check(problem.reference)
     if reference.outcome != "passed":
         return ProblemReport(problem, False, ())
     # Examples the reference cannot evaluate (pseudo-code, wrong arity) are not examples.
@@ -91,15 +92,7 @@ def label_problem(problem: Problem, seed: int = 0) -> ProblemReport:
     }
     candidates = []
     for mutant in mutate(problem.reference, problem.entry_point):
-        result = check_solution(
-            mutant.source,
-            suite,
-            probes=problem.examples,
-            seed=seed,
-            step_timeout_s=STEP_TIMEOUT_S,
-            timeout_s=RUN_TIMEOUT_S,
-            stop_on_timeout=True,
-        )
+        result = check(mutant.source, stop_on_timeout=True)
         candidates.append(_candidate(mutant, result, visible))
     return ProblemReport(problem, True, tuple(candidates))
 
