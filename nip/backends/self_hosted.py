@@ -199,10 +199,6 @@ class SelfHostedBackend(OpenAIBackend):
         key = self.config.resolve_api_key()
         return None if key == "EMPTY" else key
 
-    async def server_health(self) -> dict[str, Any]:
-        """The server's ``/health``: engine state, adapters, queued and running jobs."""
-        return await get_server_json(self.server_url, "/health", self._key())
-
     async def wait_for_ready(self, timeout_s: float | None = None) -> None:
         """Wait for the server and its engine (see :func:`wait_for_server`); with no
         ``timeout_s``, until cancelled (a group's ``wait_for_ready(timeout)`` bounds it)."""

@@ -12,6 +12,7 @@ Rules (see ``docs/dataset.md``):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from nip.data.checking import CheckResult, check_solution
@@ -69,42 +70,31 @@ class ProblemReport:
 
     problem: Problem
     reference_ok: bool
-    reference_reason: str
-    slowest_reference_step_s: float
     candidates: tuple[Candidate, ...]
 
 
 def label_problem(problem: Problem, seed: int = 0) -> ProblemReport:
     """Run the reference and every mutant of ``problem`` through its tests."""
-    suite = problem.suite
-    reference = check_solution(
-        problem.reference,
-        suite,
+    check = functools.partial(
+        check_solution,
+        suite=problem.suite,
         probes=problem.examples,
         seed=seed,
         step_timeout_s=STEP_TIMEOUT_S,
         timeout_s=RUN_TIMEOUT_S,
     )
-    slowest = max((s.seconds or 0.0 for s in reference.steps), default=0.0)
+    reference = check(problem.reference)
     if reference.outcome != "passed":
-        return ProblemReport(problem, False, reference.reason, slowest, ())
+        return ProblemReport(problem, False, ())
     # Examples the reference cannot evaluate (pseudo-code, wrong arity) are not examples.
     visible = {
         i: value for i, value in enumerate(reference.probe_values) if not value.startswith("<")
     }
     candidates = []
     for mutant in mutate(problem.reference, problem.entry_point):
-        result = check_solution(
-            mutant.source,
-            suite,
-            probes=problem.examples,
-            seed=seed,
-            step_timeout_s=STEP_TIMEOUT_S,
-            timeout_s=RUN_TIMEOUT_S,
-            stop_on_timeout=True,
-        )
+        result = check(mutant.source, stop_on_timeout=True)
         candidates.append(_candidate(mutant, result, visible))
-    return ProblemReport(problem, True, reference.reason, slowest, tuple(candidates))
+    return ProblemReport(problem, True, tuple(candidates))
 
 
 def _candidate(mutant: Mutant, result: CheckResult, visible: dict[int, str]) -> Candidate:

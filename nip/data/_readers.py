@@ -39,20 +39,6 @@ SPLITS = ("train", "test", "validation")
 TRAIN_FRACTION = 0.8
 
 
-def read_items(path: Path) -> list[CodeValidationItem]:
-    """All items in a ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file.
-
-    Raises:
-        DatasetFormatError: A row is malformed; the message names the file, row and field.
-    """
-    return items_from_rows(read_rows(path), path)
-
-
-def read_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """The rows of a dataset file with their 1-based numbers, unchecked."""
-    return _rows(path)
-
-
 def items_from_rows(
     rows: Iterable[tuple[int, Any]], source: str | Path, *, split: str | None = None
 ) -> list[CodeValidationItem]:
@@ -80,7 +66,8 @@ def items_from_rows(
     return items
 
 
-def _rows(path: Path) -> Iterator[tuple[int, Any]]:
+def read_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """The rows of a dataset file with their 1-based numbers, unchecked."""
     name = path.name.lower()
     if name.endswith(".parquet"):
         yield from _parquet_rows(path)

@@ -234,9 +234,7 @@ class DialogueSizer:
             nodes = 1
             for round_id in self.rounds:
                 speakers = self.handler.active_agents(round_id, seed)
-                k = malt.num_responses_per_timestep
-                if malt.frozen_agents_generate_one_response and set(speakers) <= frozen:
-                    k = 1
+                k = malt.children_per_node(speakers, frozen)
                 for agent in speakers:
                     prompt, response = prompt_size(round_id, agent), self.response_tokens[agent]
                     pair = prompt - TOKENS_REPLY_PRIMING + 2 * response

@@ -23,11 +23,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from nip.analysis.metrics import rollout_metrics
+from nip.analysis.metrics import priced_rollout_metrics
 from nip.backends import AdapterHost, capability
 from nip.errors import InvalidParameterError, require_count
 from nip.protocols import ProtocolHandler
-from nip.providers import provider_for
 from nip.rollouts.records import Transcript
 from nip.runs.changes import saved_parameters
 from nip.runs.ownership import owning
@@ -125,7 +124,6 @@ async def retest_async(
             )
     settings = replace(settings or ExperimentSettings(), run_dir=None)
     session = Session(params, settings, protocol=protocol)
-    free = {n for n, a in session.agents.items() if not provider_for(a.agent_params).bills_tokens}
     try:
         step = test_plan(params, [str(item.id) for item in session.dataset(split)])
         passes_items = [
@@ -145,9 +143,7 @@ async def retest_async(
                     )
                     transcripts += batch.transcripts
                 out.save_rollouts("test", iteration, transcripts)
-                metrics = rollout_metrics(
-                    transcripts, prices=settings.prices_usd_per_1m, free_agents=free
-                )
+                metrics = priced_rollout_metrics(transcripts, session.agents, settings)
                 out.save_metrics("test", iteration, metrics)
     finally:
         await session.aclose()

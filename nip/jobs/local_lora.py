@@ -48,10 +48,10 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:80] or "job"
 
 
-def _read_status(job_dir: Path) -> str | None:
-    """The job's status, or None where no job was written."""
+def _read_status(job_dir: Path) -> dict[str, Any] | None:
+    """The job's ``status.json``, or None where no job was written."""
     try:
-        return json.loads((job_dir / "status.json").read_text())["status"]
+        return json.loads((job_dir / "status.json").read_text())
     except FileNotFoundError:
         return None
 
@@ -134,7 +134,7 @@ class LocalLoraFineTuneBackend:
             status = _read_status(job_dir)
             if status is None:
                 break  # a new job
-            if status not in ("failed", "cancelled"):
+            if status["status"] not in ("failed", "cancelled"):
                 return job_id, job_dir, False
             # A job of that name failed or was cancelled: this is another attempt.
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -167,9 +167,8 @@ class LocalLoraFineTuneBackend:
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         job_dir = self._dir(job_id)
-        try:
-            status = json.loads((job_dir / "status.json").read_text())
-        except FileNotFoundError:
+        status = _read_status(job_dir)
+        if status is None:
             return FineTuneJob(id=job_id, status="not_found")
         state = status["status"]
         if state in ("pending", "running"):
@@ -201,15 +200,18 @@ class LocalLoraFineTuneBackend:
 
     async def cancel_job(self, job_id: str) -> None:
         job_dir = self._dir(job_id)
-        try:
-            status = json.loads((job_dir / "status.json").read_text())
-        except FileNotFoundError:
+        status = _read_status(job_dir)
+        if status is None:
             return
+        self._stop(job_id, job_dir, status["status"])
+        atomic_write_text(job_dir / "status.json", json.dumps({**status, "status": "cancelled"}))
+
+    def _stop(self, job_id: str, job_dir: Path, state: str) -> None:
+        """End a cancelled job's training (its process group)."""
         pid = self._pid(job_dir)
-        if status["status"] in ("pending", "running") and pid is not None:
+        if state in ("pending", "running") and pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGTERM)
-        atomic_write_text(job_dir / "status.json", json.dumps({**status, "status": "cancelled"}))
 
     async def list_events(self, job_id: str) -> list[FineTuneEvent]:
         path = self._dir(job_id) / "events.jsonl"
@@ -312,10 +314,10 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         job_dir = self._dir(job_id)
-        state = _read_status(job_dir)
-        if state is None:
+        status = _read_status(job_dir)
+        if status is None:
             return FineTuneJob(id=job_id, status="not_found")
-        if state in ("pending", "running") and job_id not in self._running:
+        if status["status"] in ("pending", "running") and job_id not in self._running:
             pid = self._pid(job_dir)
             # In this process but not ours: another backend instance is training it.
             if pid is None or (pid != os.getpid() and not _alive(pid)):
@@ -327,15 +329,9 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
                 self._start(job_id, job_dir)
         return await super().get_job(job_id)
 
-    async def cancel_job(self, job_id: str) -> None:
-        job_dir = self._dir(job_id)
-        try:
-            status = json.loads((job_dir / "status.json").read_text())
-        except FileNotFoundError:
-            return
+    def _stop(self, job_id: str, job_dir: Path, state: str) -> None:
         if job_id in self._cancelled:
             self._cancelled[job_id].set()  # the job stops at its next step, saving nothing
-        atomic_write_text(job_dir / "status.json", json.dumps({**status, "status": "cancelled"}))
 
     def _start(self, job_id: str, job_dir: Path) -> None:
         atomic_write_text(job_dir / "pid", str(os.getpid()))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import operator
 import types
 import typing
 import weakref
@@ -204,20 +205,15 @@ def _convert_field(tp: Any, value: Any, address: str, ignore_extra_keys: bool) -
 def _check_bounds(info: FieldInfo, value: Any, address: str) -> None:
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return
-    checks = (
-        (info.ge, lambda b: value >= b, ">="),
-        (info.gt, lambda b: value > b, ">"),
-        (info.le, lambda b: value <= b, "<="),
-        (info.lt, lambda b: value < b, "<"),
+    bounds = (
+        (info.ge, operator.ge, ">="),
+        (info.gt, operator.gt, ">"),
+        (info.le, operator.le, "<="),
+        (info.lt, operator.lt, "<"),
     )
-    for bound, ok, _symbol in checks:
-        if bound is not None and not ok(bound):
-            allowed = " and ".join(
-                f"{s} {b}"
-                for b, s in ((info.ge, ">="), (info.gt, ">"), (info.le, "<="), (info.lt, "<"))
-                if b is not None
-            )
-            raise InvalidParameterError(address, value, f"a number {allowed}")
+    if any(bound is not None and not ok(value, bound) for bound, ok, _ in bounds):
+        allowed = " and ".join(f"{s} {b}" for b, _, s in bounds if b is not None)
+        raise InvalidParameterError(address, value, f"a number {allowed}")
 
 
 @dataclasses.dataclass

@@ -114,60 +114,46 @@ class CommonProtocolParameters(BaseParameters):
 
 
 @dataclass
-class NipProtocolParameters(BaseParameters):
+class _MessageRounds:
+    """The episode length of a protocol with parameters of its own (a mixin of them)."""
+
+    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
+    min_message_rounds: int = param(
+        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
+    )
+
+    def validate(self) -> None:
+        if self.min_message_rounds > self.max_message_rounds:
+            raise InvalidParameterError(
+                "min_message_rounds",
+                self.min_message_rounds,
+                f"at most max_message_rounds={self.max_message_rounds}",
+            )
+
+
+@dataclass
+class _TwoProverRounds(_MessageRounds):
+    """The length and turn order of a protocol with two provers (a mixin of its parameters)."""
+
+    sequential: bool = param(
+        False, doc="Provers answer one after the other (a 3-round cycle) instead of together."
+    )
+    prover0_first: bool = param(True, doc="In sequential mode, prover0 answers first.")
+    randomize_channel_order: bool = param(
+        True, doc="Shuffle, per round, the order in which the verifier reads the two channels."
+    )
+
+
+@dataclass
+class NipProtocolParameters(_MessageRounds, BaseParameters):
     """Length of the nip (prover-verifier conversation) protocol."""
 
-    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
-    min_message_rounds: int = param(
-        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
-    )
-
-    def validate(self) -> None:
-        _check_min_max(self.min_message_rounds, self.max_message_rounds)
-
 
 @dataclass
-class DebateProtocolParameters(BaseParameters):
+class DebateProtocolParameters(_TwoProverRounds, BaseParameters):
     """Length and turn order of the debate protocol (two provers argue opposite sides)."""
 
-    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
-    min_message_rounds: int = param(
-        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
-    )
-    sequential: bool = param(
-        False, doc="Provers answer one after the other (a 3-round cycle) instead of together."
-    )
-    prover0_first: bool = param(True, doc="In sequential mode, prover0 answers first.")
-    randomize_channel_order: bool = param(
-        True, doc="Shuffle, per round, the order in which the verifier reads the two channels."
-    )
-
-    def validate(self) -> None:
-        _check_min_max(self.min_message_rounds, self.max_message_rounds)
-
 
 @dataclass
-class MnipProtocolParameters(BaseParameters):
+class MnipProtocolParameters(_TwoProverRounds, BaseParameters):
     """Length and turn order of mnip (two provers, each on a private channel)."""
-
-    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
-    min_message_rounds: int = param(
-        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
-    )
-    sequential: bool = param(
-        False, doc="Provers answer one after the other (a 3-round cycle) instead of together."
-    )
-    prover0_first: bool = param(True, doc="In sequential mode, prover0 answers first.")
-    randomize_channel_order: bool = param(
-        True, doc="Shuffle, per round, the order in which the verifier reads the two channels."
-    )
-
-    def validate(self) -> None:
-        _check_min_max(self.min_message_rounds, self.max_message_rounds)
-
-
-def _check_min_max(min_rounds: int, max_rounds: int) -> None:
-    if min_rounds > max_rounds:
-        raise InvalidParameterError(
-            "min_message_rounds", min_rounds, f"at most max_message_rounds={max_rounds}"
-        )

@@ -152,11 +152,6 @@ DUMMY_FACTS = ProviderFacts(
 )
 
 
-def facts_for(model_provider: str, *, dummy: bool = False) -> ProviderFacts:
-    """The facts of an agent's provider: the dummy's when it uses the dummy API."""
-    return DUMMY_FACTS if dummy else PROVIDER_FACTS[model_provider]
-
-
 def providers_where(setting: str) -> list[str]:
     """The providers on whose agents ``setting`` acts."""
     return [name for name, facts in PROVIDER_FACTS.items() if facts.applies(setting)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -136,3 +137,9 @@ class PureTextMaltParameters(BaseParameters):
         "policy's expected return) or leaf_mean (mean over the leaves below, as the original; "
         "for exact replication of its runs).",
     )
+
+    def children_per_node(self, speakers: Collection[str], frozen: Collection[str]) -> int:
+        """A tree node's children when ``speakers`` act next: one where only ``frozen`` agents
+        act and ``frozen_agents_generate_one_response``, else ``num_responses_per_timestep``."""
+        one = self.frozen_agents_generate_one_response and set(speakers) <= set(frozen)
+        return 1 if one else self.num_responses_per_timestep

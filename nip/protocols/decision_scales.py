@@ -128,17 +128,11 @@ class DecisionScale:
 
     def _parse_number(self, answer: str, text: str) -> ScalePoint:
         match = _NUMBER.match(text)
-        top = self.points[-1].text
-        if match is None:
-            raise InvalidDecisionError(
-                f"'Decision:' must be followed by a whole number from 0 to {top}, "
-                f"not {_shown(answer)}"
-            )
-        value = float(match.group(0))
+        value = float(match.group(0)) if match else -1.0
         if not value.is_integer() or not 0 <= value <= len(self.points) - 1:
             raise InvalidDecisionError(
-                f"'Decision:' must be followed by a whole number from 0 to {top}, "
-                f"not {match.group(0)}"
+                f"'Decision:' must be followed by a whole number from 0 to "
+                f"{self.points[-1].text}, not {match.group(0) if match else _shown(answer)}"
             )
         return self.points[int(value)]
 
@@ -165,19 +159,11 @@ def _spread(labels: tuple[str, ...]) -> tuple[ScalePoint, ...]:
     return tuple(points)
 
 
-def _without_middle(points: tuple[ScalePoint, ...]) -> tuple[ScalePoint, ...]:
-    return tuple(p for p in points if p.decision is not Decision.NEITHER)
-
-
-def _quoted(texts: tuple[str, ...]) -> str:
-    return ", ".join(f'"{t}"' for t in texts)
-
-
 def _likert(name: str, labels: tuple[str, ...], *, neither: bool) -> DecisionScale:
     points = _spread(labels)
     if not neither:
-        points = _without_middle(points)
-    options = _quoted(tuple(p.text for p in points))
+        points = tuple(p for p in points if p.decision is not Decision.NEITHER)
+    options = ", ".join(f'"{p.text}"' for p in points)
     form = (
         '"Decision: <answer>", where <answer> says how much you agree that the solution is '
         f"correct and is one of {options}"

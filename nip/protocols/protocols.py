@@ -120,13 +120,19 @@ class _TwoProverProtocol(ProtocolHandler):
     3-round cycle (verifier, first prover, second prover).
     """
 
+    #: Whether each prover's channel is read by the verifier only (else by everyone).
     private_channels: ClassVar[bool]
+    #: The stance prover0 argues by default (prover1 argues accept).
+    prover0_stance: ClassVar[int]
+    #: The class of its parameters, whose defaults apply when none are passed.
+    params_class: ClassVar[type[DebateProtocolParameters | MnipProtocolParameters]]
 
     def __init__(
         self,
-        common: CommonProtocolParameters | None,
-        params: DebateProtocolParameters | MnipProtocolParameters,
+        common: CommonProtocolParameters | None = None,
+        params: DebateProtocolParameters | MnipProtocolParameters | None = None,
     ):
+        params = params or self.params_class()
         self.sequential = params.sequential
         self.prover0_first = params.prover0_first
         self.randomize_channel_order = params.randomize_channel_order
@@ -134,6 +140,17 @@ class _TwoProverProtocol(ProtocolHandler):
             common,
             max_message_rounds=params.max_message_rounds,
             min_message_rounds=params.min_message_rounds,
+        )
+
+    def _build_agents(self) -> tuple[AgentSpec, ...]:
+        headers = {
+            "prover0_channel": "Question for Expert_1:",
+            "prover1_channel": "Question for Expert_2:",
+        }
+        return (
+            AgentSpec("prover0", "Expert_1", default_stance=self.prover0_stance),
+            AgentSpec("prover1", "Expert_2", default_stance=1),
+            _verifier(response_channel_headers=headers),
         )
 
     def _build_channels(self) -> tuple[ChannelSpec, ...]:
@@ -145,12 +162,6 @@ class _TwoProverProtocol(ProtocolHandler):
             )
             for prover in ("prover0", "prover1")
         )
-
-    def _verifier_headers(self) -> dict[str, str]:
-        return {
-            "prover0_channel": "Question for Expert_1:",
-            "prover1_channel": "Question for Expert_2:",
-        }
 
     def speakers(self, round_id: int, seed: int = 0) -> Speakers:
         verifier_turn = {VERIFIER: ("prover0_channel", "prover1_channel")}
@@ -181,21 +192,9 @@ class DebateProtocol(_TwoProverProtocol):
     name = "debate"
     agent_names = ("prover0", "prover1", VERIFIER)
     params_field = "debate_protocol"
+    params_class = DebateProtocolParameters
     private_channels = False
-
-    def __init__(
-        self,
-        common: CommonProtocolParameters | None = None,
-        params: DebateProtocolParameters | None = None,
-    ):
-        super().__init__(common, params or DebateProtocolParameters())
-
-    def _build_agents(self) -> tuple[AgentSpec, ...]:
-        return (
-            AgentSpec("prover0", "Expert_1", default_stance=0),
-            AgentSpec("prover1", "Expert_2", default_stance=1),
-            _verifier(response_channel_headers=self._verifier_headers()),
-        )
+    prover0_stance = 0
 
 
 class MnipProtocol(_TwoProverProtocol):
@@ -208,22 +207,10 @@ class MnipProtocol(_TwoProverProtocol):
     name = "mnip"
     agent_names = ("prover0", "prover1", VERIFIER)
     params_field = "mnip_protocol"
+    params_class = MnipProtocolParameters
     private_channels = True
+    prover0_stance = 1
     stance_can_be_randomized = True
-
-    def __init__(
-        self,
-        common: CommonProtocolParameters | None = None,
-        params: MnipProtocolParameters | None = None,
-    ):
-        super().__init__(common, params or MnipProtocolParameters())
-
-    def _build_agents(self) -> tuple[AgentSpec, ...]:
-        return (
-            AgentSpec("prover0", "Expert_1", default_stance=1),
-            AgentSpec("prover1", "Expert_2", default_stance=1),
-            _verifier(response_channel_headers=self._verifier_headers()),
-        )
 
 
 #: Every protocol, by its name in configuration. Immutable: add a protocol by adding a class.

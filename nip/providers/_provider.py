@@ -71,14 +71,6 @@ class Provider:
     def bills_tokens(self) -> bool:
         return self.facts.bills_tokens
 
-    @property
-    def can_fine_tune(self) -> bool:
-        return self.facts.can_fine_tune
-
-    @property
-    def lora_only(self) -> bool:
-        return self.facts.lora_only
-
     def chat_backend(
         self, params: PureTextAgentParameters, settings: ExperimentSettings
     ) -> ChatBackend:

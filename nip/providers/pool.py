@@ -7,8 +7,6 @@ connection pool. Which class serves a provider is decided by the provider table
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from nip.backends._types import ChatBackend
 from nip.backends.cache import CachedBackend, ResponseCache
 from nip.backends.dummy import DummyBackend
@@ -16,15 +14,6 @@ from nip.backends.self_hosted import served_params
 from nip.parameters import PureTextAgentParameters
 from nip.providers import provider_for
 from nip.settings import ExperimentSettings
-
-
-def _default_cache_path() -> Path:
-    import os
-
-    import platformdirs
-
-    root = os.environ.get("NIP_CACHE_DIR") or platformdirs.user_cache_dir("nip")
-    return Path(root) / "responses.sqlite"
 
 
 def endpoint_key(params: PureTextAgentParameters) -> str:
@@ -55,7 +44,10 @@ class BackendPool:
         if mode == "off" or (mode == "auto" and isinstance(backend, DummyBackend)):
             return backend
         if self._cache is None:
-            self._cache = ResponseCache(self.settings.cache_path or _default_cache_path())
+            from nip.backends.local.model_store import cache_root
+
+            path = self.settings.cache_path or cache_root() / "responses.sqlite"
+            self._cache = ResponseCache(path)
         return CachedBackend(backend, self._cache, namespace=key)
 
     def backend_for(self, params: PureTextAgentParameters) -> ChatBackend:

@@ -44,6 +44,7 @@ from typing import Any
 
 from nip.errors import FineTuneError
 from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec, JobStatus
+from nip.jobs.openai_api import spec_to_jsonl
 from nip.parameters import PROVIDER_FACTS
 from nip.providers._provider import Prices, Provider, openai_compatible
 
@@ -167,7 +168,7 @@ class TogetherFineTuneBackend:
 
     async def create_job(self, spec: FineTuneSpec) -> str:
         """Upload the training file and create the job; a refusal raises at once."""
-        data = "".join(_jsonl(line) for line in spec.examples).encode()
+        data = spec_to_jsonl(spec)
         name = f"{spec.job_name or 'nip'}.jsonl"
         upload = await self._call(
             "POST",
@@ -246,12 +247,6 @@ class TogetherFineTuneBackend:
 
     def __repr__(self) -> str:
         return f"TogetherFineTuneBackend(base_url={self.base_url!r})"
-
-
-def _jsonl(line: Mapping[str, Any]) -> str:
-    import json
-
-    return json.dumps(line, ensure_ascii=False) + "\n"
 
 
 def _message(reply: Any) -> str:

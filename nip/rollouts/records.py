@@ -194,10 +194,8 @@ class Transcript:
 
     def truncated(self, num_rounds: int) -> Transcript:
         """A copy holding only the first ``num_rounds`` rounds (for branching and undo)."""
-        last = [r for r in self.rewards[:num_rounds]]
         turns = [t for t in self.turns if t.round < num_rounds]
         deciding = next((t for t in reversed(turns) if t.decision is not Decision.NONE), None)
-        decision = deciding.decision if deciding is not None else Decision.NONE
         whole = num_rounds >= self.num_rounds
         return Transcript(
             protocol=self.protocol,
@@ -206,10 +204,10 @@ class Transcript:
             stances=dict(self.stances),
             turns=turns,
             messages=[m for m in self.messages if m.round < num_rounds],
-            rewards=last,
-            done=False if num_rounds < self.num_rounds else self.done,
-            terminated=False if num_rounds < self.num_rounds else self.terminated,
-            decision=decision if whole else Decision.NONE,
+            rewards=self.rewards[:num_rounds],
+            done=whole and self.done,
+            terminated=whole and self.terminated,
+            decision=deciding.decision if whole and deciding is not None else Decision.NONE,
             iteration=self.iteration,
             id=self.id,
             score=self.score if whole else None,

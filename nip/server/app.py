@@ -24,7 +24,7 @@ from nip.extras import needs, require
 
 with needs("server"):
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import Response, StreamingResponse
 
 from nip.backends.local.vllm_python import vllm_available
 from nip.jobs import FineTuneBackend
@@ -258,11 +258,6 @@ def create_server_app(
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await forward("completions", request)
-
-    @app.exception_handler(RequestError)
-    async def request_error(request: Request, error: RequestError) -> JSONResponse:
-        message = {"message": str(error), "type": "invalid_request_error", "param": error.param}
-        return JSONResponse({"error": message}, status_code=error.status)
 
     if api_key:
         app.add_middleware(BearerTokenMiddleware, token=api_key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from nip.errors import NipError
@@ -46,14 +46,7 @@ class EngineStatus:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "state": self.state,
-            "base_model": self.base_model,
-            "adapters": list(self.adapters),
-            "restarts": self.restarts,
-            "error": self.error,
-        }
+        return asdict(self)
 
 
 @dataclass

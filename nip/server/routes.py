@@ -26,7 +26,8 @@ from nip.server.store import ServerStore
 MAX_FILE_BYTES = 512 * 1024 * 1024
 
 
-def _error(error: RequestError) -> JSONResponse:
+async def _refuse(request: Request, error: RequestError) -> JSONResponse:
+    """A :class:`RequestError` a route raised, in the OpenAI API's error shape."""
     return JSONResponse(
         status_code=error.status,
         content={
@@ -50,21 +51,20 @@ def add_fine_tuning_routes(
 ) -> None:
     """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``.
 
-    ``check_job`` may refuse a job-creation body with a :class:`RequestError`.
+    ``check_job`` may refuse a job-creation body with a :class:`RequestError`; every
+    RequestError a route raises is answered with its status and message.
     """
+    app.add_exception_handler(RequestError, _refuse)
 
     @app.post("/v1/files")
     async def upload_file(file: UploadFile = File(...), purpose: str = Form(...)):  # noqa: B008
         if purpose != "fine-tune":
-            return _error(RequestError(f"purpose={purpose!r}: only 'fine-tune' is supported"))
+            raise RequestError(f"purpose={purpose!r}: only 'fine-tune' is supported")
         content = await file.read(MAX_FILE_BYTES + 1)
         if len(content) > MAX_FILE_BYTES:
-            return _error(RequestError("the file is larger than 512 MiB", status=413))
-        try:
-            # Either format is fine at upload; the job's method decides which is required.
-            parse_training_file(content, None)
-        except RequestError as error:
-            return _error(error)
+            raise RequestError("the file is larger than 512 MiB", status=413)
+        # Either format is fine at upload; the job's method decides which is required.
+        parse_training_file(content, None)
         return store.add_file(file.filename or "upload.jsonl", purpose, content)
 
     @app.get("/v1/files")
@@ -74,19 +74,21 @@ def add_fine_tuning_routes(
     @app.get("/v1/files/{file_id}")
     async def retrieve_file(file_id: str):
         found = store.get_file(file_id)
-        return found or _error(RequestError(f"no file {file_id}", status=404))
+        if found is None:
+            raise RequestError(f"no file {file_id}", status=404)
+        return found
 
     @app.get("/v1/files/{file_id}/content")
     async def file_content(file_id: str):
         content = store.file_content(file_id)
         if content is None:
-            return _error(RequestError(f"no file {file_id}", status=404))
+            raise RequestError(f"no file {file_id}", status=404)
         return Response(content, media_type="application/jsonl")
 
     @app.delete("/v1/files/{file_id}")
     async def delete_file(file_id: str):
         if not store.delete_file(file_id):
-            return _error(RequestError(f"no file {file_id}", status=404))
+            raise RequestError(f"no file {file_id}", status=404)
         return {"object": "file", "id": file_id, "deleted": True}
 
     @app.post("/v1/fine_tuning/jobs")
@@ -94,22 +96,18 @@ def add_fine_tuning_routes(
         try:
             body: dict[str, Any] = await request.json()
         except json.JSONDecodeError:
-            return _error(RequestError("the request body is not JSON"))
-        try:
-            method, extra = validate_job_request(body)
-            if check_job is not None:
-                check_job(body)
-            if not is_known_model(body["model"]):
-                raise RequestError(
-                    f"model {body['model']!r} is not available for fine-tuning here",
-                    param="model",
-                )
-            content = store.file_content(body["training_file"])
-            if content is None:
-                raise RequestError(f"no file {body['training_file']}", param="training_file")
-            parse_training_file(content, method["type"])
-        except RequestError as error:
-            return _error(error)
+            raise RequestError("the request body is not JSON") from None
+        method, extra = validate_job_request(body)
+        if check_job is not None:
+            check_job(body)
+        if not is_known_model(body["model"]):
+            raise RequestError(
+                f"model {body['model']!r} is not available for fine-tuning here", param="model"
+            )
+        content = store.file_content(body["training_file"])
+        if content is None:
+            raise RequestError(f"no file {body['training_file']}", param="training_file")
+        parse_training_file(content, method["type"])
         job = store.add_job(
             body["model"],
             body["training_file"],
@@ -133,20 +131,17 @@ def add_fine_tuning_routes(
     async def retrieve_job(job_id: str):
         job = store.get_job(job_id)
         if job is None:
-            return _error(RequestError(f"no fine-tuning job {job_id}", status=404))
+            raise RequestError(f"no fine-tuning job {job_id}", status=404)
         return job.to_openai()
 
     @app.post("/v1/fine_tuning/jobs/{job_id}/cancel")
     async def cancel_job(job_id: str):
-        try:
-            return (await queue.cancel(job_id)).to_openai()
-        except RequestError as error:
-            return _error(error)
+        return (await queue.cancel(job_id)).to_openai()
 
     @app.get("/v1/fine_tuning/jobs/{job_id}/events")
     async def job_events(job_id: str, limit: int = 20):
         if store.get_job(job_id) is None:
-            return _error(RequestError(f"no fine-tuning job {job_id}", status=404))
+            raise RequestError(f"no fine-tuning job {job_id}", status=404)
         events = store.events(job_id)
         return {"object": "list", "data": events[:limit], "has_more": len(events) > limit}
 

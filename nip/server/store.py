@@ -101,6 +101,11 @@ class ServerStore:
         with self._lock:
             self._db.close()
 
+    def _write(self, statement: str, values: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._db.execute(statement, values)
+            self._db.commit()
+
     # -------------------------------------------------------------------- files
     def add_file(self, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
         file_id = "file-" + secrets.token_hex(12)
@@ -113,9 +118,7 @@ class ServerStore:
             len(content),
             int(time.time()),
         )
-        with self._lock:
-            self._db.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?)", row)
-            self._db.commit()
+        self._write("INSERT INTO files VALUES (?, ?, ?, ?, ?)", row)
         return self.get_file(file_id)  # type: ignore[return-value]
 
     def get_file(self, file_id: str) -> dict[str, Any] | None:
@@ -139,9 +142,7 @@ class ServerStore:
         if self.get_file(file_id) is None:
             return False
         (self.files_dir / file_id).unlink(missing_ok=True)
-        with self._lock:
-            self._db.execute("DELETE FROM files WHERE id = ?", (file_id,))
-            self._db.commit()
+        self._write("DELETE FROM files WHERE id = ?", (file_id,))
         return True
 
     # --------------------------------------------------------------------- jobs
@@ -155,22 +156,20 @@ class ServerStore:
         extra: dict[str, Any],
     ) -> JobRow:
         job_id = "ftjob-" + secrets.token_hex(12)
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, NULL, NULL, NULL,"
-                " NULL, ?, NULL)",
-                (
-                    job_id,
-                    model,
-                    training_file,
-                    json.dumps(method),
-                    suffix,
-                    seed,
-                    json.dumps(extra),
-                    int(time.time()),
-                ),
-            )
-            self._db.commit()
+        self._write(
+            "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, NULL, NULL, NULL, NULL,"
+            " ?, NULL)",
+            (
+                job_id,
+                model,
+                training_file,
+                json.dumps(method),
+                suffix,
+                seed,
+                json.dumps(extra),
+                int(time.time()),
+            ),
+        )
         self.add_event(job_id, "info", "Job queued.")
         return self.get_job(job_id)  # type: ignore[return-value]
 
@@ -185,13 +184,9 @@ class ServerStore:
         return JobRow(**data)
 
     def list_jobs(self, status: str | None = None) -> list[JobRow]:
-        query, args = "SELECT id FROM jobs ORDER BY created_at, rowid", ()
-        if status is not None:
-            query, args = (
-                "SELECT id FROM jobs WHERE status = ? ORDER BY created_at, rowid",
-                (status,),
-            )
+        where, args = ("WHERE status = ? ", (status,)) if status is not None else ("", ())
         with self._lock:
+            query = f"SELECT id FROM jobs {where}ORDER BY created_at, rowid"
             rows = self._db.execute(query, args).fetchall()
         return [self.get_job(r["id"]) for r in rows]  # type: ignore[misc]
 
@@ -199,19 +194,13 @@ class ServerStore:
         if fields.get("status") in ("succeeded", "failed", "cancelled"):
             fields.setdefault("finished_at", int(time.time()))
         assignments = ", ".join(f"{k} = ?" for k in fields)
-        with self._lock:
-            self._db.execute(
-                f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id)
-            )
-            self._db.commit()
+        self._write(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
 
     def add_event(self, job_id: str, level: str, message: str, data: dict | None = None) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
-                (job_id, time.time(), level, message, json.dumps(data or {})),
-            )
-            self._db.commit()
+        self._write(
+            "INSERT INTO events VALUES (?, ?, ?, ?, ?)",
+            (job_id, time.time(), level, message, json.dumps(data or {})),
+        )
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         with self._lock:

@@ -391,15 +391,18 @@ class PureTextSharedModelGroup:
             status = "no job" if job is None else job.status
             raise FineTuneError(f"group {self.group_name!r}: cannot switch models ({status})")
         if job.adapter_path:
-            for agent in self.agent_wholes.values():
-                host = capability(agent.backend, AdapterHost)
-                if host is not None:
-                    host.register_adapter(job.fine_tuned_model, job.adapter_path)
+            self._register_adapter(job.fine_tuned_model, job.adapter_path)
         self.state.fine_tuned_model_name = job.fine_tuned_model
         self.state.adapter_path = job.adapter_path
         self.state.model_history.append(job.fine_tuned_model)
         self._apply_model_name()
         return job.fine_tuned_model
+
+    def _register_adapter(self, model: str, adapter_path: str) -> None:
+        for agent in self.agent_wholes.values():
+            host = capability(agent.backend, AdapterHost)
+            if host is not None:
+                host.register_adapter(model, adapter_path)
 
     def _apply_model_name(self) -> None:
         for agent in self.agent_wholes.values():
@@ -443,10 +446,7 @@ class PureTextSharedModelGroup:
             checkpoint = PureTextSharedModelGroupState(**checkpoint)
         self.state = checkpoint
         if checkpoint.adapter_path and checkpoint.fine_tuned_model_name:
-            for agent in self.agent_wholes.values():
-                host = capability(agent.backend, AdapterHost)
-                if host is not None:
-                    host.register_adapter(checkpoint.fine_tuned_model_name, checkpoint.adapter_path)
+            self._register_adapter(checkpoint.fine_tuned_model_name, checkpoint.adapter_path)
         self._apply_model_name()
 
     def __repr__(self) -> str:

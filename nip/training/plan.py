@@ -36,7 +36,7 @@ from nip.runs.run_dir import RunDirectory
 from nip.runs.state import ITERATION_STAGES, TrainerState
 from nip.session import Session
 from nip.training.algorithms import algorithm_of
-from nip.training.plan_display import plan_diff, plan_html, plan_jobs, plan_rows, plan_text
+from nip.training.plan_display import plan_diff, plan_html, plan_rows, plan_text
 
 __all__ = [
     "TEST_ITERATION",
@@ -84,10 +84,6 @@ class RunPlan:
         return len(self.iterations)
 
     @property
-    def trains_anything(self) -> bool:
-        return any(g.method for it in self.iterations for g in it.groups)
-
-    @property
     def total_stages(self) -> int:
         """Stages in the whole run."""
         return sum(len(it.stages) for it in self.iterations)
@@ -111,10 +107,6 @@ class RunPlan:
         iterations = tuple(IterationPlan.from_dict(it) for it in data.get("iterations", ()))
         return cls(**{**data, "iterations": iterations})
 
-    def differences(self, other: RunPlan) -> list[str]:
-        """Readable lines, one per setting that differs from ``other`` (empty: the same)."""
-        return plan_diff(self.to_dict(), other.to_dict())
-
     def keeping_executed(self, saved: RunPlan, state: TrainerState) -> RunPlan:
         """This plan from where ``state`` stands on, and ``saved`` for what has already run:
         an accepted change never rewrites the record of executed stages."""
@@ -133,10 +125,6 @@ class RunPlan:
     def rows(self) -> list[dict[str, str]]:
         """One row per iteration: what it samples, tests and trains."""
         return plan_rows(self)
-
-    def jobs_text(self) -> list[str]:
-        """Each distinct job's settings, as sent to its provider, with the first iteration."""
-        return plan_jobs(self)
 
     def __str__(self) -> str:
         return plan_text(self)

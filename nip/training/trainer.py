@@ -103,7 +103,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         # dataset's rows) fails here, before the run's folder is made or written.
         self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
         provenance = None if _resuming else split_provenance(self.session)  # loads the data
-        plan = self.make_plan()
+        plan = plan_for_session(hyper_params, self.session)
         if settings.run_dir is None:
             settings.run_dir = new_run_path()
         with owning(settings.run_dir, "a run starting"):  # one writer of the folder at a time
@@ -174,10 +174,6 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
 
             online = resolve_mode(settings.wandb_mode) == "online"
             apply_starting_models(self.groups, self.run_dir.path, wandb_online=online)
-
-    def make_plan(self) -> RunPlan:
-        """The plan of this run, from its parameters and its dataset's splits."""
-        return plan_for_session(self.hyper_params, self.session)
 
     @property
     def plan(self) -> RunPlan:
@@ -353,13 +349,10 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
 
     async def _stage_log_stats(self) -> None:
         transcripts = self.run_dir.load_rollouts("train", self._iteration)
-        metrics = self._rollout_metrics(transcripts)
+        metrics = priced_rollout_metrics(transcripts, self.session.agents, self.settings)
         metrics |= self.algorithm.metrics(self.context, self._iteration)
         self.run_dir.save_metrics("train", self._iteration, metrics)
         self._log(metrics)
-
-    def _rollout_metrics(self, transcripts: list[Transcript]) -> dict[str, Any]:
-        return priced_rollout_metrics(transcripts, self.session.agents, self.settings)
 
     async def _stage_test(self) -> None:
         step = self.context.step
@@ -375,7 +368,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             )
             transcripts += batch.transcripts
         self.run_dir.save_rollouts("test", self._iteration, transcripts)
-        metrics = self._rollout_metrics(transcripts)
+        metrics = priced_rollout_metrics(transcripts, self.session.agents, self.settings)
         self.run_dir.save_metrics("test", self._iteration, metrics)
         self._log(metrics, prefix="test_")
 

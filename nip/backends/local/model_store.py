@@ -82,17 +82,17 @@ CACHE_DTYPE = "float32"
 """The dtype converted weights are saved in: the exact dequantised values, cast on loading."""
 
 
+def cache_root() -> Path:
+    """nip's cache folder (converted models, the response cache): ``$NIP_CACHE_DIR``, else
+    the user cache directory."""
+    import platformdirs
+
+    return Path(os.environ.get("NIP_CACHE_DIR") or platformdirs.user_cache_dir("nip"))
+
+
 def models_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The folder converted models are kept in (``<cache root>/models``)."""
-    if cache_dir is not None:
-        root = Path(cache_dir)
-    elif os.environ.get("NIP_CACHE_DIR"):
-        root = Path(os.environ["NIP_CACHE_DIR"])
-    else:
-        import platformdirs
-
-        root = Path(platformdirs.user_cache_dir("nip"))
-    return root / "models"
+    return (Path(cache_dir) if cache_dir is not None else cache_root()) / "models"
 
 
 def canonical_model_name(name: str) -> str | None:

@@ -68,9 +68,7 @@ async def _expand(
     transcript = tree.transcript_at(node.id)
     round_id = transcript.num_rounds
     speakers = handler.active_agents(round_id, tree.seed)
-    k = malt.num_responses_per_timestep
-    if malt.frozen_agents_generate_one_response and all(s in frozen for s in speakers):
-        k = 1
+    k = malt.children_per_node(speakers, frozen)
     samples = await asyncio.gather(
         *(agents[s].generate_samples(transcript, round_id, k) for s in speakers)
     )
