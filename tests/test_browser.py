@@ -269,6 +269,13 @@ def _check_step_controller(page, shots: Screenshots) -> None:
     shots.save(page, "step-controller", controller)
 
 
+def _drawn(elements, at_least: int) -> int:
+    """How many of ``elements`` there are once ``at_least`` of them are drawn (plotly draws
+    after the cell's output appears: a count taken at once may see none yet)."""
+    elements.nth(at_least - 1).wait_for(state="attached", timeout=CLICK_TIMEOUT_MS)
+    return elements.count()
+
+
 def _check_job_launcher_and_dashboard(page, shots: Screenshots) -> None:
     """04: the launcher shows the job the trainer ran, and its switch button switches the
     group; the run dashboard shows the finished run with its plots."""
@@ -284,7 +291,7 @@ def _check_job_launcher_and_dashboard(page, shots: Screenshots) -> None:
     dashboard.get_by_text("finished").first.wait_for(timeout=CLICK_TIMEOUT_MS)
     assert dashboard.get_by_role("button", name="Stop after stage").is_disabled()
     # Accuracy per split and reward per agent, drawn as lines with markers.
-    assert dashboard.locator("svg.main-svg .scatterlayer .trace").count() >= 3
+    assert _drawn(dashboard.locator("svg.main-svg .scatterlayer .trace"), 3) >= 3
     shots.save(page, "dashboard", dashboard)
 
 
@@ -296,7 +303,7 @@ def _check_malt_figures(page, shots: Screenshots) -> None:
     shots.save(page, "tree", figure)
     # The icicle summary drew its blocks (an empty plot would still have an svg).
     summary = _cell(page, "plot_trees_summary(trees")
-    assert summary.locator(".main-svg g.slice").count() > 1
+    assert _drawn(summary.locator(".main-svg g.slice"), 2) > 1
     shots.save(page, "summary", summary)
 
     # The tree viewer talks to the kernel: another node in its picker, another panel.
@@ -308,7 +315,7 @@ def _check_malt_figures(page, shots: Screenshots) -> None:
     text = _changes(page, panel, lambda: node_picker.select_option(options[1]))
     assert "The dialogue up to here" in text
     # Its figure drew the tree's nodes (one marker per node).
-    assert viewer.locator("svg.main-svg .scatterlayer .point").count() >= len(options)
+    assert _drawn(viewer.locator("svg.main-svg .scatterlayer .point"), len(options)) >= len(options)
     # A click on the root's marker reaches the kernel (plotly's click, relayed by a small
     # widget beside the figure): the panel shows the root.
     traces = viewer.locator("svg.main-svg .scatterlayer .trace")
@@ -367,14 +374,14 @@ def _check_sweep_dashboard(page, shots: Screenshots) -> None:
     dashboard.get_by_text("4/4 cells done").first.wait_for(timeout=CLICK_TIMEOUT_MS)
     table = dashboard.locator(".widget-html table").first
     assert table.inner_text().count("finished") == 4
-    assert dashboard.locator("svg.main-svg .scatterlayer .trace").count() >= 2
+    assert _drawn(dashboard.locator("svg.main-svg .scatterlayer .trace"), 2) >= 2
     dashboard.get_by_role("button", name="debate_seed1").click()
     opened = dashboard.get_by_text(re.compile(r"debate_seed1 · finished")).first
     opened.wait_for(timeout=CLICK_TIMEOUT_MS)
     dashboard.get_by_text("dummy backend: trains nothing").first.wait_for(timeout=CLICK_TIMEOUT_MS)
     shots.save(page, "sweep-monitor", dashboard)
     comparison = _cell(page, "figure, table = sweep.compare()")
-    assert comparison.locator("svg.main-svg .scatterlayer .trace").count() == 2
+    assert _drawn(comparison.locator("svg.main-svg .scatterlayer .trace"), 2) == 2
     shots.save(page, "comparison", comparison)
 
 

@@ -354,10 +354,18 @@ class SlowDummyFineTuning(DummyFineTuneBackend):
         return await super().get_job(job_id)
 
 
-def _train_in_child(hp: HyperParameters, run_dir: Path, resume: bool, error_log: Path) -> int:
+def _train_in_child(
+    hp: HyperParameters,
+    run_dir: Path,
+    resume: bool,
+    error_log: Path,
+    held_in: str | None = None,
+    entered: Path | None = None,
+) -> int:
     """Fork a process that starts or resumes the run; its pid. Every stage is padded with
     short sleeps, so a kill may land before, during or after the stage's work (and before
-    the state is saved)."""
+    the state is saved). The first ``held_in`` stage it enters writes ``entered`` and never
+    ends, so a kill meant for that stage lands in it however slowly the parent looks."""
     pid = os.fork()
     if pid:
         return pid
@@ -374,10 +382,12 @@ def _train_in_child(hp: HyperParameters, run_dir: Path, resume: bool, error_log:
         for stage in STAGES:
             work = getattr(trainer, f"_stage_{stage}")
 
-            async def padded(work=work):
+            async def padded(work=work, stage=stage):
                 await asyncio.sleep(0.04)
+                if stage == held_in:
+                    entered.write_text(stage)
                 await work()
-                await asyncio.sleep(0.04)
+                await asyncio.sleep(600 if stage == held_in else 0.04)  # held: until killed
 
             setattr(trainer, f"_stage_{stage}", padded)
         trainer.train()
@@ -436,17 +446,20 @@ def test_kill_minus_nine_in_every_stage_then_resume_equals_the_uninterrupted_run
     assert _wait(pid) == 0, error_log.read_text() if error_log.exists() else ""
 
     kills: list[tuple[int, str]] = []  # (iteration, stage) the run was in when killed
+    entered = tmp_path / "entered"
     for target in [*STAGES, *STAGES]:  # iterations 0 and 1 go through all six
-        pid = _train_in_child(hp, killed, _read_state(killed) is not None, error_log)
+        entered.unlink(missing_ok=True)
+        resume = _read_state(killed) is not None
+        pid = _train_in_child(hp, killed, resume, error_log, held_in=target, entered=entered)
         try:
             deadline = time.monotonic() + 30
-            while _stage_running(killed)[1] != target:
+            while not entered.exists():
                 if os.waitpid(pid, os.WNOHANG) != (0, 0):
                     pytest.fail(f"the run ended before stage {target} (kills: {kills})")
                 if time.monotonic() > deadline:
                     pytest.fail(f"stage {target} never came")
                 time.sleep(0.002)
-            time.sleep(rng.uniform(0.0, 0.03))  # somewhere inside the stage (80 ms or more)
+            time.sleep(rng.uniform(0.0, 0.03))  # somewhere inside the stage's work, or after
             kills.append(_stage_running(killed))
         finally:
             os.kill(pid, signal.SIGKILL)

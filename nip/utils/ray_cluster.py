@@ -111,16 +111,23 @@ def local_ray_cluster(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _environment(folder: Path, start_timeout_s: float) -> dict[str, str]:
-    """The cluster's environment: this one, without ``rfc3987_syntax`` (see the module's note),
-    with token authentication and the raylet's wait for the runtime-env agent raised."""
+def python_path_without_slow_imports(folder: Path) -> str:
+    """A ``PYTHONPATH`` for Ray's processes that keeps ``rfc3987_syntax`` out of them (see
+    the module's note): this one's, behind a module of that name in ``folder/hidden`` that
+    refuses to load."""
     hidden = folder / "hidden"
-    hidden.mkdir()
+    hidden.mkdir(parents=True, exist_ok=True)
     (hidden / "rfc3987_syntax.py").write_text(
         "raise ImportError('not imported in this Ray cluster')\n"
     )
+    return os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
+
+
+def _environment(folder: Path, start_timeout_s: float) -> dict[str, str]:
+    """The cluster's environment: this one, without ``rfc3987_syntax`` (see the module's note),
+    with token authentication and the raylet's wait for the runtime-env agent raised."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(hidden), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = python_path_without_slow_imports(folder)
     env.setdefault("RAY_AUTH_MODE", "token")
     # The raylet asks the runtime-env agent for each worker's environment: let it wait too.
     env.setdefault("RAY_agent_register_timeout_ms", str(int(start_timeout_s * 1000)))
