@@ -289,7 +289,9 @@ def test_kill_minus_nine_at_random_moments_loses_and_duplicates_nothing(dataset,
     config = tmp_path / "config.yaml"
     hp.save(config)
     nip = [sys.executable, "-m", "nip.cli"]
-    common = ["--quiet", "--dummy-latency", "0.3"]  # about 10 s for the whole run
+    # About 20 s of waiting on the dummy backend for the whole run: more than ten of the
+    # 0.6-2 s windows below hold (1.3 s on average), however fast the machine starts Python.
+    common = ["--quiet", "--dummy-latency", "0.6"]
     subprocess.run(
         [*nip, "run", str(config), "--run-dir", str(tmp_path / "straight"), *common],
         check=True,
