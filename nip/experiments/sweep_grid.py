@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, require_count
-from nip.experiments.cost_report import CostEstimate
+from nip.experiments.cost_report import CostEstimate, sum_usd
 from nip.extras import needs
 from nip.parameters import HyperParameters
 from nip.runs.run_dir import RunDirectory, folder_holding
@@ -271,8 +271,7 @@ class SweepEstimate:
     @property
     def total_usd(self) -> float | None:
         """The sum of the cells' estimates (None when one of them has no price)."""
-        values = [estimate.total_usd for _, estimate in self.cells]
-        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+        return sum_usd(estimate.total_usd for _, estimate in self.cells)
 
     @property
     def total_calls(self) -> int:
