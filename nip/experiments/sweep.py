@@ -337,7 +337,5 @@ def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:
         NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
     """
     manifest = read_manifest(sweep_dir)
-    grid = manifest["grid"]
     folder = manifest.get("folder")
-    data = {k: v for k, v in grid.items() if not (k == "base" and v == "")}
-    return GridSpec.from_dict(data, folder=Path(folder) if folder else None)
+    return GridSpec.from_dict(manifest["grid"], folder=Path(folder) if folder else None)

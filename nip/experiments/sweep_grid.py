@@ -157,7 +157,7 @@ class GridSpec:
                 raise InvalidParameterError(
                     "zip", list(group), "lists of the same length in one zip group"
                 )
-        base = data.get("base")
+        base = data.get("base") if data.get("base") != "" else None  # "": saved with a base axis
         if base is None and "base" not in axes:
             raise InvalidParameterError("base", None, "a preset or config file (or a base axis)")
         if not isinstance(base, str | None):
