@@ -48,7 +48,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:80] or "job"
 
 
-def _read_status(job_dir: Path) -> dict[str, Any] | None:
+def read_status(job_dir: Path) -> dict[str, Any] | None:
     """The job's ``status.json``, or None where no job was written."""
     try:
         return json.loads((job_dir / "status.json").read_text())
@@ -131,7 +131,7 @@ class LocalLoraFineTuneBackend:
         for attempt in itertools.count(1):
             job_id = name if attempt == 1 else f"{name}-{attempt}"
             job_dir = self._dir(job_id)
-            status = _read_status(job_dir)
+            status = read_status(job_dir)
             if status is None:
                 break  # a new job
             if status["status"] not in ("failed", "cancelled"):
@@ -167,7 +167,7 @@ class LocalLoraFineTuneBackend:
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         job_dir = self._dir(job_id)
-        status = _read_status(job_dir)
+        status = read_status(job_dir)
         if status is None:
             return FineTuneJob(id=job_id, status="not_found")
         state = status["status"]
@@ -200,7 +200,7 @@ class LocalLoraFineTuneBackend:
 
     async def cancel_job(self, job_id: str) -> None:
         job_dir = self._dir(job_id)
-        status = _read_status(job_dir)
+        status = read_status(job_dir)
         if status is None:
             return
         self._stop(job_id, job_dir, status["status"])
@@ -314,7 +314,7 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         job_dir = self._dir(job_id)
-        status = _read_status(job_dir)
+        status = read_status(job_dir)
         if status is None:
             return FineTuneJob(id=job_id, status="not_found")
         if status["status"] in ("pending", "running") and job_id not in self._running:
