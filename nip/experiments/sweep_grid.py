@@ -192,13 +192,12 @@ class GridSpec:
 
         path = Path(path)
         if not path.is_file():
-            from importlib import resources
+            from nip.configs import list_grids
 
-            shipped = resources.files("nip.configs").joinpath("sweeps", f"{path.name}.yaml")
-            if not shipped.is_file():
+            shipped = next((g for g in list_grids() if g.name == path.name), None)
+            if shipped is None:
                 raise ConfigFileError(f"no grid file or shipped grid named {str(path)!r}")
-            text = shipped.read_text(encoding="utf-8")
-            return cls.from_dict(yaml.safe_load(text), folder=None, name=path.name)
+            return cls.from_dict(yaml.safe_load(shipped.text()), folder=None, name=path.name)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as error:
