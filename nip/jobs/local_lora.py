@@ -44,8 +44,9 @@ from nip.utils.files import atomic_write_text
 from nip.utils.imports import heavy_imports
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:80] or "job"
+def slug(text: str, limit: int = 80, empty: str = "job") -> str:
+    """``text`` as a folder name (a job's, an adapter's): at most ``limit`` safe characters."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:limit] or empty
 
 
 def read_status(job_dir: Path) -> dict[str, Any] | None:
@@ -127,7 +128,7 @@ class LocalLoraFineTuneBackend:
         # A job without a name gets a unique one: a name from the clock (the second it was
         # made) was once shared by two jobs made in the same second, and the second was
         # taken for the first, submitted before a restart.
-        name = _slug(spec.job_name or f"{spec.method}-{uuid.uuid4().hex[:12]}")
+        name = slug(spec.job_name or f"{spec.method}-{uuid.uuid4().hex[:12]}")
         for attempt in itertools.count(1):
             job_id = name if attempt == 1 else f"{name}-{attempt}"
             job_dir = self._dir(job_id)
