@@ -32,6 +32,7 @@ from nip.settings import ExperimentSettings
 from nip.testing.fine_tuning import SCRIPTED_ERROR, ScriptedFineTuneBackend
 from nip.testing.server import serve
 from nip.training.trainer import PureTextEiTrainer, build_trainer
+from nip.utils.notices import NipWarning
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -121,11 +122,9 @@ def test_every_failure_is_kept_in_the_saved_state_with_its_error(dataset, tmp_pa
     assert len({f["job_id"] for f in failures}) == 2
 
 
-def test_after_the_last_retry_the_group_keeps_its_model_and_the_run_goes_on(
-    dataset, tmp_path, capsys
-):
+def test_after_the_last_retry_the_group_keeps_its_model_and_the_run_goes_on(dataset, tmp_path):
     backend = ScriptedFineTuneBackend(always_fail=True)
-    with fine_tuning_server(tmp_path, backend) as server:
+    with fine_tuning_server(tmp_path, backend) as server, pytest.warns(NipWarning) as warned:
         trainer = trainer_for(
             params(dataset, max_fine_tune_retries=2), tmp_path / "run", server.url
         )
@@ -134,9 +133,9 @@ def test_after_the_last_retry_the_group_keeps_its_model_and_the_run_goes_on(
     group = trainer.groups["verifier"]
     assert group.model_name == "base" and group.state.model_history == []
     assert group.state.last_job_outcome == "failed"
-    lines = [line for line in capsys.readouterr().err.splitlines() if "keeps its" in line]
-    assert len(lines) == 2  # one plain line per iteration
-    assert lines[0].startswith("nip: warning: group 'verifier': fine-tuning failed after 3")
+    lines = [str(w.message) for w in warned if "keeps its" in str(w.message)]
+    assert len(lines) == 2  # one warning (one plain line) per iteration
+    assert lines[0].startswith("group 'verifier': fine-tuning failed after 3")
 
 
 def test_a_group_that_kept_its_model_is_reported_in_the_iteration_metrics(dataset, tmp_path):
@@ -290,7 +289,7 @@ class GivesBackTheFailedJob:
 
 
 def test_a_resubmission_answered_with_the_failed_job_ends_the_retries_instead_of_waiting(
-    dataset, tmp_path, capsys
+    dataset, tmp_path
 ):
     backend = GivesBackTheFailedJob()
     hp = params(dataset, max_fine_tune_retries=2)
@@ -300,10 +299,11 @@ def test_a_resubmission_answered_with_the_failed_job_ends_the_retries_instead_of
     trainer = build_trainer(hp, run_settings, fine_tune_backends={"verifier": backend})
     trainer.poll_interval_s = 0.02
 
-    assert trainer.train().stage == "done"
+    with pytest.warns(NipWarning) as warned:
+        assert trainer.train().stage == "done"
     # In each of the two iterations that fine-tune: one try and one resubmission, which
     # gave back the same job: the group keeps its model at once.
     assert backend.submissions == 2 * 2
     assert trainer.groups["verifier"].state.last_job_outcome == "failed"
-    warnings = [line for line in capsys.readouterr().err.splitlines() if "gave back" in line]
+    warnings = [str(w.message) for w in warned if "gave back" in str(w.message)]
     assert len(warnings) == 2 and "'the-one-job', not a new one" in warnings[0]

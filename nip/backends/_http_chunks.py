@@ -1,6 +1,13 @@
-"""HTTP/1.1 chunked transfer decoding, for nip's lean client and its test server."""
+"""HTTP/1.1 heads and chunked bodies, for nip's lean client and its test server."""
 
 from __future__ import annotations
+
+
+def parse_head(head: bytes) -> tuple[str, dict[str, str]]:
+    """A message head's first line (request or status line) and its headers, by lower-case name."""
+    first, *lines = head.decode("latin-1").split("\r\n")
+    fields = (line.partition(":") for line in lines)
+    return first, {name.strip().lower(): value.strip() for name, _, value in fields}
 
 
 def dechunk(buffer: bytearray, start: int, max_body: int | None = None) -> tuple[bytes, int] | None:

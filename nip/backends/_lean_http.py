@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from nip.backends._http_chunks import dechunk
+from nip.backends._http_chunks import dechunk, parse_head
 from nip.backends._retry import RetryableError, error_for_status, parse_retry_after
 
 #: Status, headers (lower-case names) and body of a response.
@@ -89,18 +89,14 @@ class _Connection(asyncio.Protocol):
         end = buffer.find(b"\r\n\r\n")
         if end < 0:
             return None
-        lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
+        first, headers = parse_head(bytes(buffer[:end]))
         try:
-            status = int(lines[0].split(" ", 2)[1])
+            status = int(first.split(" ", 2)[1])
         except (IndexError, ValueError):
-            raise RetryableError(f"bad status line {lines[0][:80]!r}", cause="malformed") from None
+            raise RetryableError(f"bad status line {first[:80]!r}", cause="malformed") from None
         if 100 <= status < 200:  # an interim response (100 Continue): skip it
             del buffer[: end + 4]
             return self._parse(at_eof=at_eof)
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
         start = end + 4
         if "chunked" in headers.get("transfer-encoding", "").lower():
             try:

@@ -58,7 +58,8 @@ class CostLine:
 _SUMMED = ("calls", "prompt_tokens", "completion_tokens", "examples", "training_tokens")
 
 
-def _sum_usd(values: Iterable[float | None]) -> float | None:
+def sum_usd(values: Iterable[float | None]) -> float | None:
+    """The sum of prices, or None when one of them is unknown."""
     values = list(values)
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
@@ -92,7 +93,7 @@ class CostEstimate:
     @property
     def total_usd(self) -> float | None:
         """The whole run's estimated price (None when a model has no price)."""
-        return _sum_usd(line.usd for line in self.lines)
+        return sum_usd(line.usd for line in self.lines)
 
     @property
     def total_calls(self) -> int:
@@ -108,7 +109,7 @@ class CostEstimate:
             # Every agent of a stage goes through the same items and dialogues.
             row["items"] = max(x.items for x in lines)
             row["dialogues"] = max(x.dialogues for x in lines)
-            row["usd"] = _sum_usd(x.usd for x in lines)
+            row["usd"] = sum_usd(x.usd for x in lines)
             rows.append({**asdict(lines[0]), **row})
         return rows
 
@@ -191,7 +192,7 @@ class CostEstimate:
         shares = self.shares()
         parts = [self._headline(), *([shares] if shares else [])]
         for head, rows in self._tables():
-            parts += ["", _text_table(head, rows)]
+            parts += ["", text_table(head, rows)]
         parts += [
             "",
             f"tokens counted with {tokenizers}",
@@ -249,12 +250,13 @@ def _stage_cells(row: dict[str, Any]) -> list[str]:
     return ["-" if i in blank else c for i, c in enumerate(cells)]
 
 
-def _text_table(head: Sequence[str], rows: list[list[str]]) -> str:
+def text_table(head: Sequence[str], rows: list[list[str]], labels: int = 2) -> str:
+    """A plain-text table: its first ``labels`` columns aligned left, the numbers right."""
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(head)]
 
     def line(cells: Sequence[str]) -> str:
-        first = [f"{c:<{w}}" for c, w in zip(cells[:2], widths[:2], strict=True)]
-        rest = [f"{c:>{w}}" for c, w in zip(cells[2:], widths[2:], strict=True)]
+        first = [f"{c:<{w}}" for c, w in zip(cells[:labels], widths[:labels], strict=True)]
+        rest = [f"{c:>{w}}" for c, w in zip(cells[labels:], widths[labels:], strict=True)]
         return "  ".join(first + rest).rstrip()
 
     return "\n".join([line(head), *(line(r) for r in rows)])

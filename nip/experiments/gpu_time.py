@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import ConfigFileError, InvalidParameterError
-from nip.experiments.cost_report import CostEstimate
+from nip.experiments.cost_report import CostEstimate, text_table
 from nip.parameters import HyperParameters
 
 __all__ = [
@@ -280,33 +280,21 @@ class GpuTimeReport:
         gpu = self.runs[0][1].gpu
         usd = self.gpu_hour_usd is not None
         head = ["run", "generation h", "training h", "jobs", "total h", *(["USD"] if usd else [])]
-        body = []
-        for name, time in self.runs:
-            cells = [
+
+        def row(name: str, times: Sequence[GpuTime]) -> list[str]:
+            hours = sum(t.total_h for t in times)
+            return [
                 name,
-                f"{time.generation_s / 3600:,.2f}",
-                f"{time.training_s / 3600:,.2f}",
-                f"{time.jobs:,}",
-                f"{time.total_h:,.2f}",
+                f"{sum(t.generation_s for t in times) / 3600:,.2f}",
+                f"{sum(t.training_s for t in times) / 3600:,.2f}",
+                f"{sum(t.jobs for t in times):,}",
+                f"{hours:,.2f}",
+                *([f"{hours * self.gpu_hour_usd:,.2f}"] if usd else []),
             ]
-            body.append(cells + ([f"{time.usd(self.gpu_hour_usd):,.2f}"] if usd else []))
+
+        body = [row(name, [time]) for name, time in self.runs]
         if len(self.runs) > 1:
-            total = [
-                "total",
-                f"{sum(t.generation_s for _, t in self.runs) / 3600:,.2f}",
-                f"{sum(t.training_s for _, t in self.runs) / 3600:,.2f}",
-                f"{sum(t.jobs for _, t in self.runs):,}",
-                f"{self.total_h:,.2f}",
-            ]
-            body.append(total + ([f"{self.total_h * self.gpu_hour_usd:,.2f}"] if usd else []))
-        widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
-        lines = [
-            "  ".join(
-                f"{c:<{w}}" if i == 0 else f"{c:>{w}}"
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-            for row in [head, *body]
-        ]
+            body.append(row("total", [time for _, time in self.runs]))
         price = (
             f", about ${self.total_h * self.gpu_hour_usd:,.2f} at ${self.gpu_hour_usd:g}/GPU-hour"
             if usd
@@ -317,7 +305,7 @@ class GpuTimeReport:
                 f"GPU time of the SelfHosted agents on one {gpu}: {self.total_h:,.1f} GPU-hours"
                 + price,
                 "",
-                *lines,
+                text_table(head, body, labels=1),
                 "",
                 *self._sources(),
             ]

@@ -18,7 +18,6 @@ compare`` shows beside the run as its own series (``nip (retest test-10x)``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 from nip.analysis.metrics import priced_rollout_metrics
 from nip.backends import AdapterHost, capability
 from nip.errors import InvalidParameterError, require_count
+from nip.jobs.local_lora import read_status
 from nip.protocols import ProtocolHandler
 from nip.rollouts.records import Transcript
 from nip.runs.changes import saved_parameters
@@ -60,14 +60,11 @@ def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
 
 
 def _register_local_adapter(backend, model: str, run_dir: str | Path) -> None:
-    """A local LoRA job's adapter (``jobs/<model>/status.json``), served under its name."""
-    status = Path(run_dir) / "jobs" / model / "status.json"
+    """A local LoRA job's adapter (its job in the run's ``jobs/``), served under its name."""
     host = capability(backend, AdapterHost)
-    if host is None or not status.is_file():
-        return
-    adapter = json.loads(status.read_text(encoding="utf-8")).get("adapter_path")
-    if adapter:
-        host.register_adapter(model, adapter)
+    status = read_status(Path(run_dir) / "jobs" / model) if host is not None else None
+    if status and status.get("adapter_path"):
+        host.register_adapter(model, status["adapter_path"])
 
 
 def retest_dir(run_dir: str | Path, split: str, passes: int) -> Path:

@@ -58,7 +58,6 @@ __all__ = [
     "CellStatus",
     "SweepMismatchError",
     "cell_errors",
-    "cell_status",
     "check_cells",
     "default_sweep_dir",
     "is_sweep_dir",
@@ -296,11 +295,6 @@ class CellStatus:
     error: str | None = None
 
 
-def cell_status(run_dir: str | Path, name: str = "", values=None) -> CellStatus:
-    stage, iteration, iterations = RunDirectory(run_dir).progress()
-    return CellStatus(name, stage, iteration, iterations, values or {})
-
-
 def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
     """Each cell's stage and iteration, from its run directory, and the error of each cell
     whose last attempt failed (``events.jsonl``).
@@ -314,7 +308,8 @@ def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
     for record in manifest["cells"]:
         name, values = record["name"], record["values"]
         try:
-            status = cell_status(Path(sweep_dir) / record["run_dir"], name, values)
+            progress = RunDirectory(Path(sweep_dir) / record["run_dir"]).progress()
+            status = CellStatus(name, *progress, values)
         except RunFileError as error:  # a damaged cell is shown, not a reason to fail
             status = CellStatus(name, "unreadable", 0, 0, values, error=str(error))
         status.num_iterations = status.num_iterations or record.get("num_iterations", 0)
@@ -337,7 +332,5 @@ def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:
         NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
     """
     manifest = read_manifest(sweep_dir)
-    grid = manifest["grid"]
     folder = manifest.get("folder")
-    data = {k: v for k, v in grid.items() if not (k == "base" and v == "")}
-    return GridSpec.from_dict(data, folder=Path(folder) if folder else None)
+    return GridSpec.from_dict(manifest["grid"], folder=Path(folder) if folder else None)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, require_count
-from nip.experiments.cost_report import CostEstimate
+from nip.experiments.cost_report import CostEstimate, sum_usd
 from nip.extras import needs
 from nip.parameters import HyperParameters
 from nip.runs.run_dir import RunDirectory, folder_holding
@@ -157,7 +157,7 @@ class GridSpec:
                 raise InvalidParameterError(
                     "zip", list(group), "lists of the same length in one zip group"
                 )
-        base = data.get("base")
+        base = data.get("base") if data.get("base") != "" else None  # "": saved with a base axis
         if base is None and "base" not in axes:
             raise InvalidParameterError("base", None, "a preset or config file (or a base axis)")
         if not isinstance(base, str | None):
@@ -192,13 +192,12 @@ class GridSpec:
 
         path = Path(path)
         if not path.is_file():
-            from importlib import resources
+            from nip.configs import list_grids
 
-            shipped = resources.files("nip.configs").joinpath("sweeps", f"{path.name}.yaml")
-            if not shipped.is_file():
+            shipped = next((g for g in list_grids() if g.name == path.name), None)
+            if shipped is None:
                 raise ConfigFileError(f"no grid file or shipped grid named {str(path)!r}")
-            text = shipped.read_text(encoding="utf-8")
-            return cls.from_dict(yaml.safe_load(text), folder=None, name=path.name)
+            return cls.from_dict(yaml.safe_load(shipped.text()), folder=None, name=path.name)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         except (yaml.YAMLError, UnicodeDecodeError) as error:
@@ -271,8 +270,7 @@ class SweepEstimate:
     @property
     def total_usd(self) -> float | None:
         """The sum of the cells' estimates (None when one of them has no price)."""
-        values = [estimate.total_usd for _, estimate in self.cells]
-        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+        return sum_usd(estimate.total_usd for _, estimate in self.cells)
 
     @property
     def total_calls(self) -> int:

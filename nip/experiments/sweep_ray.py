@@ -105,10 +105,7 @@ def _run_cell(
     """The Ray task: train one cell to its end from whatever its run directory holds."""
     from nip.experiments.sweep import open_cell
 
-    spec = GridSpec.from_dict(
-        {k: v for k, v in grid.items() if not (k == "base" and v == "")},
-        folder=Path(folder) if folder else None,
-    )
+    spec = GridSpec.from_dict(grid, folder=Path(folder) if folder else None)
     cell = next(c for c in spec.cells() if c.name == cell_name)
     run_dir = cell.run_dir(sweep_dir)
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -44,11 +44,12 @@ from nip.utils.files import atomic_write_text
 from nip.utils.imports import heavy_imports
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:80] or "job"
+def slug(text: str, limit: int = 80, empty: str = "job") -> str:
+    """``text`` as a folder name (a job's, an adapter's): at most ``limit`` safe characters."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:limit] or empty
 
 
-def _read_status(job_dir: Path) -> dict[str, Any] | None:
+def read_status(job_dir: Path) -> dict[str, Any] | None:
     """The job's ``status.json``, or None where no job was written."""
     try:
         return json.loads((job_dir / "status.json").read_text())
@@ -127,11 +128,11 @@ class LocalLoraFineTuneBackend:
         # A job without a name gets a unique one: a name from the clock (the second it was
         # made) was once shared by two jobs made in the same second, and the second was
         # taken for the first, submitted before a restart.
-        name = _slug(spec.job_name or f"{spec.method}-{uuid.uuid4().hex[:12]}")
+        name = slug(spec.job_name or f"{spec.method}-{uuid.uuid4().hex[:12]}")
         for attempt in itertools.count(1):
             job_id = name if attempt == 1 else f"{name}-{attempt}"
             job_dir = self._dir(job_id)
-            status = _read_status(job_dir)
+            status = read_status(job_dir)
             if status is None:
                 break  # a new job
             if status["status"] not in ("failed", "cancelled"):
@@ -167,7 +168,7 @@ class LocalLoraFineTuneBackend:
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         job_dir = self._dir(job_id)
-        status = _read_status(job_dir)
+        status = read_status(job_dir)
         if status is None:
             return FineTuneJob(id=job_id, status="not_found")
         state = status["status"]
@@ -200,7 +201,7 @@ class LocalLoraFineTuneBackend:
 
     async def cancel_job(self, job_id: str) -> None:
         job_dir = self._dir(job_id)
-        status = _read_status(job_dir)
+        status = read_status(job_dir)
         if status is None:
             return
         self._stop(job_id, job_dir, status["status"])
@@ -314,7 +315,7 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
 
     async def get_job(self, job_id: str) -> FineTuneJob:
         job_dir = self._dir(job_id)
-        status = _read_status(job_dir)
+        status = read_status(job_dir)
         if status is None:
             return FineTuneJob(id=job_id, status="not_found")
         if status["status"] in ("pending", "running") and job_id not in self._running:

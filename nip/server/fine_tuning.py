@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from typing import Any
 
 from nip.errors import NipError
 from nip.jobs import FineTuneBackend, FineTuneSpec
+from nip.jobs.local_lora import slug
 from nip.server.store import JobRow, ServerStore
 
 log = logging.getLogger(__name__)
@@ -28,10 +28,6 @@ _DPO_HINT = (
     'each line must be {"input": {"messages": [...]}, "preferred_output": [...], '
     '"non_preferred_output": [...]}'
 )
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")[:64] or "model"
 
 
 class RequestError(NipError, ValueError):
@@ -306,7 +302,7 @@ class FineTuneQueue:
         """The job's fresh model name, chosen once and kept in the job's record."""
         if job.extra.get("name"):
             return job.extra["name"]
-        base = _slug(job.suffix or f"{job.model}-ft")
+        base = slug(job.suffix or f"{job.model}-ft", 64, "model")
         taken = set(self.reserved_names)
         taken |= {j.extra.get("name") for j in self.store.list_jobs() if j.id != job.id}
         name, number = base, 1

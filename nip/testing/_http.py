@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 
-from nip.backends._http_chunks import dechunk
+from nip.backends._http_chunks import dechunk, parse_head
 from nip.errors import NipError
 from nip.testing._chat import Reply, WaitForDisconnect, error_reply
 
@@ -76,15 +76,11 @@ class _Connection(asyncio.Protocol):
             if len(buffer) > _MAX_HEAD:
                 raise _BadRequest("request head too large")
             return False
-        lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
+        request_line, headers = parse_head(bytes(buffer[:end]))
         try:
-            method, target, _version = lines[0].split(" ", 2)
+            method, target, _version = request_line.split(" ", 2)
         except ValueError:
-            raise _BadRequest(f"request line {lines[0][:80]!r}") from None
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
+            raise _BadRequest(f"request line {request_line[:80]!r}") from None
         start = end + 4
         if "chunked" in headers.get("transfer-encoding", "").lower():
             try:

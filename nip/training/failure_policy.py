@@ -15,7 +15,6 @@ resubmission resumes by resubmitting: a resume never waits on a job known to hav
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +22,7 @@ from typing import Literal
 from nip.errors import FineTuneJobFailed, FineTuneStoppedError
 from nip.parameters import TextRlParameters
 from nip.training.groups import PureTextSharedModelGroup
+from nip.utils.notices import warn
 
 Settled = Literal["succeeded", "kept_previous"]
 
@@ -46,11 +46,6 @@ class FailurePolicy:
     def backoff_before(self, resubmission: int) -> float:
         """Seconds to wait before the ``resubmission``-th resubmission (1, 2, ...)."""
         return self.backoff_s * 2 ** (resubmission - 1)
-
-
-def warn_in_run_output(message: str) -> None:
-    """One plain line in the run's output (stderr), without a source line or file path."""
-    print(f"nip: warning: {message}", file=sys.stderr, flush=True)
 
 
 async def settle_fine_tune_job(
@@ -108,7 +103,7 @@ async def settle_fine_tune_job(
             )
             # (A job given back may have failed in an earlier iteration.)
             error = (failures or group.state.fine_tune_failures)[-1]["error"]
-            warn_in_run_output(
+            warn(
                 f"group {group.group_name!r}: fine-tuning failed{tries} ({error}"
                 f"{why}); it keeps its previous model {group.model_name!r} for iteration "
                 f"{iteration} (text_rl.on_fine_tune_failure={policy.on_failure!r})"
@@ -122,4 +117,4 @@ async def settle_fine_tune_job(
         given_back = group.known_failed(group.state.fine_tune_job_id or "")
 
 
-__all__ = ["FailurePolicy", "settle_fine_tune_job", "warn_in_run_output"]
+__all__ = ["FailurePolicy", "settle_fine_tune_job"]

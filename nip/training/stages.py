@@ -55,14 +55,11 @@ class FineTuneStages:
             self.state.job_iterations[name] = self._iteration
             self._save_state()
 
-    def _submitted(self) -> dict[str, PureTextSharedModelGroup]:
-        return {n: g for n, g in self.groups.items() if g.state.last_job_outcome == "submitted"}
-
     async def _stage_await_fine_tune_jobs(self) -> None:
         """Wait for each submitted job; a failed one is handled by
         ``text_rl.on_fine_tune_failure`` (:mod:`nip.training.failure_policy`)."""
         policy = FailurePolicy.from_params(self.hyper_params.text_rl)
-        names = list(self._submitted())
+        names = list(self.context.submitted())
         settled = await asyncio.gather(
             *(
                 settle_fine_tune_job(
@@ -103,7 +100,7 @@ class FineTuneStages:
         self._log(metrics)
 
     async def _stage_switch_models(self) -> None:
-        for group in self._submitted().values():
+        for group in map(self.groups.get, self.context.submitted()):
             job = await group.fine_tune_job()  # fetched once; the switch takes it as fetched
             # A run killed after switching, before saving, finds the model already in use.
             if job is not None and group.state.model_history[-1:] != [job.fine_tuned_model]:

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nip.backends.local.model_store import canonical_model_name, check_model_name
 from nip.errors import ModelNotFoundError
 
 STACK_FILE = "nip_adapter_stack.json"
@@ -109,3 +110,44 @@ def _canonical_config(path: Path) -> bytes:
         if isinstance(config.get(key), list):
             config[key] = sorted(config[key])
     return json.dumps(config, sort_keys=True).encode()
+
+
+class ServedModels:
+    """The names a local backend answers to: its base model's (as given, its folder's name,
+    its known name) and the LoRA adapters registered on it; both local engines are one."""
+
+    def __init__(self, model: str):
+        check_model_name(model)
+        self.model = str(model)
+        self._base_names = {self.model, Path(self.model).name}
+        if (canonical := canonical_model_name(self.model)) is not None:
+            self._base_names.add(canonical)
+        self._adapters: dict[str, AdapterStack] = {}
+
+    @property
+    def model_names(self) -> list[str]:
+        """Every name a request may use: the base model's names, then the adapters."""
+        return sorted(self._base_names) + sorted(self._adapters)
+
+    def model_fingerprint(self, model: str) -> str | None:
+        """A hash of the weights behind an adapter name; None for the base model.
+
+        Adapter names such as ``verifier-it0`` recur in every run, so the response cache adds
+        this to its key: a name with other weights never gets another model's answers.
+        """
+        adapter = self._adapters.get(model)
+        return adapter.fingerprint if adapter is not None else None
+
+    def _read_adapter(self, name: str, path: str | os.PathLike[str]) -> AdapterStack:
+        """The adapter stack in ``path``, to serve under ``name`` (not a base model's name)."""
+        if name in self._base_names:
+            raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
+        return read_adapter_stack(path)
+
+    def _check_served(self, model: str) -> None:
+        """Raises ModelNotFoundError: ``model`` is neither the base model nor an adapter."""
+        if model not in self._base_names and model not in self._adapters:
+            raise ModelNotFoundError(
+                f"The local backend serves {', '.join(map(repr, self.model_names))}, "
+                f"not {model!r}. Add fine-tuned models with register_adapter()."
+            )

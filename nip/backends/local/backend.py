@@ -21,15 +21,13 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local._batcher import MicroBatcher
-from nip.backends.local.adapters import AdapterStack, read_adapter_stack
-from nip.backends.local.model_store import canonical_model_name, check_model_name
+from nip.backends.local.adapters import AdapterStack, ServedModels
 from nip.backends.openai_compatible import _html_table
-from nip.errors import GenerationError, ModelNotFoundError
+from nip.errors import GenerationError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.utils.imports import heavy_imports
@@ -77,7 +75,7 @@ class LocalBackendStats:
         }
 
 
-class LocalBackend:
+class LocalBackend(ServedModels):
     """A :class:`~nip.backends.ChatBackend` that runs a Hugging Face model in this process.
 
     The model is loaded on the first request. Requests name either the base model (the name
@@ -122,20 +120,15 @@ class LocalBackend:
         cache_dir: str | os.PathLike[str] | None = None,
         prefix_cache_mb: float = 0.0,
     ):
-        check_model_name(model)
+        super().__init__(model)
         if prefix_cache_mb < 0:
             raise ValueError(f"prefix_cache_mb must be >= 0, not {prefix_cache_mb}")
         self.prefix_cache_mb = prefix_cache_mb
         self.name = "local"
-        self.model = str(model)
         self.device = device
         self.dtype = dtype
         self.default_max_tokens = default_max_tokens
         self.cache_dir = cache_dir
-        self._base_names = {self.model, Path(self.model).name}
-        if (canonical := canonical_model_name(self.model)) is not None:
-            self._base_names.add(canonical)
-        self._adapters: dict[str, AdapterStack] = {}
         self._engine: Engine | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="nip-local")
         self._batcher: MicroBatcher[GenerationRequest, GenerationResult] = MicroBatcher(
@@ -146,11 +139,6 @@ class LocalBackend:
         self._stop = threading.Event()  # ends a running generate() early on aclose()
 
     # ------------------------------------------------------------------ public API
-    @property
-    def model_names(self) -> list[str]:
-        """Every name a request may use: the base model's names, then the adapters."""
-        return sorted(self._base_names) + sorted(self._adapters)
-
     @property
     def loaded(self) -> bool:
         """Whether the model has been loaded (it is, after the first request)."""
@@ -181,18 +169,7 @@ class LocalBackend:
                 ``adapter_config.json``.
             ValueError: ``name`` is the base model's name.
         """
-        if name in self._base_names:
-            raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
-        self._adapters[name] = read_adapter_stack(path)
-
-    def model_fingerprint(self, model: str) -> str | None:
-        """A hash of the weights behind an adapter name; None for the base model.
-
-        Adapter names such as ``verifier-it0`` recur in every run, so the response cache adds
-        this to its key: a name with other weights never gets another model's answers.
-        """
-        adapter = self._adapters.get(model)
-        return adapter.fingerprint if adapter is not None else None
+        self._adapters[name] = self._read_adapter(name, path)
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         """Generate ``request.n`` completions; waits for a batch slot, never blocks the loop.
@@ -206,11 +183,7 @@ class LocalBackend:
             raise GenerationError("This LocalBackend has been closed.")
         if self._engine is None:
             require("local")  # not a GenerationError: no retry, no failed dialogue
-        if request.model not in self._base_names and request.model not in self._adapters:
-            raise ModelNotFoundError(
-                f"The local backend serves {', '.join(map(repr, self.model_names))}, "
-                f"not {request.model!r}. Add fine-tuned models with register_adapter()."
-            )
+        self._check_served(request.model)
         start = time.perf_counter()
         result = await self._batcher.submit(request)
         return replace(result, latency_s=time.perf_counter() - start)

@@ -27,8 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from nip.backends._types import GenerationRequest, GenerationResult
-from nip.backends.local.adapters import AdapterStack, read_adapter_stack
-from nip.backends.local.model_store import canonical_model_name, check_model_name
+from nip.backends.local.adapters import AdapterStack, ServedModels
 from nip.backends.local.stacked_adapters import concatenated_rank
 from nip.backends.local.vllm_process import VllmLaunch, VllmProcess
 from nip.backends.local.vllm_python import (
@@ -43,7 +42,6 @@ from nip.errors import (
     BackendUnavailableError,
     GenerationError,
     InvalidParameterError,
-    ModelNotFoundError,
     UnservableAdapterError,
 )
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
@@ -60,7 +58,7 @@ def _stop_process(process: VllmProcess, folder: str, grace_s: float = 10.0) -> N
     shutil.rmtree(folder, ignore_errors=True)
 
 
-class LocalVllmBackend:
+class LocalVllmBackend(ServedModels):
     """A :class:`~nip.backends.ChatBackend` for the ``Local`` provider that generates with vLLM.
 
     Requests name the base model (as for :class:`~nip.backends.local.LocalBackend`) or an
@@ -106,7 +104,7 @@ class LocalVllmBackend:
         startup_timeout_s: float = 600.0,
         vllm_args: Sequence[str] = (),
     ):
-        check_model_name(model)
+        super().__init__(model)
         if max_lora_rank not in VLLM_LORA_RANKS:
             raise InvalidParameterError("max_lora_rank", max_lora_rank, f"one of {VLLM_LORA_RANKS}")
         python = find_vllm_python(vllm_python)
@@ -116,7 +114,6 @@ class LocalVllmBackend:
                 f"{HOW_TO_GET_VLLM} (or use the default engine, transformers)"
             )
         self.name = "local"
-        self.model = str(model)
         self.python = python
         self.dtype = dtype if dtype is not None else cpu_dtype(fast=False)
         self.cache_dir = cache_dir
@@ -127,10 +124,6 @@ class LocalVllmBackend:
         self.max_model_len = max_model_len
         self.startup_timeout_s = startup_timeout_s
         self.vllm_args = tuple(vllm_args)
-        self._base_names = {self.model, Path(self.model).name}
-        if (canonical := canonical_model_name(self.model)) is not None:
-            self._base_names.add(canonical)
-        self._adapters: dict[str, AdapterStack] = {}
         self._loaded: dict[str, str] = {}  # adapter name -> the name vLLM serves it under
         self._token = secrets.token_urlsafe(24)
         self._process: VllmProcess | None = None
@@ -142,12 +135,6 @@ class LocalVllmBackend:
         self._closed = False
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def model_names(self) -> list[str]:
-        """Every name a request may use: the base model's names, then the adapters."""
-        return sorted(self._base_names) + sorted(self._adapters)
-
     @property
     def running(self) -> bool:
         """Whether the vLLM process is up (it starts with the first request)."""
@@ -172,9 +159,7 @@ class LocalVllmBackend:
                 or the stack cannot be written as one adapter (DoRA, per-module ranks).
             ValueError: ``name`` is the base model's name.
         """
-        if name in self._base_names:
-            raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
-        stack = read_adapter_stack(path)
+        stack = self._read_adapter(name, path)
         if len(stack.layers) > 1:  # served as the one adapter equal to the stack
             allowed = vllm_ranks_up_to(self.max_lora_rank)
             try:
@@ -194,11 +179,6 @@ class LocalVllmBackend:
                 )
         self._adapters[name] = stack
 
-    def model_fingerprint(self, model: str) -> str | None:
-        """A hash of the weights behind an adapter name; None for the base model."""
-        adapter = self._adapters.get(model)
-        return adapter.fingerprint if adapter is not None else None
-
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         """Generate ``request.n`` completions with vLLM, starting it first if needed.
 
@@ -209,11 +189,7 @@ class LocalVllmBackend:
         """
         if self._closed:
             raise GenerationError("This LocalVllmBackend has been closed.")
-        if request.model not in self._base_names and request.model not in self._adapters:
-            raise ModelNotFoundError(
-                f"The local backend serves {', '.join(map(repr, self.model_names))}, "
-                f"not {request.model!r}. Add fine-tuned models with register_adapter()."
-            )
+        self._check_served(request.model)
         await self.wait_for_ready(self.startup_timeout_s)
         served = BASE_NAME if request.model in self._base_names else await self._load(request.model)
         assert self._client is not None
