@@ -1,6 +1,7 @@
 """Shared test set-up: everything offline, quiet and deterministic."""
 
 import atexit
+import inspect
 import json
 import os
 import sys
@@ -186,6 +187,26 @@ def pytest_xdist_make_scheduler(config, log):
 
     config.option.loadscopereorder = False
     return ScopeScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """An async test's time-out ends its worker (pytest-timeout's thread method, which prints
+    every thread's stack first); xdist reports the test failed and starts a new worker. The
+    signal method's exception can be raised inside a task of the test's event loop, which
+    keeps it, and the test then waits forever: seen once in a whole run, a worker idle in
+    ``epoll_wait`` for 10 minutes past its time-out."""
+    for item in items:
+        if not inspect.iscoroutinefunction(getattr(item, "function", None)):
+            continue
+        marker = item.get_closest_marker("timeout")
+        if marker is not None and marker.args:
+            seconds = marker.args[0]
+        elif marker is not None and "timeout" in marker.kwargs:
+            seconds = marker.kwargs["timeout"]
+        else:
+            seconds = float(config.getini("timeout") or 0)
+        if seconds:
+            item.add_marker(pytest.mark.timeout(seconds, method="thread"), append=False)
 
 
 @pytest.fixture(autouse=True)
