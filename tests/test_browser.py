@@ -1,6 +1,7 @@
 """The tutorials in a real browser: JupyterLab, Debian's Chromium, driven by Playwright.
 
-Each tutorial of :data:`TUTORIALS` runs at CI size from JupyterLab's Run menu in one
+Each notebook of :data:`TUTORIALS` (the light tutorials, and ``tests/notebooks/widgets.ipynb``
+for the widgets of the heavy ones) runs at CI size from JupyterLab's Run menu in one
 JupyterLab server and one browser shared by all; then its row's check clicks real buttons of
 its widgets and asserts what the page shows next. Screenshots go to the test's temporary folder
 and, when ``NIP_SCREENSHOT_DIR`` is set, there too (``<notebook>-<what>.png``). To cover another
@@ -92,9 +93,6 @@ def _lab_settings(home: Path) -> dict[str, str]:
         "NIP_TUTORIAL_SIZE": "ci",
         "NIP_CACHE_DIR": str(fresh_cache_dir(home)),
         "WANDB_MODE": "disabled",
-        # Tutorial 07's server on the transformers engine here: test_notebooks runs it on
-        # vLLM where vLLM is set up, and starting vLLM twice costs CI about 1.5 min.
-        "NIP_VLLM_PYTHON": "none",
     }
 
 
@@ -110,7 +108,7 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path / "root"
     root.mkdir()
     for tutorial in TUTORIALS:
-        shutil.copy(NOTEBOOKS / tutorial.notebook, root)
+        shutil.copy(tutorial.path, root)
     port = _free_port()
     log = tmp_path / "jupyterlab.log"
     command = [
@@ -338,34 +336,6 @@ def _check_malt_figures(page, shots: Screenshots) -> None:
     shots.save(page, "viewer", viewer)
 
 
-def _check_self_hosted_loop(page, shots: Screenshots) -> None:
-    """07: the server's card names its engine and adapter; the prompt inspector, talking to
-    the kernel, shows the prover's prompt when picked; the DPO job succeeded, or its launcher
-    says it had no preference pair to learn from (what the model sampled decides which); the
-    SFT job succeeded and the agents switched to their adapters."""
-    card = _cell(page, "serve_in_background(").locator(".jp-OutputArea").first
-    assert re.search(
-        r"engine: (vllm|transformers)", _cell(page, "serve_in_background(").inner_text()
-    )
-    shots.save(page, "server", card)
-    inspector = _cell(page, "PromptInspector(dialogue")
-    agent_picker = inspector.locator(".jp-OutputArea select").first
-    prompt = inspector.locator(".jp-OutputArea .widget-html").first
-    assert "prompt of verifier" in prompt.inner_text()
-    assert "prompt of prover" in _changes(
-        page, prompt, lambda: agent_picker.select_option("prover")
-    )
-    shots.save(page, "prompt-inspector", inspector)
-    launcher = _cell(page, "dpo = FineTuneLauncher(")
-    dpo = launcher.inner_text()
-    assert "succeeded" in dpo or "no job was launched: group 'verifier': too few examples" in dpo
-    shots.save(page, "dpo-launcher", launcher)
-    watched = _cell(page, "launched = []").inner_text()
-    assert "succeeded, new model" in watched and "failed" not in watched
-    switched = _cell(page, "new_models = {}").inner_text()
-    assert "prover-it0" in switched and ("verifier-it0" in switched) == ("succeeded" in dpo)
-
-
 def _check_sweep_dashboard(page, shots: Screenshots) -> None:
     """08: the sweep's dashboard shows every cell finished and the comparison drawn; a click on
     a cell's name opens its own dashboard, which says what its dummy jobs did; the comparison
@@ -385,27 +355,34 @@ def _check_sweep_dashboard(page, shots: Screenshots) -> None:
     shots.save(page, "comparison", comparison)
 
 
+def _check_widgets_of_the_heavy_tutorials(page, shots: Screenshots) -> None:
+    """tests/notebooks/widgets.ipynb: what tutorials 04 and 05 show, on the dummy API."""
+    _check_job_launcher_and_dashboard(page, shots)
+    _check_malt_figures(page, shots)
+
+
 @dataclass(frozen=True)
 class Tutorial:
-    """One tutorial the browser runs, and what it checks once every cell has run."""
+    """One notebook the browser runs, and what it checks once every cell has run."""
 
-    notebook: str
+    path: Path
     check: Callable[..., None]
     #: How long Run All may take at CI size (generous: a loaded 2-core machine).
     run_timeout_s: float = 180
 
+    @property
+    def notebook(self) -> str:
+        return self.path.name
 
+
+#: Tutorials 04, 05 and 07 spend minutes in the real model and LoRA jobs: nbval runs them
+#: (tests/test_notebooks.py), and their widgets are clicked here in widgets.ipynb, on the dummy
+#: API, where the same widgets take seconds.
 TUTORIALS = (
-    Tutorial("01_quickstart.ipynb", _check_parameters_form),
-    Tutorial("03_step_through.ipynb", _check_step_controller),
-    Tutorial("04_expert_iteration.ipynb", _check_job_launcher_and_dashboard, 480),
-    # Tutorial 5 trains a LoRA adapter with DPO on the CPU: minutes on a loaded machine.
-    Tutorial("05_malt_trees.ipynb", _check_malt_figures, 480),
-    # Tutorial 7 starts nip serve with vLLM's CPU build (or transformers) and trains two jobs.
-    # 900: room for a loaded machine; on two workers it ran 148-169 s in CI on 2026-11-26
-    # (about 560 s before each worker's torch had one thread and vLLM its own core).
-    Tutorial("07_self_hosted_loop.ipynb", _check_self_hosted_loop, 900),
-    Tutorial("08_compare_protocols.ipynb", _check_sweep_dashboard),
+    Tutorial(NOTEBOOKS / "01_quickstart.ipynb", _check_parameters_form),
+    Tutorial(NOTEBOOKS / "03_step_through.ipynb", _check_step_controller),
+    Tutorial(NOTEBOOKS / "08_compare_protocols.ipynb", _check_sweep_dashboard),
+    Tutorial(ROOT / "tests" / "notebooks" / "widgets.ipynb", _check_widgets_of_the_heavy_tutorials),
 )
 
 
