@@ -14,11 +14,11 @@ from nip.cli import _load_config
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_quickstart_experiment_trains_both_agents_and_tests_them(tmp_path):
-    """The quickstart preset, shrunk to 2 dialogues per iteration (and so 2 test items, one
+    """The quickstart preset, shrunk to 1 dialogue per iteration (and so 1 test item, one
     training step per agent) to save CI time: every stage still runs with the real model.
     What it asserts holds whatever the model samples (on any CPU, in either dtype)."""
     params = _load_config("quickstart")
-    params.rl.rollouts_per_iteration = 2
+    params.rl.rollouts_per_iteration = 1
     for agent in params.agents.values():
         agent.max_response_words = 15
     params.text_rl.min_fine_tune_examples = 1
