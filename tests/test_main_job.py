@@ -9,10 +9,15 @@ import sys
 import pytest
 
 from nip.cli import _load_config
+from nip.utils.precision import bfloat16_is_emulated
+
+#: bfloat16 forced on a CPU that emulates it (``NIP_CPU_DTYPE``) runs the model several times
+#: slower.
+SLOWER = 4 if bfloat16_is_emulated() else 1
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(900 * SLOWER)
 def test_the_quickstart_experiment_trains_both_agents_and_tests_them(tmp_path):
     """The quickstart preset, shrunk to 1 dialogue per iteration (and so 1 test item, one
     training step per agent) to save CI time: every stage still runs with the real model.
@@ -44,7 +49,7 @@ def test_the_quickstart_experiment_trains_both_agents_and_tests_them(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=880,
+        timeout=880 * SLOWER,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "accuracy" in result.stdout and "test" in result.stdout

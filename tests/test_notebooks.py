@@ -30,19 +30,23 @@ from nip.tutorial import (
     tutorial_server,
     tutorial_size,
 )
+from nip.utils.precision import bfloat16_is_emulated
 
 ROOT = Path(__file__).resolve().parents[1]
 TUTORIALS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-CELL_TIMEOUT_S = 300
+#: bfloat16 forced on a CPU that emulates it (``NIP_CPU_DTYPE=bfloat16`` on an AVX2 machine, to
+#: see what a machine with native bfloat16 computes) runs the model several times slower.
+SLOWER = 4 if bfloat16_is_emulated() else 1
+CELL_TIMEOUT_S = 300 * SLOWER
 #: Wall-clock limits at CI size: several times what a loaded 2-core machine needs, and room
 #: for converting the embedded model on a fresh machine (about two minutes).
-LIMITS_S = {name: 600 for name in ("04_expert_iteration", "05_malt_trees")}
+LIMITS_S = {name: 600 * SLOWER for name in ("04_expert_iteration", "05_malt_trees")}
 #: Tutorial 7 (vLLM) took 153-173 s on two workers in CI on 2026-11-26 (125 s alone; 531 s
 #: before each worker's torch had one thread and vLLM its own core).
-LIMITS_S["07_self_hosted_loop"] = 900
+LIMITS_S["07_self_hosted_loop"] = 900 * SLOWER
 #: Where tutorial 7's background server keeps its settings (relative to the notebook).
 SELF_HOSTED_SERVER = Path("runs/07_self_hosted/server/background-server.json")
-DEFAULT_LIMIT_S = 360
+DEFAULT_LIMIT_S = 360 * SLOWER
 #: The most a tutorial may weigh saved after running at CI size: a reviewer opens it at once,
 #: and a researcher can commit it. One plotly FigureWidget alone saved plotly.js (5 MB).
 SAVED_LIMIT_BYTES = 2_000_000

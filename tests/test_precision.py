@@ -28,6 +28,24 @@ def test_nip_cpu_dtype_forces_every_engine_on_any_cpu(monkeypatch, forced, nativ
     assert cpu_dtype(fast=True) == cpu_dtype(fast=False) == forced.strip().lower()
 
 
+@pytest.mark.parametrize(
+    ("forced", "native_bf16", "emulated"),
+    [
+        ("bfloat16", False, True),
+        ("bfloat16", True, False),
+        ("float32", False, False),
+        ("", False, False),
+    ],
+)
+def test_bfloat16_is_emulated_only_where_forced_on_a_cpu_without_it(
+    monkeypatch, forced, native_bf16, emulated
+):
+    monkeypatch.setenv("NIP_CPU_DTYPE", forced)
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
+
+    assert precision.bfloat16_is_emulated() is emulated
+
+
 def test_an_empty_nip_cpu_dtype_is_as_if_unset(monkeypatch):
     monkeypatch.setenv("NIP_CPU_DTYPE", "")
 

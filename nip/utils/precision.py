@@ -48,6 +48,12 @@ def cpu_has_native_bf16() -> bool:
         return False
 
 
+def bfloat16_is_emulated() -> bool:
+    """Whether ``NIP_CPU_DTYPE`` forces bfloat16 on a CPU that only emulates it (several times
+    slower than float32)."""
+    return forced_cpu_dtype() == "bfloat16" and not cpu_has_native_bf16()
+
+
 def cpu_dtype(*, fast: bool) -> str:
     """What "auto" means on a CPU: ``NIP_CPU_DTYPE`` where set; else bfloat16 for what
     favours speed (``fast``: vLLM under ``nip serve``, LoRA training) on a CPU with native
