@@ -233,7 +233,7 @@ def gpu_time(
     hosted = {
         name: agent.model_name
         for name, agent in hyper_params.agents.items()
-        if agent.model_provider == "SelfHosted" and not agent.use_dummy_api
+        if agent.served_by == "SelfHosted"
     }
     if not hosted:
         return None
