@@ -19,9 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nip.analysis.metrics import (
-    price_key,
-)
 from nip.errors import InvalidParameterError, require_count
 from nip.experiments.cost_report import CostEstimate, CostLine, Stage
 from nip.experiments.dialogue_sizes import (
@@ -32,7 +29,8 @@ from nip.experiments.dialogue_sizes import (
 )
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.protocols import ProtocolHandler
-from nip.providers import prices_for, provider_for
+from nip.providers import inference_price, prices_for, provider_for
+from nip.providers.openai import price_key
 from nip.runs.plan_steps import TEST_ITERATION
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
@@ -80,7 +78,7 @@ class _Estimator:
             self.session, sample_items=sample_items, response_fill=response_fill
         )
         self.agents = tuple(self.session.agents)
-        # The user's corrections; the rest from each agent's provider (``prices_for``).
+        # The user's corrections; the rest from each agent's provider (``nip.providers``).
         self.prices = dict(settings.prices_usd_per_1m)
         self.ft_prices = dict(fine_tuning_prices)
         self.unpriced: set[str] = set()
@@ -88,9 +86,7 @@ class _Estimator:
 
     # ------------------------------------------------------------- pricing
     def _price(self, model: str, params: PureTextAgentParameters, prompt: int, completion: int):
-        if is_free(params):
-            return 0.0
-        price = self.prices.get(model) or prices_for(params).inference(model)
+        price = inference_price(params, model, self.prices)
         if price is None:
             self.unpriced.add(model)
             return None
