@@ -222,18 +222,6 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self._draw_metrics()
         self._draw_jobs()
 
-    @property
-    def accuracy_figure(self) -> go.Figure:
-        return self.accuracy_plot.figure
-
-    @property
-    def reward_figure(self) -> go.Figure:
-        return self.reward_plot.figure
-
-    @property
-    def loss_figure(self) -> go.Figure:
-        return self.loss_plot.figure
-
     @staticmethod
     def _set_traces(plot: LiveFigure, series: dict[str, list[tuple[int, float]]]) -> None:
         """Make ``plot`` show ``series`` (name -> points), and draw it if that changed."""
