@@ -43,13 +43,13 @@ def add_fine_tuning_routes(
     store: ServerStore,
     queue: FineTuneQueue,
     *,
-    is_known_model: Callable[[str], bool],
     check_job: Callable[[dict[str, Any]], None],
 ) -> None:
     """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``.
 
-    ``check_job`` may refuse a job-creation body with a :class:`RequestError`; every
-    RequestError a route raises is answered with its status and message.
+    ``check_job`` may refuse a job-creation body (a model not served here, settings the
+    server cannot train) with a :class:`RequestError`; every RequestError a route raises is
+    answered with its status and message.
     """
     app.add_exception_handler(RequestError, _refuse)
 
@@ -96,10 +96,6 @@ def add_fine_tuning_routes(
             raise RequestError("the request body is not JSON") from None
         method, extra = validate_job_request(body)
         check_job(body)
-        if not is_known_model(body["model"]):
-            raise RequestError(
-                f"model {body['model']!r} is not available for fine-tuning here", param="model"
-            )
         content = store.file_content(body["training_file"])
         if content is None:
             raise RequestError(f"no file {body['training_file']}", param="training_file")
