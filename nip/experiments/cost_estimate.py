@@ -55,7 +55,8 @@ def plan_run(
 
 def is_free(params: PureTextAgentParameters) -> bool:
     """Whether an agent's tokens cost nothing: the dummy API, the embedded model, or one's
-    own server. The provider table decides (the trainer's ``cost_usd`` metric reads it too)."""
+    own server. The provider table decides (``nip.providers.inference_price`` prices them at 0
+    for the dry run and the ``cost_usd`` metric alike)."""
     return not provider_for(params).bills_tokens
 
 
