@@ -36,7 +36,7 @@ from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
 from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
 
-__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "is_free", "plan_run"]
+__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "plan_run"]
 
 
 def plan_run(
@@ -51,13 +51,6 @@ def plan_run(
     settings = settings or ExperimentSettings(show_progress=False)
     session = dry_run_session(hyper_params, settings, protocol=protocol)
     return plan_for_session(hyper_params, session, need_data=False)
-
-
-def is_free(params: PureTextAgentParameters) -> bool:
-    """Whether an agent's tokens cost nothing: the dummy API, the embedded model, or one's
-    own server. The provider table decides (``nip.providers.inference_price`` prices them at 0
-    for the dry run and the ``cost_usd`` metric alike)."""
-    return not provider_for(params).bills_tokens
 
 
 class _Estimator:
@@ -96,11 +89,10 @@ class _Estimator:
     def _training_price(
         self, model: str, params: PureTextAgentParameters, tokens: int, method: str
     ):
-        if is_free(params):
+        prices = prices_for(params)  # None: its tokens cost nothing
+        if prices is None:
             return 0.0
-        price = self.ft_prices.get(model) or prices_for(params).training(
-            model, method, params.use_lora
-        )
+        price = self.ft_prices.get(model) or prices.training(model, method, params.use_lora)
         if price is None:
             self.unpriced.add(f"fine-tuning {model}")
             return None
@@ -150,7 +142,7 @@ class _Estimator:
                 stage=stage,
                 agent=agent,
                 model=models[agent],
-                free=is_free(self.hyper_params.agents[agent]),
+                free=not provider_for(self.hyper_params.agents[agent]).bills_tokens,
                 items=items,
                 dialogues=dialogues,
                 calls=cost.calls,
@@ -189,7 +181,7 @@ class _Estimator:
                         stage="fine-tune",
                         agent=agent,
                         model=model,
-                        free=is_free(params),
+                        free=not provider_for(params).bills_tokens,
                         examples=examples,
                         training_tokens=tokens,
                         usd=self._training_price(model, params, tokens, group.method),
