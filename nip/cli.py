@@ -315,7 +315,7 @@ def _print_openai_notice(hyper_params, plan=None, *, instead: str | None = None)
     from nip.jobs.openai_closing import openai_fine_tuning_notice
 
     agents = hyper_params.agents.values()
-    if not any(a.model_provider == "OpenAI" and not a.use_dummy_api for a in agents):
+    if not any(a.served_by == "OpenAI" for a in agents):
         return False
     if plan is None:
         from nip.experiments.cost_estimate import plan_run

@@ -194,10 +194,6 @@ class FineTuningClosedError(FineTuneError):
     kept, and resumes on another provider."""
 
 
-class FineTuneJobNotFoundError(FineTuneError):
-    """The backend does not know the job (for example a server that lost its state)."""
-
-
 class SharedModelGroupError(NipError, ValueError):
     """Agents in one shared model group disagree on a setting that defines the model."""
 

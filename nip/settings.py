@@ -51,9 +51,9 @@ class ExperimentSettings:
             ``SelfHosted`` agents of that model talk to it, whatever their
             ``language_model_server_*`` say. Filled in by ``serve``.
         prices_usd_per_1m: API prices in USD per 1M ``(input, output)`` tokens by model
-            (``"gpt-4o-mini"``, ``"ft:gpt-4o-mini"``: no snapshot date), over nip's table of
-            OpenAI list prices (``nip.analysis.metrics.OPENAI_PRICES_USD_PER_1M``); the
-            ``cost_usd`` metric uses them. Prices change: correct them here.
+            (``"gpt-4o-mini"``, ``"ft:gpt-4o-mini"``: no snapshot date), over the published
+            prices of each agent's provider (``nip.providers.inference_price``); the
+            ``cost_usd`` metric and the dry run use them. Prices change: correct them here.
         extra: Free-form settings for extensions.
     """
 

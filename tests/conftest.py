@@ -109,6 +109,30 @@ def dummy_params(make_tiny_dataset) -> Callable[..., Any]:
     return build
 
 
+@pytest.fixture
+def fine_tuning_app(tmp_path) -> Callable[..., Any]:
+    """``fine_tuning_app(backend, storage, model=None)``: ``nip serve``'s app with no inference
+    engine, training with ``backend`` and keeping its files and jobs in ``storage``. Its base
+    model is a folder named ``base``, which also answers to ``model``: jobs on any other model
+    are refused."""
+
+    def build(backend: Any, storage: Path, model: str | None = None) -> Any:
+        from nip.server.app import create_server_app
+        from nip.server.config import ServerConfig
+
+        (tmp_path / "base").mkdir(exist_ok=True)
+        config = ServerConfig(
+            model=str(tmp_path / "base"),
+            served_model_name=model,
+            engine="none",
+            storage_dir=str(storage),
+            poll_interval_s=0.05,
+        )
+        return create_server_app(config, fine_tune_backend=backend)
+
+    return build
+
+
 # ------------------------------------------------------------------ tiers and workers
 #: Markers of the tests left out of the quick tier (``bash scripts/test.sh --quick``).
 HEAVY_MARKERS = ("slow", "gpu", "vllm", "browser", "notebook")

@@ -151,7 +151,10 @@ def test_each_agent_has_its_tokens_cost_and_latency_in_the_run_metrics():
 
 def test_a_free_agent_costs_nothing_and_an_unpriced_model_makes_its_cost_unknown():
     turns = [turn("verifier", 100, 10, 1.0), turn("prover", 100, 10, 1.0, model="my-model")]
-    metrics = rollout_metrics([dialogue("a", 1, ACCEPT, turns=turns)], free_agents=("verifier",))
+    prices = {("verifier", "gpt-4o-mini-2024-07-18"): (0.0, 0.0)}  # the verifier's is free
+    metrics = rollout_metrics(
+        [dialogue("a", 1, ACCEPT, turns=turns)], price=lambda *turn: prices.get(turn)
+    )
     assert metrics["verifier.cost_usd"] == 0.0
     assert metrics["prover.cost_usd"] is None
 

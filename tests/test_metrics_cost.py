@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nip.analysis.metrics import cost_usd
+from nip.parameters import PureTextAgentParameters
+from nip.providers import inference_price
 from nip.providers.openai import OPENAI_PRICES_USD_PER_1M, price_key
 from nip.rollouts.records import AgentTurn
 
@@ -43,16 +45,23 @@ def test_one_unpriced_model_makes_the_cost_unknown():
     assert cost_usd(turns) is None
 
 
-def test_a_prices_mapping_adds_and_overrides_models():
+def test_a_price_function_prices_each_turn_by_its_agent_and_model():
     turns = [turn("prover", "my-model", 2_000_000, 1_000_000), turn("verifier", "gpt-4o", 0, 0)]
-    assert cost_usd(turns, prices={"my-model": (1.0, 3.0)}) == pytest.approx(5.0)
-    assert cost_usd(turns[1:2], prices={"gpt-4o": (0.0, 0.0)}) == 0.0
+    table = {("prover", "my-model"): (1.0, 3.0), ("verifier", "gpt-4o"): (0.0, 0.0)}
+    assert cost_usd(turns, lambda agent, model: table.get((agent, model))) == pytest.approx(5.0)
 
 
-def test_free_agents_cached_and_overridden_turns_cost_nothing():
+def test_a_free_agent_cached_and_overridden_turns_cost_nothing():
     turns = [
         turn("prover", "Qwen/Qwen2.5-0.5B", 1000, 1000),  # a Local model: free
         turn("verifier", "gpt-4o", 1000, 1000, cached=True),
         turn("verifier", None, 0, 0, overridden=True),
     ]
-    assert cost_usd(turns, free_agents={"prover"}) == 0.0
+    local = PureTextAgentParameters.local_default(model_name="Qwen/Qwen2.5-0.5B")
+    assert cost_usd(turns, lambda agent, model: inference_price(local, model, {})) == 0.0
+
+
+def test_corrections_by_price_key_go_over_the_providers_prices():
+    openai = PureTextAgentParameters(model_name="gpt-4o-2024-08-06")
+    assert inference_price(openai, "gpt-4o-2024-08-06", {"gpt-4o": (1.0, 2.0)}) == (1.0, 2.0)
+    assert inference_price(openai, "my-model", {}) is None

@@ -14,7 +14,6 @@ from nip.jobs import FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.jobs.openai_api import OpenAIFineTuneBackend
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.rollouts import Datapoint
-from nip.server.routes import create_fine_tuning_app
 from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.testing.server import serve
@@ -59,15 +58,12 @@ class QuickTrainer:
 
 
 @pytest.fixture
-def server(tmp_path):
+def server(tmp_path, fine_tuning_app):
+    """``nip serve``'s app training with the quick trainer; its base model answers to "base"
+    and to the agents' default model name."""
     trainer = QuickTrainer()
-    app = create_fine_tuning_app(
-        tmp_path / "server",
-        trainer,
-        poll_interval_s=0.05,
-        is_known_model=lambda name: name != "unknown-model",
-    )
-    running = serve(app)
+    model = PureTextAgentParameters().model_name
+    running = serve(fine_tuning_app(trainer, tmp_path / "server", model=model))
     try:
         yield running, trainer
     finally:

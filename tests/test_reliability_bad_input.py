@@ -38,7 +38,6 @@ from nip.parameters import (
     TextRlParameters,
 )
 from nip.prompts import PromptTemplateError
-from nip.server.routes import create_fine_tuning_app
 from nip.settings import ExperimentSettings
 from nip.testing.faults import FaultPlan
 from nip.testing.server import RunningServer, create_app, serve
@@ -276,14 +275,10 @@ def test_a_model_the_server_does_not_know_stops_the_run_before_anything_is_saved
 
 
 def test_a_fine_tune_job_the_server_refuses_keeps_the_rollouts_and_resumes(
-    dataset, tmp_path, chat_server
+    dataset, tmp_path, chat_server, fine_tuning_app
 ):
     chat_server()
-    refusing = serve(
-        create_fine_tuning_app(
-            tmp_path / "ft-server", DummyFineTuneBackend(), is_known_model=lambda name: False
-        )
-    )
+    refusing = serve(fine_tuning_app(DummyFineTuneBackend(), tmp_path / "ft-server"))
     try:
         backends = {
             "prover": DummyFineTuneBackend(),

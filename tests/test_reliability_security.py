@@ -31,7 +31,6 @@ from nip.parameters import (
     RlParameters,
     TextRlParameters,
 )
-from nip.server.routes import create_fine_tuning_app
 from nip.settings import ExperimentSettings
 from nip.testing.server import create_app, serve
 from nip.training.trainer import PureTextEiTrainer
@@ -93,11 +92,13 @@ def leaks_in(directory: Path) -> list[str]:
 
 @pytest.mark.timeout(90)
 def test_a_planted_api_key_appears_in_no_artefact_of_a_full_run(
-    dataset, tmp_path, monkeypatch, caplog, capfd
+    dataset, tmp_path, monkeypatch, caplog, capfd, fine_tuning_app
 ):
     caplog.set_level(logging.DEBUG)  # every library's debug log, the SDK's and httpx's too
     chat = serve(create_app(DummyBackend(DummyPolicy(decide_on_turn=3)), api_key=PLANTED))
-    fine_tuning = serve(create_fine_tuning_app(tmp_path / "ft-server", DummyFineTuneBackend()))
+    fine_tuning = serve(
+        fine_tuning_app(DummyFineTuneBackend(), tmp_path / "ft-server", model="gpt-test")
+    )
     monkeypatch.setenv("OPENAI_BASE_URL", chat.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", PLANTED)
     run_dir = tmp_path / "run"
@@ -180,7 +181,9 @@ def files_outside(root: Path, top: Path) -> set[Path]:
 @pytest.mark.parametrize(
     "filename", ["../../x", "/tmp/nip-upload-escape", "..", "a/../../x", r"..\..\x"]
 )
-def test_an_uploaded_file_name_cannot_escape_the_storage_directory(tmp_path, filename):
+def test_an_uploaded_file_name_cannot_escape_the_storage_directory(
+    tmp_path, filename, fine_tuning_app
+):
     root = tmp_path / "deep" / "store"
     line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
     content = (json.dumps(line) + "\n").encode()
@@ -194,7 +197,7 @@ def test_an_uploaded_file_name_cannot_escape_the_storage_directory(tmp_path, fil
     body += content + f"\r\n--{boundary}--\r\n".encode()
     outside_before = files_outside(root, tmp_path)
 
-    with serve(create_fine_tuning_app(root, DummyFineTuneBackend())) as server:
+    with serve(fine_tuning_app(DummyFineTuneBackend(), root)) as server:
         reply = httpx.post(
             f"{server.base_url}/files",
             content=body,

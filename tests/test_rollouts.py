@@ -179,8 +179,10 @@ def test_a_turn_whose_every_attempt_failed_still_costs_what_they_cost():
     turn = s.dialogue(ITEMS[0]).step()[0]
     assert not turn.valid and (turn.prompt_tokens, turn.completion_tokens) == (30, 9)
     assert turn.model == "scripted" and not turn.cached
-    usd_per_million = {"scripted": (1.0, 2.0)}
-    assert cost_usd([turn], usd_per_million) == pytest.approx((30 * 1.0 + 9 * 2.0) / 1e6)
+    usd_per_million = {"scripted": (1.0, 2.0)}.get
+    assert cost_usd([turn], lambda agent, model: usd_per_million(model)) == pytest.approx(
+        (30 * 1.0 + 9 * 2.0) / 1e6
+    )
 
 
 class SampledBackend(ScriptedBackend):

@@ -319,8 +319,8 @@ def test_the_dashboard_grows_its_plots_and_its_buttons_write_the_control_file(da
     trainer.train(max_stages=3)
     monitor = RunMonitor(trainer)  # no running loop here: no polling task
     assert monitor.task is None
-    assert [t.name for t in monitor.accuracy_figure.data] == ["train", "test"]
-    assert list(monitor.reward_figure.data[0].x) == [0]
+    assert [t.name for t in monitor.accuracy_plot.figure.data] == ["train", "test"]
+    assert list(monitor.reward_plot.figure.data[0].x) == [0]
 
     monitor.pause_button.click()
     assert read_request(run) == "pause" and monitor.pause_button.disabled
@@ -330,7 +330,7 @@ def test_the_dashboard_grows_its_plots_and_its_buttons_write_the_control_file(da
 
     trainer.train()
     monitor.refresh()
-    assert list(monitor.accuracy_figure.data[0].x) == [0, 1]
+    assert list(monitor.accuracy_plot.figure.data[0].x) == [0, 1]
     assert "finished" in monitor.header.value and monitor.stop_button.disabled
     assert "ft-verifier-it0" in monitor.jobs_view.value
 
@@ -344,7 +344,7 @@ def test_the_dashboard_says_what_dummy_jobs_did_and_draws_no_empty_loss_plot(dat
     assert jobs["verifier"].model in monitor.jobs_view.value
     assert "none" not in [job.state for job in jobs.values()]  # the outcome of no iteration
     assert "no losses reported: the dummy backend trains nothing" in monitor.jobs_view.value
-    assert monitor.loss_plot.layout.display == "none" and not monitor.loss_figure.data
+    assert monitor.loss_plot.layout.display == "none" and not monitor.loss_plot.figure.data
 
 
 def test_the_dashboards_figures_are_saved_as_light_outputs_not_figure_widgets(dataset, tmp_path):
@@ -357,7 +357,7 @@ def test_the_dashboards_figures_are_saved_as_light_outputs_not_figure_widgets(da
     monitor = RunMonitor(trainer.run_dir.path)
     state = json.dumps(dependency_state(monitor, drop_defaults=False))
     assert len(state) < 200_000, f"the dashboard's widget state is {len(state):,} bytes"
-    assert [t.name for t in monitor.accuracy_figure.data] == ["train", "test"]
+    assert [t.name for t in monitor.accuracy_plot.figure.data] == ["train", "test"]
 
 
 def test_a_run_can_be_paused_from_the_dashboard_before_its_first_stage_ends(dataset, tmp_path):

@@ -456,29 +456,32 @@ def test_a_worker_left_by_a_crashed_vllm_is_killed_before_the_restart(
 
 
 def test_the_vllm_command_follows_the_gpu_sharing_setting(monkeypatch):
-    from nip.server.vllm_engine import vllm_command, vllm_environment
+    from nip.server.vllm_engine import vllm_launch
+
+    def launch(config: ServerConfig):
+        return vllm_launch(config, Path("/m"), "py")
 
     gpu = ServerConfig(device="cuda", gpu_sharing="pause", tensor_parallel_size=2, max_loras=2)
-    command = vllm_command(gpu, Path("/m"), 8001, "py")
+    command = launch(gpu).command(8001)
     assert command[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     assert "--enable-sleep-mode" in command and "--enable-lora" in command
     assert command[command.index("--gpu-memory-utilization") + 1] == "0.9"
     assert command[command.index("--tensor-parallel-size") + 1] == "2"
     assert command[command.index("--max-cpu-loras") + 1] == "8"
-    env = vllm_environment(gpu, "t")
+    env = launch(gpu).environment_for("t")
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True"
 
-    shared = vllm_command(ServerConfig(device="cuda"), Path("/m"), 8001, "py")
+    shared = launch(ServerConfig(device="cuda")).command(8001)
     assert "--enable-sleep-mode" not in shared
     assert shared[shared.index("--gpu-memory-utilization") + 1] == "0.5"
 
     cpu = ServerConfig(device="cpu", gpu_sharing="pause")
-    assert "--gpu-memory-utilization" not in vllm_command(cpu, Path("/m"), 8001, "py")
-    assert "VLLM_SERVER_DEV_MODE" not in vllm_environment(cpu, "t")
-    assert vllm_environment(cpu, "t")["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert "--gpu-memory-utilization" not in launch(cpu).command(8001)
+    assert "VLLM_SERVER_DEV_MODE" not in launch(cpu).environment_for("t")
+    assert launch(cpu).environment_for("t")["VLLM_CPU_KVCACHE_SPACE"] == "1"
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")  # the setting is not ignored for it
     larger = ServerConfig(device="cpu", cpu_kv_cache_gib=3)
-    assert vllm_environment(larger, "t")["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert launch(larger).environment_for("t")["VLLM_CPU_KVCACHE_SPACE"] == "3"
 
 
 @pytest.mark.slow
@@ -549,7 +552,7 @@ def test_vllm_reads_in_float32_on_a_cpu_without_native_bfloat16(
     monkeypatch.delenv("NIP_CPU_DTYPE", raising=False)
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
     config = ServerConfig(device=device, dtype=setting)
-    command = vllm_engine.vllm_command(config, Path("/m"), 8001, "py")
+    command = vllm_engine.vllm_launch(config, Path("/m"), "py").command(8001)
 
     assert command[command.index("--dtype") + 1] == expected
 
@@ -564,7 +567,7 @@ def test_nip_cpu_dtype_decides_what_auto_means_for_vllm_on_any_cpu(
 
     monkeypatch.setenv("NIP_CPU_DTYPE", forced)
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native_bf16)
-    command = vllm_engine.vllm_command(ServerConfig(device="cpu"), Path("/m"), 8001, "py")
+    command = vllm_engine.vllm_launch(ServerConfig(device="cpu"), Path("/m"), "py").command(8001)
 
     assert command[command.index("--dtype") + 1] == forced
 

@@ -21,7 +21,7 @@ from nip.jobs.self_hosted import SelfHostedFineTuneBackend
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.server.app import create_server_app
 from nip.server.config import ServerConfig
-from nip.server.vllm_engine import vllm_command
+from nip.server.vllm_engine import vllm_launch
 from nip.testing.fine_tuning import ScriptedFineTuneBackend
 from nip.testing.server import serve
 
@@ -99,11 +99,13 @@ def test_the_qlora_trainer_refuses_to_quantize_on_the_cpu():
 
 
 def test_the_servers_quantization_is_passed_to_vllm():
-    command = vllm_command(
-        ServerConfig(device="cuda", quantization="bitsandbytes"), Path("/m"), 8001, "py"
-    )
+    command = vllm_launch(
+        ServerConfig(device="cuda", quantization="bitsandbytes"), Path("/m"), "py"
+    ).command(8001)
     assert command[command.index("--quantization") + 1] == "bitsandbytes"
-    assert "--quantization" not in vllm_command(ServerConfig(device="cuda"), Path("/m"), 1, "py")
+    assert "--quantization" not in vllm_launch(
+        ServerConfig(device="cuda"), Path("/m"), "py"
+    ).command(1)
 
 
 @pytest.mark.parametrize("where", [{"device": "cpu"}, {"engine": "transformers"}])

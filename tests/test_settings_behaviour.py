@@ -800,17 +800,18 @@ def server_observation(settings: Mapping[str, Any]) -> dict:
     """How ``nip serve`` would start: vLLM's command and environment, which engine, and how
     training processes are launched."""
     from nip.server.app import build_engine, build_fine_tune_backend
-    from nip.server.vllm_engine import vllm_command, vllm_environment
+    from nip.server.vllm_engine import vllm_launch
 
     values = {a.removeprefix("server."): v for a, v in settings.items() if a.startswith("server.")}
     config = ServerConfig(**{"device": "cpu", **values})
     model = Path(config.model)
     engine = build_engine(config, model, DATA_DIR) if config.engine != "auto" else None
     training = build_fine_tune_backend(config)
-    environment = vllm_environment(config, "token")
+    launch = vllm_launch(config, model, config.vllm_python or "python")
+    environment = launch.environment_for("token")
     return {
         "server": {
-            "vllm command": vllm_command(config, model, 8001, config.vllm_python or "python"),
+            "vllm command": launch.command(8001),
             "vllm environment": {
                 k: environment.get(k)
                 for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_SERVER_DEV_MODE", "CUDA_VISIBLE_DEVICES")

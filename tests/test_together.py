@@ -223,6 +223,22 @@ def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(
     assert f"recorded {together.PRICES_READ_ON}" in note and "up to 16B" in note
 
 
+def test_a_runs_cost_metric_is_priced_at_the_price_its_dry_run_uses(fakes, dataset, tmp_path):
+    fakes()
+    path = config(tmp_path, dataset)
+    dry_run = estimate_cost(HyperParameters.load(path))
+    (line, *_) = [line for line in dry_run.lines if line.stage == "train" and line.usd]
+    usd_per_token = line.usd / (line.prompt_tokens + line.completion_tokens)  # in = out here
+    assert run(path, tmp_path / "run") == 0
+
+    metrics = json.loads((tmp_path / "run" / "metrics" / "train_it0000.json").read_text())
+    tokens = metrics["prompt_tokens"] + metrics["completion_tokens"]
+    assert tokens > 0 and metrics["cost_usd"] == pytest.approx(tokens * usd_per_token)
+    assert metrics["verifier.cost_usd"] + metrics["prover.cost_usd"] == pytest.approx(
+        metrics["cost_usd"]
+    )
+
+
 def test_a_dpo_job_is_priced_at_togethers_dpo_rate(dataset, tmp_path):
     hp = HyperParameters.load(config(tmp_path, dataset, "pure_text_malt"))
     (job,) = [line for line in estimate_cost(hp).lines if line.stage == "fine-tune"]

@@ -294,7 +294,7 @@ def test_choosing_another_agent_recolours_the_figure_and_clicks_still_pick_nodes
     pytest.importorskip("anywidget")
     tree = hand_tree()
     viewer = TreeViewer(tree)
-    viewer.recolour("prover")
+    viewer.agent_picker.value = "prover"  # as a user picks it
     nodes = trace(viewer.figure, "nodes")
     assert list(nodes.marker.color) == [
         tree.nodes[i].expected_reward["prover"] for i in nodes.customdata
@@ -315,7 +315,7 @@ def test_the_viewer_is_saved_without_a_copy_of_plotly_js():
 def test_without_clicks_the_viewer_uses_the_node_list():
     tree = hand_tree()
     viewer = TreeViewer(tree, interactive=False)
-    viewer.recolour("prover")
+    viewer.agent_picker.value = "prover"  # as a user picks it
     assert viewer.clicks is None
     nodes = trace(viewer.figure, "nodes")
     prover = [tree.nodes[i].expected_reward["prover"] for i in nodes.customdata]

@@ -7,37 +7,34 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from nip.protocols import Decision
-from nip.providers.openai import OPENAI_PRICES_USD_PER_1M, price_key  # prices: per provider
+from nip.providers.openai import PRICES as OPENAI_PRICES
 from nip.rollouts.records import AgentTurn, Transcript
 
+#: USD per 1M ``(input, output)`` tokens of a model generating for an agent, ``(agent, model)``
+#: -> price, None when unknown.
+PriceOf = Callable[[str, str], tuple[float, float] | None]
 
-def cost_usd(
-    turns: Iterable[AgentTurn],
-    prices: Mapping[str, tuple[float, float]] | None = None,
-    free_agents: Collection[str] = (),
-) -> float | None:
+
+def openai_list_price(agent: str, model: str) -> tuple[float, float] | None:
+    """OpenAI's list price of ``model`` (a run prices by each agent's provider instead)."""
+    return OPENAI_PRICES.inference(model)
+
+
+def cost_usd(turns: Iterable[AgentTurn], price: PriceOf = openai_list_price) -> float | None:
     """The API cost of ``turns`` in USD, or None when any priced turn's model is unknown.
-
-    Args:
-        turns: The turns whose token usage to price.
-        prices: USD per 1M ``(input, output)`` tokens by :func:`price_key`, merged over
-            :data:`OPENAI_PRICES_USD_PER_1M`.
-        free_agents: Agents whose turns cost nothing (Local models and the dummy API).
-            Turns served from the response cache or written by a person cost nothing either.
-    """
-    table = {**OPENAI_PRICES_USD_PER_1M, **(prices or {})}
+    Turns served from the response cache or written by a person cost nothing."""
     total = 0.0
     for turn in turns:
-        if turn.agent in free_agents or turn.cached or turn.overridden:
+        if turn.cached or turn.overridden:
             continue
-        price = table.get(price_key(turn.model)) if turn.model else None
-        if price is None:
+        price_usd = price(turn.agent, turn.model) if turn.model else None
+        if price_usd is None:
             return None
-        total += (turn.prompt_tokens * price[0] + turn.completion_tokens * price[1]) / 1e6
+        total += (turn.prompt_tokens * price_usd[0] + turn.completion_tokens * price_usd[1]) / 1e6
     return total
 
 
@@ -56,25 +53,27 @@ _DECISION_VALUES = {Decision.REJECT: 0.0, Decision.ACCEPT: 1.0, Decision.NEITHER
 def priced_rollout_metrics(
     transcripts: Sequence[Transcript], agents: Mapping[str, Any], settings: Any
 ) -> dict[str, Any]:
-    """:func:`rollout_metrics` of a run's dialogues, priced as the run is: models on this
-    machine or one's own server, and the dummy API, cost nothing per token; API models are
-    priced by name (``settings.prices_usd_per_1m`` over the table)."""
-    from nip.providers import provider_for
+    """:func:`rollout_metrics` of a run's dialogues, priced as the run and its dry run are
+    (``nip.providers.inference_price``): models on this machine or one's own server, and the
+    dummy API, cost nothing per token; API models are priced by their agent's provider
+    (``settings.prices_usd_per_1m`` over its published prices)."""
+    from nip.providers import inference_price
 
-    free = {n for n, a in agents.items() if not provider_for(a.agent_params).bills_tokens}
-    return rollout_metrics(transcripts, prices=settings.prices_usd_per_1m, free_agents=free)
+    def price(agent: str, model: str) -> tuple[float, float] | None:
+        return inference_price(agents[agent].agent_params, model, settings.prices_usd_per_1m)
+
+    return rollout_metrics(transcripts, price=price)
 
 
 def rollout_metrics(
     transcripts: Sequence[Transcript],
     *,
-    prices: Mapping[str, tuple[float, float]] | None = None,
-    free_agents: Collection[str] = (),
+    price: PriceOf = openai_list_price,
 ) -> dict[str, Any]:
     """Accuracy, precision/recall (accept = positive), per-class accuracy, rewards, rates, cost.
 
-    "accuracy" counts a dialogue without a decision as wrong. ``prices`` and ``free_agents``
-    price the token usage as ``cost_usd`` (see :func:`cost_usd`; None if a model is unpriced).
+    "accuracy" counts a dialogue without a decision as wrong. ``price`` prices the token
+    usage as ``cost_usd`` (see :func:`cost_usd`; None if a model is unpriced).
     Also, as the original logged them (see :func:`decision_metrics`,
     :func:`datapoint_metrics` and :func:`agent_usage_metrics`): worst-datapoint accuracy,
     the decision mean, spread and entropy, and per agent its tokens, cost and latency.
@@ -120,11 +119,11 @@ def rollout_metrics(
             sum(x.token_limit for x in mine), len(mine)
         )
         metrics[f"{agent}.invalid_proportion"] = _ratio(sum(not x.valid for x in mine), len(mine))
-        metrics.update(agent_usage_metrics(agent, mine, prices, free_agents))
+        metrics.update(agent_usage_metrics(agent, mine, price))
     metrics["prompt_tokens"] = sum(x.prompt_tokens for x in turns)
     metrics["completion_tokens"] = sum(x.completion_tokens for x in turns)
     metrics["cached_proportion"] = _ratio(sum(x.cached for x in turns), len(turns))
-    metrics["cost_usd"] = cost_usd(turns, prices, free_agents)
+    metrics["cost_usd"] = cost_usd(turns, price)
     return metrics
 
 
@@ -188,8 +187,7 @@ def decision_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
 def agent_usage_metrics(
     agent: str,
     turns: Sequence[AgentTurn],
-    prices: Mapping[str, tuple[float, float]] | None = None,
-    free_agents: Collection[str] = (),
+    price: PriceOf = openai_list_price,
 ) -> dict[str, Any]:
     """One agent's tokens, API cost and latency over ``turns`` (its own turns).
 
@@ -203,7 +201,7 @@ def agent_usage_metrics(
     return {
         f"{agent}.prompt_tokens": sum(t.prompt_tokens for t in turns),
         f"{agent}.completion_tokens": sum(t.completion_tokens for t in turns),
-        f"{agent}.cost_usd": cost_usd(turns, prices, free_agents),
+        f"{agent}.cost_usd": cost_usd(turns, price),
         f"{agent}.mean_latency_s": statistics.fmean(generated) if generated else None,
     }
 

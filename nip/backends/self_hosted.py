@@ -86,7 +86,7 @@ def served_params(
         UnservedModelError: ``settings.serve`` is on and no server serves the agent's model
             (the run was not started through ``nip run --serve`` or ``nip.server.serving``).
     """
-    if params.model_provider != "SelfHosted" or params.use_dummy_api:
+    if params.served_by != "SelfHosted":
         return params
     url = settings.servers.get(params.model_name)
     if url is None:

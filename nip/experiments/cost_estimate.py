@@ -19,9 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nip.analysis.metrics import (
-    price_key,
-)
 from nip.errors import InvalidParameterError, require_count
 from nip.experiments.cost_report import CostEstimate, CostLine, Stage
 from nip.experiments.dialogue_sizes import (
@@ -32,13 +29,14 @@ from nip.experiments.dialogue_sizes import (
 )
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.protocols import ProtocolHandler
-from nip.providers import prices_for, provider_for
+from nip.providers import inference_price, prices_for, provider_for
+from nip.providers.openai import price_key
 from nip.runs.plan_steps import TEST_ITERATION
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
 from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
 
-__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "is_free", "plan_run"]
+__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "plan_run"]
 
 
 def plan_run(
@@ -53,12 +51,6 @@ def plan_run(
     settings = settings or ExperimentSettings(show_progress=False)
     session = dry_run_session(hyper_params, settings, protocol=protocol)
     return plan_for_session(hyper_params, session, need_data=False)
-
-
-def is_free(params: PureTextAgentParameters) -> bool:
-    """Whether an agent's tokens cost nothing: the dummy API, the embedded model, or one's
-    own server. The provider table decides (the trainer's ``cost_usd`` metric reads it too)."""
-    return not provider_for(params).bills_tokens
 
 
 class _Estimator:
@@ -80,7 +72,7 @@ class _Estimator:
             self.session, sample_items=sample_items, response_fill=response_fill
         )
         self.agents = tuple(self.session.agents)
-        # The user's corrections; the rest from each agent's provider (``prices_for``).
+        # The user's corrections; the rest from each agent's provider (``nip.providers``).
         self.prices = dict(settings.prices_usd_per_1m)
         self.ft_prices = dict(fine_tuning_prices)
         self.unpriced: set[str] = set()
@@ -88,9 +80,7 @@ class _Estimator:
 
     # ------------------------------------------------------------- pricing
     def _price(self, model: str, params: PureTextAgentParameters, prompt: int, completion: int):
-        if is_free(params):
-            return 0.0
-        price = self.prices.get(model) or prices_for(params).inference(model)
+        price = inference_price(params, model, self.prices)
         if price is None:
             self.unpriced.add(model)
             return None
@@ -99,11 +89,10 @@ class _Estimator:
     def _training_price(
         self, model: str, params: PureTextAgentParameters, tokens: int, method: str
     ):
-        if is_free(params):
+        prices = prices_for(params)  # None: its tokens cost nothing
+        if prices is None:
             return 0.0
-        price = self.ft_prices.get(model) or prices_for(params).training(
-            model, method, params.use_lora
-        )
+        price = self.ft_prices.get(model) or prices.training(model, method, params.use_lora)
         if price is None:
             self.unpriced.add(f"fine-tuning {model}")
             return None
@@ -153,7 +142,7 @@ class _Estimator:
                 stage=stage,
                 agent=agent,
                 model=models[agent],
-                free=is_free(self.hyper_params.agents[agent]),
+                free=not provider_for(self.hyper_params.agents[agent]).bills_tokens,
                 items=items,
                 dialogues=dialogues,
                 calls=cost.calls,
@@ -192,7 +181,7 @@ class _Estimator:
                         stage="fine-tune",
                         agent=agent,
                         model=model,
-                        free=is_free(params),
+                        free=not provider_for(params).bills_tokens,
                         examples=examples,
                         training_tokens=tokens,
                         usd=self._training_price(model, params, tokens, group.method),

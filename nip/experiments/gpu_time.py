@@ -17,16 +17,18 @@ assumed, and the report says which it used.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
-from nip.errors import ConfigFileError, InvalidParameterError
+from nip.errors import ConfigFileError, InvalidParameterError, NipError, UnknownKeyError
 from nip.experiments.cost_report import CostEstimate, text_table
 from nip.parameters import HyperParameters
+from nip.parameters._base import BaseParameters, param
 
 __all__ = [
     "DEFAULT_GPU",
@@ -41,71 +43,27 @@ __all__ = [
 #: The GPU priced unless another is named (``--gpu``).
 DEFAULT_GPU = "H100-80GB"
 
-_RATES = ("prefill_tokens_per_s", "decode_tokens_per_s", "train_tokens_per_s")
 _SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*([BbMm])(?![A-Za-z])")
 
 
-@dataclass(frozen=True)
-class Throughput:
-    """What ``nip serve`` does per second on one GPU with a model of one size.
+@dataclass
+class Throughput(BaseParameters):
+    """What ``nip serve`` does per second on one GPU with a model of one size: a row of a
+    throughput file, its fields checked as any parameters' are."""
 
-    Attributes:
-        gpu: The GPU (``H100-80GB``).
-        params_b: The model's size, in billions of parameters.
-        prefill_tokens_per_s / decode_tokens_per_s: vLLM's prompt and completion tokens per
-            second under many concurrent dialogues.
-        train_tokens_per_s: LoRA training tokens per second.
-        job_overhead_s: Seconds each fine-tuning job spends besides training.
-        source: ``measured`` or ``assumed``.
-        how: How the figures were found.
-        date: When.
-    """
-
-    gpu: str
-    params_b: float
-    prefill_tokens_per_s: float
-    decode_tokens_per_s: float
-    train_tokens_per_s: float
-    job_overhead_s: float
-    source: str
-    how: str = ""
-    date: str = ""
-
-    @classmethod
-    def from_dict(cls, row: Mapping[str, Any], where: str) -> Throughput:
-        """A row of a throughput file (``where`` names it in errors).
-
-        Raises:
-            ConfigFileError: A field is missing or not allowed.
-        """
-        if not isinstance(row, Mapping):
-            raise ConfigFileError(f"{where}: a row is a mapping of gpu, params_b, rates, source")
-        names = {"gpu", "params_b", *_RATES, "job_overhead_s", "source", "how", "date"}
-        if unknown := set(row) - names:
-            raise ConfigFileError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-        for name in ("gpu", "params_b", *_RATES, "job_overhead_s", "source"):
-            if name not in row:
-                raise ConfigFileError(f"{where}: a row needs {name}")
-        for name in ("params_b", *_RATES):
-            value = row[name]
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ConfigFileError(f"{where}: {name}={value!r} is not a number > 0")
-        overhead = row["job_overhead_s"]
-        if isinstance(overhead, bool) or not isinstance(overhead, int | float) or overhead < 0:
-            raise ConfigFileError(f"{where}: job_overhead_s={overhead!r} is not a number >= 0")
-        if row["source"] not in ("measured", "assumed"):
-            raise ConfigFileError(f"{where}: source={row['source']!r} is not measured or assumed")
-        return cls(
-            gpu=str(row["gpu"]),
-            params_b=float(row["params_b"]),
-            prefill_tokens_per_s=float(row["prefill_tokens_per_s"]),
-            decode_tokens_per_s=float(row["decode_tokens_per_s"]),
-            train_tokens_per_s=float(row["train_tokens_per_s"]),
-            job_overhead_s=float(overhead),
-            source=str(row["source"]),
-            how=str(row.get("how", "")),
-            date=str(row.get("date", "")),
-        )
+    gpu: str = param(doc="The GPU (H100-80GB).")
+    params_b: float = param(doc="The model's size, in billions of parameters.", gt=0)
+    prefill_tokens_per_s: float = param(
+        doc="vLLM's prompt tokens per second under many concurrent dialogues.", gt=0
+    )
+    decode_tokens_per_s: float = param(
+        doc="vLLM's completion tokens per second under many concurrent dialogues.", gt=0
+    )
+    train_tokens_per_s: float = param(doc="LoRA training tokens per second.", gt=0)
+    job_overhead_s: float = param(doc="Seconds each fine-tuning job spends besides training.", ge=0)
+    source: Literal["measured", "assumed"] = param(doc="Measured, or assumed.")
+    how: str = param("", doc="How the figures were found.")
+    date: str | dt.date = param("", doc="When (YAML reads an unquoted date as a date).")
 
     def label(self) -> str:
         """``H100-80GB 7.6B: assumed (2026-11-27)``."""
@@ -170,9 +128,16 @@ def _rows(text: str, where: str) -> list[Throughput]:
         raise ConfigFileError(f"{where}: not valid YAML: {error}") from None
     if not isinstance(data, Mapping) or not isinstance(data.get("rows"), list):
         raise ConfigFileError(f"{where}: a throughput file is a mapping with a list of rows")
-    return [
-        Throughput.from_dict(row, f"{where}, row {i + 1}") for i, row in enumerate(data["rows"])
-    ]
+    rows = []
+    for i, row in enumerate(data["rows"]):
+        try:
+            rows.append(Throughput.from_dict(row))
+        except UnknownKeyError as error:
+            unknown = ", ".join(error.keys)
+            raise ConfigFileError(f"{where}, row {i + 1}: unknown field(s) {unknown}") from None
+        except (NipError, TypeError) as error:  # TypeError: a field is missing
+            raise ConfigFileError(f"{where}, row {i + 1}: {error}") from None
+    return rows
 
 
 def model_params_b(model: str) -> float | None:
@@ -233,7 +198,7 @@ def gpu_time(
     hosted = {
         name: agent.model_name
         for name, agent in hyper_params.agents.items()
-        if agent.model_provider == "SelfHosted" and not agent.use_dummy_api
+        if agent.served_by == "SelfHosted"
     }
     if not hosted:
         return None

@@ -176,7 +176,7 @@ class LocalLoraFineTuneBackend:
             pid = self._pid(job_dir)
             if pid is not None and not _alive(pid):
                 # The process ended without saying so (killed, out of memory...).
-                again = json.loads((job_dir / "status.json").read_text())
+                again = read_status(job_dir) or status
                 if again["status"] in ("pending", "running"):
                     tail = (job_dir / "log.txt").read_text(errors="replace")[-1500:]
                     return FineTuneJob(

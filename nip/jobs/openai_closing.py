@@ -87,10 +87,7 @@ def openai_fine_tuning_notice(
         instead: What to use instead (default: the run's ``open/*`` preset).
     """
     through_openai = sorted(
-        name
-        for name in trained_agents
-        if hyper_params.agents[name].model_provider == "OpenAI"
-        and not hyper_params.agents[name].use_dummy_api
+        name for name in trained_agents if hyper_params.agents[name].served_by == "OpenAI"
     )
     if not through_openai:
         return None

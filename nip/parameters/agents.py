@@ -16,7 +16,7 @@ from typing import Literal
 
 from nip.errors import InvalidParameterError
 from nip.parameters._base import BaseParameters, param
-from nip.parameters.providers import PROVIDER_FACTS, PROVIDER_SETTINGS, providers_where
+from nip.parameters.providers import DUMMY, PROVIDER_FACTS, PROVIDER_SETTINGS, providers_where
 from nip.parameters.update_schedule import AgentUpdateSchedule, ConstantUpdateSchedule
 
 #: The names a configuration accepts: the keys of the provider facts table.
@@ -236,6 +236,12 @@ class PureTextAgentParameters(BaseParameters):
                             "start the agent from that run"
                         ),
                     )
+
+    @property
+    def served_by(self) -> str:
+        """Who answers the agent's requests: its ``model_provider``, or the scripted dummy
+        (:data:`~nip.parameters.providers.DUMMY`) with ``use_dummy_api``."""
+        return DUMMY if self.use_dummy_api else self.model_provider
 
     @property
     def computed_lora_alpha(self) -> float:

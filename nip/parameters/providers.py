@@ -145,8 +145,12 @@ PROVIDER_FACTS: Mapping[str, ProviderFacts] = MappingProxyType(
     }
 )
 
-#: The facts of the scripted dummy provider (``use_dummy_api=True``). Which settings apply to
-#: a dummy agent is decided by its ``model_provider``, the provider it stands in for.
+#: The name of the scripted dummy provider (agents with ``use_dummy_api=True``, whatever their
+#: ``model_provider``).
+DUMMY = "dummy"
+
+#: The facts of the scripted dummy provider. Which settings apply to a dummy agent is decided
+#: by its ``model_provider``, the provider it stands in for.
 DUMMY_FACTS = ProviderFacts(
     bills_tokens=False, can_fine_tune=True, lora_only=False, where="offline"
 )

@@ -20,6 +20,7 @@ from nip.parameters import PureTextAgentParameters
 from nip.providers import dummy, local, openai, openrouter, self_hosted, together
 from nip.providers._provider import NotFineTunableBackend, Prices, Provider, openai_compatible
 from nip.providers.dummy import DUMMY
+from nip.providers.openai import price_key
 from nip.settings import ExperimentSettings
 
 #: Every ``model_provider``, by name: one line each.
@@ -67,6 +68,21 @@ def prices_for(params: PureTextAgentParameters) -> Prices | None:
     return provider.prices if provider.bills_tokens else None
 
 
+def inference_price(
+    params: PureTextAgentParameters, model: str, corrections: Mapping[str, tuple[float, float]]
+) -> tuple[float, float] | None:
+    """USD per 1M ``(input, output)`` tokens of ``model`` generating for an agent with
+    ``params``: 0 where its provider bills no tokens, else ``corrections``
+    (``ExperimentSettings.prices_usd_per_1m``, by :func:`~nip.providers.openai.price_key`)
+    over its provider's published prices; None when neither knows the model. The dry run and
+    the ``cost_usd`` metric both price with it."""
+    prices = prices_for(params)
+    if prices is None:
+        return (0.0, 0.0)
+    key = price_key(model)
+    return corrections.get(key) or prices.inference(key)
+
+
 __all__ = [
     "DUMMY",
     "DUMMY_PROVIDER",
@@ -75,6 +91,7 @@ __all__ = [
     "Prices",
     "Provider",
     "fine_tune_backend_for",
+    "inference_price",
     "job_settings",
     "openai_compatible",
     "prices_for",

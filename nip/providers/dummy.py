@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from nip.backends.dummy import DummyBackend
 from nip.jobs.dummy import DummyFineTuneBackend
-from nip.parameters.providers import DUMMY_FACTS
+from nip.parameters.providers import DUMMY, DUMMY_FACTS
 from nip.providers._provider import Provider
 from nip.providers.local import spec_settings
-
-#: The name of the dummy provider (agents with ``use_dummy_api=True``, whatever their
-#: ``model_provider``).
-DUMMY = "dummy"
 
 PROVIDER = Provider(
     DUMMY,

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from nip.errors import NipError
-from nip.utils.files import atomic_write_text
+from nip.utils.files import atomic_write_text, read_json_object
 
 __all__ = [
     "CONTROL_FILE",
@@ -77,7 +77,7 @@ def request(run_dir: str | Path, what: str) -> Path:
 
 def read_request(run_dir: str | Path) -> Request:
     """The standing request (``"run"`` when there is no control file, or an unreadable one)."""
-    data = _read(Path(run_dir) / CONTROL_FILE)
+    data = read_json_object(Path(run_dir) / CONTROL_FILE)
     value = data.get("request", "run")
     return value if value in get_args(Request) else "run"
 
@@ -85,13 +85,13 @@ def read_request(run_dir: str | Path) -> Request:
 def read_status(run_dir: str | Path) -> dict[str, Any]:
     """The trainer's last report: ``status`` and the ``stages_completed`` it was made at
     (``{}`` before the first)."""
-    return _read(Path(run_dir) / STATUS_FILE)
+    return read_json_object(Path(run_dir) / STATUS_FILE)
 
 
 def read_stage_progress(run_dir: str | Path) -> dict[str, Any]:
     """How far the stage being played has got: ``stage``, ``iteration``, ``done`` and
     ``total`` dialogues (``{}`` before the first report)."""
-    return _read(Path(run_dir) / PROGRESS_FILE)
+    return read_json_object(Path(run_dir) / PROGRESS_FILE)
 
 
 class StageProgressWriter:
@@ -135,14 +135,6 @@ class StageProgressWriter:
             "updated": time.time(),
         }
         atomic_write_text(self.path, json.dumps(data) + "\n", durable=False)  # a display's
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _report(run_dir: Path, status: Status, stages_completed: int) -> None:

@@ -84,15 +84,6 @@ def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None)
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
-def split_provenance(session: Any) -> dict[str, dict]:
-    """Source, Hub revision and fingerprint of each split a run of ``session`` uses."""
-    from nip.data import dataset_provenance
-
-    text_rl = session.hyper_params.text_rl
-    splits = ["train"] + ([text_rl.test_dataset_split] if text_rl.test_scheme != "none" else [])
-    return {split: dataset_provenance(session.dataset(split)) for split in splits}
-
-
 class RunDirectory:
     """Reads and writes the files of one run (see the module docstring for the layout).
 

@@ -110,17 +110,10 @@ class _Models:
             if job.fine_tuned_model == name and job.adapter_path:
                 return str(self.folder), job.adapter_path
         raise RequestError(
-            f"model {name!r} is neither the base model {self.base!r} nor a model a job here "
-            "produced",
+            f"model {name!r} is not available for fine-tuning here: it is neither the base "
+            f"model {self.base!r} nor a model a job here produced",
             param="model",
         )
-
-    def known(self, name: str) -> bool:
-        try:
-            self.resolve(name)
-        except RequestError:
-            return False
-        return True
 
 
 def _reply(reply: EngineReply) -> Response:
@@ -197,6 +190,7 @@ def create_server_app(
                 "server trains on the CPU; set the agent's quantization to 'none'",
                 param="lora.quantization",
             )
+        previous = models.resolve(str(body.get("model")))[1]  # refuses a model not served here
         rank = lora.get("rank")
         if engine.kind != "vllm" or not isinstance(rank, int):
             return
@@ -206,8 +200,7 @@ def create_server_app(
                 f"{config.max_lora_rank} (nip serve --max-lora-rank)",
                 param="lora.rank",
             )
-        previous = models.resolve(str(body.get("model")))[1] if lora.get("stack") else None
-        if previous is not None:
+        if lora.get("stack") and previous is not None:
             # vLLM gets one adapter as wide as the whole stack: refuse now, not after training.
             from nip.backends.local.adapters import read_adapter_stack
             from nip.backends.local.stacked_adapters import concatenated_rank
@@ -221,7 +214,7 @@ def create_server_app(
                     param="lora.rank",
                 )
 
-    add_fine_tuning_routes(app, store, queue, is_known_model=models.known, check_job=check_job)
+    add_fine_tuning_routes(app, store, queue, check_job=check_job)
 
     @app.get("/version")
     async def version() -> dict[str, str]:

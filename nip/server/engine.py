@@ -100,19 +100,19 @@ class InferenceEngine(Protocol):
         ...
 
     async def pause(self) -> None:
-        """Free accelerator memory for training (a no-op where nothing needs freeing)."""
-        ...
+        """Free accelerator memory for training (by default a no-op: nothing to free)."""
+        return None
 
     async def resume(self) -> None:
         """Undo :meth:`pause`."""
-        ...
+        return None
 
     async def forward(self, endpoint: Endpoint, body: dict[str, Any]) -> EngineReply:
         """Answer an OpenAI request (``chat/completions`` or ``completions``)."""
         ...
 
 
-class NoEngine:
+class NoEngine(InferenceEngine):
     """An engine that serves nothing: the server only trains (``--engine none``)."""
 
     kind = "none"
@@ -132,12 +132,6 @@ class NoEngine:
 
     async def load_adapter(self, name: str, path: str) -> None:
         self._adapters[name] = path
-
-    async def pause(self) -> None:
-        return None
-
-    async def resume(self) -> None:
-        return None
 
     async def forward(self, endpoint: Endpoint, body: dict[str, Any]) -> EngineReply:
         return EngineReply.error(501, "this server runs no inference engine (--engine none)")

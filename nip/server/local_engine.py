@@ -14,12 +14,19 @@ from typing import Any
 
 from nip.backends._chat_wire import completion_body, request_from_body
 from nip.errors import GenerationError, ModelNotFoundError
-from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
+from nip.server.engine import (
+    Endpoint,
+    EngineError,
+    EngineReply,
+    EngineState,
+    EngineStatus,
+    InferenceEngine,
+)
 
 log = logging.getLogger(__name__)
 
 
-class TransformersEngine:
+class TransformersEngine(InferenceEngine):
     """Inference with :class:`~nip.backends.local.LocalBackend` (the model loads on first use).
 
     Args:
@@ -66,12 +73,6 @@ class TransformersEngine:
             except (ModelNotFoundError, ValueError) as error:
                 raise EngineError(f"cannot serve adapter {name!r}: {error}") from None
         self._adapters[name] = path
-
-    async def pause(self) -> None:
-        return None
-
-    async def resume(self) -> None:
-        return None
 
     async def forward(self, endpoint: Endpoint, body: dict[str, Any]) -> EngineReply:
         if endpoint != "chat/completions":

@@ -4,16 +4,13 @@ FastAPI reads the route functions' annotations at run time, so this module impor
 names at the top (it is only imported by the server, never by ``import nip``).
 """
 
-import contextlib
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from fastapi import File, Form, Request, UploadFile
 from fastapi.responses import JSONResponse, Response
 
-from nip.jobs import FineTuneBackend
 from nip.server.fine_tuning import (
     FineTuneQueue,
     RequestError,
@@ -46,13 +43,13 @@ def add_fine_tuning_routes(
     store: ServerStore,
     queue: FineTuneQueue,
     *,
-    is_known_model: Callable[[str], bool] = lambda name: True,
-    check_job: Callable[[dict[str, Any]], None] | None = None,
+    check_job: Callable[[dict[str, Any]], None],
 ) -> None:
     """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``.
 
-    ``check_job`` may refuse a job-creation body with a :class:`RequestError`; every
-    RequestError a route raises is answered with its status and message.
+    ``check_job`` may refuse a job-creation body (a model not served here, settings the
+    server cannot train) with a :class:`RequestError`; every RequestError a route raises is
+    answered with its status and message.
     """
     app.add_exception_handler(RequestError, _refuse)
 
@@ -98,12 +95,7 @@ def add_fine_tuning_routes(
         except json.JSONDecodeError:
             raise RequestError("the request body is not JSON") from None
         method, extra = validate_job_request(body)
-        if check_job is not None:
-            check_job(body)
-        if not is_known_model(body["model"]):
-            raise RequestError(
-                f"model {body['model']!r} is not available for fine-tuning here", param="model"
-            )
+        check_job(body)
         content = store.file_content(body["training_file"])
         if content is None:
             raise RequestError(f"no file {body['training_file']}", param="training_file")
@@ -144,39 +136,3 @@ def add_fine_tuning_routes(
             raise RequestError(f"no fine-tuning job {job_id}", status=404)
         events = store.events(job_id)
         return {"object": "list", "data": events[:limit], "has_more": len(events) > limit}
-
-
-def create_fine_tuning_app(
-    root: str | Path,
-    backend: FineTuneBackend,
-    *,
-    max_concurrent: int = 1,
-    poll_interval_s: float = 0.2,
-    is_known_model: Callable[[str], bool] = lambda name: True,
-):
-    """A FastAPI app serving only the files and fine-tuning endpoints (its queue runs while
-    the app does)."""
-    import asyncio
-
-    from fastapi import FastAPI
-
-    store = ServerStore(root)
-    queue = FineTuneQueue(
-        store, backend, max_concurrent=max_concurrent, poll_interval_s=poll_interval_s
-    )
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app):
-        task = asyncio.create_task(queue.run())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            store.close()
-
-    app = FastAPI(title="nip fine-tuning", lifespan=lifespan)
-    app.state.store, app.state.queue = store, queue
-    add_fine_tuning_routes(app, store, queue, is_known_model=is_known_model)
-    return app

@@ -52,7 +52,7 @@ def served_models(configs: Iterable[HyperParameters]) -> list[str]:
             agent.model_name
             for params in configs
             for agent in params.agents.values()
-            if agent.model_provider == "SelfHosted" and not agent.use_dummy_api
+            if agent.served_by == "SelfHosted"
         }
     )
 

@@ -87,16 +87,6 @@ def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:
     )
 
 
-def vllm_command(config: ServerConfig, model: Path, port: int, python: str) -> list[str]:
-    """The command line that starts vLLM's OpenAI-compatible server for ``config``."""
-    return vllm_launch(config, model, python).command(port)
-
-
-def vllm_environment(config: ServerConfig, token: str) -> dict[str, str]:
-    """vLLM's environment: run-time LoRA loading on, the hub and usage reports off."""
-    return vllm_launch(config, Path(config.model or "."), "python").environment_for(token)
-
-
 class VllmEngine:
     """Runs and supervises ``python -m vllm.entrypoints.openai.api_server``.
 

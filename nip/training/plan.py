@@ -98,6 +98,12 @@ class RunPlan:
             return iteration + 1, self[iteration + 1].stages[0]
         return iteration, "done"
 
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The dataset splits the run plays: train, and the test split if an iteration tests."""
+        tested = any(it.tests for it in self.iterations)
+        return (self.train_split, self.test_split) if tested else (self.train_split,)
+
     # ------------------------------------------------------------- round trip
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,7 @@ from typing import Any
 
 from nip._version import __version__
 from nip.analysis.metrics import priced_rollout_metrics
+from nip.data import dataset_provenance
 from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
@@ -34,7 +35,7 @@ from nip.providers.pool import BackendPool
 from nip.rollouts.records import Transcript
 from nip.runs.ownership import owning
 from nip.runs.plan_steps import TEST_ITERATION
-from nip.runs.run_dir import RunDirectory, new_run_path, split_provenance
+from nip.runs.run_dir import RunDirectory, new_run_path
 from nip.runs.state import Stage as Stage  # re-exported: the stages' names
 from nip.runs.state import TrainerState
 from nip.session import Session
@@ -102,8 +103,11 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         # What the configuration or its data can get wrong (protocol, agents, prompts, the
         # dataset's rows) fails here, before the run's folder is made or written.
         self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
-        provenance = None if _resuming else split_provenance(self.session)  # loads the data
-        plan = plan_for_session(hyper_params, self.session)
+        plan = plan_for_session(hyper_params, self.session)  # loads the data
+        # Source, Hub revision and fingerprint of each split the plan plays.
+        provenance = None
+        if not _resuming:
+            provenance = {s: dataset_provenance(self.session.dataset(s)) for s in plan.splits}
         if settings.run_dir is None:
             settings.run_dir = new_run_path()
         with owning(settings.run_dir, "a run starting"):  # one writer of the folder at a time

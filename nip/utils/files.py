@@ -1,5 +1,5 @@
 """Writing files so that a process killed at any moment leaves the old file or the new one,
-and reading a JSON-lines file while another process appends to it."""
+and reading a JSON file another process replaces, or a JSON-lines file it appends to."""
 
 from __future__ import annotations
 
@@ -46,3 +46,13 @@ def read_growing_jsonl(path: Path) -> list[Any]:
         except ValueError:  # the line being appended
             continue
     return records
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; empty when the file is absent, not an object, or being
+    replaced on a file system without an atomic rename."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

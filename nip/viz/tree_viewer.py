@@ -107,10 +107,6 @@ class TreeViewer(widgets.VBox):
         else:
             self.node_picker.value = node_id  # its observer fills the panel
 
-    def recolour(self, agent: str) -> None:
-        """Colour the nodes by ``agent``'s expected reward and mark its pairs."""
-        self.agent_picker.value = agent
-
     def node_html(self, node_id: str) -> str:
         """The panel for ``node_id``: its messages in full, their prompts, the dialogue."""
         tree, node = self.tree, self.tree.nodes[node_id]

@@ -53,18 +53,40 @@ def start(
     return task
 
 
-def poll_on_running_loop(
-    task: asyncio.Task | None, watch: Callable[[], Coroutine[Any, Any, Any]]
-) -> asyncio.Task | None:
-    """A widget's polling task: ``task`` while it runs, else ``watch()`` as a new task on the
-    running loop; None without a running loop (the widget refreshes when asked instead)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-    if task is None or task.done():
-        task = loop.create_task(watch())
-    return task
+class Polling:
+    """A widget that re-reads what it shows: :meth:`start` runs :meth:`watch` on the running
+    event loop, which calls ``poll`` every ``poll_interval_s`` seconds until it returns
+    something other than None (what it watched has ended) or the widget stops watching."""
+
+    task: asyncio.Task | None = None
+    poll_interval_s: float
+
+    async def poll(self) -> Any:
+        """Read and redraw once; what :meth:`watch` returns once it is not None."""
+        raise NotImplementedError
+
+    def start(self) -> asyncio.Task | None:
+        """The polling task (a new one unless it runs); None without a running loop (the
+        widget refreshes when asked instead)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        if self.task is None or self.task.done():
+            self.task = loop.create_task(self.watch())
+        return self.task
+
+    async def watch(self) -> Any:
+        """Poll every ``poll_interval_s`` seconds until ``poll`` returns something."""
+        while (result := await self.poll()) is None:
+            await asyncio.sleep(self.poll_interval_s)
+        return result
+
+    def stop_watching(self) -> None:
+        """Cancel the polling task."""
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
 
 
 def show_error(output: ipywidgets.Output, error: BaseException) -> None:

@@ -17,7 +17,6 @@ training layer sits below the widgets and must not import them.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from pathlib import Path
 from typing import Protocol
@@ -29,7 +28,7 @@ from nip.runs.control import request
 from nip.training.context import RunContext
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, escape, note_html
-from nip.widgets._tasks import poll_on_running_loop
+from nip.widgets._tasks import Polling
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
 
@@ -68,7 +67,7 @@ def _figure(
     )
 
 
-class RunMonitor(PlainTextRepr, ipywidgets.VBox):
+class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
     """Watch a run while it trains (in this kernel or another process), and pause or stop it.
 
     Shows the run's status, iteration and stage, its progress, accuracy and mean episode
@@ -98,7 +97,6 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
             self.run_dir = Path(self.context.run_dir.path)
         self.poll_interval_s = poll_interval_s
         self.snapshot = RunSnapshot(self.run_dir)
-        self.task: asyncio.Task | None = None
         self._job_events: dict[str, tuple[tuple[int, float], ...]] = {}
         self._job_done: dict[str, bool] = {}
 
@@ -138,25 +136,10 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
             self.start()
 
     # ------------------------------------------------------------------ polling
-    def start(self) -> asyncio.Task | None:
-        """Poll the run directory on the running event loop until the widget closes (or
-        the run finishes); does nothing without a running loop (call :meth:`refresh`)."""
-        self.task = poll_on_running_loop(self.task, self.watch)
-        return self.task
-
-    async def watch(self) -> RunSnapshot:
-        """Refresh every ``poll_interval_s`` seconds until the run is finished."""
-        while True:
-            await self.refresh_async()
-            if self.snapshot.finished:
-                return self.snapshot
-            await asyncio.sleep(self.poll_interval_s)
-
-    def stop_watching(self) -> None:
-        """Cancel the polling task."""
-        if self.task is not None:
-            self.task.cancel()
-            self.task = None
+    async def poll(self) -> RunSnapshot | None:
+        """Refresh once; the snapshot once the run is finished (polling stops there)."""
+        await self.refresh_async()
+        return self.snapshot if self.snapshot.finished else None
 
     def close(self) -> None:
         self.stop_watching()
@@ -221,18 +204,6 @@ class RunMonitor(PlainTextRepr, ipywidgets.VBox):
         self.stop_button.disabled = ended or snapshot.request == "stop"
         self._draw_metrics()
         self._draw_jobs()
-
-    @property
-    def accuracy_figure(self) -> go.Figure:
-        return self.accuracy_plot.figure
-
-    @property
-    def reward_figure(self) -> go.Figure:
-        return self.reward_plot.figure
-
-    @property
-    def loss_figure(self) -> go.Figure:
-        return self.loss_plot.figure
 
     @staticmethod
     def _set_traces(plot: LiveFigure, series: dict[str, list[tuple[int, float]]]) -> None:

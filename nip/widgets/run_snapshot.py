@@ -11,7 +11,6 @@ be tested without a browser::
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from nip.runs.control import read_request, read_stage_progress, read_status
 from nip.runs.run_dir import RunDirectory
 from nip.training.plan import RunPlan
-from nip.utils.files import read_growing_jsonl
+from nip.utils.files import read_growing_jsonl, read_json_object
 
 
 @dataclass(frozen=True)
@@ -115,9 +114,9 @@ class RunSnapshot:
     def read(cls, run_dir: str | Path) -> RunSnapshot:
         """Read the run in ``run_dir`` (a folder without a run gives ``exists=False``)."""
         directory = RunDirectory(run_dir)
-        params = _read_json(directory.path / "hyper_params.json")
+        params = read_json_object(directory.path / "hyper_params.json")
         num_iterations = int(params.get("rl", {}).get("num_iterations", 1) or 1)
-        state = _read_json(directory.path / "state.json")
+        state = read_json_object(directory.path / "state.json")
         status = read_status(directory.path)
         stages_completed = int(state.get("stages_completed", 0))
         fresh = status.get("stages_completed") == stages_completed
@@ -255,19 +254,11 @@ class RunSnapshot:
 
 
 def _read_plan(run_dir: Path) -> RunPlan | None:
-    data = _read_json(run_dir / "plan.json")
+    data = read_json_object(run_dir / "plan.json")
     try:
         return RunPlan.from_dict(data) if data else None
     except (TypeError, KeyError):  # a plan.json of another nip
         return None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # absent, or being replaced on a file system without rename
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _jobs(
@@ -308,7 +299,7 @@ def _local_job(run_dir: Path, job_id: str) -> tuple[str | None, tuple[tuple[int,
     folder = run_dir / "jobs" / job_id
     if not folder.is_dir():
         return None, ()
-    status = _read_json(folder / "status.json").get("status")
+    status = read_json_object(folder / "status.json").get("status")
     return status, loss_points(read_growing_jsonl(folder / "events.jsonl"))
 
 

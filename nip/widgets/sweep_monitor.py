@@ -17,7 +17,6 @@ and waits for it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from nip.runs.run_dir import RunDirectory
 from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
-from nip.widgets._tasks import poll_on_running_loop
+from nip.widgets._tasks import Polling
 from nip.widgets.run_monitor import RunMonitor
 from nip.widgets.run_snapshot import RunSnapshot
 
@@ -44,7 +43,7 @@ def _status(snapshot: RunSnapshot) -> str:
     return snapshot.status if snapshot.exists else "not started"
 
 
-class SweepMonitor(PlainTextRepr, ipywidgets.VBox):
+class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
     """Each cell of a sweep, its comparison so far, and a cell's own dashboard on a click.
 
     Args:
@@ -72,7 +71,6 @@ class SweepMonitor(PlainTextRepr, ipywidgets.VBox):
         self.cells: list[dict[str, Any]] = []
         self.snapshots: dict[str, RunSnapshot] = {}
         self.errors: dict[str, str] = {}
-        self.task: asyncio.Task | None = None
         self._compared: tuple | None = None
         self.header = ipywidgets.HTML()
         self.table = ipywidgets.HTML()
@@ -216,23 +214,13 @@ class SweepMonitor(PlainTextRepr, ipywidgets.VBox):
         return monitor
 
     # ------------------------------------------------------------------ polling
-    def start(self) -> asyncio.Task | None:
-        """Poll on the running event loop until every cell is done or failed, or the widget
-        closes (does nothing without a running loop: call :meth:`refresh`)."""
-        self.task = poll_on_running_loop(self.task, self.watch)
-        return self.task
-
-    async def watch(self) -> list[dict[str, Any]]:
-        while True:
-            self.refresh()
-            if self.finished:
-                return self.cells
-            await asyncio.sleep(self.poll_interval_s)
+    async def poll(self) -> list[dict[str, Any]] | None:
+        """Refresh once; the cells once every one is done or failed (polling stops there)."""
+        self.refresh()
+        return self.cells if self.finished else None
 
     def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            self.task = None
+        self.stop_watching()
         for child in self.cell_box.children:
             child.close()
         super().close()
