@@ -316,3 +316,14 @@ def test_a_refused_job_stops_the_run_at_once_keeps_its_rollouts_and_resumes_else
     assert code == 0
     assert json.loads((run / "state.json").read_text())["stage"] == "done"
     assert (run / "rollouts" / "train_it0000.jsonl").exists()
+
+
+def test_the_openai_notice_is_for_agents_openai_serves_not_for_its_name_on_the_dummy(
+    tmp_path, capsys
+):
+    config = _openai_run("humaneval_cv").save(tmp_path / "c.yaml")
+
+    assert main(["plan", str(config)]) == 0
+    assert "open/nip-ei" in capsys.readouterr().err
+    assert main(["plan", str(config), "--set", "agents.*.use_dummy_api=true"]) == 0
+    assert "open/nip-ei" not in capsys.readouterr().err  # model_provider OpenAI, served by dummy
