@@ -138,35 +138,43 @@ def fine_tuning_app(tmp_path) -> Callable[..., Any]:
 HEAVY_MARKERS = ("slow", "gpu", "vllm", "browser", "notebook")
 
 
-#: Tests scheduled together, one after another in one pytest-xdist worker, whatever their module:
-#: the suite's two longest never share the 2 cores.
-SHARED_SCOPES = {
-    "tests/test_main_job.py::test_the_quickstart_experiment_trains_both_agents_and_tests_them": (
-        "heaviest"
-    ),
-    "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom_at_ci_size"
-    "[07_self_hosted_loop]": "heaviest",
-}
+#: Tests scheduled together, one after another in one pytest-xdist worker, whatever their module
+#: (test id: scope name). None now: the longest tests start first on workers of their own.
+SHARED_SCOPES: dict[str, str] = {}
 #: Modules whose tests share no costly fixture: each test is scheduled on its own.
 SPREAD_MODULES = ("tests/test_notebooks.py",)
-#: Scopes handed out first (longest first), so that no long test starts last; fnmatch patterns.
+#: Scopes handed out first, longest first (their wall time in a whole run on 2 cores), so that
+#: no long one starts last and the run ends on short ones; fnmatch patterns.
 FIRST = (
-    "heaviest",
+    "tests/test_notebooks.py::*[[]05_malt_trees]",
+    "tests/test_notebooks.py::*[[]07_self_hosted_loop]",
     "tests/test_browser.py",
-    "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom*",
-    "tests/test_local_lora*",
-    # The quick tier's longest modules (tens of seconds each, much of it waiting on servers,
-    # subprocesses and retries), so that its run does not end on one of them.
-    "tests/test_reliability_faults.py",
-    "tests/test_server_background.py",
+    "tests/test_main_job.py",
+    "tests/test_notebooks.py::*[[]04_expert_iteration]",
+    "tests/test_local_lora.py",
+    "tests/test_run_servers.py",
+    "tests/test_local_lora_in_process.py",
+    "tests/test_model_store.py",
+    "tests/test_base_install.py",
     "tests/test_training_loop.py",
+    "tests/test_ray_servers.py",
+    "tests/test_gpu_check.py",
+    "tests/test_server_engines.py",
+    "tests/test_notebooks.py::*[[]01_quickstart]",
+    "tests/test_server_background.py",
+    "tests/test_local_vllm_engine.py",
+    "tests/test_notebooks.py::*[[]02_protocols_tour]",
+    "tests/test_settings_behaviour.py",
     "tests/test_quiet_loading.py",
-    "tests/test_fine_tune_failure.py",
+    "tests/test_reliability_faults.py",
+    "tests/test_sweep_api.py",
+    "tests/test_sweep_ray.py",
+    "tests/test_notebooks.py::test_the_tutorial_runs_top_to_bottom*",
+    "tests/test_test_server.py",
     "tests/test_together.py",
+    "tests/test_fine_tune_failure.py",
     "tests/test_data_buggy_apps.py",
     "tests/test_sweep.py",
-    "tests/test_test_server.py",
-    "tests/test_settings_behaviour.py",
 )
 
 
