@@ -148,7 +148,6 @@ SPREAD_MODULES = ("tests/test_notebooks.py",)
 FIRST = (
     "tests/test_notebooks.py::*[[]05_malt_trees]",
     "tests/test_notebooks.py::*[[]07_self_hosted_loop]",
-    "tests/test_browser.py",
     "tests/test_main_job.py",
     "tests/test_notebooks.py::*[[]04_expert_iteration]",
     "tests/test_local_lora.py",
@@ -159,6 +158,7 @@ FIRST = (
     "tests/test_training_loop.py",
     "tests/test_ray_servers.py",
     "tests/test_gpu_check.py",
+    "tests/test_browser.py",
     "tests/test_server_engines.py",
     "tests/test_notebooks.py::*[[]01_quickstart]",
     "tests/test_server_background.py",

@@ -1,11 +1,11 @@
 """The tutorials in a real browser: JupyterLab, Debian's Chromium, driven by Playwright.
 
-Each notebook of :data:`TUTORIALS` (the light tutorials, and ``tests/notebooks/widgets.ipynb``
-for the widgets of the heavy ones) runs at CI size from JupyterLab's Run menu in one
-JupyterLab server and one browser shared by all; then its row's check clicks real buttons of
-its widgets and asserts what the page shows next. Screenshots go to the test's temporary folder
-and, when ``NIP_SCREENSHOT_DIR`` is set, there too (``<notebook>-<what>.png``). To cover another
-tutorial, add a row.
+Each notebook of :data:`TUTORIALS` (tutorial 08, on the dummy API, and
+``tests/notebooks/widgets.ipynb`` for the widgets of the tutorials that run the real model)
+runs at CI size from JupyterLab's Run menu in one JupyterLab server and one browser shared by
+all; then its row's check clicks real buttons of its widgets and asserts what the page shows
+next. Screenshots go to the test's temporary folder and, when ``NIP_SCREENSHOT_DIR`` is set,
+there too (``<notebook>-<what>.png``). To cover another notebook, add a row.
 
 ``scripts/setup.sh`` installs Chromium (as root, with apt-get) and the ``dev`` extra installs
 Playwright's Python package; ``playwright install`` is never needed. Without either, the test is
@@ -355,8 +355,10 @@ def _check_sweep_dashboard(page, shots: Screenshots) -> None:
     shots.save(page, "comparison", comparison)
 
 
-def _check_widgets_of_the_heavy_tutorials(page, shots: Screenshots) -> None:
-    """tests/notebooks/widgets.ipynb: what tutorials 04 and 05 show, on the dummy API."""
+def _check_widgets_of_the_model_tutorials(page, shots: Screenshots) -> None:
+    """tests/notebooks/widgets.ipynb: what tutorials 01, 03, 04 and 05 show, on the dummy API."""
+    _check_parameters_form(page, shots)
+    _check_step_controller(page, shots)
     _check_job_launcher_and_dashboard(page, shots)
     _check_malt_figures(page, shots)
 
@@ -375,14 +377,13 @@ class Tutorial:
         return self.path.name
 
 
-#: Tutorials 04, 05 and 07 spend minutes in the real model and LoRA jobs: nbval runs them
-#: (tests/test_notebooks.py), and their widgets are clicked here in widgets.ipynb, on the dummy
-#: API, where the same widgets take seconds.
+#: The tutorials that run the real model (01, 03, 04, 05, 07) spend their time in it and in
+#: LoRA jobs: nbval runs them (tests/test_notebooks.py), and their widgets are clicked here in
+#: widgets.ipynb, on the dummy API, where the same widgets take seconds. Tutorial 08 runs on
+#: the dummy API itself, so it runs here as it is.
 TUTORIALS = (
-    Tutorial(NOTEBOOKS / "01_quickstart.ipynb", _check_parameters_form),
-    Tutorial(NOTEBOOKS / "03_step_through.ipynb", _check_step_controller),
     Tutorial(NOTEBOOKS / "08_compare_protocols.ipynb", _check_sweep_dashboard),
-    Tutorial(ROOT / "tests" / "notebooks" / "widgets.ipynb", _check_widgets_of_the_heavy_tutorials),
+    Tutorial(ROOT / "tests" / "notebooks" / "widgets.ipynb", _check_widgets_of_the_model_tutorials),
 )
 
 
