@@ -90,7 +90,7 @@ def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots
     from nip.server.ray_servers import run_sweep_ray_served
     from nip.settings import ExperimentSettings
     from nip.testing.tiny_model import build_tiny_chat_model
-    from nip.utils.ray_cluster import python_path_without_slow_imports
+    from nip.utils.imports import python_path_without_slow_imports
 
     # As nip's own local cluster (nip.utils.ray_cluster): the nodes' dashboard agents start
     # without rfc3987_syntax (1 s of CPU instead of 4.5), so Ray 2.60's fixed 15 s wait for

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from nip.utils.imports import python_path_without_slow_imports
 from nip.utils.processes import end_of_file, free_port, stop_process_group
 
 #: How long the cluster may take to come up (several times a loaded 2-core machine's 20 s).
@@ -109,18 +110,6 @@ def local_ray_cluster(
         if process is not None:
             stop_process_group(process, grace_s=60)  # ray start stops its node on SIGTERM
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def python_path_without_slow_imports(folder: Path) -> str:
-    """A ``PYTHONPATH`` for Ray's processes that keeps ``rfc3987_syntax`` out of them (see
-    the module's note): this one's, behind a module of that name in ``folder/hidden`` that
-    refuses to load."""
-    hidden = folder / "hidden"
-    hidden.mkdir(parents=True, exist_ok=True)
-    (hidden / "rfc3987_syntax.py").write_text(
-        "raise ImportError('not imported in this Ray cluster')\n"
-    )
-    return os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
 
 
 def _environment(folder: Path, start_timeout_s: float) -> dict[str, str]:
