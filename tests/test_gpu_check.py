@@ -55,3 +55,31 @@ def test_the_gpu_check_drives_nip_serve_with_the_openai_sdk_on_the_cpu(tmp_path)
     (row,) = [r for r in ThroughputTable.load(rows).rows if r.gpu == "CPU"]
     assert row.source == "measured" and row.date and "--shapes tiny" in row.how
     assert min(row.prefill_tokens_per_s, row.decode_tokens_per_s, row.train_tokens_per_s) > 0
+
+
+@pytest.mark.parametrize(
+    ("name", "memory_mib", "label"),
+    [
+        ("NVIDIA H200", 143_771, "H200-141GB"),  # as the H200 lent on 2026-11-28 reported
+        ("NVIDIA H100 80GB HBM3", 81_559, "H100-80GB"),
+        ("NVIDIA A100-SXM4-80GB", 81_920, "A100-80GB"),
+        ("NVIDIA L40S", 46_068, "L40S-48GB"),  # a kind the table lacks: its memory, rounded
+    ],
+)
+def test_measured_rows_name_the_gpu_as_the_throughput_table_does(
+    monkeypatch, name, memory_mib, label
+):
+    """Rows written by ``--throughput-out`` replace the shipped rows of the same GPU name."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: name)
+    properties = SimpleNamespace(total_memory=memory_mib * 2**20)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: properties)
+    assert gpu_check.gpu_label(torch.device("cuda", 0)) == label
+    assert gpu_check.gpu_label(torch.device("cpu")) == "CPU"
