@@ -437,6 +437,25 @@ def test_the_protocols_that_accept_stance_randomisation_are_those_whose_class_ap
     assert applies == STANCE_RANDOMIZABLE_PROTOCOLS
 
 
+def test_the_protocols_that_accept_verifier_first_are_those_whose_schedule_follows_it():
+    from nip.parameters.protocol import PROTOCOL_AGENT_NAMES, VERIFIER_FIRST_PROTOCOLS
+    from nip.protocols import protocol_class
+
+    applies = {n for n in PROTOCOL_AGENT_NAMES if protocol_class(n).verifier_first_applies}
+    assert applies == VERIFIER_FIRST_PROTOCOLS
+
+
+@pytest.mark.parametrize("name", ["adp", "merlin_arthur", "solo_verifier"])
+def test_verifier_first_false_is_refused_where_the_schedule_is_fixed(name):
+    """The original accepted it there and ignored it: the provers (or the verifier alone)
+    open whatever it says."""
+    common = CommonProtocolParameters(verifier_first=False)
+    with pytest.raises(InvalidParameterError, match=r"verifier_first.*fixed schedule"):
+        HyperParameters(interaction_protocol=name, protocol_common=common)
+    with pytest.raises(InvalidParameterError, match="verifier_first_applies is False"):
+        protocol_class(name)(common)
+
+
 def test_without_randomisation_single_provers_argue_accept():
     assert NipProtocol().prover_stance("prover", datapoint_stance=0) == 1
 

@@ -287,6 +287,16 @@ CASES: tuple[Case, ...] = (
     Case("protocol_common.shared_reward", True, "transcripts"),
     Case("protocol_common.force_guess", "one", "transcripts"),
     Case("protocol_common.verifier_first", False, "requests"),
+    *(
+        Case(
+            "protocol_common.verifier_first",
+            False,
+            "refused",
+            context={"interaction_protocol": protocol},
+            label=protocol,
+        )
+        for protocol in ("adp", "merlin_arthur")  # solo_verifier: tests/test_protocols.py
+    ),
     Case("protocol_common.randomize_prover_stance", True, "transcripts"),
     Case(
         "protocol_common.randomize_prover_stance",

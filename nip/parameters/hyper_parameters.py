@@ -15,6 +15,7 @@ from nip.parameters.agents import PureTextAgentParameters
 from nip.parameters.protocol import (
     PROTOCOL_AGENT_NAMES,
     STANCE_RANDOMIZABLE_PROTOCOLS,
+    VERIFIER_FIRST_PROTOCOLS,
     CommonProtocolParameters,
     DebateProtocolParameters,
     InteractionProtocolType,
@@ -128,6 +129,7 @@ class HyperParameters(BaseParameters):
 
         check_group_agreement(self)
         self._check_stance_randomisation()
+        self._check_verifier_first()
         malt = self.pure_text_malt
         if (
             self.trainer == "pure_text_malt"
@@ -158,6 +160,23 @@ class HyperParameters(BaseParameters):
                 f"False for interaction_protocol={name!r} (it applies to {allowed})",
                 reason=f"the provers of {name!r} argue fixed stances, so the setting would "
                 "do nothing",
+            )
+
+    def _check_verifier_first(self) -> None:
+        """Refuse ``verifier_first=False`` where the protocol's schedule is fixed: it would be
+        accepted and do nothing."""
+        name = self.interaction_protocol
+        if (
+            not self.protocol_common.verifier_first
+            and is_shipped_protocol(name)
+            and name not in VERIFIER_FIRST_PROTOCOLS
+        ):
+            allowed = ", ".join(sorted(VERIFIER_FIRST_PROTOCOLS))
+            raise InvalidParameterError(
+                "protocol_common.verifier_first",
+                False,
+                f"True for interaction_protocol={name!r} (it applies to {allowed})",
+                reason=f"{name!r} has a fixed schedule, so the setting would do nothing",
             )
 
     def _check_fine_tunable(self) -> None:

@@ -37,6 +37,14 @@ PROTOCOL_AGENT_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 #: parameters are built (a test ties the two).
 STANCE_RANDOMIZABLE_PROTOCOLS: frozenset[str] = frozenset({"nip", "adp", "mnip"})
 
+#: The shipped protocols whose schedule ``verifier_first`` sets. adp, merlin_arthur and
+#: solo_verifier have fixed schedules (the provers speak first, or the verifier alone), so
+#: ``verifier_first=False`` would do nothing there and is refused (the original accepted it
+#: and ignored it). The handler classes declare it (``ProtocolHandler.verifier_first_applies``)
+#: and refuse the setting when built; this copy refuses it as soon as the parameters are built
+#: (a test ties the two).
+VERIFIER_FIRST_PROTOCOLS: frozenset[str] = frozenset({"nip", "debate", "mnip"})
+
 
 def protocol_agent_names(protocol: str) -> tuple[str, ...]:
     """The agents of the shipped protocol called ``protocol``, in its order.

@@ -53,8 +53,9 @@ class ProtocolHandler(ABC):
     ``nip.parameters.PROTOCOL_AGENT_NAMES``), build their agents (:meth:`_build_agents`) and
     channels (:meth:`_build_channels`; by default one channel everyone reads), and say who
     speaks in each round (:meth:`speakers`). Optionally: ``max_message_rounds`` (or a
-    ``params_field`` holding it), ``stance_can_be_randomized``, ``system_prompts``, and
-    :meth:`can_decide` or :meth:`step` for other decision windows or rewards.
+    ``params_field`` holding it), ``stance_can_be_randomized``, ``verifier_first_applies``,
+    ``system_prompts``, and :meth:`can_decide` or :meth:`step` for other decision windows or
+    rewards.
 
     Example, a protocol defined in a notebook (the verifier must ask two questions first)::
 
@@ -85,6 +86,10 @@ class ProtocolHandler(ABC):
     #: where a prover's stance is the protocol itself (debate's two sides) or there is no
     #: prover. A handler built with the setting on refuses it here (``InvalidParameterError``).
     stance_can_be_randomized: ClassVar[bool] = False
+    #: Whether ``protocol_common.verifier_first`` sets who opens (False where the schedule is
+    #: fixed: adp's prover, solo_verifier's verifier). A handler built with
+    #: ``verifier_first=False`` refuses it here unless this is True.
+    verifier_first_applies: ClassVar[bool] = False
     #: The ``HyperParameters`` field holding this protocol's own parameters (passed to the
     #: constructor after the common ones), or None when it has none.
     params_field: ClassVar[str | None] = None
@@ -112,6 +117,7 @@ class ProtocolHandler(ABC):
             )
         self.common = common or CommonProtocolParameters()
         self.check_stance_randomisation(self.common)
+        self.check_verifier_first(self.common)
         self.max_message_rounds = max_message_rounds
         self.min_message_rounds = min_message_rounds
         self.agents: tuple[AgentSpec, ...] = self._build_agents()
@@ -202,6 +208,23 @@ class ProtocolHandler(ABC):
             )
 
     @classmethod
+    def check_verifier_first(cls, common: CommonProtocolParameters) -> None:
+        """Refuse ``verifier_first=False`` unless the protocol's schedule follows it
+        (:attr:`verifier_first_applies`): it would be accepted and do nothing.
+
+        Raises:
+            InvalidParameterError: Naming ``protocol_common.verifier_first``.
+        """
+        if not common.verifier_first and not cls.verifier_first_applies:
+            raise InvalidParameterError(
+                "protocol_common.verifier_first",
+                False,
+                f"True for interaction_protocol={cls.name!r}",
+                reason=f"{cls.__name__}.verifier_first_applies is False: its schedule is "
+                "fixed, so the setting would do nothing",
+            )
+
+    @classmethod
     def hyper_parameters(cls, **fields: Any) -> HyperParameters:
         """A configuration for this protocol: ``HyperParameters(**fields)`` with
         ``interaction_protocol`` set to its name and default parameters for each agent not
@@ -213,6 +236,7 @@ class ProtocolHandler(ABC):
         agents |= given  # an agent the protocol does not have: refused by the configuration
         params = HyperParameters(interaction_protocol=cls.name, agents=agents, **fields)
         cls.check_stance_randomisation(params.protocol_common)
+        cls.check_verifier_first(params.protocol_common)
         return params
 
     # ----------------------------------------------------------------- decisions

@@ -40,6 +40,7 @@ class NipProtocol(ProtocolHandler):
     agent_names = ("prover", VERIFIER)
     params_field = "nip_protocol"
     stance_can_be_randomized = True
+    verifier_first_applies = True
 
     def __init__(
         self,
@@ -120,6 +121,7 @@ class _TwoProverProtocol(ProtocolHandler):
     3-round cycle (verifier, first prover, second prover).
     """
 
+    verifier_first_applies = True
     #: Whether each prover's channel is read by the verifier only (else by everyone).
     private_channels: ClassVar[bool]
     #: The stance prover0 argues by default (prover1 argues accept).
