@@ -40,6 +40,21 @@ from nip.parameters.trainers import (
 
 TrainerType = Literal["pure_text_ei", "pure_text_malt"]
 
+#: Common protocol settings that act in some shipped protocols only: the field of
+#: ``protocol_common``, the value that would do nothing elsewhere, the protocols where it
+#: acts, and why it does nothing in the others. Elsewhere that value is refused (the original
+#: accepted it and ignored it); the handler classes refuse it too, a protocol of one's own
+#: included (``ProtocolHandler.stance_can_be_randomized``, ``verifier_first_applies``).
+PROTOCOL_ONLY_SETTINGS: tuple[tuple[str, bool, frozenset[str], str], ...] = (
+    (
+        "randomize_prover_stance",
+        True,
+        STANCE_RANDOMIZABLE_PROTOCOLS,
+        "the provers of {name!r} argue fixed stances",
+    ),
+    ("verifier_first", False, VERIFIER_FIRST_PROTOCOLS, "{name!r} has a fixed schedule"),
+)
+
 #: Version of the parameter schema. A saved run whose major version differs cannot be loaded;
 #: a different minor version loads with a warning.
 PARAMETERS_SCHEMA_VERSION = "1.1"
@@ -128,8 +143,7 @@ class HyperParameters(BaseParameters):
         from nip.parameters.groups import check_group_agreement
 
         check_group_agreement(self)
-        self._check_stance_randomisation()
-        self._check_verifier_first()
+        self._check_protocol_only_settings()
         malt = self.pure_text_malt
         if (
             self.trainer == "pure_text_malt"
@@ -144,40 +158,21 @@ class HyperParameters(BaseParameters):
         self._check_learning_rate()
         self._check_files_exist()
 
-    def _check_stance_randomisation(self) -> None:
-        """Refuse ``randomize_prover_stance`` where the protocol fixes the stances: it would
-        be accepted and do nothing."""
+    def _check_protocol_only_settings(self) -> None:
+        """Refuse a common protocol setting (:data:`PROTOCOL_ONLY_SETTINGS`) in a shipped
+        protocol where it would be accepted and do nothing."""
         name = self.interaction_protocol
-        if (
-            self.protocol_common.randomize_prover_stance
-            and is_shipped_protocol(name)
-            and name not in STANCE_RANDOMIZABLE_PROTOCOLS
-        ):
-            allowed = ", ".join(sorted(STANCE_RANDOMIZABLE_PROTOCOLS))
-            raise InvalidParameterError(
-                "protocol_common.randomize_prover_stance",
-                True,
-                f"False for interaction_protocol={name!r} (it applies to {allowed})",
-                reason=f"the provers of {name!r} argue fixed stances, so the setting would "
-                "do nothing",
-            )
-
-    def _check_verifier_first(self) -> None:
-        """Refuse ``verifier_first=False`` where the protocol's schedule is fixed: it would be
-        accepted and do nothing."""
-        name = self.interaction_protocol
-        if (
-            not self.protocol_common.verifier_first
-            and is_shipped_protocol(name)
-            and name not in VERIFIER_FIRST_PROTOCOLS
-        ):
-            allowed = ", ".join(sorted(VERIFIER_FIRST_PROTOCOLS))
-            raise InvalidParameterError(
-                "protocol_common.verifier_first",
-                False,
-                f"True for interaction_protocol={name!r} (it applies to {allowed})",
-                reason=f"{name!r} has a fixed schedule, so the setting would do nothing",
-            )
+        if not is_shipped_protocol(name):
+            return  # a protocol of one's own: its handler class refuses it when built
+        for field, inert, applies, why in PROTOCOL_ONLY_SETTINGS:
+            if getattr(self.protocol_common, field) == inert and name not in applies:
+                raise InvalidParameterError(
+                    f"protocol_common.{field}",
+                    inert,
+                    f"{not inert} for interaction_protocol={name!r} "
+                    f"(it applies to {', '.join(sorted(applies))})",
+                    reason=f"{why.format(name=name)}, so the setting would do nothing",
+                )
 
     def _check_fine_tunable(self) -> None:
         """Reject trainable agents of providers that cannot fine-tune (OpenRouter): they would
