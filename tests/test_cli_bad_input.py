@@ -66,6 +66,16 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["{config}", "--set", "rl.num_iterations=many"], "rl.num_iterations='many'"),
         (["{config}", "--set", "rl.num_iterationz=1"], "num_iterationz"),
         (["{config}", "--set", "interaction_protocol=nipp"], "nipp"),
+        (  # a setting that would do nothing in that protocol (its schedule is fixed)
+            [
+                "{config}",
+                "--set",
+                "interaction_protocol=adp",
+                "--set",
+                "protocol_common.verifier_first=false",
+            ],
+            "protocol_common.verifier_first",
+        ),
         (["{config}", "--set", "no-equals-sign"], "--set"),
         (["{config}", "--seed", "x"], "--seed"),
         (["{config}", "--run-dir", "{file}"], "{file} is a file"),
