@@ -550,3 +550,32 @@ def test_vllm_is_not_handed_our_thread_count_unless_its_binding_is_ours(monkeypa
 
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")  # the user binds: their count stands
     assert launch.environment_for("t")["OMP_NUM_THREADS"] == "2"
+
+
+def test_vllm_runs_its_engine_and_model_in_one_process_unless_it_has_several_workers(
+    monkeypatch,
+):
+    """vLLM's CPU build otherwise keeps a core for an engine process that spins while the
+    model's worker computes on the rest (on 2 cores: one each). One worker, no binding of the
+    user's: one process for both. Several workers, a binding, or the user's own setting: as
+    vLLM decides."""
+    from nip.backends.local.vllm_process import VllmLaunch
+
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+
+    def one_process(*options: str) -> bool:
+        env = VllmLaunch("py", Path("/m"), "m", options=options).environment_for("t")
+        return env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+
+    assert one_process()
+    assert one_process("--enforce-eager", "--tensor-parallel-size", "1")
+    assert not one_process("--tensor-parallel-size", "2")
+    assert not one_process("--data-parallel-size=2")
+    assert not one_process("-pp", "4")
+
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")  # the user's choice stands
+    assert not one_process()
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING")
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")  # a binding needs vLLM's worker
+    assert not one_process()
