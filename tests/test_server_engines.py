@@ -533,23 +533,32 @@ def test_nip_cpu_dtype_decides_what_auto_means_for_vllm_on_any_cpu(
     assert command[command.index("--dtype") + 1] == forced
 
 
-def test_vllm_is_not_handed_our_thread_count_unless_its_binding_is_ours(monkeypatch):
-    """vLLM binds its CPU worker to cores it picks; an inherited OMP_NUM_THREADS larger than
-    those cores ran several OpenMP threads on one core (tutorial 7: 249 s instead of 24 s)."""
+def test_vllm_workers_it_binds_are_not_handed_our_thread_count_unless_the_binding_is_ours(
+    monkeypatch,
+):
+    """vLLM binds its CPU workers to cores it picks; an inherited OMP_NUM_THREADS larger than
+    those cores ran several OpenMP threads on one core (tutorial 7: 249 s instead of 24 s).
+    With one worker it runs in vLLM's engine process, bound to nothing: the count stands."""
     from nip.backends.local.vllm_process import VllmLaunch
 
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setenv("MKL_NUM_THREADS", "2")
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
-    launch = VllmLaunch("py", Path("/m"), "m")
-    env = launch.environment_for("t")
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    bound = VllmLaunch("py", Path("/m"), "m", options=("--tensor-parallel-size", "2"))
+    env = bound.environment_for("t")
     assert "OMP_NUM_THREADS" not in env and "MKL_NUM_THREADS" not in env
 
-    explicit = VllmLaunch("py", Path("/m"), "m", environment={"OMP_NUM_THREADS": "4"})
+    explicit = VllmLaunch(
+        "py", Path("/m"), "m", options=bound.options, environment={"OMP_NUM_THREADS": "4"}
+    )
     assert explicit.environment_for("t")["OMP_NUM_THREADS"] == "4"
 
+    one_worker = VllmLaunch("py", Path("/m"), "m")
+    assert one_worker.environment_for("t")["OMP_NUM_THREADS"] == "2"
+
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0-1")  # the user binds: their count stands
-    assert launch.environment_for("t")["OMP_NUM_THREADS"] == "2"
+    assert bound.environment_for("t")["OMP_NUM_THREADS"] == "2"
 
 
 def test_vllm_runs_its_engine_and_model_in_one_process_unless_it_has_several_workers(

@@ -72,9 +72,9 @@ class VllmLaunch:
         max_loras: ``--max-loras``: adapters in one batch.
         options: More of vLLM's command-line arguments, after nip's.
         environment: Variables set over ``os.environ`` and nip's defaults (no hub, no usage
-            reports, 1 GiB of CPU KV cache unless the environment says otherwise, no inherited
-            ``OMP_NUM_THREADS`` and one process for the CPU's engine and model unless
-            ``VLLM_CPU_OMP_THREADS_BIND`` is set).
+            reports, 1 GiB of CPU KV cache unless the environment says otherwise; unless
+            ``VLLM_CPU_OMP_THREADS_BIND`` is set, one process for a CPU's engine and its one
+            worker, and no inherited ``OMP_NUM_THREADS`` for workers vLLM binds to cores).
     """
 
     python: str
@@ -121,22 +121,24 @@ class VllmLaunch:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        if "VLLM_CPU_OMP_THREADS_BIND" not in env:
-            # vLLM binds its CPU worker to cores of its choosing and runs one OpenMP thread per
+        if "VLLM_CPU_OMP_THREADS_BIND" not in env and self.one_worker:
+            # vLLM's CPU build otherwise runs the model in a worker process bound to every core
+            # but one, kept for an engine-core process that spins on shared memory while the
+            # worker computes: on 2 cores, one computing and one spinning. One process for both
+            # (what vLLM does on a GPU): 16 chat answers here in 25 s and 50 CPU-seconds
+            # instead of 32 s and 64, and ready in 34 s instead of 49. Only the CPU build reads
+            # it here: vLLM's API server keeps its engine process on every device.
+            env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if (
+            "VLLM_CPU_OMP_THREADS_BIND" not in env
+            and env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0"
+        ):
+            # vLLM binds its CPU workers to cores of its choosing and runs one OpenMP thread per
             # bound core unless OMP_NUM_THREADS says otherwise: an inherited OMP_NUM_THREADS=2
             # ran two threads on its one bound core here, and tutorial 7's dialogues and trees
-            # took 249 s instead of 24 s.
+            # took 249 s instead of 24 s. In one process nothing is bound: the count stands.
             for name in THREAD_COUNT_VARIABLES:
                 env.pop(name, None)
-            if self.one_worker:
-                # vLLM's CPU build otherwise runs the model in a worker process bound to every
-                # core but one, kept for an engine-core process that spins on shared memory
-                # while the worker computes: on 2 cores, one computing and one spinning. One
-                # process for both (what vLLM does on a GPU): 16 chat answers here in 25 s and
-                # 50 CPU-seconds instead of 32 s and 64, and ready in 34 s instead of 49.
-                # Only the CPU build reads it here: vLLM's API server keeps its engine
-                # process on every device.
-                env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         env.update(self.environment)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         env["VLLM_API_KEY"] = token
