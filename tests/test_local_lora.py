@@ -115,10 +115,14 @@ def test_the_training_template_masks_everything_but_the_agents_own_turns(tiny_mo
 
 @pytest.mark.timeout(120)
 def test_a_job_on_an_unknown_model_fails_with_the_reason(tmp_path):
+    """Before training starts: checked before the training libraries are imported (about
+    10 s of a job's start)."""
     backend = LocalLoraFineTuneBackend(tmp_path / "jobs")
     job = run_job(backend, spec(tmp_path / "no-such-model"))
     assert job.status == "failed"
     assert "no-such-model" in job.error
+    events = asyncio.run(backend.list_events(job.id))
+    assert not any(e.message.startswith("Training started") for e in events)
 
 
 @pytest.mark.timeout(120)
