@@ -29,6 +29,10 @@ RENAMED: dict[str, str] = {
         "paper/mnip-malt",
     ]
 }
+# Stop 47: the stacked job trains in the test's process (the training is the same).
+RENAMED["tests/test_local_lora.py::test_a_stacked_job_records_the_adapters_it_sits_on"] = (
+    "tests/test_local_lora_in_process.py::test_a_stacked_job_records_the_adapters_it_sits_on"
+)
 
 
 def collected() -> list[str]:

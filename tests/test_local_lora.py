@@ -153,32 +153,6 @@ def test_an_unknown_job_is_not_found(tmp_path):
     assert asyncio.run(backend.get_job("nothing")).status == "not_found"
 
 
-@pytest.mark.timeout(600)
-def test_a_stacked_job_records_the_adapters_it_sits_on(tiny_model, tmp_path):
-    from nip.backends.local.adapters import predecessors
-
-    backend = LocalLoraFineTuneBackend(tmp_path / "jobs")
-    first = run_job(backend, spec(tiny_model, name="verifier-it0"))
-    stacked = run_job(
-        backend,
-        spec(
-            tiny_model,
-            name="verifier-it1",
-            previous_adapter=first.adapter_path,
-            stack_lora_adapters=True,
-        ),
-    )
-    continued = run_job(
-        backend, spec(tiny_model, name="verifier-it2", previous_adapter=stacked.adapter_path)
-    )
-    assert first.status == stacked.status == continued.status == "succeeded", continued.error
-
-    assert predecessors(first.adapter_path) == []
-    assert predecessors(stacked.adapter_path) == [Path(first.adapter_path).resolve()]
-    # Training a stacked adapter further keeps it on the adapter beneath it.
-    assert predecessors(continued.adapter_path) == [Path(first.adapter_path).resolve()]
-
-
 def test_jobs_made_without_a_name_in_the_same_second_are_two_jobs(tmp_path, monkeypatch):
     """A job without a name was named for the second it was made: the second job of that
     second was taken for the first (submitted before a restart) and never trained."""
