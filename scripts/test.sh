@@ -6,9 +6,10 @@
 #                                  kernel, browser or vLLM (the edit-test loop); no vLLM or
 #                                  Chromium set-up, no model conversion
 #
-# Both tiers run on NIP_TEST_WORKERS pytest-xdist workers (default: two more than the cores,
-# since the tests spend a third of their time waiting on kernels, servers, subprocesses and
-# retries; 0: in this process), with `--dist loadgroup`, which
+# Both tiers run on NIP_TEST_WORKERS pytest-xdist workers (0: in this process; by default one
+# more than the cores for the whole suite, whose heavy tests keep the cores busy and slow each
+# other down beside more workers, and two more for the quick tier, whose tests spend much of
+# their time waiting on servers, subprocesses and retries), with `--dist loadgroup`, which
 # tests/conftest.py schedules by module (a module's fixtures, a loaded model or a JupyterLab,
 # are built once; see tests/README.md).
 # The vLLM end-to-end test needs vLLM's CPU build in its own venv (.vllm-venv, about 3 GB and
@@ -39,8 +40,9 @@ fi
 # (collecting the suite took 6.4 s of CPU per worker without them, 2.7 s with them).
 unset PYTHONDONTWRITEBYTECODE
 .venv/bin/python -m compileall -q -j 0 nip
-WORKERS=(-n "${NIP_TEST_WORKERS:-$(($(nproc) + 2))}" --dist loadgroup)
 if [ "$QUICK" = 1 ]; then
+    WORKERS=(-n "${NIP_TEST_WORKERS:-$(($(nproc) + 2))}" --dist loadgroup)
     NIP_TEST_TIER=quick exec .venv/bin/python -m pytest "${WORKERS[@]}" -m "$QUICK_MARKERS" "$@"
 fi
+WORKERS=(-n "${NIP_TEST_WORKERS:-$(($(nproc) + 1))}" --dist loadgroup)
 exec .venv/bin/python -m pytest "${WORKERS[@]}" "$@"
