@@ -224,19 +224,51 @@ def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(
 
 
 def test_a_runs_cost_metric_is_priced_at_the_price_its_dry_run_uses(fakes, dataset, tmp_path):
-    fakes()
+    """In both iterations: the second's verifier generates with its fine-tuned adapter, which
+    Together serves serverless at its base model's price (as the dry run counts it)."""
+    fake = fakes()
     path = config(tmp_path, dataset)
     dry_run = estimate_cost(HyperParameters.load(path))
     (line, *_) = [line for line in dry_run.lines if line.stage == "train" and line.usd]
     usd_per_token = line.usd / (line.prompt_tokens + line.completion_tokens)  # in = out here
     assert run(path, tmp_path / "run") == 0
 
-    metrics = json.loads((tmp_path / "run" / "metrics" / "train_it0000.json").read_text())
-    tokens = metrics["prompt_tokens"] + metrics["completion_tokens"]
-    assert tokens > 0 and metrics["cost_usd"] == pytest.approx(tokens * usd_per_token)
-    assert metrics["verifier.cost_usd"] + metrics["prover.cost_usd"] == pytest.approx(
-        metrics["cost_usd"]
-    )
+    for iteration in (0, 1):
+        metrics = json.loads(
+            (tmp_path / "run" / "metrics" / f"train_it{iteration:04d}.json").read_text()
+        )
+        tokens = metrics["prompt_tokens"] + metrics["completion_tokens"]
+        assert tokens > 0 and metrics["cost_usd"] == pytest.approx(tokens * usd_per_token)
+        assert metrics["verifier.cost_usd"] + metrics["prover.cost_usd"] == pytest.approx(
+            metrics["cost_usd"]
+        )
+    (job,) = fake.jobs.values()
+    rollouts = (tmp_path / "run" / "rollouts" / "train_it0001.jsonl").read_text().splitlines()
+    models = {turn["model"] for line in rollouts for turn in json.loads(line)["turns"]}
+    assert models == {BASE_MODEL, job.output_name}
+
+
+@pytest.mark.parametrize(
+    "output_name",
+    [
+        "me/Meta-Llama-3.1-8B-Instruct-Reference-verifier-it0-1a2b3c4d",  # base without org
+        "me/meta-llama/Meta-Llama-3.1-8B-Instruct-Reference-5e6f7a8b",  # base with its org
+    ],
+)
+def test_a_fine_tuned_adapter_is_priced_as_its_base_model_unless_corrected(output_name):
+    from nip.parameters import PureTextAgentParameters
+    from nip.providers import inference_price
+    from nip.providers.together import INFERENCE_USD_PER_1M
+
+    agent = PureTextAgentParameters(model_provider="TogetherAI", model_name=BASE_MODEL)
+    base_price = INFERENCE_USD_PER_1M[BASE_MODEL]
+
+    assert inference_price(agent, output_name, {}) == base_price
+    assert inference_price(agent, output_name, {BASE_MODEL: (1.0, 2.0)}) == (1.0, 2.0)
+    assert inference_price(agent, output_name, {output_name: (3.0, 4.0)}) == (3.0, 4.0)
+    # A name of no base model in the table stays unpriced rather than guessed.
+    assert inference_price(agent, "me/Some-Other-Model-7B-1a2b3c4d", {}) is None
+    assert inference_price(agent, "me/Meta-Llama-3.1-8B-Instruct-Referenceish-1a2b", {}) is None
 
 
 def test_a_dpo_job_is_priced_at_togethers_dpo_rate(dataset, tmp_path):

@@ -74,12 +74,17 @@ def inference_price(
     """USD per 1M ``(input, output)`` tokens of ``model`` generating for an agent with
     ``params``: 0 where its provider bills no tokens, else ``corrections``
     (``ExperimentSettings.prices_usd_per_1m``, by :func:`~nip.providers.openai.price_key`)
-    over its provider's published prices; None when neither knows the model. The dry run and
-    the ``cost_usd`` metric both price with it."""
+    over its provider's published prices; None when neither knows the model. A fine-tuned
+    model its provider bills at another model's price (:attr:`Prices.priced_as`) is priced as
+    that model, unless ``corrections`` name it. The dry run and the ``cost_usd`` metric both
+    price with it."""
     prices = prices_for(params)
     if prices is None:
         return (0.0, 0.0)
     key = price_key(model)
+    if key in corrections:
+        return corrections[key]
+    key = prices.priced_as(key) or key
     return corrections.get(key) or prices.inference(key)
 
 

@@ -34,6 +34,9 @@ class Prices:
         training: USD per 1M training tokens of a job on a base model, by ``(model,
             method, use_lora)``, or None when unknown.
         notes: What pricing a model assumes, for the dry run's list of assumptions.
+        priced_as: The model a fine-tuned model's tokens are priced as, where the provider
+            bills them at another model's price (Together: a LoRA adapter served serverless
+            at its base model's), or None: at its own.
     """
 
     source: str
@@ -41,6 +44,7 @@ class Prices:
     inference: Callable[[str], tuple[float, float] | None]
     training: Callable[[str, str, bool], float | None] = lambda model, method, lora: None
     notes: Callable[[str], list[str]] = field(default=lambda model: [])
+    priced_as: Callable[[str], str | None] = lambda model: None
 
 
 @dataclass(frozen=True)

@@ -327,6 +327,22 @@ def _inference(model: str) -> tuple[float, float] | None:
     return INFERENCE_USD_PER_1M.get(model.removeprefix("ft:"))
 
 
+def _priced_as(model: str) -> str | None:
+    """The base model a fine-tuned model is billed as (its adapter served serverless), read
+    from its ``model_output_name``: ``<account>/<base model>-<suffix>-<id>``, where the base
+    model is written with or without its organisation (``meta-llama/``) as Together's
+    examples show both; None for a model of the price table or one of no base it knows."""
+    if model in INFERENCE_USD_PER_1M or "/" not in model:
+        return None
+    name = model.split("/", 1)[1]
+    bases = [
+        base
+        for base in INFERENCE_USD_PER_1M
+        if name.startswith((f"{base}-", f"{base.rsplit('/', 1)[-1]}-"))
+    ]
+    return max(bases, key=len, default=None)
+
+
 def _training(model: str, method: str, lora: bool) -> float | None:
     bracket = _bracket(model)
     return None if bracket is None else bracket[1].get((method, lora))
@@ -353,6 +369,7 @@ PRICES = Prices(
     inference=_inference,
     training=_training,
     notes=_notes,
+    priced_as=_priced_as,
 )
 
 PROVIDER = Provider(
