@@ -26,7 +26,6 @@ from typing import Any
 from nip._version import __version__
 from nip.analysis.metrics import priced_rollout_metrics
 from nip.data import dataset_provenance
-from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
@@ -35,7 +34,8 @@ from nip.providers.pool import BackendPool
 from nip.rollouts.records import Transcript
 from nip.runs.ownership import owning
 from nip.runs.plan_steps import TEST_ITERATION
-from nip.runs.run_dir import RunDirectory, new_run_path
+from nip.runs.run_dir import RunDirectory, new_run_path, refuse_existing_run
+from nip.runs.run_dir import RunDirectoryError as RunDirectoryError  # re-exported
 from nip.runs.state import Stage as Stage  # re-exported: the stages' names
 from nip.runs.state import TrainerState
 from nip.session import Session
@@ -58,10 +58,6 @@ from nip.training.reporter import RunReporter
 from nip.training.results import RunResults
 from nip.training.stages import FineTuneStages
 from nip.utils.sync import run_sync
-
-
-class RunDirectoryError(IncompatibleParametersError):
-    """The run directory cannot be used as asked (exists already, or holds another run)."""
 
 
 class PureTextEiTrainer(FineTuneStages, RunResults):
@@ -137,10 +133,10 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         )
         _resuming = provenance is None
         if not _resuming:
-            if self.run_dir.exists("state.json") and not overwrite:
-                raise RunDirectoryError(
-                    f"{self.run_dir.path} already holds a run; resume it with "
-                    "Trainer.resume(run_dir) (nip resume), or pass overwrite=True"
+            if not overwrite:
+                refuse_existing_run(
+                    self.run_dir.path,
+                    "resume it with Trainer.resume(run_dir) (nip resume), or pass overwrite=True",
                 )
             self.run_dir.write_json("hyper_params.json", hyper_params.to_dict())
             self.run_dir.write_json(
