@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from nip.errors import InvalidParameterError
-    from nip.experiments import sweep
+    from nip.runs.sweep_dir import SERVE
+    from nip.sweeps import grid
+    from nip.sweeps.run import run_sweep
 
     action, target = (
         (args.target[0], args.target[1:])
@@ -65,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
         _print_status(target[0])
         return 0
     if action == "resume":
-        spec, sweep_dir = sweep.load_sweep_spec(target[0]), Path(target[0])
+        spec, sweep_dir = grid.load_sweep_spec(target[0]), Path(target[0])
     else:
-        spec = sweep.GridSpec.load(target[0])
-        sweep_dir = Path(args.sweep_dir or sweep.default_sweep_dir(spec.name))
+        spec = grid.GridSpec.load(target[0])
+        sweep_dir = Path(args.sweep_dir or grid.default_sweep_dir(spec.name))
     if overrides := _args.cli_overrides(args):  # every cell's: the grid's own `set:`, then these
         spec.overrides = {**spec.overrides, **overrides}
     if args.dry_run:
@@ -84,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
         outcomes = _run_on_ray(args, spec, sweep_dir, settings)
     else:
         configs = [cell.hyper_params for cell in spec.cells()] if settings.serve else []
-        with _args.served(configs, settings, sweep_dir / "serve") as settings:
-            outcomes = sweep.run_sweep(spec, sweep_dir, settings, max_parallel=args.max_parallel)
+        with _args.served(configs, settings, sweep_dir / SERVE) as settings:
+            outcomes = run_sweep(spec, sweep_dir, settings, max_parallel=args.max_parallel)
     failed = {name: o for name, o in outcomes.items() if o not in ("done", "stopped")}
     print(
         f"\nsweep directory: {sweep_dir} ({len(outcomes) - len(failed)}/{len(outcomes)} cells "
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(args: argparse.Namespace, spec) -> int:
-    from nip.experiments.sweep_grid import estimate_sweep
+    from nip.sweeps.grid import estimate_sweep
 
     gpu = _args.gpu_options(args)
     estimate = estimate_sweep(spec, _args.run_settings(args), sample_items=args.sample_items)
@@ -110,7 +112,7 @@ def _dry_run(args: argparse.Namespace, spec) -> int:
 def _run_on_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str, str]:
     """``--ray``: each cell a Ray task; with ``--serve``, one server per node (Ray actors)."""
     if settings.serve:
-        from nip.server.ray_servers import run_sweep_ray_served
+        from nip.sweeps.ray_servers import run_sweep_ray_served
 
         return run_sweep_ray_served(
             spec,
@@ -120,15 +122,15 @@ def _run_on_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str
             resources=args.cell_resources,
             server_resources=args.server_resources or "gpu=1",
         )
-    from nip.experiments.sweep_ray import parse_resources, run_sweep_ray
+    from nip.sweeps.ray import parse_resources, run_sweep_ray
 
     parse_resources(args.cell_resources)  # refused before the cells start
     return run_sweep_ray(spec, sweep_dir, settings, address=args.ray, resources=args.cell_resources)
 
 
 def _print_status(sweep_dir: str) -> None:
-    from nip.experiments.sweep import sweep_status
     from nip.runs.ownership import current_owner
+    from nip.runs.sweep_dir import sweep_status
 
     cells = sweep_status(sweep_dir)  # first: refuses a folder that holds no sweep
     owner = current_owner(sweep_dir)
