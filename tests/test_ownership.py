@@ -219,7 +219,7 @@ def _turns(sweep_dir: Path) -> int:
 def test_a_second_sweep_on_the_folder_is_refused_and_every_cell_runs_once(
     paid_grid, tmp_path, chat_server
 ):
-    from nip.sweeps.run import sweep_status
+    from nip.runs.sweep_dir import sweep_status
 
     sweep_dir = tmp_path / "sweep"
     chat_server.gate.clear()  # the first sweep's cells wait for their first answers
@@ -255,7 +255,7 @@ def test_a_second_sweep_on_the_folder_is_refused_and_every_cell_runs_once(
 def test_a_sweep_killed_with_sigkill_is_taken_over_by_the_next_one(
     paid_grid, tmp_path, chat_server
 ):
-    from nip.sweeps.run import sweep_status
+    from nip.runs.sweep_dir import sweep_status
 
     sweep_dir = tmp_path / "sweep"
     killed = _sweep(paid_grid, sweep_dir, chat_server)

@@ -16,6 +16,7 @@ from nip.cli import main
 from nip.errors import InvalidParameterError
 from nip.experiments.cost_estimate import estimate_cost
 from nip.providers.pool import BackendPool
+from nip.runs.sweep_dir import sweep_status
 from nip.settings import ExperimentSettings
 from nip.sweeps.grid import estimate_sweep
 from nip.sweeps.run import (
@@ -23,7 +24,6 @@ from nip.sweeps.run import (
     SweepMismatchError,
     open_cell,
     run_sweep,
-    sweep_status,
 )
 from nip.viz.compare_runs import comparison_table
 

@@ -10,13 +10,13 @@ import pytest
 
 from nip.cli import main
 from nip.errors import InvalidParameterError, UnknownProtocolError
+from nip.runs.sweep_dir import sweep_status
 from nip.settings import ExperimentSettings
 from nip.sweeps.run import (
     GridSpec,
     SweepMismatchError,
     prepare_sweep,
     run_sweep,
-    sweep_status,
 )
 from nip.viz.compare_runs import comparison_table
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from nip.cli import main
+from nip.runs.sweep_dir import sweep_status
 from nip.settings import ExperimentSettings
 from nip.sweeps.ray import parse_resources
-from nip.sweeps.run import GridSpec, run_sweep, sweep_status
+from nip.sweeps.run import GridSpec, run_sweep
 
 GRID = """
 base: base.yaml

@@ -1,7 +1,5 @@
 """``nip analyse``: judge a run's dialogues with an LLM."""
 
-from __future__ import annotations
-
 import argparse
 
 from nip.cli import _args

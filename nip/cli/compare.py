@@ -1,7 +1,5 @@
 """``nip compare``: accuracy per protocol and iteration over several runs."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 

@@ -1,7 +1,5 @@
 """``nip control``: pause, resume or stop a run between stages."""
 
-from __future__ import annotations
-
 import argparse
 
 from nip.cli import _args

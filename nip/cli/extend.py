@@ -1,7 +1,5 @@
 """``nip extend``: more iterations for a finished run."""
 
-from __future__ import annotations
-
 import argparse
 
 from nip.cli import _args

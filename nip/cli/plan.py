@@ -1,7 +1,5 @@
 """``nip plan``: what a run would do, iteration by iteration."""
 
-from __future__ import annotations
-
 import argparse
 
 from nip.cli import _args

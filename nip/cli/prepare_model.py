@@ -1,7 +1,5 @@
 """``nip prepare-model``: convert an embedded model into nip's cache now."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 

@@ -1,7 +1,5 @@
 """``nip presets``: the shipped presets and sweep grids."""
 
-from __future__ import annotations
-
 import argparse
 
 HELP = "List the shipped presets (nip run NAME)."

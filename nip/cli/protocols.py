@@ -1,7 +1,5 @@
 """``nip protocols``: who speaks when in each protocol."""
 
-from __future__ import annotations
-
 import argparse
 
 HELP = "Show who speaks when in each protocol."

@@ -1,7 +1,5 @@
 """``nip resume``: continue a run from its directory."""
 
-from __future__ import annotations
-
 import argparse
 
 from nip.cli import _args

@@ -1,7 +1,5 @@
 """``nip retest``: test a run's saved models again."""
 
-from __future__ import annotations
-
 import argparse
 
 from nip.cli import _args

@@ -1,7 +1,5 @@
 """``nip run``: run an experiment (``--dry-run``: its plan and cost, nothing called)."""
 
-from __future__ import annotations
-
 import argparse
 
 from nip.cli import _args

@@ -1,7 +1,5 @@
 """``nip serve``: the language-model server (see docs/self_hosted.md)."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 

@@ -1,7 +1,5 @@
 """``nip sweep``: run, price, resume or show a grid of configurations."""
 
-from __future__ import annotations
-
 import argparse
 import sys
 
@@ -141,6 +139,5 @@ def _print_status(sweep_dir: str) -> None:
         elif cell.stage == "not started":
             stage, where = cell.stage, ""
         else:
-            shown = min(cell.iteration + 1, cell.num_iterations)
-            stage, where = cell.stage, f"iteration {shown}/{cell.num_iterations}"
+            stage, where = cell.stage, f"iteration {cell.progress}"
         print(f"{cell.name:<32}{stage:<24}{where}".rstrip())

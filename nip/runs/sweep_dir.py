@@ -101,6 +101,11 @@ class CellStatus:
     values: dict[str, Any]
     error: str | None = None
 
+    @property
+    def progress(self) -> str:
+        """``3/4``: the iteration it is in (or ended in), of how many."""
+        return f"{min(self.iteration + 1, self.num_iterations)}/{self.num_iterations}"
+
 
 def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
     """Each cell's stage and iteration, from its run directory, and the error of each cell

@@ -114,11 +114,11 @@ class Sweep:
 
         if is_sweep_dir(self.directory):
             cells = sweep_status(self.directory)
-            rows = [{"cell": c.name, **c.values, "stage": c.stage} for c in cells]
-            for row, cell in zip(rows, cells, strict=True):
-                row["iteration"] = f"{min(cell.iteration + 1, cell.num_iterations)}"
-                row["iteration"] += f"/{cell.num_iterations}"
-                row["error"] = cell.error or ""
+            rows = [
+                {"cell": c.name, **c.values, "stage": c.stage, "iteration": c.progress}
+                | {"error": c.error or ""}
+                for c in cells
+            ]
         else:
             rows = [{"cell": c.name, **c.values, "stage": "not started"} for c in self.cells]
         return pd.DataFrame(rows)

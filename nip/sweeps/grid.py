@@ -36,28 +36,17 @@ from nip.errors import ConfigFileError, InvalidParameterError, NipError, require
 from nip.experiments.cost_report import CostEstimate, sum_usd
 from nip.extras import needs
 from nip.parameters import HyperParameters
-from nip.runs.sweep_dir import (
-    CELLS,
-    NotASweepDirectoryError,
-    cell_run_dir,
-    is_sweep_dir,
-    read_manifest,
-    sweep_run_dirs,
-)
+from nip.runs.sweep_dir import CELLS, cell_run_dir, read_manifest
 from nip.settings import ExperimentSettings
 
 __all__ = [
     "GridSpec",
-    "NotASweepDirectoryError",
     "SweepCell",
     "SweepEstimate",
     "default_sweep_dir",
     "estimate_sweep",
-    "is_sweep_dir",
     "load_base",
     "load_sweep_spec",
-    "read_manifest",
-    "sweep_run_dirs",
 ]
 
 _KEYS = {"name", "base", "set", "axes", "zip", "max_parallel", "serve"}

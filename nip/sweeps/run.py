@@ -35,44 +35,20 @@ from nip.errors import IncompatibleParametersError, require_count
 from nip.providers.pool import BackendPool
 from nip.runs.ownership import owning
 from nip.runs.run_dir import RunDirectory
-from nip.runs.sweep_dir import (
-    MANIFEST,
-    CellStatus,
-    SweepEvents,
-    cell_errors,
-    is_sweep_dir,
-    read_manifest,
-    sweep_run_dirs,
-    sweep_status,
-)
+from nip.runs.sweep_dir import MANIFEST, SweepEvents, read_manifest
 from nip.settings import ExperimentSettings
-from nip.sweeps.grid import (
-    GridSpec,
-    SweepCell,
-    default_sweep_dir,
-    grid_cells,
-    in_cell,
-    load_sweep_spec,
-)
+from nip.sweeps.grid import GridSpec, SweepCell, grid_cells, in_cell
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 from nip.utils.notices import labelled
 from nip.utils.sync import run_sync
 
-__all__ = [  # with the sweep directory's readers (nip.runs.sweep_dir) and the grid's
-    "CellStatus",
-    "GridSpec",
+__all__ = [
     "SweepMismatchError",
-    "cell_errors",
     "check_cells",
-    "default_sweep_dir",
-    "is_sweep_dir",
-    "load_sweep_spec",
     "open_cell",
     "prepare_sweep",
     "run_sweep",
     "run_sweep_async",
-    "sweep_run_dirs",
-    "sweep_status",
 ]
 
 
