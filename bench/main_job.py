@@ -91,6 +91,7 @@ def main() -> None:
     from nip.backends.local import _engine
     from nip.cli import _load_config
     from nip.settings import ExperimentSettings
+    from nip.training.stages import STAGES
     from nip.training.trainer import build_trainer
 
     engine_calls: list[dict] = []
@@ -112,19 +113,11 @@ def main() -> None:
         overwrite=True,
     )
     stages: list[dict] = []
-    for stage in (
-        "sample_rollouts",
-        "log_stats",
-        "test",
-        "create_fine_tune_jobs",
-        "await_fine_tune_jobs",
-        "switch_models",
-    ):
-        work = getattr(trainer, f"_stage_{stage}")
+    for stage, work in list(STAGES.items()):  # this script's process: its own table
 
-        async def timed(work=work, stage=stage):
+        async def timed(run, callbacks, work=work, stage=stage):
             start, (own, kids) = time.time(), _cpu()
-            await work()
+            await work(run, callbacks)
             own2, kids2 = _cpu()
             stages.append(
                 {
@@ -138,7 +131,7 @@ def main() -> None:
                 }
             )
 
-        setattr(trainer, f"_stage_{stage}", timed)
+        STAGES[stage] = timed
     trainer.train(max_stages=args.stages)
     wall = time.time() - t0
     own, kids = _cpu()

@@ -47,7 +47,7 @@ _LAZY = {
     "plan_run": "nip.experiments.cost_estimate",
     "sweep": "nip.sweeps",
     "Sweep": "nip.sweeps",
-    "GridSpec": "nip.experiments.sweep_grid",
+    "GridSpec": "nip.sweeps.grid",
     "compare_runs": "nip.viz.compare_runs",
     "load_code_validation_dataset": "nip.data",
     "ServerHandle": "nip.server.background",

@@ -224,7 +224,7 @@ FILES = {
 @pytest.fixture(scope="module")
 def template(tmp_path_factory, dummy_params) -> Path:
     """The scratch folder's contents, built once: copied for each test."""
-    from nip.experiments.sweep import GridSpec, prepare_sweep, run_sweep
+    from nip.sweeps.run import GridSpec, prepare_sweep, run_sweep
     from nip.training.trainer import build_trainer
 
     root = tmp_path_factory.mktemp("template")

@@ -19,7 +19,6 @@ from nip.configs import (
 from nip.errors import ConfigFileError, FineTuningClosedError, InvalidParameterError
 from nip.experiments.cost_report import CostEstimate, CostLine
 from nip.experiments.gpu_time import GpuTimeReport, ThroughputTable, gpu_time, model_params_b
-from nip.experiments.sweep_grid import GridSpec
 from nip.jobs.openai_closing import (
     closing_text,
     open_weight_preset,
@@ -27,6 +26,7 @@ from nip.jobs.openai_closing import (
     refused_job_error,
 )
 from nip.parameters import HyperParameters
+from nip.sweeps.grid import GridSpec
 
 PAPER = [p.name for p in list_presets() if p.name.startswith("paper/")]
 OPEN_MODEL = open_model_overrides()["agents.*.model_name"]

@@ -141,7 +141,7 @@ def test_agents_star_sets_every_agent_of_the_protocol(protocol):
 
 
 def test_a_sweep_grid_moves_every_cell_to_another_provider_with_one_setting():
-    from nip.experiments.sweep_grid import GridSpec
+    from nip.sweeps.grid import GridSpec
 
     agent = {"model_provider": "TogetherAI", "model_name": "meta-llama/Llama-3.3-70B-Instruct"}
     grid = GridSpec.from_dict(

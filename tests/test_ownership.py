@@ -219,7 +219,7 @@ def _turns(sweep_dir: Path) -> int:
 def test_a_second_sweep_on_the_folder_is_refused_and_every_cell_runs_once(
     paid_grid, tmp_path, chat_server
 ):
-    from nip.experiments.sweep import sweep_status
+    from nip.runs.sweep_dir import sweep_status
 
     sweep_dir = tmp_path / "sweep"
     chat_server.gate.clear()  # the first sweep's cells wait for their first answers
@@ -255,7 +255,7 @@ def test_a_second_sweep_on_the_folder_is_refused_and_every_cell_runs_once(
 def test_a_sweep_killed_with_sigkill_is_taken_over_by_the_next_one(
     paid_grid, tmp_path, chat_server
 ):
-    from nip.experiments.sweep import sweep_status
+    from nip.runs.sweep_dir import sweep_status
 
     sweep_dir = tmp_path / "sweep"
     killed = _sweep(paid_grid, sweep_dir, chat_server)
@@ -278,8 +278,8 @@ def test_a_sweep_killed_with_sigkill_is_taken_over_by_the_next_one(
 @pytest.fixture(scope="module")
 def owned(tmp_path_factory, dummy_params) -> dict[str, Path]:
     """A finished run, a finished sweep and their config and grid files."""
-    from nip.experiments.sweep import GridSpec, run_sweep
     from nip.settings import ExperimentSettings
+    from nip.sweeps.run import GridSpec, run_sweep
     from nip.training.trainer import build_trainer
 
     root = tmp_path_factory.mktemp("owned")
@@ -326,10 +326,10 @@ def test_a_second_copy_of_a_command_is_refused_naming_the_first(owned, command, 
 def test_the_python_api_takes_the_same_lock(owned):
     from nip.experiments.extend import extend_run
     from nip.experiments.retest import retest
-    from nip.experiments.sweep import GridSpec, prepare_sweep, run_sweep
     from nip.parameters import HyperParameters
     from nip.runs.changes import change_saved_parameters
     from nip.settings import ExperimentSettings
+    from nip.sweeps.run import GridSpec, prepare_sweep, run_sweep
     from nip.training.trainer import PureTextEiTrainer, build_trainer
 
     settings = ExperimentSettings(show_progress=False, wandb_mode="disabled")

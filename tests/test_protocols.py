@@ -429,22 +429,6 @@ def test_debate_and_mac_stances_are_never_randomised(name):
     assert handler.prover_stance("prover1", datapoint_stance=0) == 1
 
 
-def test_the_protocols_that_accept_stance_randomisation_are_those_whose_class_applies_it():
-    from nip.parameters.protocol import PROTOCOL_AGENT_NAMES, STANCE_RANDOMIZABLE_PROTOCOLS
-    from nip.protocols import protocol_class
-
-    applies = {n for n in PROTOCOL_AGENT_NAMES if protocol_class(n).stance_can_be_randomized}
-    assert applies == STANCE_RANDOMIZABLE_PROTOCOLS
-
-
-def test_the_protocols_that_accept_verifier_first_are_those_whose_schedule_follows_it():
-    from nip.parameters.protocol import PROTOCOL_AGENT_NAMES, VERIFIER_FIRST_PROTOCOLS
-    from nip.protocols import protocol_class
-
-    applies = {n for n in PROTOCOL_AGENT_NAMES if protocol_class(n).verifier_first_applies}
-    assert applies == VERIFIER_FIRST_PROTOCOLS
-
-
 @pytest.mark.parametrize("name", ["adp", "merlin_arthur", "solo_verifier"])
 def test_verifier_first_false_is_refused_where_the_schedule_is_fixed(name):
     """The original accepted it there and ignored it: the provers (or the verifier alone)

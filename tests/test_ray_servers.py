@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from nip.cli import main
-from nip.server.ray_servers import _fits, place_cells
+from nip.sweeps.ray_servers import _fits, place_cells
 from nip.testing.processes import processes_with, wait_until
 
 WAIT_S = 240.0
@@ -85,14 +85,14 @@ def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    from nip.experiments.sweep_grid import GridSpec
     from nip.runs.control import read_status, request
-    from nip.server.ray_servers import run_sweep_ray_served
     from nip.settings import ExperimentSettings
+    from nip.sweeps.grid import GridSpec
+    from nip.sweeps.ray_servers import run_sweep_ray_served
     from nip.testing.tiny_model import build_tiny_chat_model
     from nip.utils.imports import python_path_without_slow_imports
 
-    # As nip's own local cluster (nip.utils.ray_cluster): the nodes' dashboard agents start
+    # As nip's own local cluster (nip.sweeps.ray_cluster): the nodes' dashboard agents start
     # without rfc3987_syntax (1 s of CPU instead of 4.5), so Ray 2.60's fixed 15 s wait for
     # them holds on a loaded 2-core machine too; the raylet's wait for its agents is raised.
     monkeypatch.setenv("PYTHONPATH", python_path_without_slow_imports(tmp_path / "ray-env"))

@@ -15,16 +15,16 @@ import pytest
 from nip.cli import main
 from nip.errors import InvalidParameterError
 from nip.experiments.cost_estimate import estimate_cost
-from nip.experiments.sweep import (
+from nip.providers.pool import BackendPool
+from nip.runs.sweep_dir import sweep_status
+from nip.settings import ExperimentSettings
+from nip.sweeps.grid import estimate_sweep
+from nip.sweeps.run import (
     GridSpec,
     SweepMismatchError,
     open_cell,
     run_sweep,
-    sweep_status,
 )
-from nip.experiments.sweep_grid import estimate_sweep
-from nip.providers.pool import BackendPool
-from nip.settings import ExperimentSettings
 from nip.viz.compare_runs import comparison_table
 
 GRID = """
@@ -206,7 +206,7 @@ def test_nip_sweep_dry_run_prints_each_cell_and_the_total_and_writes_nothing(
 
 
 def test_nip_sweep_resume_runs_the_grid_its_directory_was_made_from(grid, tmp_path, capsys):
-    from nip.experiments.sweep import prepare_sweep
+    from nip.sweeps.run import prepare_sweep
 
     prepare_sweep(GridSpec.load(grid), tmp_path / "s")  # as a sweep killed before any cell ran
     assert main(["sweep", "resume", str(tmp_path / "s"), "--quiet"]) == 0

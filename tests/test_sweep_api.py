@@ -13,9 +13,9 @@ import yaml
 import nip
 from nip.cli import main
 from nip.errors import InvalidParameterError
-from nip.experiments.sweep import GridSpec
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.settings import ExperimentSettings
+from nip.sweeps.run import GridSpec
 
 #: A 2 x 2 grid, written to grid.yaml.
 GRID = {

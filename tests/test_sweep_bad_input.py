@@ -10,14 +10,14 @@ import pytest
 
 from nip.cli import main
 from nip.errors import InvalidParameterError, UnknownProtocolError
-from nip.experiments.sweep import (
+from nip.runs.sweep_dir import sweep_status
+from nip.settings import ExperimentSettings
+from nip.sweeps.run import (
     GridSpec,
     SweepMismatchError,
     prepare_sweep,
     run_sweep,
-    sweep_status,
 )
-from nip.settings import ExperimentSettings
 from nip.viz.compare_runs import comparison_table
 
 GRID = """
@@ -134,7 +134,7 @@ def test_compare_shows_the_cells_that_ran_and_marks_those_that_have_not(grid, tm
 
 
 def _stop_after_first_stage(cell, sweep_dir: Path) -> None:
-    from nip.experiments.sweep import open_cell
+    from nip.sweeps.run import open_cell
 
     open_cell(cell, sweep_dir, _settings()).train(max_stages=1)
 

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from nip.cli import main
-from nip.experiments.sweep import GridSpec, run_sweep, sweep_status
-from nip.experiments.sweep_ray import parse_resources
+from nip.runs.sweep_dir import sweep_status
 from nip.settings import ExperimentSettings
+from nip.sweeps.ray import parse_resources
+from nip.sweeps.run import GridSpec, run_sweep
 
 GRID = """
 base: base.yaml
@@ -52,7 +53,7 @@ def test_a_sweep_on_a_local_ray_cluster_survives_a_killed_worker(dummy_params, t
     """``--ray local``'s cluster comes up on a loaded 2-core machine too (Ray's own
     ``ray.init()`` did not: the test skipped there); it is stopped when the sweep ends."""
     pytest.importorskip("ray")  # the one reason to skip: Ray is not installed
-    from nip.experiments.sweep_ray import run_sweep_ray
+    from nip.sweeps.ray import run_sweep_ray
 
     dummy_params().save(tmp_path / "base.yaml")
     (tmp_path / "grid.yaml").write_text(GRID)

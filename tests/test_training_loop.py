@@ -27,6 +27,7 @@ from nip.parameters import (
 )
 from nip.runs.run_dir import RunDirectory
 from nip.settings import ExperimentSettings
+from nip.training import stages
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.trainer import (
     PureTextEiTrainer,
@@ -381,17 +382,17 @@ def _train_in_child(
         else:
             trainer = build_trainer(hp, run_settings, fine_tune_backends=backends, overwrite=True)
         trainer.poll_interval_s = 0.01
-        for stage in STAGES:
-            work = getattr(trainer, f"_stage_{stage}")
+        for stage in STAGES:  # the child's own table of stages (forked: the parent's stays)
+            work = stages.STAGES[stage]
 
-            async def padded(work=work, stage=stage):
+            async def padded(run, callbacks, work=work, stage=stage):
                 await asyncio.sleep(0.04)
                 if stage == held_in:
                     entered.write_text(stage)
-                await work()
+                await work(run, callbacks)
                 await asyncio.sleep(600 if stage == held_in else 0.04)  # held: until killed
 
-            setattr(trainer, f"_stage_{stage}", padded)
+            stages.STAGES[stage] = padded
         trainer.train()
     except BaseException:
         error_log.write_text(traceback.format_exc())

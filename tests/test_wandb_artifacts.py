@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from nip.experiments.sweep import GridSpec, run_sweep
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.settings import ExperimentSettings
+from nip.sweeps.run import GridSpec, run_sweep
 from nip.training.logging import build_rollout_artifacts
 from nip.training.trainer import build_trainer
 from nip.utils.imports import heavy_imports

@@ -67,7 +67,7 @@ class Preset:
 
 @dataclass(frozen=True)
 class Grid:
-    """A shipped sweep grid (``nip sweep NAME``; the format: :mod:`nip.experiments.sweep_grid`).
+    """A shipped sweep grid (``nip sweep NAME``; the format: :mod:`nip.sweeps.grid`).
 
     Attributes:
         name: What ``nip sweep`` takes (``paper-ei``).

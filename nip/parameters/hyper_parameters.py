@@ -14,8 +14,7 @@ from nip.parameters._base import BaseParameters, param
 from nip.parameters.agents import PureTextAgentParameters
 from nip.parameters.protocol import (
     PROTOCOL_AGENT_NAMES,
-    STANCE_RANDOMIZABLE_PROTOCOLS,
-    VERIFIER_FIRST_PROTOCOLS,
+    PROTOCOL_ONLY_SETTINGS,
     CommonProtocolParameters,
     DebateProtocolParameters,
     InteractionProtocolType,
@@ -39,21 +38,6 @@ from nip.parameters.trainers import (
 )
 
 TrainerType = Literal["pure_text_ei", "pure_text_malt"]
-
-#: Common protocol settings that act in some shipped protocols only: the field of
-#: ``protocol_common``, the value that would do nothing elsewhere, the protocols where it
-#: acts, and why it does nothing in the others. Elsewhere that value is refused (the original
-#: accepted it and ignored it); the handler classes refuse it too, a protocol of one's own
-#: included (``ProtocolHandler.stance_can_be_randomized``, ``verifier_first_applies``).
-PROTOCOL_ONLY_SETTINGS: tuple[tuple[str, bool, frozenset[str], str], ...] = (
-    (
-        "randomize_prover_stance",
-        True,
-        STANCE_RANDOMIZABLE_PROTOCOLS,
-        "the provers of {name!r} argue fixed stances",
-    ),
-    ("verifier_first", False, VERIFIER_FIRST_PROTOCOLS, "{name!r} has a fixed schedule"),
-)
 
 #: Version of the parameter schema. A saved run whose major version differs cannot be loaded;
 #: a different minor version loads with a warning.
@@ -164,7 +148,7 @@ class HyperParameters(BaseParameters):
         name = self.interaction_protocol
         if not is_shipped_protocol(name):
             return  # a protocol of one's own: its handler class refuses it when built
-        for field, inert, applies, why in PROTOCOL_ONLY_SETTINGS:
+        for field, inert, _, applies, why in PROTOCOL_ONLY_SETTINGS:
             if getattr(self.protocol_common, field) == inert and name not in applies:
                 raise InvalidParameterError(
                     f"protocol_common.{field}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from nip.errors import InvalidParameterError, UnknownProtocolError
 from nip.parameters._base import BaseParameters, param
@@ -28,22 +28,46 @@ PROTOCOL_AGENT_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
 )
 
 
-#: The shipped protocols whose provers' stances ``randomize_prover_stance`` may set. In the
-#: others a prover's stance is the protocol itself (debate's two sides, Merlin-Arthur's
-#: helpful Merlin and deceiving Morgana) or there is no prover (solo_verifier), so the setting
-#: would do nothing and is refused. The handler classes declare it
-#: (``ProtocolHandler.stance_can_be_randomized``) and refuse the setting when built, a
-#: protocol of one's own included; this copy refuses it for the shipped ones as soon as the
-#: parameters are built (a test ties the two).
-STANCE_RANDOMIZABLE_PROTOCOLS: frozenset[str] = frozenset({"nip", "adp", "mnip"})
+class ProtocolOnlySetting(NamedTuple):
+    """A common protocol setting (a field of ``protocol_common``) that acts in some protocols
+    only; elsewhere its ``inert`` value would be accepted and do nothing, so it is refused."""
 
-#: The shipped protocols whose schedule ``verifier_first`` sets. adp, merlin_arthur and
-#: solo_verifier have fixed schedules (the provers speak first, or the verifier alone), so
-#: ``verifier_first=False`` would do nothing there and is refused (the original accepted it
-#: and ignored it). The handler classes declare it (``ProtocolHandler.verifier_first_applies``)
-#: and refuse the setting when built; this copy refuses it as soon as the parameters are built
-#: (a test ties the two).
-VERIFIER_FIRST_PROTOCOLS: frozenset[str] = frozenset({"nip", "debate", "mnip"})
+    field: str
+    #: The value that would do nothing where the setting does not act.
+    inert: bool
+    #: The handler class attribute that says whether it acts (a protocol of one's own sets it).
+    declared_by: str
+    #: The shipped protocols where it acts.
+    acts_in: frozenset[str]
+    #: Why it does nothing elsewhere (``{name!r}``: the protocol).
+    why: str
+
+
+#: The one place these facts live. The shipped handler classes read their declarations from
+#: it (``ProtocolHandler.stance_can_be_randomized``, ``verifier_first_applies``) and refuse
+#: the inert value when built, as a protocol of one's own does from its own declarations; the
+#: parameters refuse it for a shipped protocol as soon as they are built.
+#:
+#: ``randomize_prover_stance``: in debate a prover's stance is its side, in merlin_arthur
+#: Merlin helps and Morgana deceives, solo_verifier has no prover. ``verifier_first``: adp,
+#: merlin_arthur and solo_verifier have fixed schedules (the provers speak first, or the
+#: verifier alone; the original accepted ``verifier_first=False`` there and ignored it).
+PROTOCOL_ONLY_SETTINGS: tuple[ProtocolOnlySetting, ...] = (
+    ProtocolOnlySetting(
+        "randomize_prover_stance",
+        True,
+        "stance_can_be_randomized",
+        frozenset({"nip", "adp", "mnip"}),
+        "the provers of {name!r} argue fixed stances",
+    ),
+    ProtocolOnlySetting(
+        "verifier_first",
+        False,
+        "verifier_first_applies",
+        frozenset({"nip", "debate", "mnip"}),
+        "{name!r} has a fixed schedule",
+    ),
+)
 
 
 def protocol_agent_names(protocol: str) -> tuple[str, ...]:

@@ -30,7 +30,11 @@ from typing import Any, ClassVar
 
 from nip.errors import InvalidParameterError, ProtocolDefinitionError, ProtocolUsageError
 from nip.parameters import HyperParameters, PureTextAgentParameters
-from nip.parameters.protocol import CommonProtocolParameters
+from nip.parameters.protocol import (
+    PROTOCOL_ONLY_SETTINGS,
+    CommonProtocolParameters,
+    is_shipped_protocol,
+)
 from nip.prompts import PromptTemplate, load_system_template
 from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome
 from nip.protocols.decision_scales import DecisionScale, decision_scale
@@ -85,6 +89,7 @@ class ProtocolHandler(ABC):
     #: Whether the provers' stances may be randomised (``randomize_prover_stance``); False
     #: where a prover's stance is the protocol itself (debate's two sides) or there is no
     #: prover. A handler built with the setting on refuses it here (``InvalidParameterError``).
+    #: A shipped protocol's (and ``verifier_first_applies``) come from ``PROTOCOL_ONLY_SETTINGS``.
     stance_can_be_randomized: ClassVar[bool] = False
     #: Whether ``protocol_common.verifier_first`` sets who opens (False where the schedule is
     #: fixed: adp's prover, solo_verifier's verifier). A handler built with
@@ -99,6 +104,14 @@ class ProtocolHandler(ABC):
     #: file (``$variable`` placeholders, see :mod:`nip.prompts`). An agent not listed here
     #: uses the built-in ``nip/prompts/templates/system/<name>/<agent>.txt``.
     system_prompts: ClassVar[Mapping[str, str | Path]] = MappingProxyType({})
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A shipped protocol's ``stance_can_be_randomized`` and ``verifier_first_applies``
+        are read from :data:`~nip.parameters.protocol.PROTOCOL_ONLY_SETTINGS`."""
+        super().__init_subclass__(**kwargs)
+        if is_shipped_protocol(cls.__dict__.get("name", "")):
+            for setting in PROTOCOL_ONLY_SETTINGS:
+                setattr(cls, setting.declared_by, cls.name in setting.acts_in)
 
     def __init__(
         self,

@@ -39,8 +39,6 @@ class NipProtocol(ProtocolHandler):
     name = "nip"
     agent_names = ("prover", VERIFIER)
     params_field = "nip_protocol"
-    stance_can_be_randomized = True
-    verifier_first_applies = True
 
     def __init__(
         self,
@@ -68,7 +66,6 @@ class AdpProtocol(ProtocolHandler):
     name = "adp"
     agent_names = ("prover", VERIFIER)
     max_message_rounds = 2
-    stance_can_be_randomized = True
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
         return (AgentSpec("prover", "Expert", default_stance=1), _verifier())
@@ -121,7 +118,6 @@ class _TwoProverProtocol(ProtocolHandler):
     3-round cycle (verifier, first prover, second prover).
     """
 
-    verifier_first_applies = True
     #: Whether each prover's channel is read by the verifier only (else by everyone).
     private_channels: ClassVar[bool]
     #: The stance prover0 argues by default (prover1 argues accept).
@@ -212,7 +208,6 @@ class MnipProtocol(_TwoProverProtocol):
     params_class = MnipProtocolParameters
     private_channels = True
     prover0_stance = 1
-    stance_can_be_randomized = True
 
 
 #: Every protocol, by its name in configuration. Immutable: add a protocol by adding a class.

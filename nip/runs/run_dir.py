@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nip.errors import NipError
+from nip.errors import IncompatibleParametersError, NipError
 from nip.extras import needs
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
 from nip.utils.files import atomic_write_text
@@ -36,10 +36,12 @@ from nip.utils.files import atomic_write_text
 __all__ = [
     "NotARunDirectoryError",
     "RunDirectory",
+    "RunDirectoryError",
     "RunFileError",
     "atomic_write_text",
     "folder_holding",
     "new_run_path",
+    "refuse_existing_run",
 ]
 
 
@@ -49,6 +51,20 @@ class NotARunDirectoryError(NipError, FileNotFoundError):
 
 class RunFileError(NipError, ValueError):
     """A file of a run directory is not what nip wrote there (damaged, or edited by hand)."""
+
+
+class RunDirectoryError(IncompatibleParametersError):
+    """The run directory cannot be used as asked (exists already, or holds another run)."""
+
+
+def refuse_existing_run(path: str | Path, advice: str) -> None:
+    """Refuse to start a new run in ``path`` when it holds one (its ``state.json``).
+
+    Raises:
+        RunDirectoryError: It does; the message names it, then ``advice``.
+    """
+    if (Path(path) / "state.json").exists():
+        raise RunDirectoryError(f"{path} already holds a run; {advice}")
 
 
 def folder_holding(path: str | Path, marker: str, what: str, error: type[Exception]) -> Path:

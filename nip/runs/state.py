@@ -15,7 +15,8 @@ Stage = Literal[
     "done",
 ]
 #: An iteration's stages in the order they run; the run plan lists those each iteration runs
-#: (:attr:`nip.runs.plan_steps.IterationPlan.stages`).
+#: (:attr:`nip.runs.plan_steps.IterationPlan.stages`), and each one's code is in
+#: :data:`nip.training.stages.STAGES`.
 ITERATION_STAGES: tuple[str, ...] = get_args(Stage)[:-1]
 #: The stages that fine-tune (none after an iteration that trains nothing, such as the last).
 FINE_TUNE_STAGES: tuple[str, ...] = ITERATION_STAGES[3:]

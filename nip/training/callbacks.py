@@ -24,6 +24,22 @@ from nip.runs.control import StageProgressWriter, between_stages
 from nip.training.context import RunContext
 
 
+class Callbacks(list["TrainerCallback"]):
+    """A run's callbacks, whose hooks are called in order."""
+
+    async def call(self, hook: str, run: RunContext, *args: Any, **kwargs: Any) -> None:
+        for callback in self:
+            await getattr(callback, hook)(run, *args, **kwargs)
+
+    def log(self, run: RunContext, metrics: dict[str, Any], prefix: str = "") -> None:
+        for callback in self:
+            callback.on_log(run, {f"{prefix}{k}": v for k, v in metrics.items()})
+
+    def progress(self, run: RunContext, stage: str, offset: int = 0):
+        """The ``on_progress(done, total)`` of a stage's dialogues."""
+        return lambda done, total: [c.on_progress(run, stage, done, total, offset) for c in self]
+
+
 class TrainerCallback:
     """Hooks the trainer calls; each does nothing unless overridden."""
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from nip.agents import PureTextWholeAgent
@@ -35,6 +35,8 @@ class ModelGroup(Protocol):
     def submitted_job_id(self) -> str | None:
         """The job submitted this iteration and not yet switched to (None: none)."""
         ...
+
+    def get_state_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -69,6 +71,11 @@ class RunContext:
     def step(self) -> IterationPlan:
         """The plan of the current iteration."""
         return self.plan[self.state.iteration]
+
+    def save_state(self) -> None:
+        """Save where the run stands, each group's state included (``state.json``)."""
+        self.state.groups = {n: g.get_state_dict() for n, g in self.groups.items()}
+        self.run_dir.write_json("state.json", asdict(self.state))
 
     def submitted(self) -> dict[str, ModelGroup]:
         """The groups whose job of this iteration is submitted, by name."""

@@ -99,6 +99,16 @@ class RunPlan:
         return iteration, "done"
 
     @property
+    def trained_groups(self) -> set[str]:
+        """The groups some iteration fine-tunes."""
+        return {g.group for it in self.iterations for g in it.groups if g.method}
+
+    @property
+    def trained_agents(self) -> set[str]:
+        """The agents some iteration fine-tunes."""
+        return {a for it in self.iterations for g in it.groups if g.method for a in g.agents}
+
+    @property
     def splits(self) -> tuple[str, ...]:
         """The dataset splits the run plays: train, and the test split if an iteration tests."""
         tested = any(it.tests for it in self.iterations)

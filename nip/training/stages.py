@@ -1,108 +1,160 @@
-"""The fine-tuning stages of the training loop: submit each group's job as the run plan says,
-wait for the jobs (a failed one is handled by ``text_rl.on_fine_tune_failure``), switch the
-groups to their new models. Mixed into the trainer (:mod:`nip.training.trainer`)."""
+"""The stages of the training loop: :data:`STAGES` holds the coroutine of each stage the run
+plan lists (:attr:`~nip.runs.plan_steps.IterationPlan.stages`, in the order of
+:data:`~nip.runs.state.ITERATION_STAGES`); the trainer runs them in turn, saving the state
+after each.
+
+A stage sees the run (:class:`~nip.training.context.RunContext`) and its callbacks, never the
+trainer, and can be repeated safely: what it already did is found on disk (rollouts, a job
+recorded the moment it is submitted), so a run killed at any point resumes without lost or
+duplicated rollouts or jobs.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from nip.runs.plan_steps import GroupStep
+from nip.analysis.metrics import priced_rollout_metrics
+from nip.rollouts.records import Transcript
+from nip.runs.plan_steps import TEST_ITERATION, GroupStep
+from nip.runs.state import Stage
+from nip.training.algorithms import BY_NAME, TrainingAlgorithm
+from nip.training.callbacks import Callbacks
+from nip.training.context import RunContext
 from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
-from nip.training.groups import PureTextSharedModelGroup
 from nip.training.plan import job_name
 
 
-class FineTuneStages:
-    """``create_fine_tune_jobs``, ``await_fine_tune_jobs`` and ``switch_models``."""
+def algorithm_of(run: RunContext) -> TrainingAlgorithm:
+    """The algorithm the plan runs in the current iteration."""
+    return BY_NAME[run.step.algorithm]
 
-    async def _stage_create_fine_tune_jobs(self) -> None:
-        algorithm, steps = self.algorithm, self.context.step.groups
-        trained = [step for step in steps if step.method]
-        data = algorithm.training_data(self.context, trained[0].data_iterations) if trained else []
-        for step in steps:
-            name, group = step.group, self.groups[step.group]
-            if self._job_submitted_this_iteration(name, group):
-                continue
-            if step.skip is not None:  # configured so: recorded, not warned about
-                group.skip(step.skip)  # type: ignore[arg-type]
-                continue
-            # Built once: saved, then sent.
-            examples = algorithm.dataset(self.context, group.agent_wholes, data)
-            self.run_dir.write_jsonl(self._fine_tune_name(name), examples)
-            job_id = await self._submit(step, examples)
-            self._record_submission(name, group)
-            if job_id is not None:
-                await self._call("on_job_submitted", name, job_id)
 
-    async def _submit(self, step: GroupStep, examples: list[dict[str, Any]]) -> str | None:
-        """Submit a group's job as the plan's step says (method, name, starting point)."""
-        return await self.groups[step.group].submit_fine_tune_job(
-            step.method, examples, job_name(step.group, self._iteration), continues=step.continues
+async def sample_rollouts(run: RunContext, callbacks: Callbacks) -> None:
+    if run.run_dir.has_rollouts("train", run.iteration):
+        return  # sampled before a restart
+    items = run.session.datapoints_by_id(run.step.item_ids, split=run.plan.train_split)
+    await algorithm_of(run).collect(run, items, callbacks.progress(run, "sample_rollouts"))
+
+
+async def log_stats(run: RunContext, callbacks: Callbacks) -> None:
+    transcripts = run.run_dir.load_rollouts("train", run.iteration)
+    metrics = priced_rollout_metrics(transcripts, run.session.agents, run.settings)
+    metrics |= algorithm_of(run).metrics(run, run.iteration)
+    run.run_dir.save_metrics("train", run.iteration, metrics)
+    callbacks.log(run, metrics)
+
+
+async def test(run: RunContext, callbacks: Callbacks) -> None:
+    step = run.step
+    if not step.tests or run.run_dir.has_rollouts("test", run.iteration):
+        return
+    transcripts: list[Transcript] = []
+    for repeat, ids in enumerate(step.test_pass_item_ids):
+        batch = await run.session.rollouts_async(
+            run.session.datapoints_by_id(ids, split=run.plan.test_split),
+            iteration=TEST_ITERATION + repeat,
+            description=f"test {run.iteration}",
+            on_progress=callbacks.progress(run, "test", offset=len(transcripts)),
         )
+        transcripts += batch.transcripts
+    run.run_dir.save_rollouts("test", run.iteration, transcripts)
+    metrics = priced_rollout_metrics(transcripts, run.session.agents, run.settings)
+    run.run_dir.save_metrics("test", run.iteration, metrics)
+    callbacks.log(run, metrics, prefix="test_")
 
-    def _job_submitted_this_iteration(self, name: str, group: PureTextSharedModelGroup) -> bool:
-        """Whether the group's job of this iteration was submitted before a restart."""
-        return (
-            group.state.last_job_outcome == "submitted"
-            and self.state.job_iterations.get(name) == self._iteration
-        )
 
-    def _record_submission(self, name: str, group: PureTextSharedModelGroup) -> None:
-        """Save the state as soon as a job is submitted: a run killed before the stage ends
-        then finds the job on resume instead of paying for a second one."""
+async def create_fine_tune_jobs(run: RunContext, callbacks: Callbacks) -> None:
+    """Submit each group's job as the plan says (a skipped group is recorded as such)."""
+    algorithm, steps = algorithm_of(run), run.step.groups
+    trained = [step for step in steps if step.method]
+    data = algorithm.training_data(run, trained[0].data_iterations) if trained else []
+    for step in steps:
+        name, group = step.group, run.groups[step.group]
+        if group.state.last_job_outcome == "submitted" and (
+            run.state.job_iterations.get(name) == run.iteration
+        ):
+            continue  # submitted before a restart
+        if step.skip is not None:  # configured so: recorded, not warned about
+            group.skip(step.skip)
+            continue
+        # Built once: saved, then sent.
+        examples = algorithm.dataset(run, group.agent_wholes, data)
+        run.run_dir.write_jsonl(_dataset_file(run, name), examples)
+        job_id = await _submit(run, step, examples)
         if group.state.last_job_outcome == "submitted":
-            self.state.job_iterations[name] = self._iteration
-            self._save_state()
+            # Saved at once: a run killed before the stage ends then finds the job on resume
+            # instead of paying for a second one.
+            run.state.job_iterations[name] = run.iteration
+            run.save_state()
+        if job_id is not None:
+            await callbacks.call("on_job_submitted", run, name, job_id)
 
-    async def _stage_await_fine_tune_jobs(self) -> None:
-        """Wait for each submitted job; a failed one is handled by
-        ``text_rl.on_fine_tune_failure`` (:mod:`nip.training.failure_policy`)."""
-        policy = FailurePolicy.from_params(self.hyper_params.text_rl)
-        names = list(self.context.submitted())
-        settled = await asyncio.gather(
-            *(
-                settle_fine_tune_job(
-                    self.groups[name],
-                    self._iteration,
-                    policy,
-                    resubmit=lambda name=name: self._resubmit(name),
-                    save=self._save_state,
-                    poll_interval_s=self.poll_interval_s,
-                )
-                for name in names
-            ),
-            return_exceptions=True,
-        )
-        for name, outcome in zip(names, settled, strict=True):
-            if outcome == "kept_previous":
-                failures = len(self.groups[name].failures_in(self._iteration))
-                self._add_train_metrics(
-                    {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures}
-                )
-        errors = [e for e in settled if isinstance(e, BaseException)]
-        if errors:
-            raise errors[0]
 
-    async def _resubmit(self, name: str) -> None:
-        """Submit the group's dataset of this iteration again, exactly as it was saved."""
-        step = self.context.step.group(name)
-        await self._submit(step, self.run_dir.read_jsonl(self._fine_tune_name(name)))
+async def await_fine_tune_jobs(run: RunContext, callbacks: Callbacks) -> None:
+    """Wait for each submitted job; a failed one is handled by
+    ``text_rl.on_fine_tune_failure`` (:mod:`nip.training.failure_policy`)."""
+    policy = FailurePolicy.from_params(run.hyper_params.text_rl)
 
-    def _fine_tune_name(self, group: str) -> str:
-        return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
+    async def resubmit(name: str) -> None:  # this iteration's dataset again, as it was saved
+        examples = run.run_dir.read_jsonl(_dataset_file(run, name))
+        await _submit(run, run.step.group(name), examples)
 
-    def _add_train_metrics(self, metrics: dict[str, Any]) -> None:
-        """Add ``metrics`` to this iteration's training metrics (file and logger)."""
-        name = f"metrics/train_it{self._iteration:04d}.json"
-        saved = self.run_dir.read_json(name) if self.run_dir.exists(name) else {}
-        self.run_dir.save_metrics("train", self._iteration, saved | metrics)
-        self._log(metrics)
+    names = list(run.submitted())
+    settled = await asyncio.gather(
+        *(
+            settle_fine_tune_job(
+                run.groups[name],
+                run.iteration,
+                policy,
+                resubmit=lambda name=name: resubmit(name),
+                save=run.save_state,
+                poll_interval_s=run.poll_interval_s,
+            )
+            for name in names
+        ),
+        return_exceptions=True,
+    )
+    for name, outcome in zip(names, settled, strict=True):
+        if outcome == "kept_previous":
+            failures = len(run.groups[name].failures_in(run.iteration))
+            metrics = {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures}
+            saved = f"metrics/train_it{run.iteration:04d}.json"  # added to the iteration's
+            saved_metrics = run.run_dir.read_json(saved) if run.run_dir.exists(saved) else {}
+            run.run_dir.save_metrics("train", run.iteration, saved_metrics | metrics)
+            callbacks.log(run, metrics)
+    errors = [e for e in settled if isinstance(e, BaseException)]
+    if errors:
+        raise errors[0]
 
-    async def _stage_switch_models(self) -> None:
-        for group in map(self.groups.get, self.context.submitted()):
-            job = await group.fine_tune_job()  # fetched once; the switch takes it as fetched
-            # A run killed after switching, before saving, finds the model already in use.
-            if job is not None and group.state.model_history[-1:] != [job.fine_tuned_model]:
-                await group.switch_to_next_model(job)
-            group.end_iteration()
+
+async def switch_models(run: RunContext, callbacks: Callbacks) -> None:
+    for group in map(run.groups.get, run.submitted()):
+        job = await group.fine_tune_job()  # fetched once; the switch takes it as fetched
+        # A run killed after switching, before saving, finds the model already in use.
+        if job is not None and group.state.model_history[-1:] != [job.fine_tuned_model]:
+            await group.switch_to_next_model(job)
+        group.end_iteration()
+
+
+async def _submit(run: RunContext, step: GroupStep, examples: list[dict[str, Any]]) -> str | None:
+    """Submit a group's job as the plan's step says (method, name, starting point)."""
+    return await run.groups[step.group].submit_fine_tune_job(
+        step.method, examples, job_name(step.group, run.iteration), continues=step.continues
+    )
+
+
+def _dataset_file(run: RunContext, group: str) -> str:
+    return f"fine_tune/it{run.iteration:04d}_{group}.jsonl"
+
+
+#: Each stage's coroutine, by the name the run plan lists it under.
+STAGES: dict[Stage, Callable[[RunContext, Callbacks], Awaitable[None]]] = {
+    "sample_rollouts": sample_rollouts,
+    "log_stats": log_stats,
+    "test": test,
+    "create_fine_tune_jobs": create_fine_tune_jobs,
+    "await_fine_tune_jobs": await_fine_tune_jobs,
+    "switch_models": switch_models,
+}

@@ -1,48 +1,44 @@
 """The resumable training loop: a small loop over the run plan.
 
-The plan (:mod:`nip.training.plan`) says what each iteration samples, tests and trains, and
-which stages it runs; the trainer walks that list, saving its state after each stage::
+The plan (:mod:`nip.training.plan`) lists the stages of each iteration; the trainer runs each
+stage's coroutine (:data:`nip.training.stages.STAGES`) in turn and saves its state after each::
 
     sample_rollouts -> log_stats -> test -> create_fine_tune_jobs -> await_fine_tune_jobs
     -> switch_models -> (next iteration)
 
 (an iteration that fine-tunes nothing, such as the last, ends after ``test``). The algorithms
 (:mod:`nip.training.algorithms`) say what an iteration collects and learns from; callbacks
-(:mod:`nip.training.callbacks`) watch the run. Both see a :class:`~nip.training.context.RunContext`,
-not the trainer. Every stage can be repeated safely, so a run killed
-at any point (even ``kill -9``) resumes with :meth:`~PureTextEiTrainer.resume`, without lost or
-duplicated rollouts: a stage's output is written atomically before the state moves on, sampling
-is deterministic given the seed, and a job is recorded the moment it is submitted.
+(:mod:`nip.training.callbacks`) watch the run; stages, algorithms and callbacks see a
+:class:`~nip.training.context.RunContext`, not the trainer. Every stage can be repeated
+safely, so a run killed at any point (even ``kill -9``) resumes with
+:meth:`~PureTextEiTrainer.resume`, without lost or duplicated rollouts or jobs.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from nip._version import __version__
-from nip.analysis.metrics import priced_rollout_metrics
 from nip.data import dataset_provenance
-from nip.errors import IncompatibleParametersError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
 from nip.protocols import ProtocolHandler
 from nip.providers.pool import BackendPool
-from nip.rollouts.records import Transcript
 from nip.runs.ownership import owning
-from nip.runs.plan_steps import TEST_ITERATION
-from nip.runs.run_dir import RunDirectory, new_run_path
+from nip.runs.run_dir import RunDirectory, new_run_path, refuse_existing_run
+from nip.runs.run_dir import RunDirectoryError as RunDirectoryError  # re-exported
 from nip.runs.state import Stage as Stage  # re-exported: the stages' names
 from nip.runs.state import TrainerState
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.training.algorithms import BY_NAME, TrainingAlgorithm
+from nip.training.algorithms import TrainingAlgorithm
 from nip.training.algorithms.malt import load_trees
 from nip.training.callbacks import (
+    Callbacks,
     ControlFileCallback,
     StageProgressCallback,
     TrainerCallback,
@@ -55,16 +51,12 @@ from nip.training.groups import PureTextSharedModelGroup, wait_for_groups
 from nip.training.logging import check_wandb
 from nip.training.plan import RunPlan, check_saved_plan, plan_for_session
 from nip.training.reporter import RunReporter
-from nip.training.results import RunResults
-from nip.training.stages import FineTuneStages
+from nip.training.results import analyse_run, analysis_dataframe
+from nip.training.stages import STAGES, algorithm_of
 from nip.utils.sync import run_sync
 
 
-class RunDirectoryError(IncompatibleParametersError):
-    """The run directory cannot be used as asked (exists already, or holds another run)."""
-
-
-class PureTextEiTrainer(FineTuneStages, RunResults):
+class PureTextEiTrainer:
     """Runs the plan of ``hyper_params``: Expert Iteration (``pure_text_ei``), or MALT after
     its first Expert Iteration iterations (``pure_text_malt``): the algorithm is the plan's
     (:data:`~nip.training.algorithms.ALGORITHMS`), so :class:`PureTextMaltTrainer` is the
@@ -98,8 +90,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
     ):
         settings = settings or ExperimentSettings()
         check_wandb(settings.wandb_mode)  # W&B asked for but not installed: before any write
-        self.hyper_params = hyper_params
-        self.settings = settings
+        self.hyper_params, self.settings = hyper_params, settings
         # What the configuration or its data can get wrong (protocol, agents, prompts, the
         # dataset's rows) fails here, before the run's folder is made or written.
         self.session = Session(hyper_params, settings, protocol=protocol, backends=backends)
@@ -111,23 +102,9 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         if settings.run_dir is None:
             settings.run_dir = new_run_path()
         with owning(settings.run_dir, "a run starting"):  # one writer of the folder at a time
-            self._open(
-                plan,
-                provenance,
-                fine_tune_backends=fine_tune_backends,
-                overwrite=overwrite,
-                callbacks=callbacks,
-            )
+            self._open(plan, provenance, fine_tune_backends, overwrite, callbacks)
 
-    def _open(
-        self,
-        plan: RunPlan,
-        provenance: dict[str, dict] | None,
-        *,
-        fine_tune_backends: Mapping[str, FineTuneBackend] | None,
-        overwrite: bool,
-        callbacks: Sequence[TrainerCallback] | None,
-    ) -> None:
+    def _open(self, plan: RunPlan, provenance, fine_tune_backends, overwrite, callbacks) -> None:
         """Open the run's folder (``provenance`` None: a resumed run's, already written)."""
         hyper_params, settings = self.hyper_params, self.settings
         text_rl = hyper_params.text_rl
@@ -137,18 +114,16 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         )
         _resuming = provenance is None
         if not _resuming:
-            if self.run_dir.exists("state.json") and not overwrite:
-                raise RunDirectoryError(
-                    f"{self.run_dir.path} already holds a run; resume it with "
-                    "Trainer.resume(run_dir) (nip resume), or pass overwrite=True"
+            if not overwrite:
+                refuse_existing_run(
+                    self.run_dir.path,
+                    "resume it with Trainer.resume(run_dir) (nip resume), or pass overwrite=True",
                 )
             self.run_dir.write_json("hyper_params.json", hyper_params.to_dict())
-            self.run_dir.write_json(
-                "meta.json", {"nip_version": __version__, "created": time.time()}
-            )
+            meta = {"nip_version": __version__, "created": time.time()}
+            self.run_dir.write_json("meta.json", meta)
             self.run_dir.save_dataset_provenance(provenance)
             self.run_dir.write_json("plan.json", plan.to_dict())
-        job_backends = dict(fine_tune_backends or {})
         self.groups: dict[str, PureTextSharedModelGroup] = {
             name: PureTextSharedModelGroup(
                 hyper_params,
@@ -156,7 +131,7 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
                 self.session.handler,
                 {a: self.session.agents[a] for a in members},
                 name,
-                fine_tune_backend=job_backends.get(name),
+                fine_tune_backend=(fine_tune_backends or {}).get(name),
             )
             for name, members in group_members(hyper_params).items()
         }
@@ -165,13 +140,15 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             hyper_params, settings, self.session, self.run_dir, plan, groups=self.groups
         )
         #: Its monitors: the reporter, W&B, the control file, the progress file, then yours.
-        self.callbacks: list[TrainerCallback] = [
-            RunReporter(enabled=settings.show_progress),
-            WandbCallback(),
-            ControlFileCallback(),
-            StageProgressCallback(),
-            *(callbacks or ()),
-        ]
+        self.callbacks = Callbacks(
+            [
+                RunReporter(enabled=settings.show_progress),
+                WandbCallback(),
+                ControlFileCallback(),
+                StageProgressCallback(),
+                *(callbacks or ()),
+            ]
+        )
         self._servers_ready = False
         if not _resuming:  # a resumed run has its starting models in its saved state
             from nip.training.logging import resolve_mode
@@ -251,27 +228,18 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             )
         return trainer
 
-    def _save_state(self) -> None:
-        self.state.groups = {n: g.get_state_dict() for n, g in self.groups.items()}
-        self.run_dir.write_json("state.json", asdict(self.state))
-
     # --------------------------------------------------------------------- loop
     @property
     def finished(self) -> bool:
         return self.state.stage == "done"
 
     @property
-    def _iteration(self) -> int:
-        return self.state.iteration
-
-    @property
     def algorithm(self) -> TrainingAlgorithm:
         """The algorithm the plan runs in the current iteration."""
-        return BY_NAME[self.context.step.algorithm]
+        return algorithm_of(self.context)
 
     async def _call(self, hook: str, *args: Any, **kwargs: Any) -> None:
-        for callback in self.callbacks:
-            await getattr(callback, hook)(self.context, *args, **kwargs)
+        await self.callbacks.call(hook, self.context, *args, **kwargs)
 
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
         """Run stages until the run is finished, ``max_stages`` stages were run, or a
@@ -296,14 +264,14 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
             stage = self.state.stage
             await self._call("on_stage_begin", stage)
             try:
-                await getattr(self, f"_stage_{stage}")()
+                await STAGES[stage](self.context, self.callbacks)  # nip.training.stages
             except BaseException as error:
                 await self._call("on_stage_end", stage, error)
                 raise
             await self._call("on_stage_end", stage)
-            self.state.iteration, self.state.stage = self.plan.after(self._iteration, stage)  # type: ignore[assignment]
+            self.state.iteration, self.state.stage = self.plan.after(self.state.iteration, stage)  # type: ignore[assignment]
             self.state.stages_completed += 1
-            self._save_state()
+            self.context.save_state()
             await self._call("on_state_saved", stage)
             stages_run += 1
         if self.finished:
@@ -319,8 +287,8 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         still loading, say), instead of failing the first requests."""
         await self._call("on_engines_wait", done=False)
         try:
-            training = {g.group for it in self.plan for g in it.groups if g.method}
-            await wait_for_groups(self.groups, self.settings.server_ready_timeout_s, training)
+            timeout_s, training = self.settings.server_ready_timeout_s, self.plan.trained_groups
+            await wait_for_groups(self.groups, timeout_s, training)
         finally:
             await self._call("on_engines_wait", done=True)
         self._servers_ready = True
@@ -334,51 +302,34 @@ class PureTextEiTrainer(FineTuneStages, RunResults):
         wandb = next((c for c in self.callbacks if isinstance(c, WandbCallback)), None)
         return wandb.logger if wandb is not None else None
 
-    def _log(self, metrics: dict[str, Any], prefix: str = "") -> None:
-        for callback in self.callbacks:
-            callback.on_log(self.context, {f"{prefix}{k}": v for k, v in metrics.items()})
+    # ----------------------------------------------------------------- results
+    async def analyse_async(
+        self, judge, *, analysers=None, split: str = "train"
+    ) -> dict[str, float | None]:
+        """Judge every saved dialogue of ``split`` (:func:`~nip.training.results.analyse_run`:
+        the judgements go under ``analysis/``, each iteration's summary to the run's W&B
+        logger); returns the share of "yes" per analyser and agent."""
+        logger = self._logger or self._make_logger()
+        summary = await analyse_run(self.context, judge, logger, analysers=analysers, split=split)
+        if logger is not self._logger:
+            logger.finish()
+        return summary
 
-    def _progress(self, stage: str, offset: int = 0):
-        return lambda done, total: [
-            c.on_progress(self.context, stage, done, total, offset) for c in self.callbacks
-        ]
+    def analyse(self, judge, **kwargs) -> dict[str, float | None]:
+        """Sync :meth:`analyse_async`."""
+        return run_sync(self.analyse_async(judge, **kwargs))
 
-    # ------------------------------------------------------------------ stages
-    async def _stage_sample_rollouts(self) -> None:
-        if self.run_dir.has_rollouts("train", self._iteration):
-            return  # sampled before a restart
-        step = self.context.step
-        items = self.session.datapoints_by_id(step.item_ids, split=self.plan.train_split)
-        await self.algorithm.collect(self.context, items, self._progress("sample_rollouts"))
+    def analysis_dataframe(self, split: str = "train"):
+        """Every stored judgement, one row each."""
+        return analysis_dataframe(self.run_dir, split)
 
-    async def _stage_log_stats(self) -> None:
-        transcripts = self.run_dir.load_rollouts("train", self._iteration)
-        metrics = priced_rollout_metrics(transcripts, self.session.agents, self.settings)
-        metrics |= self.algorithm.metrics(self.context, self._iteration)
-        self.run_dir.save_metrics("train", self._iteration, metrics)
-        self._log(metrics)
-
-    async def _stage_test(self) -> None:
-        step = self.context.step
-        if not step.tests or self.run_dir.has_rollouts("test", self._iteration):
-            return
-        transcripts: list[Transcript] = []
-        for repeat, ids in enumerate(step.test_pass_item_ids):
-            batch = await self.session.rollouts_async(
-                self.session.datapoints_by_id(ids, split=self.plan.test_split),
-                iteration=TEST_ITERATION + repeat,
-                description=f"test {self._iteration}",
-                on_progress=self._progress("test", offset=len(transcripts)),
-            )
-            transcripts += batch.transcripts
-        self.run_dir.save_rollouts("test", self._iteration, transcripts)
-        metrics = priced_rollout_metrics(transcripts, self.session.agents, self.settings)
-        self.run_dir.save_metrics("test", self._iteration, metrics)
-        self._log(metrics, prefix="test_")
+    def metrics_dataframe(self):
+        """The run's metrics so far, one row per (split, iteration)."""
+        return self.run_dir.metrics_dataframe()
 
     def load_trees(self, iteration: int | None = None):
         """The MALT trees of ``iteration`` (default: the current one)."""
-        return load_trees(self.run_dir, self._iteration if iteration is None else iteration)
+        return load_trees(self.run_dir, self.state.iteration if iteration is None else iteration)
 
     def __repr__(self) -> str:
         return (

@@ -28,10 +28,10 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from nip.experiments.sweep_grid import is_sweep_dir, sweep_run_dirs
 from nip.protocols import Decision
 from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
+from nip.runs.sweep_dir import is_sweep_dir, sweep_run_dirs
 from nip.viz import _style
 from nip.viz._accuracy_plot import accuracy_trace, error_bars, frame_accuracy_figure
 from nip.viz.intervals import seed_interval, wilson_interval

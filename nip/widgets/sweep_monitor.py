@@ -24,9 +24,8 @@ from typing import Any
 import ipywidgets
 import plotly.graph_objects as go
 
-from nip.experiments.sweep import cell_errors
-from nip.experiments.sweep_grid import MANIFEST, SweepCell
 from nip.runs.run_dir import RunDirectory
+from nip.runs.sweep_dir import MANIFEST, cell_errors, cell_run_dir
 from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
@@ -66,7 +65,7 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         self.sweep_dir = Path(os.fspath(sweep))
         self.split = split
         self.poll_interval_s = poll_interval_s
-        self.planned: list[SweepCell] = list(getattr(sweep, "cells", ()))
+        self.planned = list(getattr(sweep, "cells", ()))  # a Sweep's SweepCells
         self.name = str(getattr(sweep, "name", self.sweep_dir.name))
         self.cells: list[dict[str, Any]] = []
         self.snapshots: dict[str, RunSnapshot] = {}
@@ -115,7 +114,7 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         else:
             self.cells = [{"name": c.name, "values": c.values} for c in self.planned]
         self.snapshots = {
-            c["name"]: RunSnapshot.read(self.sweep_dir / "cells" / c["name"]) for c in self.cells
+            c["name"]: RunSnapshot.read(cell_run_dir(self.sweep_dir, c["name"])) for c in self.cells
         }
         names = [c["name"] for c in self.cells]
         if list(self.chooser.options) != names:
@@ -204,7 +203,7 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         """Show cell ``name``'s :class:`~nip.widgets.RunMonitor` below (None: close it)."""
         for child in self.cell_box.children:
             child.close()
-        run_dir = self.sweep_dir / "cells" / (name or "")
+        run_dir = cell_run_dir(self.sweep_dir, name or "")
         monitor = RunMonitor(run_dir) if name and run_dir.exists() else None
         self.cell_box.children = [monitor] if monitor is not None else []
         if name and monitor is None:

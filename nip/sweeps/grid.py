@@ -36,24 +36,18 @@ from nip.errors import ConfigFileError, InvalidParameterError, NipError, require
 from nip.experiments.cost_report import CostEstimate, sum_usd
 from nip.extras import needs
 from nip.parameters import HyperParameters
-from nip.runs.run_dir import RunDirectory, folder_holding
+from nip.runs.sweep_dir import CELLS, cell_run_dir, read_manifest
 from nip.settings import ExperimentSettings
 
 __all__ = [
     "GridSpec",
-    "NotASweepDirectoryError",
     "SweepCell",
     "SweepEstimate",
     "default_sweep_dir",
     "estimate_sweep",
-    "is_sweep_dir",
     "load_base",
-    "read_manifest",
-    "sweep_run_dirs",
+    "load_sweep_spec",
 ]
-
-#: The manifest a sweep directory holds.
-MANIFEST = "sweep.json"
 
 _KEYS = {"name", "base", "set", "axes", "zip", "max_parallel", "serve"}
 
@@ -114,7 +108,7 @@ class SweepCell:
     hyper_params: HyperParameters
 
     def run_dir(self, sweep_dir: str | Path) -> Path:
-        return Path(sweep_dir) / "cells" / self.name
+        return cell_run_dir(sweep_dir, self.name)
 
 
 @dataclass
@@ -353,39 +347,24 @@ def grid_cells(cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
         {
             "name": c.name,
             "values": c.values,
-            "run_dir": f"cells/{c.name}",
+            "run_dir": f"{CELLS}/{c.name}",
             "num_iterations": c.hyper_params.rl.num_iterations,
         }
         for c in cells
     ]
 
 
-class NotASweepDirectoryError(NipError, FileNotFoundError):
-    """A folder given as a sweep's is missing, is a file, or holds no sweep."""
+def default_sweep_dir(name: str) -> Path:
+    """Where a sweep's cells go unless told otherwise: ``runs/sweeps/<name>``."""
+    return Path("runs") / "sweeps" / name
 
 
-def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
-    """A sweep directory's ``sweep.json``.
+def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:
+    """The grid a sweep directory was made from (``nip sweep resume DIR``).
 
     Raises:
         NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
     """
-    path = folder_holding(sweep_dir, MANIFEST, "sweep", NotASweepDirectoryError)
-    manifest = RunDirectory(path).read_json(MANIFEST)
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
-        raise NotASweepDirectoryError(f"{path / MANIFEST} is not a sweep's manifest")
-    return manifest
-
-
-def sweep_run_dirs(sweep_dir: str | Path) -> list[Path]:
-    """The run directories of a sweep's cells, in grid order."""
-    return [Path(sweep_dir) / cell["run_dir"] for cell in read_manifest(sweep_dir)["cells"]]
-
-
-def is_sweep_dir(path: str | Path) -> bool:
-    return (Path(path) / MANIFEST).is_file()
-
-
-def default_sweep_dir(name: str) -> Path:
-    """Where a sweep's cells go unless told otherwise: ``runs/sweeps/<name>``."""
-    return Path("runs") / "sweeps" / name
+    manifest = read_manifest(sweep_dir)
+    folder = manifest.get("folder")
+    return GridSpec.from_dict(manifest["grid"], folder=Path(folder) if folder else None)

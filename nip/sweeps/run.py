@@ -25,48 +25,30 @@ sweep.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from nip._version import __version__
 from nip.errors import IncompatibleParametersError, require_count
-from nip.experiments.sweep_grid import (
-    MANIFEST,
-    GridSpec,
-    SweepCell,
-    default_sweep_dir,
-    grid_cells,
-    in_cell,
-    is_sweep_dir,
-    read_manifest,
-    sweep_run_dirs,
-)
 from nip.providers.pool import BackendPool
 from nip.runs.ownership import owning
-from nip.runs.run_dir import RunDirectory, RunFileError
+from nip.runs.run_dir import RunDirectory
+from nip.runs.sweep_dir import MANIFEST, SweepEvents, read_manifest
 from nip.settings import ExperimentSettings
+from nip.sweeps.grid import GridSpec, SweepCell, grid_cells, in_cell
 from nip.training.trainer import PureTextEiTrainer, build_trainer
-from nip.utils.files import read_growing_jsonl
 from nip.utils.notices import labelled
 from nip.utils.sync import run_sync
 
 __all__ = [
-    "CellStatus",
     "SweepMismatchError",
-    "cell_errors",
     "check_cells",
-    "default_sweep_dir",
-    "is_sweep_dir",
     "open_cell",
     "prepare_sweep",
     "run_sweep",
     "run_sweep_async",
-    "sweep_run_dirs",
-    "sweep_status",
 ]
 
 
@@ -178,22 +160,6 @@ def cell_settings(spec: GridSpec, settings: ExperimentSettings | None, parallel:
     return settings
 
 
-class _Events:
-    """``events.jsonl``: one line when each cell starts, ends or fails."""
-
-    def __init__(self, sweep_dir: str | Path):
-        self.path = Path(sweep_dir) / "events.jsonl"
-
-    def write(self, cell: str, event: str, **extra: Any) -> None:
-        line = json.dumps({"cell": cell, "event": event, "time": time.time(), **extra})
-        with self.path.open("a", encoding="utf-8") as file:
-            file.write(line + "\n")
-
-    def read(self) -> list[dict[str, Any]]:
-        """Every event so far, oldest first (a line being written is left out)."""
-        return read_growing_jsonl(self.path)
-
-
 async def run_sweep_async(
     spec: GridSpec,
     sweep_dir: str | Path,
@@ -237,7 +203,7 @@ async def _run_cells(
     settings = cell_settings(spec, settings, parallel)
     pool = BackendPool(settings)
     limit = asyncio.Semaphore(parallel)
-    events = _Events(sweep_dir)
+    events = SweepEvents(sweep_dir)
 
     def failed(cell: SweepCell, error: Exception) -> str:
         text = f"{type(error).__name__}: {error}"
@@ -281,56 +247,3 @@ async def _run_cells(
 def run_sweep(spec: GridSpec, sweep_dir: str | Path, settings=None, **kwargs) -> dict[str, str]:
     """Sync :func:`run_sweep_async` (works in scripts and inside Jupyter)."""
     return run_sync(run_sweep_async(spec, sweep_dir, settings, **kwargs))
-
-
-@dataclass
-class CellStatus:
-    """Where one cell stands (``error``: what made it fail, if its last attempt did)."""
-
-    name: str
-    stage: str
-    iteration: int
-    num_iterations: int
-    values: dict[str, Any]
-    error: str | None = None
-
-
-def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
-    """Each cell's stage and iteration, from its run directory, and the error of each cell
-    whose last attempt failed (``events.jsonl``).
-
-    Raises:
-        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
-    """
-    manifest = read_manifest(sweep_dir)
-    errors = cell_errors(sweep_dir)
-    statuses = []
-    for record in manifest["cells"]:
-        name, values = record["name"], record["values"]
-        try:
-            progress = RunDirectory(Path(sweep_dir) / record["run_dir"]).progress()
-            status = CellStatus(name, *progress, values)
-        except RunFileError as error:  # a damaged cell is shown, not a reason to fail
-            status = CellStatus(name, "unreadable", 0, 0, values, error=str(error))
-        status.num_iterations = status.num_iterations or record.get("num_iterations", 0)
-        status.error = errors.get(name, status.error)
-        statuses.append(status)
-    return statuses
-
-
-def cell_errors(sweep_dir: str | Path) -> dict[str, str]:
-    """The error that ended each cell whose last event is a failure (``events.jsonl``): a
-    cell started again after a failure has none."""
-    last = {e["cell"]: e for e in _Events(sweep_dir).read() if isinstance(e, dict) and "cell" in e}
-    return {name: e.get("error", "?") for name, e in last.items() if e.get("event") == "error"}
-
-
-def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:
-    """The grid a sweep directory was made from (``nip sweep resume DIR``).
-
-    Raises:
-        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
-    """
-    manifest = read_manifest(sweep_dir)
-    folder = manifest.get("folder")
-    return GridSpec.from_dict(manifest["grid"], folder=Path(folder) if folder else None)

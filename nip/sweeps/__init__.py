@@ -8,10 +8,16 @@
     await sweep.run_async(max_parallel=4)    # nip sweep paper-ei (sweep.run() in a script)
     figure, table = sweep.compare()          # nip compare runs/sweeps/paper-ei
 
-A :class:`Sweep` is a :class:`~nip.experiments.sweep_grid.GridSpec` (what a grid file holds)
+A :class:`Sweep` is a :class:`~nip.sweeps.grid.GridSpec` (what a grid file holds)
 and the directory its cells run in: ``nip sweep GRID.yaml`` builds the same two, so a grid file,
 the command line and this API expand to the same cells and share one sweep directory (a sweep
 started in a shell can be watched, resumed and compared here, and the other way round).
+
+The package: :mod:`~nip.sweeps.grid` (a grid file into cells, and their dry run),
+:mod:`~nip.sweeps.run` (the cells as concurrent runs on this machine), :mod:`~nip.sweeps.ray`
+(the cells as Ray tasks), :mod:`~nip.sweeps.ray_servers` (a server per Ray node for them) and
+:mod:`~nip.sweeps.ray_cluster` (a Ray cluster of this machine's own). The sweep directory's
+layout and readers are :mod:`nip.runs.sweep_dir`, which the plots and dashboards read too.
 """
 
 from __future__ import annotations
@@ -23,16 +29,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nip.experiments.sweep import load_sweep_spec, run_sweep_async, sweep_status
-from nip.experiments.sweep_grid import GridSpec, SweepCell, default_sweep_dir, is_sweep_dir
+from nip.runs.sweep_dir import cell_run_dir, is_sweep_dir, sweep_status
 from nip.settings import ExperimentSettings
+from nip.sweeps.grid import GridSpec, SweepCell, default_sweep_dir, load_sweep_spec
 from nip.utils.sync import run_sync
 
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from nip.experiments.sweep_grid import SweepEstimate
+    from nip.sweeps.grid import SweepEstimate
     from nip.widgets.sweep_monitor import SweepMonitor
 
 __all__ = ["Sweep", "sweep"]
@@ -73,7 +79,7 @@ class Sweep:
         names = [c.name for c in self.cells]
         if cell not in names:
             raise KeyError(f"sweep {self.name!r} has no cell {cell!r}; its cells: {names}")
-        return self.directory / "cells" / cell
+        return cell_run_dir(self.directory, cell)
 
     # ------------------------------------------------------------------ stages
     def dry_run(self, *, sample_items: int = 4) -> SweepEstimate:
@@ -81,17 +87,19 @@ class Sweep:
 
         Shown in a notebook as a table (``.to_dataframe()``: one row per cell; ``.total_usd``).
         """
-        from nip.experiments.sweep_grid import estimate_sweep
+        from nip.sweeps.grid import estimate_sweep
 
         return estimate_sweep(self.spec, self.settings, sample_items=sample_items)
 
     async def run_async(self, *, max_parallel: int | None = None, echo: bool = True):
         """Run (or resume) every unfinished cell, at most ``max_parallel`` at once (the grid's
-        ``max_parallel`` by default); see :func:`~nip.experiments.sweep.run_sweep_async`.
+        ``max_parallel`` by default); see :func:`~nip.sweeps.run.run_sweep_async`.
 
         Returns:
             Each cell's outcome by name: ``done``, ``stopped``, or the error that ended it.
         """
+        from nip.sweeps.run import run_sweep_async
+
         return await run_sweep_async(
             self.spec, self.directory, self.settings, max_parallel=max_parallel, echo=echo
         )
@@ -106,11 +114,11 @@ class Sweep:
 
         if is_sweep_dir(self.directory):
             cells = sweep_status(self.directory)
-            rows = [{"cell": c.name, **c.values, "stage": c.stage} for c in cells]
-            for row, cell in zip(rows, cells, strict=True):
-                row["iteration"] = f"{min(cell.iteration + 1, cell.num_iterations)}"
-                row["iteration"] += f"/{cell.num_iterations}"
-                row["error"] = cell.error or ""
+            rows = [
+                {"cell": c.name, **c.values, "stage": c.stage, "iteration": c.progress}
+                | {"error": c.error or ""}
+                for c in cells
+            ]
         else:
             rows = [{"cell": c.name, **c.values, "stage": "not started"} for c in self.cells]
         return pd.DataFrame(rows)

@@ -32,14 +32,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nip.experiments.sweep_grid import GridSpec
-from nip.experiments.sweep_ray import RayClusterError
+from nip.runs.sweep_dir import SERVE  # the slots' storage and the cells' slots
 from nip.settings import ExperimentSettings
+from nip.sweeps.grid import GridSpec
+from nip.sweeps.ray import RayClusterError
 
 __all__ = ["NodeServers", "Placement", "place_cells", "run_sweep_ray_served"]
 
-#: Where a sweep's server slots keep their storage and the cells' slots.
-SERVE_FOLDER = "serve"
 PLACEMENT_FILE = "placement.json"
 #: In a slot's storage: the node its servers run on now, and their URLs there.
 NODE_FILE = "node.json"
@@ -187,7 +186,7 @@ def run_sweep_ray_served(
         spec: The grid.
         sweep_dir: The sweep's directory, on storage every node sees at this path.
         settings: Runtime settings for every cell and server (``serve_config``...).
-        address: The cluster (see :func:`~nip.experiments.sweep_ray.joined_cluster`).
+        address: The cluster (see :func:`~nip.sweeps.ray.joined_cluster`).
         resources: Each cell task's resources (``cpu=1``); its server holds the GPUs.
         server_resources: Each server slot's resources (``gpu=1``; ``cpu=1`` on a CPU
             cluster): one slot per node that has them.
@@ -198,9 +197,9 @@ def run_sweep_ray_served(
         RayClusterError: The cluster cannot be reached, or no node has ``server_resources``.
         RayNotInstalledError: Ray is not installed.
     """
-    from nip.experiments.sweep import cell_settings, prepare_sweep
-    from nip.experiments.sweep_ray import _run_cell, joined_cluster, parse_resources
     from nip.server.run_servers import served_models
+    from nip.sweeps.ray import _run_cell, joined_cluster, parse_resources
+    from nip.sweeps.run import cell_settings, prepare_sweep
 
     cell_options = parse_resources(resources)  # bad input refused before anything starts
     server_options = parse_resources(server_resources, "--server-resources")
@@ -218,7 +217,7 @@ def run_sweep_ray_served(
                 f"({server_resources}); see --server-resources"
             )
         say = print if echo else (lambda *_: None)
-        placement_path = sweep_dir / SERVE_FOLDER / PLACEMENT_FILE
+        placement_path = sweep_dir / SERVE / PLACEMENT_FILE
         placement = place_cells(
             {c.name: served_models([c.hyper_params]) for c in cells},
             len(nodes),
@@ -235,7 +234,7 @@ def run_sweep_ray_served(
                 max_restarts=-1,  # a node that dies: the slot starts again on another node
                 max_task_retries=-1,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
-            ).remote(models, str(sweep_dir / SERVE_FOLDER / slot), plain)
+            ).remote(models, str(sweep_dir / SERVE / slot), plain)
             say(f"{slot}: nip serve for {', '.join(models)} ({len(placement.slots[slot])} cells)")
         task = ray.remote(max_retries=0)(_run_cell)
         folder = str(spec.folder) if spec.folder else None

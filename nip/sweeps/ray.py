@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import InvalidParameterError, MissingExtraError, NipError
-from nip.experiments.sweep_grid import GridSpec, SweepCell
 from nip.extras import needs
 from nip.runs.ownership import owning
 from nip.settings import ExperimentSettings
+from nip.sweeps.grid import GridSpec, SweepCell
 from nip.utils.notices import labelled
 
 __all__ = [
@@ -103,7 +103,7 @@ def _run_cell(
     settings: dict[str, Any],
 ) -> str:
     """The Ray task: train one cell to its end from whatever its run directory holds."""
-    from nip.experiments.sweep import open_cell
+    from nip.sweeps.run import open_cell
 
     spec = GridSpec.from_dict(grid, folder=Path(folder) if folder else None)
     cell = next(c for c in spec.cells() if c.name == cell_name)
@@ -133,7 +133,7 @@ def joined_cluster(address: str | None) -> Iterator[Any]:
     ray = _ray()
     with ExitStack() as stack:
         if address == "local" and not ray.is_initialized():
-            from nip.utils.ray_cluster import local_ray_cluster
+            from nip.sweeps.ray_cluster import local_ray_cluster
 
             try:
                 stack.enter_context(local_ray_cluster())  # comes up on a busy machine too
@@ -178,7 +178,7 @@ def run_sweep_ray(
         DirectoryInUseError: Another process runs a sweep in ``sweep_dir``.
     """
     ray = _ray()
-    from nip.experiments.sweep import prepare_sweep
+    from nip.sweeps.run import prepare_sweep
 
     sweep_dir = Path(sweep_dir).resolve()
     cells = prepare_sweep(spec, sweep_dir, settings)  # every cell checked first
@@ -199,7 +199,7 @@ def _run_cells_on_ray(
     max_retries: int,
     echo: bool,
 ) -> dict[str, str]:
-    from nip.experiments.sweep import cell_settings
+    from nip.sweeps.run import cell_settings
 
     settings = cell_settings(spec, settings, parallel=2)
     plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
