@@ -4,7 +4,7 @@ Every class has ``to_dict`` / ``from_dict`` / ``get("a.b.c")`` / ``construct_tes
 YAML/JSON ``save`` / ``load``.
 """
 
-from nip.parameters._base import BaseParameters, FieldInfo, param
+from nip.parameters._base import BaseParameters, FieldInfo
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL, PureTextAgentParameters
 from nip.parameters.hyper_parameters import (
     DEFAULT_DATASET,
@@ -66,6 +66,5 @@ __all__ = [
     "TextRlParameters",
     "check_compatibility",
     "is_shipped_protocol",
-    "param",
     "protocol_agent_names",
 ]
