@@ -12,6 +12,7 @@ from nip.parameters.hyper_parameters import (
     SHIPPED_DATASET_NAMES,
     HyperParameters,
     check_compatibility,
+    config_json_schema,
 )
 from nip.parameters.protocol import (
     PROTOCOL_AGENT_NAMES,
@@ -65,6 +66,7 @@ __all__ = [
     "RlParameters",
     "TextRlParameters",
     "check_compatibility",
+    "config_json_schema",
     "is_shipped_protocol",
     "protocol_agent_names",
 ]

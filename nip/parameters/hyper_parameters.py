@@ -425,3 +425,30 @@ def check_compatibility(saved: dict[str, Any], current: str = PARAMETERS_SCHEMA_
             "fields added since then take their defaults",
             stacklevel=2,
         )
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a configuration file (:class:`HyperParameters` as YAML or JSON), for
+    an editor to check a file as it is typed (docs/training.md, "Checking a config file").
+
+    It holds each field's type, choices, bounds, default and description; relations between
+    fields (an agent the protocol lacks, a shared model group's agreement) are checked when the
+    file is loaded. Keys starting with ``_`` (``_type``, the version stamps) are allowed.
+    """
+    from nip.parameters._base import BaseParameters, _find_subclass
+
+    schema = HyperParameters.model_json_schema()
+    definitions = schema.get("$defs", {})
+    for name, definition in list(definitions.items()):
+        cls = _find_subclass(BaseParameters, name)
+        kinds = [*cls.__subclasses__()] if cls is not None else []
+        if kinds:  # a field of a class with kinds to choose from (update_schedule) holds any
+            description = definition.get("description", "")
+            definitions[name] = {"anyOf": [k.model_json_schema() for k in kinds]}
+            definitions[name]["description"] = description
+    objects = [schema, *definitions.values()]
+    objects += [kind for d in definitions.values() for kind in d.get("anyOf", [])]
+    for part in (p for p in objects if p.get("type") == "object"):
+        part["properties"]["_type"] = {"const": part["title"]}  # the class; other _ keys free
+        part["patternProperties"] = {"^_": {}}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
