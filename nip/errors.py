@@ -52,9 +52,13 @@ class InvalidParameterError(NipError, ValueError):
         super().__init__(message)
 
     def with_prefix(self, prefix: str) -> InvalidParameterError:
-        """Return the same error with ``prefix.`` in front of the field address."""
-        error = InvalidParameterError(f"{prefix}.{self.field}", self.value, self.allowed)
-        error.args, error.reason = (f"{prefix}.{self.args[0]}",), self.reason
+        """Return the same error with ``prefix.`` in front of the field address (with no
+        prefix: this error; with no field: ``prefix`` is the address)."""
+        if not prefix:
+            return self
+        dot = "." if self.field else ""
+        error = InvalidParameterError(f"{prefix}{dot}{self.field}", self.value, self.allowed)
+        error.args, error.reason = (f"{prefix}{dot}{self.args[0]}",), self.reason
         return error
 
 

@@ -7,7 +7,6 @@ in step, so that adding one without the other fails here and not in a run.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 import typing
@@ -60,7 +59,7 @@ WITH_OWN_PARAMETERS = sorted(n for n, cls in PROTOCOLS.items() if cls.params_fie
 
 
 def test_the_protocols_with_parameters_of_their_own_name_their_hyper_parameters_field():
-    fields = {f.name for f in dataclasses.fields(HyperParameters)}
+    fields = set(HyperParameters.model_fields)
     assert {PROTOCOLS[name].params_field for name in WITH_OWN_PARAMETERS} <= fields
     assert WITH_OWN_PARAMETERS == ["debate", "mnip", "nip"]
 

@@ -14,7 +14,6 @@ option the parser has, and generated malformed config files.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -433,7 +432,7 @@ BAD_CONFIGS = st.one_of(
     st.text(min_size=1).map(lambda t: {"__scalar__": t}),
     st.dictionaries(  # (keys starting with "_" are the file's metadata, such as _type)
         st.from_regex(r"[a-j][a-j_]{2,12}", fullmatch=True).filter(
-            lambda k: k not in {f.name for f in dataclasses.fields(HyperParameters)}
+            lambda k: k not in HyperParameters.model_fields
         ),
         st.integers(),
         min_size=1,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import pickle
 import warnings
@@ -97,7 +96,8 @@ def test_agent_parameters_keep_the_seed_names_and_defaults():
 
 def test_malt_parameters_are_the_seed_plus_the_expected_reward_estimator():
     """The estimator is nip's: ``leaf_mean`` reproduces the original exactly."""
-    assert dataclasses.asdict(PureTextMaltParameters()) == {
+    assert PureTextMaltParameters().to_dict() == {
+        "_type": "PureTextMaltParameters",
         "num_responses_per_timestep": 2,
         "frozen_agents_generate_one_response": True,
         "pair_selection_method": "positive_negative",

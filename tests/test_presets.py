@@ -87,3 +87,48 @@ def test_an_unknown_preset_is_an_error_that_lists_the_shipped_ones():
         get_preset("paper/nip-ie")
     with pytest.raises(ConfigFileError, match="no config file or preset named 'paper/nip-ie'"):
         _load_config("paper/nip-ie")
+
+
+# ------------------------------------------------------------ the config file's JSON Schema
+@pytest.mark.parametrize("name", PAPER_PRESETS)
+def test_a_shipped_preset_validates_against_the_json_schema_of_a_config_file(name):
+    import jsonschema
+    import yaml
+
+    from nip.parameters import config_json_schema
+
+    check = jsonschema.Draft202012Validator(config_json_schema()).validate
+    check(load_preset(name).to_dict())
+    check(yaml.safe_load(get_preset(name).text()))  # the file as written
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("agents", "verifier", "dpo_beta"), 5.0),
+        (("agents", "verifier", "use_lora"), "yes"),
+        (("rl", "num_iterations"), True),
+        (("agents", "verifier", "model_provider"), "Anthropic"),
+        (("agents", "verifier", "update_schedule", "period"), 0),
+        (("rl", "num_iteration"), 3),
+    ],
+    ids=["out of bounds", "text for a bool", "a bool for an int", "not a choice", "deep", "typo"],
+)
+def test_the_json_schema_of_a_config_file_refuses_what_loading_it_refuses(path, value):
+    import jsonschema
+
+    from nip.errors import NipError
+    from nip.parameters import config_json_schema
+
+    data = load_preset("paper/nip-ei").to_dict()
+    data["agents"]["verifier"]["update_schedule"] = {"_type": "ContiguousPeriodicUpdateSchedule"}
+    jsonschema.validate(data, config_json_schema())
+    *parents, key = path
+    node = data
+    for part in parents:
+        node = node[part]
+    node[key] = value
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, config_json_schema())
+    with pytest.raises(NipError):
+        HyperParameters.from_dict(data)

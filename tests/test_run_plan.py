@@ -277,7 +277,7 @@ def test_extending_a_run_shows_the_plans_schedule_by_group_and_update_schedule(d
     odd = AlternatingPeriodicUpdateSchedule(period=1, first_on=False)  # odd iterations
     hp = params(
         dataset,
-        agents={"prover": replace(shared, update_schedule=odd), "verifier": shared},
+        agents={"prover": shared.model_copy(update={"update_schedule": odd}), "verifier": shared},
         rl=RlParameters(num_iterations=1, rollouts_per_iteration=4),
     )
     hp.agents["verifier"].update_schedule = odd

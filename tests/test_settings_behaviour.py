@@ -529,15 +529,16 @@ def parameter_classes() -> list[type[BaseParameters]]:
         name = f"nip.parameters.{module.stem}".removesuffix(".__init__")
         imported = __import__(name, fromlist=["_"])
         for _, cls in inspect.getmembers(imported, inspect.isclass):
-            if issubclass(cls, BaseParameters) and cls is not BaseParameters:
+            public = cls is not BaseParameters and not cls.__name__.startswith("_")  # no mixins
+            if issubclass(cls, BaseParameters) and public:
                 found.add(cls)
     return sorted(found, key=lambda c: c.__name__)
 
 
-def is_container(cls: type[BaseParameters], field: dataclasses.Field) -> bool:
+def is_container(cls: type[BaseParameters], name: str) -> bool:
     """Whether a field only holds other parameters (``rl``, ``agents``): its own fields have
     cases. A field whose class has subclasses to choose from (``update_schedule``) has one."""
-    tp = cls.fields_info()[[f.name for f in dataclasses.fields(cls)].index(field.name)].type
+    tp = cls.model_fields[name].annotation
     if get_origin(tp) is dict:
         tp = get_args(tp)[1]
     return isinstance(tp, type) and issubclass(tp, BaseParameters) and not tp.__subclasses__()
@@ -545,10 +546,10 @@ def is_container(cls: type[BaseParameters], field: dataclasses.Field) -> bool:
 
 def all_fields() -> set[str]:
     return {
-        f"{cls.__name__}.{field.name}"
+        f"{cls.__name__}.{name}"
         for cls in parameter_classes()
-        for field in dataclasses.fields(cls)
-        if not is_container(cls, field)
+        for name in cls.model_fields
+        if not is_container(cls, name)
     }
 
 

@@ -16,7 +16,6 @@ import asyncio
 import os
 import time
 import warnings
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
@@ -98,9 +97,8 @@ def served_params(
             )
         return params
     scheme_host, _, port = url.rstrip("/").rpartition(":")
-    return replace(
-        params, language_model_server_scheme_host=scheme_host, language_model_server_port=int(port)
-    )
+    changes = {"language_model_server_scheme_host": scheme_host}
+    return params.model_copy(update={**changes, "language_model_server_port": int(port)})
 
 
 def server_url(params: PureTextAgentParameters) -> str:

@@ -25,10 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, UnknownKeyError
 from nip.experiments.cost_report import CostEstimate, text_table
 from nip.parameters import HyperParameters
-from nip.parameters._base import BaseParameters, param
+from nip.parameters._base import BaseParameters
 
 __all__ = [
     "DEFAULT_GPU",
@@ -46,24 +48,26 @@ DEFAULT_GPU = "H100-80GB"
 _SIZE = re.compile(r"(?<![A-Za-z0-9.])(\d+(?:\.\d+)?)\s*([BbMm])(?![A-Za-z])")
 
 
-@dataclass
 class Throughput(BaseParameters):
     """What ``nip serve`` does per second on one GPU with a model of one size: a row of a
     throughput file, its fields checked as any parameters' are."""
 
-    gpu: str = param(doc="The GPU (H100-80GB).")
-    params_b: float = param(doc="The model's size, in billions of parameters.", gt=0)
-    prefill_tokens_per_s: float = param(
-        doc="vLLM's prompt tokens per second under many concurrent dialogues.", gt=0
+    gpu: str = Field(description="The GPU (H100-80GB).")
+    params_b: float = Field(description="The model's size, in billions of parameters.", gt=0)
+    prefill_tokens_per_s: float = Field(
+        description="vLLM's prompt tokens per second under many concurrent dialogues.", gt=0
     )
-    decode_tokens_per_s: float = param(
-        doc="vLLM's completion tokens per second under many concurrent dialogues.", gt=0
+    decode_tokens_per_s: float = Field(
+        description="vLLM's completion tokens per second under many concurrent dialogues.", gt=0
     )
-    train_tokens_per_s: float = param(doc="LoRA training tokens per second.", gt=0)
-    job_overhead_s: float = param(doc="Seconds each fine-tuning job spends besides training.", ge=0)
-    source: Literal["measured", "assumed"] = param(doc="Measured, or assumed.")
-    how: str = param("", doc="How the figures were found.")
-    date: str | dt.date = param("", doc="When (YAML reads an unquoted date as a date).")
+    train_tokens_per_s: float = Field(description="LoRA training tokens per second.", gt=0)
+    job_overhead_s: float = Field(
+        description="Seconds each fine-tuning job spends besides training.",
+        ge=0,
+    )
+    source: Literal["measured", "assumed"] = Field(description="Measured, or assumed.")
+    how: str = Field("", description="How the figures were found.")
+    date: str | dt.date = Field("", description="When (YAML reads an unquoted date as a date).")
 
     def label(self) -> str:
         """``H100-80GB 7.6B: assumed (2026-11-27)``."""
@@ -135,7 +139,7 @@ def _rows(text: str, where: str) -> list[Throughput]:
         except UnknownKeyError as error:
             unknown = ", ".join(error.keys)
             raise ConfigFileError(f"{where}, row {i + 1}: unknown field(s) {unknown}") from None
-        except (NipError, TypeError) as error:  # TypeError: a field is missing
+        except NipError as error:  # a bad or missing value
             raise ConfigFileError(f"{where}, row {i + 1}: {error}") from None
     return rows
 

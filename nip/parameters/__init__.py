@@ -4,7 +4,7 @@ Every class has ``to_dict`` / ``from_dict`` / ``get("a.b.c")`` / ``construct_tes
 YAML/JSON ``save`` / ``load``.
 """
 
-from nip.parameters._base import BaseParameters, FieldInfo, param
+from nip.parameters._base import BaseParameters, FieldInfo
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL, PureTextAgentParameters
 from nip.parameters.hyper_parameters import (
     DEFAULT_DATASET,
@@ -12,6 +12,7 @@ from nip.parameters.hyper_parameters import (
     SHIPPED_DATASET_NAMES,
     HyperParameters,
     check_compatibility,
+    config_json_schema,
 )
 from nip.parameters.protocol import (
     PROTOCOL_AGENT_NAMES,
@@ -65,7 +66,7 @@ __all__ = [
     "RlParameters",
     "TextRlParameters",
     "check_compatibility",
+    "config_json_schema",
     "is_shipped_protocol",
-    "param",
     "protocol_agent_names",
 ]

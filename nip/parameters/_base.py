@@ -1,56 +1,36 @@
-"""The base class every parameters dataclass derives from.
+"""The base of every parameters class: a pydantic v2 model, with fields declared by
+``pydantic.Field(default, description=..., ge=...)``.
 
-A parameters class is a plain ``@dataclass`` whose fields are declared with :func:`param`
-(a default, a one-line doc and optional bounds). The base class gives it
-
-* validation at construction *and* on assignment, from the type hints and bounds, with
-  :class:`~nip.errors.InvalidParameterError` naming the field, the value and what is allowed;
-* ``to_dict`` / ``from_dict`` (never mutating its input), ``get("a.b.c")``;
-* YAML and JSON load/save;
-* a ``_repr_html_`` table for notebooks.
+It validates at construction and on assignment, nested too (``hp.agents["verifier"].top_p = 3``
+also checks ``hp``), and raises :class:`~nip.errors.InvalidParameterError` naming the full
+address, the value and what is allowed; on an error nothing changes. Models are strict: a bool
+is never a number nor a number text (an int is taken for a float). Relations between fields are
+checked by each class's :meth:`BaseParameters.validate`. A nested object keeps a weak link to
+its holder, so that a change to it is checked by every holder too.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import operator
 import types
-import typing
 import weakref
-from collections.abc import Mapping
-from functools import cache
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self, Union, get_args, get_origin
+from typing import Any, Literal, Self, Union, get_args, get_origin
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
 
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, UnknownKeyError
-
-_MISSING = dataclasses.MISSING
-
-
-def param(
-    default: Any = _MISSING,
-    *,
-    doc: str,
-    default_factory: Any = _MISSING,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    lt: float | None = None,
-) -> Any:
-    """Declare a parameter field with its documentation and optional numeric bounds.
-
-    Args:
-        default: The default value.
-        doc: One line saying what the field controls (shown in widgets and HTML reprs).
-        default_factory: Used instead of ``default`` for mutable defaults.
-        ge, gt, le, lt: Inclusive/exclusive numeric bounds, checked when the value is not None.
-    """
-    metadata = {"doc": doc, "ge": ge, "gt": gt, "le": le, "lt": lt}
-    if default_factory is not _MISSING:
-        return dataclasses.field(default_factory=default_factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,328 +47,251 @@ class FieldInfo:
     lt: float | None = None
 
 
-@cache
-def _type_hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+_BOUNDS = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
 
 
-def _is_union(tp: Any) -> bool:
-    return get_origin(tp) in (Union, types.UnionType)
+def _bounds(field: Any) -> dict[str, float]:
+    """A pydantic field's numeric bounds, in the order ge, gt, le, lt."""
+    found = {k: getattr(m, k) for m in field.metadata for k in _BOUNDS if hasattr(m, k)}
+    return {k: found[k] for k in _BOUNDS if k in found}
 
 
 def _describe(tp: Any) -> str:
     """A short human description of a type, used in error messages."""
+    origin, args = get_origin(tp), get_args(tp)
     if tp is type(None):
         return "None"
-    if get_origin(tp) is Literal:
-        return "one of " + ", ".join(repr(a) for a in get_args(tp))
-    if _is_union(tp):
-        return " or ".join(_describe(a) for a in get_args(tp))
-    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
     if origin in (dict, Mapping):
-        key, value = get_args(tp)
-        return f"a mapping of {_describe(key)} to {_describe(value)}"
+        return f"a mapping of {_describe(args[0])} to {_describe(args[1])}"
     if origin in (list, tuple):
-        return f"a list of {_describe(get_args(tp)[0])}"
+        return f"a list of {_describe(args[0])}"
     if isinstance(tp, type) and issubclass(tp, BaseParameters):
         return f"{tp.__name__} (or a dict of its fields)"
     return getattr(tp, "__name__", str(tp))
 
 
-class _Mismatch(NipError):
-    """Internal: a value does not match a type."""
+def _nip_error(error: ValidationError, cls: type[BaseParameters] | None) -> Exception:
+    """pydantic's first error as nip's: a check's own error placed at its address, or a
+    field of ``cls`` of the wrong type or out of bounds as an InvalidParameterError."""
+    first = error.errors(include_url=False)[0]
+    loc, value = first["loc"], first.get("input")
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, InvalidParameterError):
+        return cause.with_prefix(".".join(map(str, loc)))
+    if isinstance(cause, NipError):
+        return cause
+    field = cls.model_fields.get(str(loc[0])) if cls is not None and loc else None
+    if field is None:  # the whole object: neither a dict of fields nor an instance
+        return InvalidParameterError("", value, _describe(cls))
+    address = str(loc[0]) + "".join(f"[{p}]" for p in loc[1:] if isinstance(p, int))
+    if first["type"] == "missing":
+        required = "it is required"
+        return InvalidParameterError(address, None, _describe(field.annotation), reason=required)
+    if first["type"] in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        allowed = " and ".join(f"{_BOUNDS[k]} {b}" for k, b in _bounds(field).items())
+        return InvalidParameterError(address, value, f"a number {allowed}")
+    return InvalidParameterError(address, value, _describe(field.annotation))
+
+
+@contextmanager
+def _errors_at(address: str) -> Iterator[None]:
+    """Raise what pydantic or a check raises as nip's errors, placed under ``address``."""
+    try:
+        yield
+    except ValidationError as error:
+        raised = _nip_error(error, None)
+        if isinstance(raised, InvalidParameterError):
+            raised = raised.with_prefix(address)
+        raise raised from None
+    except InvalidParameterError as error:
+        raise error.with_prefix(address) from None
+
+
+def _holds_parameters(annotation: Any) -> bool:
+    """Whether a field of this type is a dict of parameter objects (held as a HeldDict)."""
+    value = get_args(annotation)[1] if get_origin(annotation) is dict else None
+    return isinstance(value, type) and issubclass(value, BaseParameters)
 
 
 def _find_subclass(base: type[BaseParameters], name: str) -> type[BaseParameters] | None:
     if base.__name__ == name:
         return base
-    for sub in base.__subclasses__():
-        found = _find_subclass(sub, name)
-        if found is not None:
-            return found
-    return None
+    found = (_find_subclass(sub, name) for sub in base.__subclasses__())
+    return next((cls for cls in found if cls is not None), None)
 
 
-def _convert(tp: Any, value: Any, address: str, ignore_extra_keys: bool) -> Any:
-    """Check ``value`` against ``tp`` and return it, converting dicts to parameter objects.
+class BaseParameters(BaseModel):
+    """Base of all parameter classes: validation, serialisation and lookup."""
 
-    Raises:
-        InvalidParameterError: If the value does not match.
-    """
-    if tp is Any:
-        return value
-    if tp is type(None):
-        if value is None:
-            return None
-        raise _Mismatch
-    origin = get_origin(tp)
-    if origin is Literal:
-        # Match type too, so True never passes for Literal[1] nor 1 for Literal[True].
-        if any(value == a and type(value) is type(a) for a in get_args(tp)):
-            return value
-        raise _Mismatch
-    if _is_union(tp):
-        # Try None first so Optional[X] with None never hits X's conversion.
-        options = sorted(get_args(tp), key=lambda a: a is not type(None))
-        for option in options:
-            try:
-                return _convert(option, value, address, ignore_extra_keys)
-            except _Mismatch:
-                continue
-            except InvalidParameterError:
-                if len(options) == 2 and type(None) in options:
-                    raise
-                continue
-        raise _Mismatch
-    if origin in (dict, Mapping):
-        key_tp, value_tp = get_args(tp)
-        if not isinstance(value, Mapping):
-            raise _Mismatch
-        return {
-            _convert(key_tp, k, address, ignore_extra_keys): _convert_field(
-                value_tp, v, f"{address}.{k}", ignore_extra_keys
-            )
-            for k, v in value.items()
-        }
-    if origin in (list, tuple):
-        if not isinstance(value, list | tuple):
-            raise _Mismatch
-        (item_tp, *_) = get_args(tp)
-        items = [
-            _convert_field(item_tp, v, f"{address}[{i}]", ignore_extra_keys)
-            for i, v in enumerate(value)
-        ]
-        return tuple(items) if origin is tuple else items
-    if isinstance(tp, type) and issubclass(tp, BaseParameters):
-        if isinstance(value, tp):
-            return value
-        if isinstance(value, Mapping):
-            try:
-                return tp.from_dict(value, ignore_extra_keys=ignore_extra_keys)
-            except InvalidParameterError as error:
-                raise error.with_prefix(address) from None
-        raise _Mismatch
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise _Mismatch
-    if tp is int:
-        if isinstance(value, bool):
-            raise _Mismatch
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-        raise _Mismatch
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _Mismatch
-        return float(value)
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise _Mismatch
-    if isinstance(tp, type):
-        if isinstance(value, tp):
-            return value
-        raise _Mismatch
-    return value
+    model_config = ConfigDict(strict=True, extra="forbid", protected_namespaces=())
 
+    #: Where this object sits: (a weak reference to its holder, its address there).
+    _holder: Any = PrivateAttr(None)
 
-def _convert_field(tp: Any, value: Any, address: str, ignore_extra_keys: bool) -> Any:
-    try:
-        return _convert(tp, value, address, ignore_extra_keys)
-    except _Mismatch:
-        raise InvalidParameterError(address, value, _describe(tp)) from None
+    def __init__(self, **values: Any) -> None:
+        with _errors_at(""):
+            super().__init__(**values)
 
-
-def _check_bounds(info: FieldInfo, value: Any, address: str) -> None:
-    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
-        return
-    bounds = (
-        (info.ge, operator.ge, ">="),
-        (info.gt, operator.gt, ">"),
-        (info.le, operator.le, "<="),
-        (info.lt, operator.lt, "<"),
-    )
-    if any(bound is not None and not ok(value, bound) for bound, ok, _ in bounds):
-        allowed = " and ".join(f"{s} {b}" for b, _, s in bounds if b is not None)
-        raise InvalidParameterError(address, value, f"a number {allowed}")
-
-
-@dataclasses.dataclass
-class BaseParameters:
-    """Base of all parameter dataclasses: validation, serialisation and lookup."""
-
-    #: Keys starting with an underscore in a dict are metadata (``_type``, versions).
-    _METADATA_PREFIX: ClassVar[str] = "_"
+    # Nested objects are still validated as by pydantic's own __init__ (with the context).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     # ------------------------------------------------------------------ validation
-    def __post_init__(self) -> None:
-        for info in self.fields_info():
-            value = _convert_field(info.type, getattr(self, info.name), info.name, False)
-            _check_bounds(info, value, info.name)
-            object.__setattr__(self, info.name, value)
-        self.validate()
-        self._link_children()
-        object.__setattr__(self, "_initialised", True)
+    @model_validator(mode="wrap")
+    @classmethod
+    def _from_input(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
+        """Read a dict of fields: ``_`` keys are metadata, ``_type`` may name a subclass to
+        build instead, an unknown key is an error (dropped with ``ignore_extra_keys``)."""
+        target = cls
+        if isinstance(data, Mapping):
+            type_name = data.get("_type")
+            if type_name is not None and type_name != cls.__name__:
+                target = _find_subclass(cls, type_name)  # type: ignore[assignment]
+                if target is None:
+                    raise InvalidParameterError(
+                        "_type", type_name, f"{cls.__name__} or one of its subclasses"
+                    )
+            data = {k: v for k, v in data.items() if not str(k).startswith("_")}
+            extra = set(data) - set(target.model_fields)
+            if extra and not (info.context or {}).get("ignore_extra_keys"):
+                raise UnknownKeyError(target.__name__, extra, target.model_fields)
+            data = {k: v for k, v in data.items() if k not in extra}
+            if target is not cls:
+                return target.model_validate(data, context=info.context)
+        try:
+            return handler(data)
+        except ValidationError as error:
+            raise _nip_error(error, cls) from None
 
-    def validate(self) -> None:
+    @model_validator(mode="after")
+    def _checked(self) -> Self:
+        self.validate()
+        self._adopt_children()
+        return self
+
+    def validate(self) -> None:  # type: ignore[override]
         """Check relations between fields. Subclasses override; raise InvalidParameterError."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if not self.__dict__.get("_initialised") or name not in self._field_names():
-            object.__setattr__(self, name, value)
-            return
-        self._assign({name: value})
+        if name in type(self).model_fields:
+            self.update(**{name: value})
+        else:
+            super().__setattr__(name, value)
 
     def update(self, **changes: Any) -> None:
-        """Assign several fields at once, validated together; on an error nothing changes.
+        """Assign several fields at once, validated together (``lora_alpha`` and
+        ``lora_alpha_scale``, a protocol and its agents); on an error nothing changes.
 
-        For fields that constrain each other (``lora_alpha`` and ``lora_alpha_scale``, a
-        protocol and its agents), where assigning them one at a time would pass through a
-        state that ``validate`` rejects.
+        The object is validated as a whole with the new values, then every object that holds
+        it (a nested agent's change must keep its shared model group in agreement).
 
         Raises:
             UnknownKeyError: A name matches no field.
-            InvalidParameterError: A value, or the combination, is not allowed.
+            InvalidParameterError: A value, or the combination, is not allowed; the error
+                names the full address (``agents.verifier.top_p``).
         """
-        unknown = set(changes) - self._field_names()
-        if unknown:
-            raise UnknownKeyError(type(self).__name__, unknown, self._field_names())
-        self._assign(changes)
-
-    def _assign(self, changes: Mapping[str, Any]) -> None:
-        """Convert, bound-check and set ``changes``, then validate this object and every
-        object that holds it (a nested agent's change must keep its shared model group in
-        agreement); on an error nothing changes and the error names the full address."""
-        chain = self._owner_chain()
-        here = _address(chain)
-        prefix = f"{here}." if here else ""
-        infos = {i.name: i for i in self.fields_info() if i.name in changes}
-        converted = {}
-        for name, value in changes.items():
-            converted[name] = _convert_field(infos[name].type, value, prefix + name, False)
-            _check_bounds(infos[name], converted[name], prefix + name)
-        old = {name: getattr(self, name) for name in converted}
-        for name, value in converted.items():
-            object.__setattr__(self, name, value)
+        if unknown := set(changes) - set(type(self).model_fields):
+            raise UnknownKeyError(type(self).__name__, unknown, type(self).model_fields)
+        chain = self._holders()
+        here = chain[-1][1] if chain else ""
+        with _errors_at(here):
+            checked = type(self).model_validate({**self._values(), **changes})
+        before = dict(self.__dict__)
+        self.__dict__.update(checked.__dict__)
+        self._adopt_children()
         try:
-            self._validate_with_holders(chain, here)
+            for holder, address in chain:  # the nearest first
+                with _errors_at(here[: len(here) - len(address)].rstrip(".")):
+                    holder.validate()
         except Exception:
-            for name, value in old.items():
-                object.__setattr__(self, name, value)
+            self.__dict__.update(before)
+            self._adopt_children()
             raise
-        self._link_children()
-
-    def _validate_with_holders(self, chain: list[tuple[BaseParameters, str]], here: str) -> None:
-        """Validate this object, then its holders; errors carry addresses from the outermost."""
-        try:
-            self.validate()
-        except InvalidParameterError as error:
-            raise (error.with_prefix(here) if here else error) from None
-        for holder, address in chain:  # the nearest first
-            holder_address = here[: len(here) - len(address)].rstrip(".")
-            try:
-                holder.validate()
-            except InvalidParameterError as error:
-                raise (error.with_prefix(holder_address) if holder_address else error) from None
 
     # --------------------------------------------------------- nesting addresses
-    def _link_children(self) -> None:
-        """Tell each nested parameters object (a field, or a value of a dict field) where it
-        sits, so that assigning to it validates this object too and errors name the full
-        address (``agents.verifier.temperature``). A dict field of parameter objects is held
-        as a :class:`HeldDict`, so that setting one of its items is checked as well."""
-        held_types = _held_dict_types(type(self))
-        for f in dataclasses.fields(self):
-            value = self.__dict__.get(f.name)
-            if isinstance(value, BaseParameters):
-                object.__setattr__(value, "_owner", (weakref.ref(self), f.name, None))
-            elif isinstance(value, dict):
-                if f.name in held_types and not (
-                    isinstance(value, HeldDict) and value._holder() is self
-                ):
-                    value = HeldDict(value, self, f.name, held_types[f.name])
-                    object.__setattr__(self, f.name, value)
-                for key, item in value.items():
-                    if isinstance(item, BaseParameters):
-                        object.__setattr__(item, "_owner", (weakref.ref(self), f.name, key))
+    def _values(self) -> dict[str, Any]:
+        return {name: self.__dict__[name] for name in type(self).model_fields}
 
-    def _owner_chain(self) -> list[tuple[BaseParameters, str]]:
+    def _adopt_children(self) -> None:
+        """Tell each nested parameters object (a field, or a value of a dict field) where it
+        sits. A dict field of parameter objects is held as a :class:`HeldDict`."""
+        for name, field in type(self).model_fields.items():
+            value = self.__dict__[name]
+            if isinstance(value, BaseParameters):
+                value._holder = (weakref.ref(self), name)
+            elif isinstance(value, dict) and _holds_parameters(field.annotation):
+                if not (isinstance(value, HeldDict) and value._holder() is self):
+                    value = self.__dict__[name] = HeldDict(value, self, name)
+                for key, item in value.items():
+                    item._holder = (weakref.ref(self), f"{name}.{key}")
+
+    def _holders(self) -> list[tuple[BaseParameters, str]]:
         """The objects that hold this one, the nearest first, each with this object's address
         in it. A link is followed only while the holder still holds this very object."""
         chain: list[tuple[BaseParameters, str]] = []
         node, address = self, ""
-        while (link := node.__dict__.get("_owner")) is not None:
-            holder_ref, field_name, key = link
-            holder = holder_ref()
+        while node._holder is not None:
+            holder, step = node._holder[0](), node._holder[1]
             if holder is None or any(holder is h for h, _ in chain):
                 break
-            held = holder.__dict__.get(field_name)
-            if key is not None:
-                held = held.get(key) if isinstance(held, dict) else None
-            if held is not node:  # replaced since: the link is stale
+            try:
+                if holder.get(step) is not node:  # replaced since: the link is stale
+                    break
+            except KeyError:
                 break
-            step = field_name if key is None else f"{field_name}.{key}"
             address = f"{step}.{address}" if address else step
             chain.append((holder, address))
             node = holder
         return chain
 
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> Self:
+        copied = super().__deepcopy__(memo)
+        copied._adopt_children()
+        return copied
+
     def __getstate__(self) -> dict[str, Any]:
         # Links to holders are weak references: never pickled, remade by the holder.
-        return {k: v for k, v in self.__dict__.items() if k != "_owner"}
+        return {**super().__getstate__(), "__pydantic_private__": {"_holder": None}}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._link_children()
+        super().__setstate__(state)
+        self._adopt_children()
 
-    @classmethod
-    def _field_names(cls) -> frozenset[str]:
-        return frozenset(f.name for f in dataclasses.fields(cls))
+    def __eq__(self, other: object) -> bool:
+        same = type(self) is type(other)
+        return same and self._values() == other._values()  # type: ignore[attr-defined]
 
     @classmethod
     def fields_info(cls) -> list[FieldInfo]:
-        """Describe every field: name, resolved type, default, doc and bounds."""
-        hints = _type_hints(cls)
-        infos = []
-        for f in dataclasses.fields(cls):
-            if f.default is not _MISSING:
-                default = f.default
-            elif f.default_factory is not _MISSING:
-                default = f.default_factory()
-            else:
-                default = _MISSING
-            meta = f.metadata
-            infos.append(
-                FieldInfo(
-                    name=f.name,
-                    type=hints[f.name],
-                    default=default,
-                    doc=meta.get("doc", ""),
-                    ge=meta.get("ge"),
-                    gt=meta.get("gt"),
-                    le=meta.get("le"),
-                    lt=meta.get("lt"),
-                )
+        """Describe every field: name, type, default, description and bounds."""
+        return [
+            FieldInfo(
+                name,
+                field.annotation,
+                field.get_default(call_default_factory=True),
+                field.description or "",
+                **_bounds(field),
             )
-        return infos
+            for name, field in cls.model_fields.items()
+        ]
 
     # --------------------------------------------------------------- serialisation
+    @model_serializer(mode="wrap")
+    def _tagged(self, handler: Any) -> dict[str, Any]:
+        return {"_type": type(self).__name__, **handler(self)}
+
     def to_dict(self) -> dict[str, Any]:
-        """Convert to a plain dict (JSON/YAML-safe), with ``_type`` naming the class."""
-        out: dict[str, Any] = {"_type": type(self).__name__}
-        for f in dataclasses.fields(self):
-            out[f.name] = _to_plain(getattr(self, f.name))
-        return out
+        """Convert to a plain dict (JSON/YAML-safe), with ``_type`` naming each class."""
+        return self.model_dump(serialize_as_any=True)
 
     @classmethod
     def from_dict(cls, params_dict: Mapping[str, Any], ignore_extra_keys: bool = False) -> Self:
-        """Build a parameters object from a dict such as one made by :meth:`to_dict`.
-
-        The input is never modified. Keys starting with ``_`` are metadata and skipped,
-        except ``_type``, which may name a subclass of ``cls`` to build instead.
+        """Build a parameters object from a dict such as one made by :meth:`to_dict` (which
+        is not modified). Keys starting with ``_`` are metadata, except ``_type``, which may
+        name a subclass of ``cls`` to build instead.
 
         Args:
             params_dict: The field values; nested parameters may be dicts.
@@ -400,36 +303,13 @@ class BaseParameters:
         """
         if not isinstance(params_dict, Mapping):
             raise InvalidParameterError(cls.__name__, params_dict, "a mapping of field values")
-        data = copy.deepcopy(dict(params_dict))
-        target: type[BaseParameters] = cls
-        type_name = data.get("_type")
-        if type_name is not None and type_name != cls.__name__:
-            found = _find_subclass(cls, type_name)
-            if found is None:
-                raise InvalidParameterError(
-                    "_type", type_name, f"{cls.__name__} or one of its subclasses"
-                )
-            target = found
-        data = {k: v for k, v in data.items() if not k.startswith(cls._METADATA_PREFIX)}
-        hints = _type_hints(target)
-        known = target._field_names()
-        extra = set(data) - known
-        if extra and not ignore_extra_keys:
-            raise UnknownKeyError(target.__name__, extra, known)
-        kwargs = {
-            k: _convert_field(hints[k], v, k, ignore_extra_keys)
-            for k, v in data.items()
-            if k in known
-        }
-        return target(**kwargs)  # type: ignore[return-value]
+        with _errors_at(""):
+            return cls.model_validate(params_dict, context={"ignore_extra_keys": ignore_extra_keys})
 
     @classmethod
     def load_from_wandb_config(cls, wandb_config: Mapping[str, Any]) -> Self:
-        """Build from a W&B run's config (e.g. ``run.config["agents"]["verifier"]``).
-
-        As :meth:`from_dict` with ``ignore_extra_keys=True``: a logged config may hold keys
-        this version has no field for (the original's tensor-agent fields, for instance).
-        """
+        """Build from a W&B run's config (``run.config["agents"]["verifier"]``), dropping keys
+        nip has no field for (the original's tensor-agent fields, for instance)."""
         return cls.from_dict(wandb_config, ignore_extra_keys=True)
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -444,7 +324,7 @@ class BaseParameters:
 
     @classmethod
     def from_json(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Parse JSON text made by :meth:`to_json` (``options`` go to :meth:`from_dict`).
+        """Parse JSON text (``options`` go to :meth:`from_dict`).
 
         Raises:
             ConfigFileError: The text is not JSON.
@@ -457,8 +337,7 @@ class BaseParameters:
 
     @classmethod
     def from_yaml(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Parse YAML text made by :meth:`to_yaml` or by hand (``options`` go to
-        :meth:`from_dict`).
+        """Parse YAML text (``options`` go to :meth:`from_dict`).
 
         Raises:
             ConfigFileError: The text is not YAML.
@@ -480,9 +359,8 @@ class BaseParameters:
 
     @classmethod
     def load(cls, path: str | Path, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix).
-
-        ``options`` go to :meth:`from_dict` (``force=True`` for ``HyperParameters``).
+        """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix); ``options``
+        go to :meth:`from_dict` (``force=True`` for ``HyperParameters``).
 
         Raises:
             ConfigFileError: The file is missing, unreadable, or not valid YAML or JSON.
@@ -505,24 +383,20 @@ class BaseParameters:
         """Get a value by dot-separated address, e.g. ``"agents.verifier.temperature"``.
 
         Raises:
-            KeyError: If any part of the address does not name a parameter, including an
-                address that continues past a plain value.
+            KeyError: A part of the address names no parameter (or follows a plain value).
         """
         current: Any = self
         walked: list[str] = []
         for part in address.split("."):
             if isinstance(current, BaseParameters):
-                if part not in current._field_names():
-                    raise KeyError(_bad_address(address, walked, part))
-                current = getattr(current, part)
-            elif isinstance(current, Mapping):
-                if part not in current:
-                    raise KeyError(_bad_address(address, walked, part))
-                current = current[part]
-            else:
-                raise KeyError(
-                    f"{address!r}: {'.'.join(walked)!r} is a value, not a group of parameters"
-                )
+                current = current._values()
+            if not isinstance(current, Mapping):
+                at = ".".join(walked)
+                raise KeyError(f"{address!r}: {at!r} is a value, not a group of parameters")
+            if part not in current:
+                where = ".".join(walked) or "the top level"
+                raise KeyError(f"{address!r}: no parameter {part!r} under {where}")
+            current = current[part]
             walked.append(part)
         return current
 
@@ -533,9 +407,8 @@ class BaseParameters:
 
     # -------------------------------------------------------------------- display
     def widget(self, **options: Any) -> Any:
-        """Removed: the form is ``nip.widgets.ParametersForm(params)``.
-
-        Configuration sits beneath the widgets that edit it, so it does not build them.
+        """Removed: the form is ``nip.widgets.ParametersForm(params)`` (configuration sits
+        beneath the widgets that edit it).
 
         Raises:
             NipError: Always, saying what to call instead.
@@ -551,113 +424,61 @@ class BaseParameters:
         return parameters_to_html(self)
 
 
-def _bad_address(address: str, walked: list[str], part: str) -> str:
-    where = ".".join(walked) or "the top level"
-    return f"{address!r}: no parameter {part!r} under {where}"
-
-
-def _address(chain: list[tuple[BaseParameters, str]]) -> str:
-    """An object's address from the outermost holder (``agents.verifier``), given its owner
-    chain (see :meth:`BaseParameters._owner_chain`); empty for an object nobody holds."""
-    return chain[-1][1] if chain else ""
-
-
-@cache
-def _held_dict_types(cls: type[BaseParameters]) -> dict[str, Any]:
-    """The dict fields of ``cls`` whose values are parameter objects, with that value type."""
-    types_by_field = {}
-    for info in cls.fields_info():
-        if get_origin(info.type) is dict:
-            value_type = get_args(info.type)[1]
-            if isinstance(value_type, type) and issubclass(value_type, BaseParameters):
-                types_by_field[info.name] = value_type
-    return types_by_field
-
-
 class HeldDict(dict):
     """A dict field of parameter objects (``HyperParameters.agents``) as its holder keeps it.
 
-    Setting, replacing or removing an item is checked as assigning the whole field would be:
-    a plain dict is converted to the parameters class, the holder (and its own holders) are
-    validated, and on an error nothing changes. ``hp.agents["verifier"] = {...}`` is
-    therefore as safe as ``hp.agents["verifier"].temperature = 0.2``. Copies and pickles are
-    plain dicts; the holder wraps them again.
+    A change to it (setting, replacing or removing an item) is the holder's field assigned
+    anew: a plain dict is converted to the parameters class, the holder (and its own holders)
+    are validated, and on an error nothing changes. Copies and pickles are plain dicts; the
+    holder wraps them again.
     """
 
-    def __init__(self, items: Mapping[str, Any], holder: BaseParameters, name: str, tp: Any):
+    def __init__(self, items: Mapping[str, Any], holder: BaseParameters, name: str):
         super().__init__(items)
-        self._holder = weakref.ref(holder)
-        self._name = name
-        self._type = tp
+        self._holder, self._name = weakref.ref(holder), name
 
-    def _change(self, apply: Any) -> Any:
-        """Run ``apply`` (which mutates this dict), then validate the holders; undo on error."""
+    def _change(self, method: str, *args: Any) -> Any:
         holder = self._holder()
         if holder is None or holder.__dict__.get(self._name) is not self:
-            return apply()  # no longer held: an ordinary dict
-        before = dict(self)
-        chain = holder._owner_chain()
-        here = _address(chain)
-        try:
-            result = apply()
-            holder._validate_with_holders(chain, here)
-        except Exception:
-            dict.clear(self)
-            dict.update(self, before)
-            raise
-        holder._link_children()
+            return getattr(dict, method)(self, *args)  # no longer held: an ordinary dict
+        items = dict(self)
+        result = getattr(dict, method)(items, *args)
+        holder.update(**{self._name: items})
+        dict.clear(self)
+        dict.update(self, holder.__dict__[self._name])
+        holder.__dict__[self._name] = self  # the same dict stays held
+        holder._adopt_children()
         return result
 
-    def _converted(self, key: str, value: Any) -> Any:
-        holder = self._holder()
-        here = _address(holder._owner_chain()) if holder is not None else ""
-        address = f"{here}.{self._name}.{key}" if here else f"{self._name}.{key}"
-        return _convert_field(self._type, value, address, False)
-
     def __setitem__(self, key: str, value: Any) -> None:
-        value = self._converted(key, value)
-        self._change(lambda: dict.__setitem__(self, key, value))
+        self._change("__setitem__", key, value)
 
     def __delitem__(self, key: str) -> None:
-        self._change(lambda: dict.__delitem__(self, key))
+        self._change("__delitem__", key)
 
     def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-        items = {k: self._converted(k, v) for k, v in dict(*args, **kwargs).items()}
-        self._change(lambda: dict.update(self, items))
+        self._change("update", dict(*args, **kwargs))
 
     def __ior__(self, other: Any) -> Self:  # type: ignore[override]
         self.update(other)
         return self
 
     def setdefault(self, key: str, default: Any = None) -> Any:
-        if key in self:
-            return self[key]
-        self[key] = default
+        if key not in self:
+            self[key] = default
         return self[key]
 
     def pop(self, key: str, *default: Any) -> Any:
-        if key not in self and default:
-            return default[0]
-        return self._change(lambda: dict.pop(self, key))
+        return self._change("pop", key, *default)
 
     def popitem(self) -> tuple[str, Any]:
-        return self._change(lambda: dict.popitem(self))
+        return self._change("popitem")
 
     def clear(self) -> None:
-        self._change(lambda: dict.clear(self))
+        self._change("clear")
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return dict, (dict(self),)  # no link to the holder: it wraps the copy again
 
     def __copy__(self) -> dict[str, Any]:
         return dict(self)
-
-
-def _to_plain(value: Any) -> Any:
-    if isinstance(value, BaseParameters):
-        return value.to_dict()
-    if isinstance(value, Mapping):
-        return {k: _to_plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_to_plain(v) for v in value]
-    return value

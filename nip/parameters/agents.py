@@ -9,13 +9,13 @@ text agents do not have.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass, fields
 from typing import Literal
 
+from pydantic import Field
+
 from nip.errors import InvalidParameterError
-from nip.parameters._base import BaseParameters, param
+from nip.parameters._base import BaseParameters
 from nip.parameters.providers import DUMMY, PROVIDER_FACTS, PROVIDER_SETTINGS, providers_where
 from nip.parameters.update_schedule import AgentUpdateSchedule, ConstantUpdateSchedule
 
@@ -31,128 +31,136 @@ DEFAULT_VLLM_SERVER_PORT = 8000
 DEFAULT_LOCAL_MODEL = "SmolLM2-135M-Instruct"
 
 
-@dataclass
 class PureTextAgentParameters(BaseParameters):
     """Parameters of one text agent: its model, sampling, fine-tuning and prompting."""
 
-    update_schedule: AgentUpdateSchedule = param(
-        default_factory=ConstantUpdateSchedule, doc="In which iterations the agent is trained."
+    update_schedule: AgentUpdateSchedule = Field(
+        default_factory=ConstantUpdateSchedule,
+        description="In which iterations the agent is trained.",
     )
-    load_checkpoint_and_parameters: bool = param(
+    load_checkpoint_and_parameters: bool = Field(
         False,
-        doc="Start the agent from the fine-tuned model of an earlier run (checkpoint_run_id).",
+        description="Start the agent from the fine-tuned model of an earlier run "
+        "(checkpoint_run_id).",
     )
-    checkpoint_entity: str = param(
+    checkpoint_entity: str = Field(
         default_factory=lambda: os.environ.get("WANDB_ENTITY", ""),
-        doc="W&B entity of the checkpoint run (defaults to $WANDB_ENTITY).",
+        description="W&B entity of the checkpoint run (defaults to $WANDB_ENTITY).",
     )
-    checkpoint_project: str = param(
+    checkpoint_project: str = Field(
         default_factory=lambda: os.environ.get("WANDB_PROJECT", ""),
-        doc="W&B project of the checkpoint run (defaults to $WANDB_PROJECT).",
+        description="W&B project of the checkpoint run (defaults to $WANDB_PROJECT).",
     )
-    checkpoint_run_id: str | None = param(
-        None, doc="The earlier run: its nip run directory, or its W&B run id (W&B online)."
+    checkpoint_run_id: str | None = Field(
+        None, description="The earlier run: its nip run directory, or its W&B run id (W&B online)."
     )
-    checkpoint_version: str = param(
-        "latest", doc="Which version of the W&B run artifact to load (W&B runs only)."
+    checkpoint_version: str = Field(
+        "latest", description="Which version of the W&B run artifact to load (W&B runs only)."
     )
-    model_provider: ModelProvider = param(
+    model_provider: ModelProvider = Field(
         "OpenAI",
-        doc="Who serves the model: OpenAI, SelfHosted (nip serve), OpenRouter, Local "
+        description="Who serves the model: OpenAI, SelfHosted (nip serve), OpenRouter, Local "
         "(embedded) or TogetherAI.",
     )
-    model_name: str = param("gpt-4o-mini-2024-07-18", doc="The model to use.")
-    language_model_server_scheme_host: str = param(
-        "http://localhost", doc="Scheme and host of the self-hosted language-model server."
+    model_name: str = Field("gpt-4o-mini-2024-07-18", description="The model to use.")
+    language_model_server_scheme_host: str = Field(
+        "http://localhost", description="Scheme and host of the self-hosted language-model server."
     )
-    language_model_server_port: int = param(
+    language_model_server_port: int = Field(
         5000,
-        doc="Port of the self-hosted language-model server (nip serve); SelfHosted chat and "
-        "fine-tuning requests go there.",
+        description="Port of the self-hosted language-model server (nip serve); SelfHosted chat "
+        "and fine-tuning requests go there.",
         ge=1,
         le=65535,
     )
-    vllm_server_port: int = param(
+    vllm_server_port: int = Field(
         DEFAULT_VLLM_SERVER_PORT,
-        doc="Kept for the original's configs; only 8000 is accepted. The vLLM port is set "
+        description="Kept for the original's configs; only 8000 is accepted. The vLLM port is set "
         "where the server starts (nip serve --vllm-port, ServerConfig.vllm_port).",
         ge=1,
         le=65535,
     )
-    use_dummy_api: bool = param(
-        False, doc="Answer with deterministic dummy responses instead of calling a model."
+    use_dummy_api: bool = Field(
+        False, description="Answer with deterministic dummy responses instead of calling a model."
     )
-    shared_model_group: str | None = param(
-        None, doc="Agents with the same group share one model (None: a group of its own)."
+    shared_model_group: str | None = Field(
+        None, description="Agents with the same group share one model (None: a group of its own)."
     )
-    temperature: float | None = param(
-        None, doc="Sampling temperature (None: the model's default).", ge=0.0, le=2.0
+    temperature: float | None = Field(
+        None, description="Sampling temperature (None: the model's default).", ge=0.0, le=2.0
     )
-    top_p: float | None = param(
-        None, doc="Nucleus-sampling probability mass (None: the default).", gt=0.0, le=1.0
+    top_p: float | None = Field(
+        None, description="Nucleus-sampling probability mass (None: the default).", gt=0.0, le=1.0
     )
-    repetition_penalty: float | None = param(
-        None, doc="Penalty on repeated tokens; >1 discourages repetition.", gt=0.0
+    repetition_penalty: float | None = Field(
+        None, description="Penalty on repeated tokens; >1 discourages repetition.", gt=0.0
     )
-    fine_tune_from_scratch: bool = param(
-        True, doc="Fine-tune the base model each iteration rather than the latest one."
+    fine_tune_from_scratch: bool = Field(
+        True, description="Fine-tune the base model each iteration rather than the latest one."
     )
-    freeze_agent: bool = param(False, doc="Never fine-tune this agent.")
-    quantization: VllmQuantization = param(
+    freeze_agent: bool = Field(False, description="Never fine-tune this agent.")
+    quantization: VllmQuantization = Field(
         "none",
-        doc="SelfHosted only: bitsandbytes trains the agent's jobs as QLoRA (4-bit base "
+        description="SelfHosted only: bitsandbytes trains the agent's jobs as QLoRA (4-bit base "
         "weights) on nip serve's GPU; the served weights follow nip serve --quantization.",
     )
-    num_epochs: int | None = param(None, doc="Fine-tuning epochs (None: use rl.num_epochs).", ge=1)
-    dpo_beta: float | None = param(
-        None, doc="DPO beta, 0 < beta <= 2 (None: the provider's default).", gt=0.0, le=2.0
+    num_epochs: int | None = Field(
+        None, description="Fine-tuning epochs (None: use rl.num_epochs).", ge=1
     )
-    use_lora: bool = param(True, doc="Train a LoRA adapter rather than all weights.")
-    lora_rank: int = param(64, doc="Rank of the LoRA adapter.", ge=1)
-    lora_alpha: int | None = param(
-        None, doc="LoRA alpha; exactly one of lora_alpha and lora_alpha_scale is set.", ge=1
+    dpo_beta: float | None = Field(
+        None, description="DPO beta, 0 < beta <= 2 (None: the provider's default).", gt=0.0, le=2.0
     )
-    lora_alpha_scale: float | None = param(
-        1.0, doc="LoRA alpha as a multiple of lora_rank (used when lora_alpha is None).", gt=0.0
+    use_lora: bool = Field(True, description="Train a LoRA adapter rather than all weights.")
+    lora_rank: int = Field(64, description="Rank of the LoRA adapter.", ge=1)
+    lora_alpha: int | None = Field(
+        None, description="LoRA alpha; exactly one of lora_alpha and lora_alpha_scale is set.", ge=1
     )
-    lora_dropout: float = param(0.05, doc="Dropout on the LoRA layers.", ge=0.0, lt=1.0)
-    stack_lora_adapters: bool = param(
-        False, doc="Stack a new adapter on the previous one rather than reuse it."
-    )
-    per_device_train_batch_size: int = param(
-        2, doc="Training batch size per device (LoRA training: local, nip serve).", ge=1
-    )
-    openai_n_epochs: int | None = param(
-        None,
-        doc="OpenAI fine-tuning only: n_epochs sent to the API (None: 'auto', OpenAI chooses, "
-        "as the original did). num_epochs and rl.num_epochs apply to LoRA training.",
-        ge=1,
-    )
-    openai_batch_size: int | None = param(
-        None,
-        doc="OpenAI fine-tuning only: batch_size sent to the API (None: 'auto').",
-        ge=1,
-    )
-    openai_learning_rate_multiplier: float | None = param(
-        None,
-        doc="OpenAI fine-tuning only: learning_rate_multiplier sent to the API (None: 'auto').",
+    lora_alpha_scale: float | None = Field(
+        1.0,
+        description="LoRA alpha as a multiple of lora_rank (used when lora_alpha is None).",
         gt=0.0,
     )
-    system_prompt_template_path: str | None = param(
-        None, doc="Path of a custom system prompt template (None: the built-in one)."
+    lora_dropout: float = Field(0.05, description="Dropout on the LoRA layers.", ge=0.0, lt=1.0)
+    stack_lora_adapters: bool = Field(
+        False, description="Stack a new adapter on the previous one rather than reuse it."
     )
-    use_supervisor_message: UseSupervisorType = param(
-        "none", doc="When to append a supervisor message with instructions."
+    per_device_train_batch_size: int = Field(
+        2, description="Training batch size per device (LoRA training: local, nip serve).", ge=1
     )
-    supervisor_name: str = param("Supervisor", doc="Name of the supervisor message's sender.")
-    max_response_words: int = param(
-        150, doc="The prompt asks for responses of at most this many words.", ge=1
+    openai_n_epochs: int | None = Field(
+        None,
+        description="OpenAI fine-tuning only: n_epochs sent to the API (None: 'auto', OpenAI "
+        "chooses, as the original did). num_epochs and rl.num_epochs apply to LoRA training.",
+        ge=1,
     )
-    max_tokens_per_message: int | None = param(
-        None, doc="Token limit per generation (None: 1.5 x max_response_words).", ge=1
+    openai_batch_size: int | None = Field(
+        None,
+        description="OpenAI fine-tuning only: batch_size sent to the API (None: 'auto').",
+        ge=1,
     )
-    num_invalid_generation_retries: int = param(
-        20, doc="Retries when a response cannot be parsed.", ge=0
+    openai_learning_rate_multiplier: float | None = Field(
+        None,
+        description="OpenAI fine-tuning only: learning_rate_multiplier sent to the API (None: "
+        "'auto').",
+        gt=0.0,
+    )
+    system_prompt_template_path: str | None = Field(
+        None, description="Path of a custom system prompt template (None: the built-in one)."
+    )
+    use_supervisor_message: UseSupervisorType = Field(
+        "none", description="When to append a supervisor message with instructions."
+    )
+    supervisor_name: str = Field(
+        "Supervisor", description="Name of the supervisor message's sender."
+    )
+    max_response_words: int = Field(
+        150, description="The prompt asks for responses of at most this many words.", ge=1
+    )
+    max_tokens_per_message: int | None = Field(
+        None, description="Token limit per generation (None: 1.5 x max_response_words).", ge=1
+    )
+    num_invalid_generation_retries: int = Field(
+        20, description="Retries when a response cannot be parsed.", ge=0
     )
 
     def validate(self) -> None:
@@ -201,8 +209,7 @@ class PureTextAgentParameters(BaseParameters):
         """Refuse a provider-dependent setting changed on an agent whose provider ignores it
         (the table: :data:`~nip.parameters.providers.PROVIDER_SETTINGS`)."""
         facts = PROVIDER_FACTS[self.model_provider]
-        for field in fields(self):
-            name = field.name
+        for name in type(self).model_fields:
             if name not in PROVIDER_SETTINGS or facts.applies(name):
                 continue
             value = getattr(self, name)
@@ -284,6 +291,6 @@ class PureTextAgentParameters(BaseParameters):
 
 #: Each field's default, to tell a changed provider-dependent setting from an untouched one.
 _DEFAULTS = {
-    f.name: f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-    for f in fields(PureTextAgentParameters)
+    name: field.get_default(call_default_factory=True)
+    for name, field in PureTextAgentParameters.model_fields.items()
 }

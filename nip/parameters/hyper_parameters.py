@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
+from pydantic import Field, model_validator
+
 from nip._version import __version__
 from nip.errors import IncompatibleParametersError, InvalidParameterError
-from nip.parameters._base import BaseParameters, param
+from nip.parameters._base import BaseParameters
 from nip.parameters.agents import PureTextAgentParameters
 from nip.parameters.protocol import (
     PROTOCOL_AGENT_NAMES,
@@ -50,7 +51,6 @@ DEFAULT_DATASET = "humaneval_cv"
 SHIPPED_DATASET_NAMES = tuple(SHIPPED_DATASET_SPLITS)
 
 
-@dataclass
 class HyperParameters(BaseParameters):
     """Everything that defines an experiment: protocol, agents, trainer, data and seed.
 
@@ -63,55 +63,60 @@ class HyperParameters(BaseParameters):
         )
     """
 
-    scenario: Literal["code_validation"] = param("code_validation", doc="The task.")
-    trainer: TrainerType = param(
-        "pure_text_ei", doc="Expert Iteration (pure_text_ei) or MALT (pure_text_malt)."
+    scenario: Literal["code_validation"] = Field("code_validation", description="The task.")
+    trainer: TrainerType = Field(
+        "pure_text_ei", description="Expert Iteration (pure_text_ei) or MALT (pure_text_malt)."
     )
-    dataset: str = param(
+    dataset: str = Field(
         DEFAULT_DATASET,
-        doc="A shipped dataset, a Hub id (lrhammond/buggy-apps), or a file or folder path.",
+        description="A shipped dataset, a Hub id (lrhammond/buggy-apps), or a file or folder path.",
     )
-    interaction_protocol: InteractionProtocolType | str = param(
+    interaction_protocol: InteractionProtocolType | str = Field(
         "nip",
-        doc="The interaction protocol: a shipped one, or the name of one defined in your code "
-        "(its class is passed at run time, its agents named in agents).",
+        description="The interaction protocol: a shipped one, or the name of one defined in your "
+        "code (its class is passed at run time, its agents named in agents).",
     )
-    seed: int = param(6198, doc="Seed of every random choice in the run.")
-    agents: dict[str, PureTextAgentParameters] = param(
-        default_factory=dict, doc="Parameters of each agent, by agent name."
+    seed: int = Field(6198, description="Seed of every random choice in the run.")
+    agents: dict[str, PureTextAgentParameters] = Field(
+        default_factory=dict, description="Parameters of each agent, by agent name."
     )
-    rl: RlParameters = param(default_factory=RlParameters, doc="Run length.")
-    text_rl: TextRlParameters = param(
-        default_factory=TextRlParameters, doc="Options shared by the text trainers."
+    rl: RlParameters = Field(default_factory=RlParameters, description="Run length.")
+    text_rl: TextRlParameters = Field(
+        default_factory=TextRlParameters, description="Options shared by the text trainers."
     )
-    pure_text_ei: PureTextEiParameters = param(
-        default_factory=PureTextEiParameters, doc="Expert Iteration."
+    pure_text_ei: PureTextEiParameters = Field(
+        default_factory=PureTextEiParameters, description="Expert Iteration."
     )
-    pure_text_malt: PureTextMaltParameters = param(
-        default_factory=PureTextMaltParameters, doc="MALT."
+    pure_text_malt: PureTextMaltParameters = Field(
+        default_factory=PureTextMaltParameters, description="MALT."
     )
-    protocol_common: CommonProtocolParameters = param(
-        default_factory=CommonProtocolParameters, doc="Rewards and options of every protocol."
+    protocol_common: CommonProtocolParameters = Field(
+        default_factory=CommonProtocolParameters,
+        description="Rewards and options of every protocol.",
     )
-    nip_protocol: NipProtocolParameters = param(
-        default_factory=NipProtocolParameters, doc="The nip protocol."
+    nip_protocol: NipProtocolParameters = Field(
+        default_factory=NipProtocolParameters, description="The nip protocol."
     )
-    debate_protocol: DebateProtocolParameters = param(
-        default_factory=DebateProtocolParameters, doc="The debate protocol."
+    debate_protocol: DebateProtocolParameters = Field(
+        default_factory=DebateProtocolParameters, description="The debate protocol."
     )
-    mnip_protocol: MnipProtocolParameters = param(
-        default_factory=MnipProtocolParameters, doc="The mnip protocol."
+    mnip_protocol: MnipProtocolParameters = Field(
+        default_factory=MnipProtocolParameters, description="The mnip protocol."
     )
-    code_validation: CodeValidationParameters = param(
-        default_factory=CodeValidationParameters, doc="Which items of the dataset to use."
+    code_validation: CodeValidationParameters = Field(
+        default_factory=CodeValidationParameters, description="Which items of the dataset to use."
     )
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in self.agent_names:
-            if name not in self.agents:
-                self.agents[name] = PureTextAgentParameters()
-        self._link_children()
+    @model_validator(mode="before")
+    @classmethod
+    def _with_every_agent(cls, data: Any) -> Any:
+        """A shipped protocol's agents missing from ``agents`` get default parameters."""
+        protocol = data.get("interaction_protocol", "nip") if isinstance(data, dict) else None
+        agents = data.get("agents") or {} if isinstance(data, dict) else None
+        if not isinstance(agents, Mapping) or not is_shipped_protocol(str(protocol)):
+            return data
+        missing = [n for n in protocol_agent_names(str(protocol)) if n not in agents]
+        return {**data, "agents": {**agents, **{n: PureTextAgentParameters() for n in missing}}}
 
     def validate(self) -> None:
         self._check_custom_protocol()
@@ -404,3 +409,30 @@ def check_compatibility(saved: dict[str, Any], current: str = PARAMETERS_SCHEMA_
             "fields added since then take their defaults",
             stacklevel=2,
         )
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a configuration file (:class:`HyperParameters` as YAML or JSON), for
+    an editor to check a file as it is typed (docs/training.md, "Checking a config file").
+
+    It holds each field's type, choices, bounds, default and description; relations between
+    fields (an agent the protocol lacks, a shared model group's agreement) are checked when the
+    file is loaded. Keys starting with ``_`` (``_type``, the version stamps) are allowed.
+    """
+    from nip.parameters._base import BaseParameters, _find_subclass
+
+    schema = HyperParameters.model_json_schema()
+    definitions = schema.get("$defs", {})
+    for name, definition in list(definitions.items()):
+        cls = _find_subclass(BaseParameters, name)
+        kinds = [*cls.__subclasses__()] if cls is not None else []
+        if kinds:  # a field of a class with kinds to choose from (update_schedule) holds any
+            description = definition.get("description", "")
+            definitions[name] = {"anyOf": [k.model_json_schema() for k in kinds]}
+            definitions[name]["description"] = description
+    objects = [schema, *definitions.values()]
+    objects += [kind for d in definitions.values() for kind in d.get("anyOf", [])]
+    for part in (p for p in objects if p.get("type") == "object"):
+        part["properties"]["_type"] = {"const": part["title"]}  # the class; other _ keys free
+        part["patternProperties"] = {"^_": {}}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}

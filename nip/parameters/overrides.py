@@ -101,11 +101,9 @@ def _every_agent(pending: dict[str, Any], agents: Mapping[str, Any]) -> dict[str
     Raises:
         InvalidParameterError: ``agents.*.FIELD`` names no agent setting, or there are no agents.
     """
-    from dataclasses import fields
-
     from nip.parameters.agents import PureTextAgentParameters
 
-    known = {f.name for f in fields(PureTextAgentParameters)}
+    known = set(PureTextAgentParameters.model_fields)
     expanded: dict[str, Any] = {}
     for path, value in pending.items():
         if not _for_every_agent(path):

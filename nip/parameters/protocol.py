@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, NamedTuple
 
+from pydantic import Field
+
 from nip.errors import InvalidParameterError, UnknownProtocolError
-from nip.parameters._base import BaseParameters, param
+from nip.parameters._base import BaseParameters
 
 ForceGuess = Literal["zero", "one", "y"]
 
@@ -104,54 +105,53 @@ VerifierDecisionScale = Literal[
 ]
 
 
-@dataclass
 class CommonProtocolParameters(BaseParameters):
     """Rewards and options shared by every protocol.
 
     Penalties are stored as the (usually negative) reward the verifier receives.
     """
 
-    verifier_reward: float = param(1.0, doc="Verifier reward for a correct decision.")
-    verifier_incorrect_penalty: float = param(
-        -1.0, doc="Verifier reward for a wrong decision (usually negative)."
+    verifier_reward: float = Field(1.0, description="Verifier reward for a correct decision.")
+    verifier_incorrect_penalty: float = Field(
+        -1.0, description="Verifier reward for a wrong decision (usually negative)."
     )
-    verifier_terminated_penalty: float = param(
-        -1.0, doc="Verifier reward when the episode ends without a decision."
+    verifier_terminated_penalty: float = Field(
+        -1.0, description="Verifier reward when the episode ends without a decision."
     )
-    verifier_no_guess_reward: float = param(
-        0.0, doc="Verifier reward for each turn in which it does not decide."
+    verifier_no_guess_reward: float = Field(
+        0.0, description="Verifier reward for each turn in which it does not decide."
     )
-    prover_reward: float = param(
-        1.0, doc="Prover reward when the verifier's decision matches the prover's stance."
+    prover_reward: float = Field(
+        1.0, description="Prover reward when the verifier's decision matches the prover's stance."
     )
-    shared_reward: bool = param(False, doc="Provers receive the verifier's reward instead.")
-    force_guess: ForceGuess | None = param(
-        None, doc="Debugging: replace every verifier decision by reject, accept or the label."
+    shared_reward: bool = Field(False, description="Provers receive the verifier's reward instead.")
+    force_guess: ForceGuess | None = Field(
+        None,
+        description="Debugging: replace every verifier decision by reject, accept or the label.",
     )
-    verifier_first: bool = param(True, doc="The verifier speaks in the first round.")
-    randomize_prover_stance: bool = param(
+    verifier_first: bool = Field(True, description="The verifier speaks in the first round.")
+    randomize_prover_stance: bool = Field(
         False,
-        doc="Each datapoint's prover stance is accept or reject by a hash of its solution.",
+        description="Each datapoint's prover stance is accept or reject by a hash of its solution.",
     )
-    verifier_decision_scale: VerifierDecisionScale = param(
+    verifier_decision_scale: VerifierDecisionScale = Field(
         "accept_reject",
-        doc="What the verifier writes after 'Decision:' (accept/reject, a Likert scale, a "
+        description="What the verifier writes after 'Decision:' (accept/reject, a Likert scale, a "
         "number); provers are rewarded by its score.",
     )
-    prover_invalid_response_penalty: float | None = param(
+    prover_invalid_response_penalty: float | None = Field(
         None,
-        doc="If set: a prover whose response stays invalid after every retry ends the "
+        description="If set: a prover whose response stays invalid after every retry ends the "
         "episode (terminated) and receives this reward (usually negative).",
     )
 
 
-@dataclass
-class _MessageRounds:
+class _MessageRounds(BaseParameters):
     """The episode length of a protocol with parameters of its own (a mixin of them)."""
 
-    max_message_rounds: int = param(9, doc="Rounds in an episode (T in the paper).", ge=1)
-    min_message_rounds: int = param(
-        0, doc="The verifier may decide from round min_message_rounds - 1 on.", ge=0
+    max_message_rounds: int = Field(9, description="Rounds in an episode (T in the paper).", ge=1)
+    min_message_rounds: int = Field(
+        0, description="The verifier may decide from round min_message_rounds - 1 on.", ge=0
     )
 
     def validate(self) -> None:
@@ -163,29 +163,27 @@ class _MessageRounds:
             )
 
 
-@dataclass
 class _TwoProverRounds(_MessageRounds):
     """The length and turn order of a protocol with two provers (a mixin of its parameters)."""
 
-    sequential: bool = param(
-        False, doc="Provers answer one after the other (a 3-round cycle) instead of together."
+    sequential: bool = Field(
+        False,
+        description="Provers answer one after the other (a 3-round cycle) instead of together.",
     )
-    prover0_first: bool = param(True, doc="In sequential mode, prover0 answers first.")
-    randomize_channel_order: bool = param(
-        True, doc="Shuffle, per round, the order in which the verifier reads the two channels."
+    prover0_first: bool = Field(True, description="In sequential mode, prover0 answers first.")
+    randomize_channel_order: bool = Field(
+        True,
+        description="Shuffle, per round, the order in which the verifier reads the two channels.",
     )
 
 
-@dataclass
-class NipProtocolParameters(_MessageRounds, BaseParameters):
+class NipProtocolParameters(_MessageRounds):
     """Length of the nip (prover-verifier conversation) protocol."""
 
 
-@dataclass
-class DebateProtocolParameters(_TwoProverRounds, BaseParameters):
+class DebateProtocolParameters(_TwoProverRounds):
     """Length and turn order of the debate protocol (two provers argue opposite sides)."""
 
 
-@dataclass
-class MnipProtocolParameters(_TwoProverRounds, BaseParameters):
+class MnipProtocolParameters(_TwoProverRounds):
     """Length and turn order of mnip (two provers, each on a private channel)."""

@@ -17,12 +17,13 @@ checked when its rows are read (the layout of the rows tells the family).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pydantic import Field
+
 from nip.errors import InvalidParameterError
-from nip.parameters._base import BaseParameters, param
+from nip.parameters._base import BaseParameters
 
 Difficulty = Literal["easy", "hard", "all"]
 AppsDifficulty = Literal["introductory", "interview", "competition", "all"]
@@ -37,7 +38,6 @@ DATA_FILE_SUFFIXES = (".jsonl", ".jsonl.gz", ".ndjson", ".parquet", ".json")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-@dataclass
 class CodeValidationParameters(BaseParameters):
     """Which part of the code-validation dataset a run uses.
 
@@ -46,20 +46,23 @@ class CodeValidationParameters(BaseParameters):
     Setting a field away from its default for a dataset it does not apply to is refused.
     """
 
-    difficulty: Difficulty = param(
-        "all", doc="Difficulty tier of humaneval_cv items (easy, hard or all)."
+    difficulty: Difficulty = Field(
+        "all", description="Difficulty tier of humaneval_cv items (easy, hard or all)."
     )
-    apps_difficulty: AppsDifficulty = param(
-        "interview", doc="APPS difficulty of Buggy-APPS/APPS problems to use (as the original)."
+    apps_difficulty: AppsDifficulty = Field(
+        "interview",
+        description="APPS difficulty of Buggy-APPS/APPS problems to use (as the original).",
     )
-    apps_exclude_flagged: bool = param(
-        True, doc="Drop Buggy-APPS problems with moderation flags (as the original)."
+    apps_exclude_flagged: bool = Field(
+        True, description="Drop Buggy-APPS problems with moderation flags (as the original)."
     )
-    dataset_revision: str | None = param(
-        None, doc="Hub revision (commit, tag or branch) of a Hub dataset; None: the newest."
+    dataset_revision: str | None = Field(
+        None, description="Hub revision (commit, tag or branch) of a Hub dataset; None: the newest."
     )
-    max_train_size: int | None = param(None, doc="Use at most this many training items.", ge=1)
-    max_test_size: int | None = param(None, doc="Use at most this many test items.", ge=1)
+    max_train_size: int | None = Field(
+        None, description="Use at most this many training items.", ge=1
+    )
+    max_test_size: int | None = Field(None, description="Use at most this many test items.", ge=1)
 
     def validate(self) -> None:
         if self.dataset_revision is not None and not self.dataset_revision.strip():

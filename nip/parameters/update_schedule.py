@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import Field
 
 from nip.errors import InvalidParameterError
-from nip.parameters._base import BaseParameters, param
+from nip.parameters._base import BaseParameters
 
 
-@dataclass
 class AgentUpdateSchedule(BaseParameters):
     """Decides in which training iterations an agent is updated."""
 
@@ -17,7 +16,6 @@ class AgentUpdateSchedule(BaseParameters):
         raise NotImplementedError
 
 
-@dataclass
 class ConstantUpdateSchedule(AgentUpdateSchedule):
     """Update the agent in every iteration (the default)."""
 
@@ -25,13 +23,14 @@ class ConstantUpdateSchedule(AgentUpdateSchedule):
         return True
 
 
-@dataclass
 class ContiguousPeriodicUpdateSchedule(AgentUpdateSchedule):
     """Update for ``update_iterations`` iterations out of every ``period``, from ``start``."""
 
-    period: int = param(2, doc="Length of one cycle, in iterations.", ge=1)
-    update_iterations: int = param(1, doc="Iterations at the start of a cycle that update.", ge=0)
-    start: int = param(0, doc="Iteration at which the first cycle begins.", ge=0)
+    period: int = Field(2, description="Length of one cycle, in iterations.", ge=1)
+    update_iterations: int = Field(
+        1, description="Iterations at the start of a cycle that update.", ge=0
+    )
+    start: int = Field(0, description="Iteration at which the first cycle begins.", ge=0)
 
     def validate(self) -> None:
         if self.update_iterations > self.period:
@@ -45,12 +44,11 @@ class ContiguousPeriodicUpdateSchedule(AgentUpdateSchedule):
         return (iteration - self.start) % self.period < self.update_iterations
 
 
-@dataclass
 class AlternatingPeriodicUpdateSchedule(AgentUpdateSchedule):
     """Alternate blocks of ``period`` iterations on and off (``first_on`` says which first)."""
 
-    period: int = param(1, doc="Length of each on or off block, in iterations.", ge=1)
-    first_on: bool = param(True, doc="Whether the first block updates the agent.")
+    period: int = Field(1, description="Length of each on or off block, in iterations.", ge=1)
+    first_on: bool = Field(True, description="Whether the first block updates the agent.")
 
     def is_update_iteration(self, iteration: int) -> bool:
         on = (iteration // self.period) % 2 == 0

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from pydantic import Field
 
 from nip.backends.local.vllm_python import VLLM_LORA_RANKS
 from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import InvalidParameterError, NipError
-from nip.parameters._base import BaseParameters, param
+from nip.parameters._base import BaseParameters
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 
 EngineKind = Literal["auto", "vllm", "transformers", "none"]
@@ -30,84 +31,91 @@ class InsecureServerError(NipError):
     """The server would listen beyond this machine without a bearer token."""
 
 
-@dataclass
 class ServerConfig(BaseParameters):
     """Settings of the language-model server (``nip serve``)."""
 
-    host: str = param("127.0.0.1", doc="Interface to listen on (loopback by default).")
-    port: int = param(5000, doc="Port of the server's API.", ge=0, le=65535)
-    storage_dir: str | None = param(
-        None, doc="Files, jobs, adapters and logs (None: <user data dir>/nip/server)."
+    host: str = Field("127.0.0.1", description="Interface to listen on (loopback by default).")
+    port: int = Field(5000, description="Port of the server's API.", ge=0, le=65535)
+    storage_dir: str | None = Field(
+        None, description="Files, jobs, adapters and logs (None: <user data dir>/nip/server)."
     )
-    model: str = param(
-        DEFAULT_LOCAL_MODEL, doc="Base model: a Hugging Face model folder or an embedded model."
+    model: str = Field(
+        DEFAULT_LOCAL_MODEL,
+        description="Base model: a Hugging Face model folder or an embedded model.",
     )
-    served_model_name: str | None = param(
-        None, doc="The name clients use for the base model (None: the model folder's name)."
+    served_model_name: str | None = Field(
+        None, description="The name clients use for the base model (None: the model folder's name)."
     )
-    engine: EngineKind = param(
+    engine: EngineKind = Field(
         "auto",
-        doc="Inference engine: vllm, transformers, none, or auto (vLLM with a GPU, else "
+        description="Inference engine: vllm, transformers, none, or auto (vLLM with a GPU, else "
         "transformers).",
     )
-    device: Device = param("auto", doc="Where inference runs: cuda, cpu or auto (detected).")
-    vllm_python: str | None = param(
-        None, doc="Interpreter with vLLM installed (None: the one running the server)."
+    device: Device = Field(
+        "auto", description="Where inference runs: cuda, cpu or auto (detected)."
     )
-    vllm_port: int = param(
-        8000, doc="Port vLLM listens on, on loopback (0: any free port).", ge=0, le=65535
+    vllm_python: str | None = Field(
+        None, description="Interpreter with vLLM installed (None: the one running the server)."
     )
-    vllm_startup_timeout_s: float = param(
-        900.0, doc="Give up on a vLLM start that is not ready by then.", gt=0
+    vllm_port: int = Field(
+        8000, description="Port vLLM listens on, on loopback (0: any free port).", ge=0, le=65535
     )
-    vllm_max_restarts: int = param(3, doc="Restarts of a crashed vLLM before giving up.", ge=0)
-    max_lora_rank: int = param(64, doc="Largest LoRA rank vLLM can serve.")
-    max_loras: int = param(4, doc="Adapters vLLM can use in one batch.", ge=1)
-    max_cpu_loras: int | None = param(
-        None, doc="Adapters vLLM keeps in CPU memory (None: 4 x max_loras).", ge=1
+    vllm_startup_timeout_s: float = Field(
+        900.0, description="Give up on a vLLM start that is not ready by then.", gt=0
     )
-    gpu_sharing: GpuSharing = param(
+    vllm_max_restarts: int = Field(
+        3, description="Restarts of a crashed vLLM before giving up.", ge=0
+    )
+    max_lora_rank: int = Field(64, description="Largest LoRA rank vLLM can serve.")
+    max_loras: int = Field(4, description="Adapters vLLM can use in one batch.", ge=1)
+    max_cpu_loras: int | None = Field(
+        None, description="Adapters vLLM keeps in CPU memory (None: 4 x max_loras).", ge=1
+    )
+    gpu_sharing: GpuSharing = Field(
         "fraction",
-        doc="fraction: vLLM keeps a share of GPU memory while jobs train; pause: vLLM sleeps "
-        "while jobs train.",
+        description="fraction: vLLM keeps a share of GPU memory while jobs train; pause: vLLM "
+        "sleeps while jobs train.",
     )
-    gpu_memory_utilization: float | None = param(
+    gpu_memory_utilization: float | None = Field(
         None,
-        doc="vLLM's share of GPU memory (None: 0.5 with fraction, 0.9 with pause).",
+        description="vLLM's share of GPU memory (None: 0.5 with fraction, 0.9 with pause).",
         gt=0.0,
         le=1.0,
     )
-    tensor_parallel_size: int = param(1, doc="GPUs one vLLM replica spans.", ge=1)
-    data_parallel_size: int = param(1, doc="vLLM replicas behind one endpoint.", ge=1)
-    dtype: str = param(
+    tensor_parallel_size: int = Field(1, description="GPUs one vLLM replica spans.", ge=1)
+    data_parallel_size: int = Field(1, description="vLLM replicas behind one endpoint.", ge=1)
+    dtype: str = Field(
         "auto",
-        doc="vLLM's --dtype (auto, bfloat16, float16, float32); auto is float32 on a CPU "
+        description="vLLM's --dtype (auto, bfloat16, float16, float32); auto is float32 on a CPU "
         "without native bfloat16 (emulated it is several times slower), or NIP_CPU_DTYPE.",
     )
-    quantization: Quantization = param(
+    quantization: Quantization = Field(
         "none",
-        doc="vLLM's --quantization for the served weights: none or bitsandbytes (GPU only).",
+        description="vLLM's --quantization for the served weights: none or bitsandbytes (GPU "
+        "only).",
     )
-    max_model_len: int | None = param(None, doc="vLLM's --max-model-len.", ge=1)
-    enforce_eager: bool = param(False, doc="vLLM's --enforce-eager (faster start, slower).")
-    vllm_args: list[str] = param(default_factory=list, doc="Extra vLLM command-line arguments.")
-    cpu_kv_cache_gib: int = param(
-        1, doc="KV cache of vLLM's CPU build, in GiB (VLLM_CPU_KVCACHE_SPACE).", ge=1
+    max_model_len: int | None = Field(None, description="vLLM's --max-model-len.", ge=1)
+    enforce_eager: bool = Field(False, description="vLLM's --enforce-eager (faster start, slower).")
+    vllm_args: list[str] = Field(
+        default_factory=list, description="Extra vLLM command-line arguments."
     )
-    inference_devices: str | None = param(
-        None, doc="CUDA_VISIBLE_DEVICES of vLLM (None: inherited)."
+    cpu_kv_cache_gib: int = Field(
+        1, description="KV cache of vLLM's CPU build, in GiB (VLLM_CPU_KVCACHE_SPACE).", ge=1
     )
-    training_devices: str | None = param(
-        None, doc="CUDA_VISIBLE_DEVICES of training jobs (None: inherited)."
+    inference_devices: str | None = Field(
+        None, description="CUDA_VISIBLE_DEVICES of vLLM (None: inherited)."
     )
-    max_concurrent_jobs: int = param(1, doc="Fine-tuning jobs that train at once.", ge=1)
-    training_processes: int = param(
-        1, doc="Processes per job; above 1, jobs run under accelerate launch.", ge=1
+    training_devices: str | None = Field(
+        None, description="CUDA_VISIBLE_DEVICES of training jobs (None: inherited)."
     )
-    accelerate_config: str | None = param(
-        None, doc="An accelerate config file for training jobs (implies accelerate launch)."
+    max_concurrent_jobs: int = Field(1, description="Fine-tuning jobs that train at once.", ge=1)
+    training_processes: int = Field(
+        1, description="Processes per job; above 1, jobs run under accelerate launch.", ge=1
     )
-    poll_interval_s: float = param(1.0, doc="How often running jobs are checked.", gt=0)
+    accelerate_config: str | None = Field(
+        None, description="An accelerate config file for training jobs (implies accelerate launch)."
+    )
+    poll_interval_s: float = Field(1.0, description="How often running jobs are checked.", gt=0)
 
     def validate(self) -> None:
         if self.quantization != "none" and (self.engine == "transformers" or self.device == "cpu"):
