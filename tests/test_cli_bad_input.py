@@ -49,6 +49,10 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "presets": [
         (["extra"], "unrecognized arguments: extra"),
     ],
+    "schema": [
+        (["extra"], "unrecognized arguments: extra"),
+        (["--out", "{missing}/schema.json"], "--out"),
+    ],
     "prepare-model": [
         (["NoSuchModel-1B"], "NoSuchModel-1B"),
     ],

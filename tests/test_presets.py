@@ -132,3 +132,16 @@ def test_the_json_schema_of_a_config_file_refuses_what_loading_it_refuses(path, 
         jsonschema.validate(data, config_json_schema())
     with pytest.raises(NipError):
         HyperParameters.from_dict(data)
+
+
+def test_nip_schema_writes_the_schema_an_editor_checks_a_config_file_with(tmp_path, capsys):
+    import json
+
+    from nip.cli import main
+    from nip.parameters import config_json_schema
+
+    assert main(["schema", "--out", str(tmp_path / "nip.schema.json")]) == 0
+    assert json.loads((tmp_path / "nip.schema.json").read_text()) == config_json_schema()
+    capsys.readouterr()
+    assert main(["schema"]) == 0
+    assert json.loads(capsys.readouterr().out) == config_json_schema()
