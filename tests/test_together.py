@@ -343,9 +343,12 @@ def test_stop_ends_the_run_naming_the_group_the_job_and_togethers_error(
 
 
 # ---------------------------------------------------------------------------- prices
-def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(dataset, tmp_path):
+def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(
+    dataset, tmp_path, monkeypatch
+):
     from nip.providers import together
 
+    monkeypatch.delenv("TOGETHER_API_KEY", raising=False)  # no request leaves the machine
     hp = HyperParameters.load(config(tmp_path, dataset))
     estimate = estimate_cost(hp)
 
@@ -359,6 +362,18 @@ def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(
     assert not estimate.unpriced and estimate.total_usd > 0
     (note,) = [a for a in estimate.assumptions if a.startswith("Together AI")]
     assert f"recorded {together.PRICES_READ_ON}" in note and "up to 16B" in note
+    assert f"whether Together fine-tunes {BASE_MODEL} is not checked" in note
+
+
+def test_the_dry_run_says_when_together_cannot_fine_tune_a_model(fakes, dataset, tmp_path, capsys):
+    fake = fakes()
+    chat_only = f"agents.verifier.model_name={CHAT_ONLY_MODEL}"
+    assert main(["run", str(config(tmp_path, dataset)), "--dry-run", "--set", chat_only]) == 0
+
+    out = capsys.readouterr().out
+    assert f"Together AI does not fine-tune {CHAT_ONLY_MODEL}: freeze its agents" in out
+    assert f"Together fine-tunes {BASE_MODEL} (LoRA rank up to 64)" in out
+    assert not fake.chat_models and not fake.files  # a dry run pays for nothing
 
 
 def test_a_runs_cost_metric_is_priced_at_the_price_its_dry_run_uses(fakes, dataset, tmp_path):
@@ -409,7 +424,8 @@ def test_a_fine_tuned_adapter_is_priced_as_its_base_model_unless_corrected(outpu
     assert inference_price(agent, "me/Meta-Llama-3.1-8B-Instruct-Referenceish-1a2b", {}) is None
 
 
-def test_a_dpo_job_is_priced_at_togethers_dpo_rate(dataset, tmp_path):
+def test_a_dpo_job_is_priced_at_togethers_dpo_rate(dataset, tmp_path, monkeypatch):
+    monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
     hp = HyperParameters.load(config(tmp_path, dataset, "pure_text_malt"))
     (job,) = [line for line in estimate_cost(hp).lines if line.stage == "fine-tune"]
     assert job.usd == pytest.approx(job.training_tokens * 1.20 / 1e6)

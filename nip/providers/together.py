@@ -631,8 +631,27 @@ def _notes(model: str) -> list[str]:
         f"Together AI: prices recorded {PRICES_READ_ON} from {PRICES_SOURCE}; {size}; a job's "
         "training tokens are its file's tokens times n_epochs (no validation file); a "
         "fine-tuned adapter is priced as its base model, served serverless (a dedicated "
-        "endpoint, billed by the minute, is not counted)"
+        f"endpoint, billed by the minute, is not counted); {fine_tunable(model)}"
     ]
+
+
+def fine_tunable(model: str) -> str:
+    """Whether Together fine-tunes ``model``, as its fine-tuning limits say (one free request
+    with ``$TOGETHER_API_KEY``; without it, the run checks it before its first dialogue)."""
+    key = os.environ.get(API_KEY_ENV)
+    if not key:
+        return f"whether Together fine-tunes {model} is not checked ({API_KEY_ENV} not set)"
+    together = _sdk()
+    client = together.Together(api_key=key, max_retries=1, timeout=10.0)
+    try:
+        limits = client.fine_tuning.model_limits(model_name=model)
+    except together.NotFoundError:
+        return f"Together AI does not fine-tune {model}: freeze its agents or choose another"
+    except together.APIError as error:
+        return f"whether Together fine-tunes {model} could not be checked ({type(error).__name__})"
+    finally:
+        client.close()
+    return f"Together fine-tunes {model} (LoRA rank up to {limits.lora_training.max_rank})"
 
 
 PRICES = Prices(
