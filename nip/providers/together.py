@@ -136,7 +136,7 @@ def limit_problems(spec: FineTuneSpec, limits: Any) -> list[str]:
             f"lora_rank={spec.lora_rank} is above {model}'s limit of "
             f"{limits.lora_training.max_rank}"
         )
-    if not spec.use_lora and not (limits.supports_full_training and limits.full_training):
+    if not spec.use_lora and not getattr(limits, "full_training", None):
         problems.append(f"{model} takes LoRA fine-tuning only (use_lora=True)")
     if spec.num_epochs > limits.max_num_epochs:
         problems.append(f"num_epochs={spec.num_epochs} is above {limits.max_num_epochs}")
