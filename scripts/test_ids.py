@@ -33,14 +33,6 @@ RENAMED: dict[str, str] = {
 RENAMED["tests/test_local_lora.py::test_a_stacked_job_records_the_adapters_it_sits_on"] = (
     "tests/test_local_lora_in_process.py::test_a_stacked_job_records_the_adapters_it_sits_on"
 )
-# Issue 49: Together's root is the SDK's (its paths carry /v1).
-RENAMED[
-    "tests/test_backend_openai.py::test_hosted_providers_get_their_base_url_and_key_variable"
-    "[TogetherAI-TOGETHER_API_KEY-https://api.together.ai/v1-together]"
-] = (
-    "tests/test_backend_openai.py::test_hosted_providers_get_their_base_url_and_key_variable"
-    "[TogetherAI-TOGETHER_API_KEY-https://api.together.ai-together]"
-)
 
 
 def collected() -> list[str]:

@@ -369,7 +369,7 @@ def chat_backend(params: PureTextAgentParameters, **settings) -> OpenAIBackend:
     [
         ("OpenAI", "OPENAI_API_KEY", "https://api.openai.com/v1", "openai"),
         ("OpenRouter", "OPENROUTER_API_KEY", "https://openrouter.ai/api/v1", "openrouter"),
-        ("TogetherAI", "TOGETHER_API_KEY", "https://api.together.ai", "together"),  # the SDK's root
+        ("TogetherAI", "TOGETHER_API_KEY", "https://api.together.ai/v1", "together"),
     ],
 )
 @pytest.mark.timeout(5)

@@ -318,6 +318,19 @@ def test_a_retried_job_reuses_its_file_and_the_finished_run_deletes_it(fakes, da
     assert not any(path.startswith("/v1/fine-tunes//") for _, path in fake.requests)
 
 
+def test_a_resumed_process_uploading_the_same_file_gets_togethers_copy(fakes):
+    """Another process (a resumed run) does not know the file's id: Together answers the
+    upload of the same checksum with it (409), and the SDK takes that copy."""
+    fake = fakes()
+    spec = FineTuneSpec(BASE_MODEL, "supervised", (LINE,))
+    first, resumed = backend(fake), backend(fake)
+    asyncio.run(first.create_job(spec))
+    asyncio.run(resumed.create_job(spec))
+
+    (file_id,) = fake.files
+    assert first.uploaded == resumed.uploaded and list(resumed.uploaded.values()) == [file_id]
+
+
 def test_keep_previous_keeps_the_base_model_after_a_failed_job(fakes, dataset, tmp_path):
     fake = fakes(fail_first=1)
     path = config(tmp_path, dataset)
@@ -522,7 +535,8 @@ def test_chat_goes_through_one_sdk_client_per_loop_made_once(fakes):
             result = await chat.generate(request)
             assert result.completions[0].text
             (state,) = chat._loops.values()
-            clients.append(state.transport.client)
+            # The loop's SDK client: held by the loop's state, or by its transport.
+            clients.append(getattr(state, "client", None) or state.transport.client)
         return clients
 
     first, *others = asyncio.run(twice())

@@ -11,7 +11,7 @@ description, github.com/togethercomputer/openapi ``openapi.yaml`` of 2026-04-28)
   connections) are retried by nip's one policy (:mod:`nip.backends._retry`), the rest are
   typed :mod:`nip.errors` with the key redacted.
 * Chat: :class:`~nip.backends.openai_compatible.OpenAIBackend` (concurrency, counters,
-  ``n`` top-ups) with the SDK client as its transport (``POST /v1/chat/completions``).
+  ``n`` top-ups) posting ``/v1/chat/completions`` with the SDK's client instead of OpenAI's.
 * Fine-tuning: the model and the LoRA rank are checked against
   ``fine_tuning.model_limits`` when the run is built, before any dialogue is paid for
   (:meth:`TogetherFineTuneBackend.check_job`); each training file is put in Together's data
@@ -221,21 +221,15 @@ def _conversation_problem(messages: Any, *, final: bool) -> str:
 
 # ------------------------------------------------------------------------------- chat
 class _SdkChat:
-    """Posts chat requests with one ``AsyncTogether`` (the transport of an OpenAIBackend)."""
+    """Posts chat requests with one ``AsyncTogether`` (an OpenAIBackend's transport)."""
 
     def __init__(self, client: Any):
         self.client = client
 
     async def post_chat(self, payload: dict[str, Any], redact: Callable[[str], str]) -> Any:
-        together = _sdk()
         import httpx
 
-        try:
-            raw = await self.client.post(
-                "/v1/chat/completions", cast_to=httpx.Response, body=payload
-            )
-        except together.APIError as error:  # not chained: its request carries the key
-            raise error_for_sdk_exception(error, redact, sdk=together) from None
+        raw = await self.client.post("/chat/completions", cast_to=httpx.Response, body=payload)
         return raw.content, raw.headers
 
     async def aclose(self) -> None:
@@ -243,26 +237,38 @@ class _SdkChat:
 
 
 class TogetherChatBackend(OpenAIBackend):
-    """Chat completions through the Together SDK, with OpenAIBackend's limits and retries."""
+    """Chat completions through the Together SDK, with OpenAIBackend's concurrency limit,
+    counters and retries; the SDK's errors become nip's."""
 
-    def _transport(self) -> Any:
-        return _SdkChat(
-            _sdk().AsyncTogether(
-                api_key=self.config.resolve_api_key(),
-                base_url=self.config.base_url,
-                timeout=self.config.request_timeout_s,
-                max_retries=0,  # nip's are the only retries
-            )
+    def _sdk_client(self) -> Any:
+        return _sdk().AsyncTogether(
+            api_key=self.config.resolve_api_key(),
+            base_url=self.config.base_url,
+            timeout=self.config.request_timeout_s,
+            max_retries=0,  # nip's are the only retries
         )
+
+    def _transport(self) -> Any:  # the seam of a backend that posts through a transport
+        return _SdkChat(self._sdk_client())
+
+    def _client(self) -> Any:  # the seam of a backend that holds its SDK client itself
+        return self._sdk_client()
+
+    async def _attempt(self, state: Any, payload: dict[str, Any]) -> Any:
+        together = _sdk()
+        try:
+            return await super()._attempt(state, payload)
+        except together.APIError as error:  # not chained: its request carries the key
+            raise error_for_sdk_exception(error, self._redact, sdk=together) from None
 
 
 def _chat(params: PureTextAgentParameters, settings: ExperimentSettings) -> TogetherChatBackend:
     _sdk()  # a missing extra is said now, in one line
+    root = os.environ.get(BASE_URL_ENV) or TOGETHER_BASE_URL
     config: dict[str, Any] = {
         "name": "together",
-        "base_url": os.environ.get(BASE_URL_ENV) or TOGETHER_BASE_URL,
+        "base_url": f"{root.rstrip('/')}/v1",  # the OpenAI-compatible root
         "api_key_env": API_KEY_ENV,
-        "http_client": "sdk",
     }
     if settings.max_concurrency is not None:
         config["max_concurrency"] = settings.max_concurrency
