@@ -535,8 +535,8 @@ def test_chat_goes_through_one_sdk_client_per_loop_made_once(fakes):
             result = await chat.generate(request)
             assert result.completions[0].text
             (state,) = chat._loops.values()
-            # The loop's SDK client: held by the loop's state, or by its transport.
-            clients.append(getattr(state, "client", None) or state.transport.client)
+            # The loop's SDK client (OpenAIBackend keeps it as its transport or its client).
+            clients.append((getattr(state, "transport", None) or state.client).client)
         return clients
 
     first, *others = asyncio.run(twice())

@@ -48,7 +48,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from nip.backends._retry import RetryPolicy, call_with_retries, error_for_sdk_exception
+from nip.backends._retry import (
+    RetryPolicy,
+    call_with_retries,
+    error_for_sdk_exception,
+    parse_chat_body,
+)
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
 from nip.errors import (
     BackendUnavailableError,
@@ -221,45 +226,56 @@ def _conversation_problem(messages: Any, *, final: bool) -> str:
 
 # ------------------------------------------------------------------------------- chat
 class _SdkChat:
-    """Posts chat requests with one ``AsyncTogether`` (an OpenAIBackend's transport)."""
+    """One ``AsyncTogether`` of one event loop, as an OpenAIBackend's loop state holds it."""
 
     def __init__(self, client: Any):
         self.client = client
 
-    async def post_chat(self, payload: dict[str, Any], redact: Callable[[str], str]) -> Any:
-        import httpx
-
-        raw = await self.client.post("/chat/completions", cast_to=httpx.Response, body=payload)
-        return raw.content, raw.headers
-
     async def aclose(self) -> None:
         await self.client.close()
+
+    close = aclose
 
 
 class TogetherChatBackend(OpenAIBackend):
     """Chat completions through the Together SDK, with OpenAIBackend's concurrency limit,
-    counters and retries; the SDK's errors become nip's."""
+    counters, ``n`` top-ups and retries; the SDK's errors become nip's."""
 
-    def _sdk_client(self) -> Any:
-        return _sdk().AsyncTogether(
-            api_key=self.config.resolve_api_key(),
-            base_url=self.config.base_url,
-            timeout=self.config.request_timeout_s,
-            max_retries=0,  # nip's are the only retries
+    def _sdk_chat(self) -> _SdkChat:
+        return _SdkChat(
+            _sdk().AsyncTogether(
+                api_key=self.config.resolve_api_key(),
+                base_url=self.config.base_url,
+                timeout=self.config.request_timeout_s,
+                max_retries=0,  # nip's are the only retries
+            )
         )
 
-    def _transport(self) -> Any:  # the seam of a backend that posts through a transport
-        return _SdkChat(self._sdk_client())
-
-    def _client(self) -> Any:  # the seam of a backend that holds its SDK client itself
-        return self._sdk_client()
+    # OpenAIBackend makes its loop's client with _transport (before the one HTTP stack of
+    # issue 50) or _client (after it); either way the loop state holds this SDK client.
+    _transport = _client = _sdk_chat
 
     async def _attempt(self, state: Any, payload: dict[str, Any]) -> Any:
+        import httpx
+
         together = _sdk()
-        try:
-            return await super()._attempt(state, payload)
-        except together.APIError as error:  # not chained: its request carries the key
-            raise error_for_sdk_exception(error, self._redact, sdk=together) from None
+        chat: _SdkChat = getattr(state, "transport", None) or state.client
+        counters = self._counters
+        async with state.semaphore:
+            counters.requests_sent += 1
+            counters.in_flight += 1
+            counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+            try:
+                raw = await chat.client.post(
+                    "/chat/completions", cast_to=httpx.Response, body=payload
+                )
+            except together.APIError as error:  # not chained: its request carries the key
+                raise error_for_sdk_exception(error, self._redact, sdk=together) from None
+            finally:
+                counters.in_flight -= 1
+        parsed = parse_chat_body(raw.content, raw.headers, self._redact)
+        counters.responses_ok += 1
+        return parsed
 
 
 def _chat(params: PureTextAgentParameters, settings: ExperimentSettings) -> TogetherChatBackend:

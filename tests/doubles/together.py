@@ -189,7 +189,7 @@ class FakeTogether:
     # ------------------------------------------------------------------ serving
     def serve(self) -> RunningServer:
         """Serve on loopback; ``.url`` is the ``TOGETHER_BASE_URL`` (the SDK adds ``/v1``)."""
-        return serve(self.app(), engine="uvicorn")
+        return serve(self.app())
 
     def app(self) -> Any:
         from fastapi import FastAPI
