@@ -36,16 +36,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import itertools
 import os
 import random
-import re
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 from nip.backends._retry import (
@@ -61,167 +58,56 @@ from nip.errors import (
     GenerationError,
     ModelNotFoundError,
 )
-from nip.jobs._types import TERMINAL_STATUSES, FineTuneEvent, FineTuneJob, FineTuneSpec, JobStatus
+from nip.jobs._types import TERMINAL_STATUSES, FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.jobs.openai_api import spec_to_jsonl
 from nip.parameters import PROVIDER_FACTS, PureTextAgentParameters
-from nip.providers._provider import Prices, Provider
+from nip.providers._provider import Provider
+from nip.providers._together_api import (
+    API_KEY_ENV,
+    BASE_URL_ENV,
+    FAILURE_EVENTS,
+    STATUS_MAP,
+    TOGETHER_BASE_URL,
+    _sdk,
+    check_lines,
+    job_request,
+    limit_problems,
+    together_lines,
+)
+from nip.providers._together_prices import (
+    FINE_TUNING_USD_PER_1M,
+    INFERENCE_USD_PER_1M,
+    PRICES,
+    PRICES_READ_ON,
+    PRICES_SOURCE,
+    fine_tunable,
+    model_size_b,
+)
 from nip.settings import ExperimentSettings
 
+__all__ = [
+    "API_KEY_ENV",
+    "BASE_URL_ENV",
+    "FAILURE_EVENTS",
+    "FINE_TUNING_USD_PER_1M",
+    "INFERENCE_USD_PER_1M",
+    "PRICES",
+    "PRICES_READ_ON",
+    "PRICES_SOURCE",
+    "PROVIDER",
+    "STATUS_MAP",
+    "TOGETHER_BASE_URL",
+    "TogetherChatBackend",
+    "TogetherFineTuneBackend",
+    "check_lines",
+    "fine_tunable",
+    "job_request",
+    "limit_problems",
+    "model_size_b",
+    "together_lines",
+]
+
 T = TypeVar("T")
-
-#: The API's root as the SDK takes it (its default; request paths carry ``/v1``).
-TOGETHER_BASE_URL = "https://api.together.ai"
-API_KEY_ENV = "TOGETHER_API_KEY"
-BASE_URL_ENV = "TOGETHER_BASE_URL"
-
-#: Every job status the SDK knows and what nip calls it (tests/test_together.py checks the
-#: table against the SDK's own literal and enum).
-STATUS_MAP: Mapping[str, JobStatus] = MappingProxyType(
-    {
-        "pending": "pending",
-        "queued": "pending",
-        "running": "running",
-        "compressing": "running",
-        "uploading": "running",
-        "cancel_requested": "running",
-        "cancelled": "cancelled",
-        "error": "failed",
-        "user_error": "failed",
-        "completed": "succeeded",
-    }
-)
-#: Event types that carry a failed job's reason, lower-cased (the SDK spells them both ways).
-FAILURE_EVENTS = frozenset({"job_error", "job_user_error"})
-
-
-def _sdk() -> Any:
-    from nip.extras import needs
-
-    with needs("together"):
-        import together
-    return together
-
-
-# ------------------------------------------------------------------------- job settings
-def job_request(spec: FineTuneSpec) -> dict[str, Any]:
-    """The arguments of the SDK's ``fine_tuning.create`` for ``spec``, all but
-    ``training_file``: what the backend sends and the run plan shows."""
-    request: dict[str, Any] = {
-        "model": spec.base_model,
-        "n_epochs": spec.num_epochs,
-        "learning_rate": spec.learning_rate,
-        "batch_size": "max",  # Together chooses, with sequence packing
-        "random_seed": spec.seed,
-        "training_method": "dpo" if spec.method == "dpo" else "sft",
-        "lora": spec.use_lora,
-    }
-    if spec.method == "dpo":
-        if spec.dpo_beta is not None:  # else Together's default (0.1)
-            request["dpo_beta"] = spec.dpo_beta
-    else:
-        request["train_on_inputs"] = "auto"
-    if spec.use_lora:
-        request.update(
-            lora_r=spec.lora_rank,
-            lora_alpha=round(spec.lora_alpha),
-            lora_dropout=spec.lora_dropout,
-            lora_trainable_modules="all-linear",
-        )
-    if spec.job_name:
-        request["suffix"] = spec.job_name[:40]  # the SDK's limit
-    return request
-
-
-def limit_problems(spec: FineTuneSpec, limits: Any) -> list[str]:
-    """What of ``spec`` Together's fine-tuning limits of its model refuse (the SDK's
-    ``FinetuneModelLimits``); empty when nothing."""
-    model, problems = spec.base_model, []
-    if spec.use_lora and spec.lora_rank > limits.lora_training.max_rank:
-        problems.append(
-            f"lora_rank={spec.lora_rank} is above {model}'s limit of "
-            f"{limits.lora_training.max_rank}"
-        )
-    if not spec.use_lora and not getattr(limits, "full_training", None):
-        problems.append(f"{model} takes LoRA fine-tuning only (use_lora=True)")
-    if spec.num_epochs > limits.max_num_epochs:
-        problems.append(f"num_epochs={spec.num_epochs} is above {limits.max_num_epochs}")
-    if not limits.min_learning_rate <= spec.learning_rate <= limits.max_learning_rate:
-        problems.append(
-            f"learning rate {spec.learning_rate:g} is outside {limits.min_learning_rate:g}"
-            f"-{limits.max_learning_rate:g}"
-        )
-    return problems
-
-
-def together_lines(spec: FineTuneSpec) -> tuple[dict[str, Any], ...]:
-    """The training lines in the shape Together's data format takes (docs.together.ai, data
-    preparation: a conversation is system or user first, then user and assistant turns): a
-    system message after the first (the verifier's "decide now" notice) is joined to the user
-    turn before it, or becomes one; user messages in a row (two provers) are joined into one
-    turn, their text kept in order."""
-
-    def shaped(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for index, message in enumerate(messages):
-            role = "user" if message["role"] == "system" and index else message["role"]
-            if out and index and role == "user" and out[-1]["role"] == "user":
-                out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{message['content']}"}
-            else:
-                out.append({**message, "role": role})
-        return out
-
-    if spec.method == "dpo":
-        return tuple(
-            {**line, "input": {**line["input"], "messages": shaped(line["input"]["messages"])}}
-            for line in spec.examples
-        )
-    return tuple({**line, "messages": shaped(line["messages"])} for line in spec.examples)
-
-
-def check_lines(spec: FineTuneSpec) -> None:
-    """Refuse, before anything is uploaded, a line Together's data format does not take
-    (docs.together.ai, data preparation): a conversation is system or user first, then user
-    and assistant turns, and ends with the assistant's; a preference line's outputs are one
-    assistant message each.
-
-    Raises:
-        FineTuneError: Naming the line and what is wrong with it.
-    """
-    for number, line in enumerate(spec.examples, 1):
-        if spec.method == "dpo":
-            problem = _conversation_problem(line.get("input", {}).get("messages"), final=False)
-            for side in ("preferred_output", "non_preferred_output"):
-                out = line.get(side)
-                if not (
-                    isinstance(out, list) and len(out) == 1 and out[0].get("role") == "assistant"
-                ):
-                    problem = problem or f"{side} is not one assistant message"
-        else:
-            problem = _conversation_problem(line.get("messages"), final=True)
-        if problem:
-            raise FineTuneError(
-                f"line {number} of the {spec.job_name or 'training'} file is not in Together "
-                f"AI's format ({problem}); nothing was uploaded"
-            )
-
-
-def _conversation_problem(messages: Any, *, final: bool) -> str:
-    if not isinstance(messages, list) or not messages:
-        return "no messages"
-    roles = [m.get("role") for m in messages]
-    if unknown := set(roles) - {"system", "user", "assistant"}:
-        return f"unknown roles {sorted(map(str, unknown))}"
-    if "system" in roles[1:]:
-        return "a system message after the first"
-    turns = roles[1:] if roles[0] == "system" else roles
-    for before, after in itertools.pairwise(turns):
-        if before == after:
-            return f"two {before} messages in a row"
-    if final and roles[-1] != "assistant":
-        return "it does not end with the assistant's message"
-    if not final and roles[-1] == "assistant":
-        return "its input ends with the assistant's message"
-    return ""
 
 
 # ------------------------------------------------------------------------------- chat
@@ -564,126 +450,6 @@ def _timestamp(value: Any) -> float:
             pass
     return time.time()
 
-
-# ------------------------------------------------------------------------------ prices
-#: The day these prices were recorded. Together's pages read then (docs.together.ai,
-#: fine-tuning pricing) give the formula, training tokens = n_epochs x the file's tokens
-#: (plus n_evals x the validation file's, none here), and the size brackets; the rates are
-#: the figures of together.ai/pricing as nip records them, which the stored copies this was
-#: written from did not show: check them there before a paid run, and correct them with
-#: ``ExperimentSettings(prices_usd_per_1m=...)`` and ``estimate_cost(fine_tuning_prices=...)``.
-PRICES_READ_ON = "2026-11-27"
-PRICES_SOURCE = "together.ai/pricing; docs.together.ai/docs/fine-tuning/pricing"
-
-#: Serverless inference in USD per 1M ``(input, output)`` tokens, by model. A fine-tuned LoRA
-#: adapter served serverless is priced as its base model. The ``-Reference`` models (the base
-#: models of serverless LoRA) are at Together's per-size rates for models without a price of
-#: their own (4.1-8B: $0.20, 41.1-80B: $0.90).
-INFERENCE_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
-    {
-        "meta-llama/Meta-Llama-3.1-8B-Instruct-Reference": (0.20, 0.20),
-        "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo": (0.18, 0.18),
-        "meta-llama/Meta-Llama-3.1-70B-Instruct-Reference": (0.90, 0.90),
-        "meta-llama/Llama-3.3-70B-Instruct-Turbo": (0.88, 0.88),
-        "Qwen/Qwen2.5-72B-Instruct": (1.20, 1.20),
-    }
-)
-
-#: Fine-tuning in USD per 1M training tokens, by model-size bracket (upper bound in billions
-#: of parameters), then (method, LoRA) -> rate.
-FINE_TUNING_USD_PER_1M: tuple[tuple[float, str, Mapping[tuple[str, bool], float]], ...] = (
-    (16, "up to 16B", {("supervised", True): 0.48, ("supervised", False): 0.54,
-                       ("dpo", True): 1.20, ("dpo", False): 1.35}),
-    (69, "16.1-69B", {("supervised", True): 1.50, ("supervised", False): 1.65,
-                      ("dpo", True): 3.75, ("dpo", False): 4.12}),
-    (100, "69.1-100B", {("supervised", True): 2.90, ("supervised", False): 3.20,
-                        ("dpo", True): 7.25, ("dpo", False): 8.00}),
-)  # fmt: skip
-
-_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
-
-
-def model_size_b(model: str) -> float | None:
-    """Billions of parameters, read from a model's name (``...-8B-...`` -> 8; a mixture of
-    experts' total, ``235B-A22B`` -> 235); None when the name does not say."""
-    found = _SIZE.search(model.removeprefix("ft:"))
-    return float(found.group(1)) if found else None
-
-
-def _bracket(model: str) -> tuple[str, Mapping[tuple[str, bool], float]] | None:
-    size = model_size_b(model)
-    if size is None:
-        return None
-    return next(((name, rates) for top, name, rates in FINE_TUNING_USD_PER_1M if size <= top), None)
-
-
-def _inference(model: str) -> tuple[float, float] | None:
-    return INFERENCE_USD_PER_1M.get(model.removeprefix("ft:"))
-
-
-def _priced_as(model: str) -> str | None:
-    """The base model a fine-tuned model is billed as (its adapter served serverless), read
-    from its ``model_output_name``: ``<account>/<base model>-<suffix>-<id>``, where the base
-    model is written with or without its organisation (``meta-llama/``) as Together's
-    examples show both; None for a model of the price table or one of no base it knows."""
-    if model in INFERENCE_USD_PER_1M or "/" not in model:
-        return None
-    name = model.split("/", 1)[1]
-    bases = [
-        base
-        for base in INFERENCE_USD_PER_1M
-        if name.startswith((f"{base}-", f"{base.rsplit('/', 1)[-1]}-"))
-    ]
-    return max(bases, key=len, default=None)
-
-
-def _training(model: str, method: str, lora: bool) -> float | None:
-    bracket = _bracket(model)
-    return None if bracket is None else bracket[1].get((method, lora))
-
-
-def _notes(model: str) -> list[str]:
-    bracket = _bracket(model)
-    size = (
-        f"{model!r} is priced in the {bracket[0]} size bracket (its size read from its name)"
-        if bracket
-        else f"{model!r} has no size in its name, so its fine-tuning is not priced"
-    )
-    return [
-        f"Together AI: prices recorded {PRICES_READ_ON} from {PRICES_SOURCE}; {size}; a job's "
-        "training tokens are its file's tokens times n_epochs (no validation file); a "
-        "fine-tuned adapter is priced as its base model, served serverless (a dedicated "
-        f"endpoint, billed by the minute, is not counted); {fine_tunable(model)}"
-    ]
-
-
-def fine_tunable(model: str) -> str:
-    """Whether Together fine-tunes ``model``, as its fine-tuning limits say (one free request
-    with ``$TOGETHER_API_KEY``; without it, the run checks it before its first dialogue)."""
-    key = os.environ.get(API_KEY_ENV)
-    if not key:
-        return f"whether Together fine-tunes {model} is not checked ({API_KEY_ENV} not set)"
-    together = _sdk()
-    client = together.Together(api_key=key, max_retries=1, timeout=10.0)
-    try:
-        limits = client.fine_tuning.model_limits(model_name=model)
-    except together.NotFoundError:
-        return f"Together AI does not fine-tune {model}: freeze its agents or choose another"
-    except together.APIError as error:
-        return f"whether Together fine-tunes {model} could not be checked ({type(error).__name__})"
-    finally:
-        client.close()
-    return f"Together fine-tunes {model} (LoRA rank up to {limits.lora_training.max_rank})"
-
-
-PRICES = Prices(
-    source=PRICES_SOURCE,
-    read_on=PRICES_READ_ON,
-    inference=_inference,
-    training=_training,
-    notes=_notes,
-    priced_as=_priced_as,
-)
 
 PROVIDER = Provider(
     "TogetherAI",
