@@ -21,6 +21,8 @@ from nip.experiments.cost_report import CostEstimate, CostLine
 from nip.experiments.gpu_time import GpuTimeReport, ThroughputTable, gpu_time, model_params_b
 from nip.jobs.openai_closing import (
     closing_text,
+    model_shutdown,
+    model_shutdown_notice,
     open_weight_preset,
     openai_fine_tuning_notice,
     refused_job_error,
@@ -245,8 +247,42 @@ def test_the_notice_names_the_open_preset_of_the_runs_protocol_and_algorithm():
     notice = openai_fine_tuning_notice(debate, {"prover0", "verifier"}, dt.date(2026, 11, 27))
     assert "open/debate-malt" in notice and "prover0, verifier" in notice
     assert open_weight_preset(load_preset("paper/solo_verifier-ei")) == "open/solo_verifier-ei"
-    assert openai_fine_tuning_notice(debate, set()) is None  # nothing trained: nothing said
+    # Nothing trained: only the retiring models are said, not the closing of fine-tuning.
+    untrained = openai_fine_tuning_notice(debate, set())
+    assert "through OpenAI" not in untrained and "OpenAI retires" in untrained
     assert openai_fine_tuning_notice(load_preset("open/nip-ei"), {"prover"}) is None
+
+
+@pytest.mark.parametrize(
+    ("model", "family"),
+    [
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+        ("ft:gpt-4o-mini-2024-07-18:my-org::a1b2c3", "gpt-4o-mini"),
+        ("gpt-4o-2024-08-06", "gpt-4o"),
+        ("gpt-4.1", "gpt-4.1"),
+        ("ft:gpt-4.1-mini-2025-04-14:my-org:verifier:x9", "gpt-4.1-mini"),
+        ("gpt-4o-audio-preview", None),
+        ("gpt-4.1-nano", None),
+        ("gpt-5", None),
+    ],
+)
+def test_a_model_its_snapshots_and_its_fine_tunes_share_their_familys_shutdown(model, family):
+    shutdown = model_shutdown(model)
+    assert (shutdown and shutdown.family) == family
+    if shutdown:  # the date third parties report, not read on OpenAI's page: said so
+        assert shutdown.date == dt.date(2027, 1, 14) and shutdown.reported
+
+
+def test_every_agent_on_a_retiring_model_is_named_frozen_or_not_with_what_to_use_instead():
+    params = load_preset("paper/nip-ei").with_overrides(
+        {"agents.prover.freeze_agent": True, "agents.verifier.model_name": "gpt-4.1-mini"}
+    )
+    notice = model_shutdown_notice(params)
+    assert "prover on gpt-4o-mini-2024-07-18" in notice and "verifier on gpt-4.1-mini" in notice
+    assert notice.count("2027-01-14 (reported") == 2
+    assert "open/nip-ei" in notice and "Tinker" in notice and "Together AI" in notice
+    moved = params.with_overrides({"agents.*.model_name": "gpt-5"})
+    assert model_shutdown_notice(moved) is None
 
 
 @pytest.mark.parametrize("command", ["plan", "run-dry"])
@@ -258,6 +294,7 @@ def test_nip_plan_and_the_dry_run_of_a_paper_preset_say_it_first(command, capsys
     err = capsys.readouterr().err
     assert "OpenAI no longer accepts new fine-tuning jobs" in err or "since 2027-01-06" in err
     assert "open/nip-ei" in err and "2026-05-07" in err
+    assert "prover, verifier on gpt-4o-mini-2024-07-18" in err and "2027-01-14 (reported" in err
 
 
 def test_a_refusal_that_is_not_about_permission_or_the_closing_is_left_alone():
@@ -327,3 +364,14 @@ def test_the_openai_notice_is_for_agents_openai_serves_not_for_its_name_on_the_d
     assert "open/nip-ei" in capsys.readouterr().err
     assert main(["plan", str(config), "--set", "agents.*.use_dummy_api=true"]) == 0
     assert "open/nip-ei" not in capsys.readouterr().err  # model_provider OpenAI, served by dummy
+
+
+@pytest.mark.parametrize("preset", PAPER)
+def test_each_paper_preset_says_what_to_use_instead_of_the_models_openai_retires(preset):
+    from importlib import resources
+
+    text = (resources.files("nip.configs") / f"{preset}.yaml").read_text(encoding="utf-8")
+    instead = preset.replace("paper/", "open/")
+    assert f"use {instead} on `nip serve` instead" in text and "2027-01-14" in text
+    assert instead in {p.name for p in list_presets()}
+    assert "Tinker" in text and "Together AI" in text

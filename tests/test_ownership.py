@@ -79,8 +79,8 @@ def test_a_child_forked_by_the_owner_does_not_keep_its_folder_after_it_dies(tmp_
     _kill(holder)  # its child sleeps on, with copies of its descriptors
     try:
         os.kill(holder.child, 0)  # alive
-        # The child closes its copies as it starts (filelock's fork hook); on a busy machine
-        # it may not have run yet. A child keeping the lock would hold it for a minute.
+        # The child closes its copies as it starts (the ownership module's fork hook); on a
+        # busy machine it may not have run yet. A child keeping the lock would hold it a minute.
         with owning(tmp_path / "run", "training", wait_s=20) as ownership:
             assert ownership.taken_over_from.pid == holder.pid
     finally:

@@ -1,20 +1,18 @@
-"""Together AI as a model provider, against a local fake of its API (nip.testing.together).
+"""Together AI as a model provider, through its SDK, against a test double of its API.
 
-The fake answers with the shapes Together documents (github.com/togethercomputer/openapi,
-``openapi.yaml`` of 2026-04-28: ``POST /files/upload`` -> ``FileResponse``; ``POST
-/fine-tunes`` -> ``FinetuneResponseTruncated``, a 400 ``ErrorData`` for a refusal; ``GET
-/fine-tunes/{id}`` -> ``FinetuneResponse`` with ``status`` pending/running/completed/error and
-``model_output_name``; ``/events`` -> ``FinetuneListEvents`` with a ``job_error`` event for a
-failed job; ``/metrics`` -> ``train/loss`` by ``train/global_step``), with the line formats of
-docs.together.ai's data preparation page (conversational ``messages``; preference ``input``,
-``preferred_output``, ``non_preferred_output``) and chat under the fine-tuned model's
-``model_output_name``, as Together's serverless LoRA inference serves it. ``nip run`` reaches
-it through ``TOGETHER_BASE_URL``, as it would reach Together itself.
+The double (tests/doubles/together.py) is built from Together's OpenAPI description
+(github.com/togethercomputer/openapi ``openapi.yaml`` at 090263a, 2026-04-28): request bodies
+checked against its schemas, answers in its shapes, every job status of its enum; and from the
+``together`` SDK 3.1 where the SDK goes further (its upload flow, ``user_error``, events
+spelled ``JOB_ERROR``/``Error``). ``nip run`` reaches it through ``TOGETHER_BASE_URL``, as the
+SDK reaches Together itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import typing
 from pathlib import Path
 
 import pytest
@@ -22,14 +20,26 @@ import yaml
 
 from nip.cli import main
 from nip.configs import list_presets, load_preset
+from nip.errors import FineTuneError
 from nip.experiments.cost_estimate import estimate_cost
+from nip.jobs import FineTuneSpec
 from nip.parameters import HyperParameters
-from nip.testing.together import BASE_MODEL, FAKE_TRAINING_ERROR, FakeTogether
+from nip.providers.together import STATUS_MAP, TogetherFineTuneBackend, job_request
 from nip.utils.notices import NipWarning
+from tests.doubles.together import (
+    BASE_MODEL,
+    CHAT_ONLY_MODEL,
+    FAKE_TRAINING_ERROR,
+    FakeTogether,
+    component,
+    description,
+    schema_errors,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
 KEY = "together-test-key"
+LINE = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
 
 
 @pytest.fixture
@@ -39,19 +49,28 @@ def dataset(make_tiny_dataset) -> Path:
 
 @pytest.fixture
 def fakes(monkeypatch):
-    """Starts a fake Together AI on loopback, where the run's requests go."""
+    """Starts a Together AI double on loopback, where the run's requests go."""
     servers = []
 
     def start(**options) -> FakeTogether:
         fake = FakeTogether(api_key=KEY, **options)
         servers.append(fake.serve())
-        monkeypatch.setenv("TOGETHER_BASE_URL", servers[-1].base_url)
+        monkeypatch.setenv("TOGETHER_BASE_URL", servers[-1].url)
         monkeypatch.setenv("TOGETHER_API_KEY", KEY)
         return fake
 
     yield start
     for server in servers:
         server.stop()
+
+
+def backend(fake: FakeTogether) -> TogetherFineTuneBackend:
+    """The backend of a run, its retries quick."""
+    from nip.backends._retry import RetryPolicy
+
+    built = TogetherFineTuneBackend.from_environment()
+    built.retry = RetryPolicy(max_retries=3, initial_backoff_s=0.0)
+    return built
 
 
 def config(tmp_path: Path, dataset: Path, trainer: str = "pure_text_ei", **verifier) -> Path:
@@ -95,7 +114,7 @@ def test_nip_run_fine_tunes_the_verifier_with_sft_and_switches_it_to_the_new_mod
     path = config(tmp_path, dataset, lora_rank=16, lora_alpha_scale=2.0, num_epochs=2)
     assert run(path, tmp_path / "run") == 0
 
-    (request,) = fake.created
+    (request,) = fake.created  # the body the SDK built, checked against the description
     assert request["model"] == BASE_MODEL and request["suffix"] == "verifier-it0"
     assert request["training_method"] == {"method": "sft", "train_on_inputs": "auto"}
     assert request["training_type"] == {
@@ -111,10 +130,11 @@ def test_nip_run_fine_tunes_the_verifier_with_sft_and_switches_it_to_the_new_mod
         "max",
     )
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
-    shown = plan["iterations"][0]["groups"]
-    assert {**next(g for g in shown if g["group"] == "verifier")["job"]} == {
-        k: v for k, v in request.items() if k != "training_file"
-    }  # the plan shows exactly what Together is sent
+    shown = next(g for g in plan["iterations"][0]["groups"] if g["group"] == "verifier")["job"]
+    # The plan shows exactly what the SDK is asked for.
+    spec = FineTuneSpec(BASE_MODEL, "supervised", (), "verifier-it0", 2, 2e-4, lora_rank=16,
+                        lora_alpha=32.0, seed=shown["random_seed"])  # fmt: skip
+    assert shown == job_request(spec)
     (job,) = fake.jobs.values()
     assert job.status == "completed"
     assert all("messages" in line for line in job.lines)  # the SFT file, as uploaded
@@ -130,7 +150,8 @@ def test_a_malt_run_trains_the_verifier_with_dpo_on_preference_pairs(fakes, data
     assert run(path, tmp_path / "run") == 0
 
     (request,) = fake.created
-    assert request["training_method"] == {"method": "dpo", "dpo_beta": 0.2}
+    assert request["training_method"]["method"] == "dpo"
+    assert request["training_method"]["dpo_beta"] == 0.2
     (job,) = fake.jobs.values()
     line = job.lines[0]
     assert set(line) == {"input", "preferred_output", "non_preferred_output"}
@@ -139,31 +160,137 @@ def test_a_malt_run_trains_the_verifier_with_dpo_on_preference_pairs(fakes, data
 
 
 def test_the_jobs_loss_and_events_are_read_back(fakes, dataset, tmp_path):
-    import asyncio
-
-    from nip.providers.together import TogetherFineTuneBackend
-
     fake = fakes()
     assert run(config(tmp_path, dataset), tmp_path / "run") == 0
     (job_id,) = fake.jobs
-    backend = TogetherFineTuneBackend.from_environment()
-    job = asyncio.run(backend.get_job(job_id))
-    events = asyncio.run(backend.list_events(job_id))
+    jobs = TogetherFineTuneBackend.from_environment()
+    job = asyncio.run(jobs.get_job(job_id))
+    events = asyncio.run(jobs.list_events(job_id))
 
     assert job.training_loss == 0.75 and job.trained_tokens > 0
     assert [e.data["loss"] for e in events if "loss" in e.data] == [1.25, 0.75]
     assert any(e.data.get("type") == "job_complete" for e in events)
 
 
+# ------------------------------------------------------------------------- statuses
+def test_every_job_status_of_the_sdk_and_the_description_maps_to_one_of_nips():
+    from together.lib.types.fine_tuning import COMPLETED_STATUSES, FinetuneJobStatus
+    from together.types.finetune_response import FinetuneResponse
+
+    literal = set(typing.get_args(FinetuneResponse.model_fields["status"].annotation))
+    enum = {status.value for status in FinetuneJobStatus}
+    described = set(description()["components"]["schemas"]["FinetuneJobStatus"]["enum"])
+    assert literal | enum | described == set(STATUS_MAP)
+    # What the SDK counts as ended, nip counts as ended.
+    ended = {STATUS_MAP[s.value] for s in COMPLETED_STATUSES}
+    assert ended == {"succeeded", "failed", "cancelled"}
+
+
+@pytest.mark.parametrize("ending", ["compressing", "uploading", "cancel_requested"])
+def test_a_job_in_any_status_of_the_sdk_is_followed_to_its_end(fakes, ending):
+    fake = fakes(script=("pending", "queued", "running", ending, "completed"))
+    jobs = backend(fake)
+
+    async def follow() -> list[str]:
+        job_id = await jobs.create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE,)))
+        return [(await jobs.get_job(job_id)).status for _ in range(5)]
+
+    assert asyncio.run(follow()) == ["pending", "pending", "running", "running", "succeeded"]
+
+
+def test_a_status_nobody_knows_ends_the_wait_with_a_clear_error(fakes):
+    fake = fakes(script=("pending", "paused_for_review"))
+    jobs = backend(fake)
+
+    async def wait() -> None:
+        job_id = await jobs.create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE,)))
+        for _ in range(3):
+            await jobs.get_job(job_id)
+
+    with pytest.raises(FineTuneError, match="as 'paused_for_review', a status nip does not know"):
+        asyncio.run(wait())
+
+
+@pytest.mark.parametrize("sdk_spelling", [False, True], ids=["description", "sdk"])
+@pytest.mark.parametrize("failure", ["error", "user_error"])
+def test_a_failed_jobs_reason_is_read_whatever_its_spelling(fakes, failure, sdk_spelling):
+    fake = fakes(fail_first=1, failure=failure, sdk_spelling=sdk_spelling)
+    jobs = backend(fake)
+
+    async def fail() -> tuple[str, str | None]:
+        job_id = await jobs.create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE,)))
+        job = await jobs.get_job(job_id)
+        while not job.done:
+            job = await jobs.get_job(job_id)
+        return job.status, job.error
+
+    assert asyncio.run(fail()) == ("failed", FAKE_TRAINING_ERROR)
+
+
+def test_progress_is_read_once_more_when_a_job_ends_and_never_for_an_empty_id(fakes):
+    fake = fakes(fail_first=1)
+    jobs = backend(fake)
+
+    async def watch() -> tuple[list, int]:
+        job_id = await jobs.create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE,)))
+        while not (await jobs.get_job(job_id)).done:
+            await jobs.list_events(job_id)
+        last = await jobs.list_events(job_id)  # read once more after the job's end
+        before = len(fake.requests)
+        for _ in range(5):  # a run's watcher polls on through the failure's back-off
+            assert await jobs.list_events(job_id) == last
+            assert await jobs.list_events("") == []
+        return last, len(fake.requests) - before
+
+    last, requests = asyncio.run(watch())
+    assert any(e.data.get("type") == "job_error" for e in last) and requests == 0
+
+
 # ------------------------------------------------------------------ refused and failed
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        (f"agents.verifier.model_name={CHAT_ONLY_MODEL}", "does not fine-tune"),
+        ("agents.verifier.lora_rank=128", "lora_rank=128 is above"),
+    ],
+    ids=["chat-only model", "rank above the limit"],
+)
+def test_what_together_cannot_train_is_refused_before_the_first_dialogue(
+    fakes, dataset, tmp_path, capsys, setting, said
+):
+    fake = fakes()  # the double's base model allows LoRA ranks up to 64
+    assert run(config(tmp_path, dataset), tmp_path / "run", setting) == 2
+
+    assert said in capsys.readouterr().err
+    assert not fake.chat_models and not fake.files and not fake.created  # nothing paid for
+
+
 def test_a_refused_job_stops_the_run_at_once_and_is_not_retried(fakes, dataset, tmp_path, capsys):
-    fake = fakes()  # the fake's base model allows LoRA ranks up to 64
-    path = config(tmp_path, dataset, lora_rank=128)
+    fake = fakes(max_lora_rank=64)
+    fake.refuse_jobs = "Insufficient balance for this job"  # past every check nip can make
+    path = config(tmp_path, dataset)
     assert run(path, tmp_path / "run", "text_rl.on_fine_tune_failure=retry") == 2
 
     assert len(fake.created) == 1 and not fake.jobs  # one creation, refused, never retried
     error = capsys.readouterr().err
-    assert "Together AI refused the request: lora_r=128 is above the model's limit" in error
+    assert "Together AI refused the job" in error and "Insufficient balance" in error
+
+
+def test_a_line_togethers_format_does_not_take_is_refused_before_anything_is_uploaded(fakes):
+    fake = fakes()
+    twice = {
+        "messages": [{"role": "user", "content": "q"}, *[{"role": "assistant", "content": "a"}] * 2]
+    }
+    with pytest.raises(FineTuneError, match=r"line 2 .*two assistant messages in a row"):
+        asyncio.run(backend(fake).create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE, twice))))
+    assert not fake.files and not fake.created
+
+
+def test_the_sdks_file_checker_refuses_a_file_before_it_is_uploaded(fakes):
+    fake = fakes()
+    with pytest.raises(FineTuneError, match="file check refused the training file: File is empty"):
+        asyncio.run(backend(fake).create_job(FineTuneSpec(BASE_MODEL, "supervised", ())))
+    assert not fake.files
 
 
 def test_retry_resubmits_a_failed_job_and_the_run_goes_on_with_the_new_model(
@@ -178,6 +305,30 @@ def test_retry_resubmits_a_failed_job_and_the_run_goes_on_with_the_new_model(
     group = saved_group(tmp_path / "run")
     assert group["model_history"] == [second.output_name]
     assert [f["error"] for f in group["fine_tune_failures"]] == [FAKE_TRAINING_ERROR]
+
+
+def test_a_retried_job_reuses_its_file_and_the_finished_run_deletes_it(fakes, dataset, tmp_path):
+    fake = fakes(fail_first=1)
+    assert run(config(tmp_path, dataset), tmp_path / "run") == 0
+
+    (file_id,) = fake.files  # uploaded once
+    assert [job["training_file"] for job in fake.created] == [file_id, file_id]
+    assert fake.deleted == [file_id]
+    # The run's progress watcher never asked for the events of a job with no id.
+    assert not any(path.startswith("/v1/fine-tunes//") for _, path in fake.requests)
+
+
+def test_a_resumed_process_uploading_the_same_file_gets_togethers_copy(fakes):
+    """Another process (a resumed run) does not know the file's id: Together answers the
+    upload of the same checksum with it (409), and the SDK takes that copy."""
+    fake = fakes()
+    spec = FineTuneSpec(BASE_MODEL, "supervised", (LINE,))
+    first, resumed = backend(fake), backend(fake)
+    asyncio.run(first.create_job(spec))
+    asyncio.run(resumed.create_job(spec))
+
+    (file_id,) = fake.files
+    assert first.uploaded == resumed.uploaded and list(resumed.uploaded.values()) == [file_id]
 
 
 def test_keep_previous_keeps_the_base_model_after_a_failed_job(fakes, dataset, tmp_path):
@@ -205,9 +356,12 @@ def test_stop_ends_the_run_naming_the_group_the_job_and_togethers_error(
 
 
 # ---------------------------------------------------------------------------- prices
-def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(dataset, tmp_path):
+def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(
+    dataset, tmp_path, monkeypatch
+):
     from nip.providers import together
 
+    monkeypatch.delenv("TOGETHER_API_KEY", raising=False)  # no request leaves the machine
     hp = HyperParameters.load(config(tmp_path, dataset))
     estimate = estimate_cost(hp)
 
@@ -221,6 +375,18 @@ def test_the_dry_run_prices_tokens_and_training_from_togethers_published_prices(
     assert not estimate.unpriced and estimate.total_usd > 0
     (note,) = [a for a in estimate.assumptions if a.startswith("Together AI")]
     assert f"recorded {together.PRICES_READ_ON}" in note and "up to 16B" in note
+    assert f"whether Together fine-tunes {BASE_MODEL} is not checked" in note
+
+
+def test_the_dry_run_says_when_together_cannot_fine_tune_a_model(fakes, dataset, tmp_path, capsys):
+    fake = fakes()
+    chat_only = f"agents.verifier.model_name={CHAT_ONLY_MODEL}"
+    assert main(["run", str(config(tmp_path, dataset)), "--dry-run", "--set", chat_only]) == 0
+
+    out = capsys.readouterr().out
+    assert f"Together AI does not fine-tune {CHAT_ONLY_MODEL}: freeze its agents" in out
+    assert f"Together fine-tunes {BASE_MODEL} (LoRA rank up to 64)" in out
+    assert not fake.chat_models and not fake.files  # a dry run pays for nothing
 
 
 def test_a_runs_cost_metric_is_priced_at_the_price_its_dry_run_uses(fakes, dataset, tmp_path):
@@ -271,7 +437,8 @@ def test_a_fine_tuned_adapter_is_priced_as_its_base_model_unless_corrected(outpu
     assert inference_price(agent, "me/Meta-Llama-3.1-8B-Instruct-Referenceish-1a2b", {}) is None
 
 
-def test_a_dpo_job_is_priced_at_togethers_dpo_rate(dataset, tmp_path):
+def test_a_dpo_job_is_priced_at_togethers_dpo_rate(dataset, tmp_path, monkeypatch):
+    monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
     hp = HyperParameters.load(config(tmp_path, dataset, "pure_text_malt"))
     (job,) = [line for line in estimate_cost(hp).lines if line.stage == "fine-tune"]
     assert job.usd == pytest.approx(job.training_tokens * 1.20 / 1e6)
@@ -295,43 +462,118 @@ def test_a_paper_preset_moves_to_together_ai_with_one_set(preset):
 
 
 def test_fine_tuning_without_the_key_says_which_variable_to_set(monkeypatch):
-    from nip.errors import FineTuneError
-    from nip.providers.together import TogetherFineTuneBackend
-
     monkeypatch.delenv("TOGETHER_API_KEY", raising=False)
     with pytest.raises(FineTuneError, match="needs the TOGETHER_API_KEY variable"):
         TogetherFineTuneBackend.from_environment()
 
 
 def test_a_transient_failure_is_retried_and_a_refusal_is_not(fakes):
-    """A 5xx (or 429, or a lost connection) may pass: tried again; a 4xx is Together's
-    answer: raised at once with its message."""
-    import asyncio
-
-    from nip.errors import FineTuneError
-    from nip.jobs import FineTuneSpec
-    from nip.providers.together import TogetherFineTuneBackend
+    """A 5xx (or 429, or a lost connection) may pass: tried again through nip's retry
+    policy; a 4xx is Together's answer: raised at once with its message."""
+    from nip.testing._chat import json_reply
 
     fake = fakes()
-    backend = TogetherFineTuneBackend.from_environment()
-    backend.backoff_s = 0.0
+    jobs = backend(fake)
     calls = {"n": 0}
     respond = fake.respond
 
-    async def flaky(method, path, *args):
+    async def flaky(method, path, *args, **kwargs):
         calls["n"] += 1
-        if path.endswith("/files/upload") and calls["n"] < 3:
-            from nip.testing._chat import error_reply
-
-            return error_reply(503, "overloaded")
-        return await respond(method, path, *args)
+        if path == "/v1/files" and calls["n"] < 4:
+            return json_reply({"error": {"message": "overloaded", "type": "server_error"}}, 503)
+        return await respond(method, path, *args, **kwargs)
 
     fake.respond = flaky
-    line = {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}
-    job_id = asyncio.run(backend.create_job(FineTuneSpec(BASE_MODEL, "supervised", (line,))))
-    assert job_id in fake.jobs and calls["n"] == 4  # two 503s, the upload, the job
+    job_id = asyncio.run(jobs.create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE,))))
+    assert job_id in fake.jobs
+    assert [p for _, p in fake.requests].count("/v1/files") == 1  # after two 503s
 
-    unknown = FineTuneSpec("some/model-7B", "supervised", (line,))
-    with pytest.raises(FineTuneError, match="refused the request: Model 'some/model-7B'"):
-        asyncio.run(backend.create_job(unknown))
-    assert calls["n"] == 6 and len(fake.created) == 2  # the upload, one refused creation
+    fake.refuse_jobs = "Model 'x' is not supported"
+    other = FineTuneSpec(BASE_MODEL, "supervised", (LINE, LINE))
+    with pytest.raises(FineTuneError, match=r"refused the job .*HTTP 400.*is not supported"):
+        asyncio.run(jobs.create_job(other))
+    assert len(fake.created) == 2  # one refused creation, not retried
+
+
+# ----------------------------------------------------------- the SDK, keys and the double
+def test_a_bad_key_is_refused_in_one_line_without_the_key(fakes, monkeypatch):
+    from nip.backends import GenerationRequest
+    from nip.errors import AuthenticationError
+    from nip.parameters import PureTextAgentParameters
+    from nip.providers import together
+    from nip.settings import ExperimentSettings
+
+    fake = fakes()
+    monkeypatch.setenv("TOGETHER_API_KEY", "wrong-key-1234")
+    jobs = TogetherFineTuneBackend.from_environment()
+    with pytest.raises(FineTuneError, match="HTTP 401: Invalid API key") as refused:
+        asyncio.run(jobs.check_job(FineTuneSpec(BASE_MODEL, "supervised", ())))
+    assert "wrong-key-1234" not in str(refused.value) and not fake.files
+
+    agent = PureTextAgentParameters(model_provider="TogetherAI", model_name=BASE_MODEL)
+    chat = together.PROVIDER.chat_backend(agent, ExperimentSettings())
+    request = GenerationRequest(model=BASE_MODEL, messages=({"role": "user", "content": "hi"},))
+    with pytest.raises(AuthenticationError, match="HTTP 401") as refused:
+        asyncio.run(chat.generate(request))
+    assert "wrong-key-1234" not in str(refused.value)
+
+
+def test_chat_goes_through_one_sdk_client_per_loop_made_once(fakes):
+    from nip.backends import GenerationRequest
+    from nip.parameters import PureTextAgentParameters
+    from nip.providers import together
+    from nip.settings import ExperimentSettings
+
+    fake = fakes()
+    agent = PureTextAgentParameters(model_provider="TogetherAI", model_name=BASE_MODEL)
+    chat = together.PROVIDER.chat_backend(agent, ExperimentSettings())
+    request = GenerationRequest(model=BASE_MODEL, messages=({"role": "user", "content": "hi"},))
+
+    async def twice() -> list[object]:
+        clients = []
+        for _ in range(3):
+            result = await chat.generate(request)
+            assert result.completions[0].text
+            (state,) = chat._loops.values()
+            # The loop's SDK client (OpenAIBackend keeps it as its transport or its client).
+            clients.append((getattr(state, "transport", None) or state.client).client)
+        return clients
+
+    first, *others = asyncio.run(twice())
+    assert type(first).__name__ == "AsyncTogether" and all(c is first for c in others)
+    assert fake.chat_models == [BASE_MODEL] * 3
+
+
+def test_the_doubles_answers_are_what_the_description_says(fakes):
+    fake = fakes()
+    jobs = backend(fake)
+    job_id = asyncio.run(jobs.create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE,))))
+    job = fake.jobs[job_id]
+    file_id = job.request["training_file"]
+    while job.status != "completed":
+        look = fake._look(job)
+        assert not schema_errors(look, *component("FinetuneResponse")), schema_errors(
+            look, *component("FinetuneResponse")
+        )
+    assert not schema_errors(fake._truncated(job), *component("FinetuneResponseTruncated"))
+    assert not schema_errors({"data": job.events}, *component("FinetuneListEvents"))
+    assert not schema_errors(fake._file_response(file_id), *component("FileResponse"))
+    limits = json.loads(fake._limits(BASE_MODEL).body)
+    assert not schema_errors(limits, *component("FineTuneModelLimits"))
+
+
+def test_the_double_refuses_a_job_body_the_description_refuses(fakes):
+    import os
+
+    import httpx
+
+    fakes()
+    url, headers = (
+        f"{os.environ['TOGETHER_BASE_URL']}/v1/fine-tunes",
+        {"Authorization": f"Bearer {KEY}"},
+    )
+    missing = httpx.post(url, json={"training_file": "file-1"}, headers=headers)
+    assert missing.status_code == 400 and "'model' is a required property" in missing.text
+    typed = {"training_file": "f", "model": BASE_MODEL, "n_epochs": "two"}
+    wrong = httpx.post(url, json=typed, headers=headers)
+    assert wrong.status_code == 400 and "n_epochs: 'two' is not of type 'integer'" in wrong.text

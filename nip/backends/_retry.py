@@ -17,7 +17,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from nip.backends._types import Completion, TokenUsage
 from nip.errors import (
@@ -158,24 +158,29 @@ def error_for_status(
 
 
 def error_for_sdk_exception(
-    error: openai.APIError, redact: Callable[[str], str] = str
+    error: openai.APIError, redact: Callable[[str], str] = str, *, sdk: Any = None
 ) -> GenerationError:
-    """The nip error for an exception of the OpenAI SDK (status, time-out or connection).
+    """The nip error for an exception of the OpenAI SDK (status, time-out or connection), or
+    of another SDK of the same make (``together``'s).
 
     Args:
         error: What the SDK raised.
         redact: Applied to any server message quoted in the error (removes the API key).
+        sdk: The SDK's module (default: ``openai``).
     """
-    import openai
+    if sdk is None:
+        import openai as sdk
 
-    if isinstance(error, openai.APIStatusError):
-        body = error.body
+    if isinstance(error, sdk.APIStatusError):
+        body = error.body  # openai: the error object; together: the whole {"error": {...}}
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            body = body["error"]
         message = body.get("message", error.message) if isinstance(body, dict) else error.message
         retry_after = parse_retry_after(error.response.headers)
         return error_for_status(error.status_code, redact(str(message)), retry_after_s=retry_after)
-    if isinstance(error, openai.APITimeoutError):
+    if isinstance(error, sdk.APITimeoutError):
         return RetryableError("no response before the request time-out", cause="timeout")
-    if isinstance(error, openai.APIConnectionError):
+    if isinstance(error, sdk.APIConnectionError):
         detail = f"{error} {error.__cause__ or ''}".strip()
         return RetryableError(redact(detail), cause="connection")
     return RetryableError(redact(f"unusable response: {error}"), cause="malformed")

@@ -123,3 +123,23 @@ class FineTuneBackend(Protocol):
     async def list_events(self, job_id: str) -> list[FineTuneEvent]:
         """The job's log, oldest first."""
         ...
+
+
+@runtime_checkable
+class ChecksJobs(Protocol):
+    """A fine-tuning backend that can refuse a job before anything is paid for (when the run
+    is built, before its first dialogue)."""
+
+    async def check_job(self, spec: FineTuneSpec) -> None:
+        """Raise :class:`~nip.errors.FineTuneError` if the backend would refuse ``spec``
+        (only its model and settings are read: it has no examples yet)."""
+        ...
+
+
+@runtime_checkable
+class EndsRuns(Protocol):
+    """A fine-tuning backend that cleans up after a run (files it uploaded for its jobs)."""
+
+    async def end_run(self) -> None:
+        """Called once when the run has ended (finished all its iterations)."""
+        ...

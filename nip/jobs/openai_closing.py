@@ -1,4 +1,5 @@
-"""OpenAI's closing of self-serve fine-tuning, said before it costs anything.
+"""OpenAI's closing of self-serve fine-tuning, and the shutdown of its models, said before it
+costs anything.
 
 OpenAI is winding its fine-tuning platform down (its deprecations page, 2026-05-07, as reported
 publicly; see docs/training.md): organisations that never used self-serve fine-tuning cannot
@@ -8,19 +9,29 @@ whole iteration of rollouts before its first job is created, so the dry run and 
 say this first, naming the open-weight preset to use instead; and a job creation OpenAI
 refuses (:func:`refused_job_error`) stops the run at once with the same words, its rollouts
 kept for a resume on another provider, instead of being retried as a transient failure.
+
+The models themselves go too: :data:`MODEL_SHUTDOWNS` dates each model family's shutdown
+(with its fine-tunes), saying which dates are only reported, and the same notice names every
+agent on such a model and what to use instead.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Collection
+from typing import NamedTuple
 
 from nip.errors import FineTuningClosedError
 from nip.parameters import HyperParameters
 
 __all__ = [
     "CLOSING_STAGES",
+    "MODEL_SHUTDOWNS",
+    "SHUTDOWNS_READ_ON",
     "closing_text",
+    "model_shutdown",
+    "model_shutdown_notice",
     "open_weight_preset",
     "openai_fine_tuning_notice",
     "refused_job_error",
@@ -32,6 +43,66 @@ CLOSING_STAGES: tuple[tuple[dt.date, str], ...] = (
     (dt.date(2026, 7, 2), "organisations without inference on a fine-tuned model in 60 days"),
     (dt.date(2027, 1, 6), "every organisation"),
 )
+
+
+class Shutdown(NamedTuple):
+    """When OpenAI shuts a model family down (its dated snapshots and fine-tunes with it)."""
+
+    family: str
+    date: dt.date
+    source: str
+    reported: bool  # True: said by third parties, not read on OpenAI's deprecations page
+
+
+#: The day :data:`MODEL_SHUTDOWNS` was last checked.
+SHUTDOWNS_READ_ON = "2026-12-01"
+_GUIDES = "third-party migration guides; not on the copy of OpenAI's deprecations page read"
+#: Published shutdown dates of the OpenAI models nip's presets use, by family.
+MODEL_SHUTDOWNS: tuple[Shutdown, ...] = (
+    Shutdown("gpt-4o", dt.date(2027, 1, 14), _GUIDES, reported=True),
+    Shutdown("gpt-4o-mini", dt.date(2027, 1, 14), _GUIDES, reported=True),
+    Shutdown("gpt-4.1", dt.date(2027, 1, 14), _GUIDES, reported=True),
+    Shutdown("gpt-4.1-mini", dt.date(2027, 1, 14), _GUIDES, reported=True),
+)
+
+
+def model_shutdown(model: str) -> Shutdown | None:
+    """The shutdown of ``model``: a family's name, a dated snapshot of it
+    (``gpt-4o-mini-2024-07-18``) or a fine-tune of one (``ft:gpt-4o-mini-2024-07-18:org::id``);
+    None for a model of no dated shutdown."""
+    for shutdown in sorted(MODEL_SHUTDOWNS, key=lambda s: -len(s.family)):
+        if re.fullmatch(
+            rf"(ft:)?{re.escape(shutdown.family)}(-\d{{4}}-\d{{2}}-\d{{2}})?(:.*)?", model
+        ):
+            return shutdown
+    return None
+
+
+def model_shutdown_notice(
+    hyper_params: HyperParameters, *, instead: str | None = None
+) -> str | None:
+    """One sentence naming each agent whose OpenAI model has a published shutdown date, and
+    what to use instead; None when no agent has one."""
+    retired = _retired(hyper_params)
+    return None if retired is None else f"{retired}; {instead or _advice(hyper_params)}"
+
+
+def _retired(hyper_params: HyperParameters) -> str | None:
+    found: dict[tuple[str, Shutdown], list[str]] = {}
+    for name, agent in hyper_params.agents.items():
+        shutdown = model_shutdown(agent.model_name) if agent.served_by == "OpenAI" else None
+        if shutdown is not None:
+            found.setdefault((agent.model_name, shutdown), []).append(name)
+    if not found:
+        return None
+    models = "; ".join(
+        f"{', '.join(agents)} on {model}: shut down with its fine-tunes on "
+        f"{shutdown.date.isoformat()}"
+        + (f" (reported, {shutdown.source} on {SHUTDOWNS_READ_ON})" if shutdown.reported else "")
+        for (model, shutdown), agents in found.items()
+    )
+    return f"OpenAI retires this run's models ({models})"
+
 
 #: Words in a refusal that say fine-tuning is closed rather than that the request is wrong.
 _CLOSED_WORDS = ("no longer", "deprecat", "winding down", "wound down", "shut down")
@@ -66,8 +137,10 @@ def open_weight_preset(hyper_params: HyperParameters) -> str:
 def _advice(hyper_params: HyperParameters) -> str:
     preset = open_weight_preset(hyper_params)
     return (
-        f"use the open-weight preset {preset} (`nip run {preset} --serve` on a GPU machine; "
-        "docs/training.md, 'The paper's comparison on open weights')"
+        f"use the open-weight preset {preset} (`nip run {preset} --serve` on a GPU machine), "
+        "or train open-weight models on hosted GPUs with Tinker or Together AI "
+        "(--set agents.*.model_provider=...; docs/training.md, 'The paper's comparison on "
+        "open weights' and 'Together AI')"
     )
 
 
@@ -78,7 +151,9 @@ def openai_fine_tuning_notice(
     *,
     instead: str | None = None,
 ) -> str | None:
-    """One sentence for a run whose plan fine-tunes agents through OpenAI; None otherwise.
+    """What a run on OpenAI should know first: that its plan fine-tunes agents through OpenAI,
+    which is closing to new jobs, and which of its agents' models OpenAI retires (with
+    :func:`model_shutdown_notice`); None when neither applies.
 
     Args:
         hyper_params: The run.
@@ -89,13 +164,16 @@ def openai_fine_tuning_notice(
     through_openai = sorted(
         name for name in trained_agents if hyper_params.agents[name].served_by == "OpenAI"
     )
-    if not through_openai:
+    retired = _retired(hyper_params)
+    if not through_openai and retired is None:
         return None
-    return (
+    closing = through_openai and (
         f"this run fine-tunes {', '.join(through_openai)} through OpenAI, and "
         f"{closing_text(today)}: its first job will most likely be refused after an "
-        f"iteration of paid rollouts; {instead or _advice(hyper_params)}"
+        "iteration of paid rollouts"
     )
+    said = "; ".join(part for part in (closing, retired) if part)
+    return f"{said}; {instead or _advice(hyper_params)}"
 
 
 def refused_job_error(status: int, message: str) -> FineTuningClosedError | None:

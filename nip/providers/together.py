@@ -1,115 +1,190 @@
-"""Together AI: open-weight models through its OpenAI-compatible chat endpoint, LoRA (or full)
-fine-tuning through its fine-tuning API, and its published prices.
+"""Together AI through its own SDK (``together`` 3.x, ``pip install 'nip[together]'``):
+open-weight models by chat completions, LoRA (or full) fine-tuning jobs, and its published
+prices.
 
-What the API takes and answers, from Together's OpenAPI description (github.com/
-togethercomputer/openapi, ``openapi.yaml`` of 2026-04-28) and its documentation
-(docs.together.ai: fine-tuning data preparation, LoRA vs. full fine-tuning, pricing):
+How nip uses the SDK (read from ``together`` 3.1's source; the API from Together's OpenAPI
+description, github.com/togethercomputer/openapi ``openapi.yaml`` of 2026-04-28):
 
-* ``POST /files/upload`` (multipart: ``file``, ``file_name``, ``purpose=fine-tune``,
-  ``file_type=jsonl``) answers a ``FileResponse`` whose ``id`` is the ``training_file``.
-  Supervised lines hold ``messages``; preference (DPO) lines ``input.messages``,
-  ``preferred_output`` and ``non_preferred_output``: the OpenAI format nip writes.
-* ``POST /fine-tunes`` with ``model``, ``training_file``, ``n_epochs``, ``learning_rate``,
-  ``batch_size`` (``"max"``: Together chooses, with sequence packing), ``random_seed``,
-  ``suffix``, ``training_method`` (``{"method": "sft"}`` or ``{"method": "dpo",
-  "dpo_beta"}``, default beta 0.1) and ``training_type`` (``{"type": "Lora", "lora_r",
-  "lora_alpha", "lora_dropout", "lora_trainable_modules"}`` or ``{"type": "Full"}``; LoRA
-  when omitted). A 4xx answer is a refusal: the job is never created, and nip does not retry
-  it (a 429 or 5xx is retried).
-* ``GET /fine-tunes/{id}``: ``status`` (pending, queued, running, compressing, uploading,
-  cancel_requested, cancelled, error, completed), ``model_output_name`` (the name to
-  generate with), ``token_count``, ``epochs_completed``; ``/events`` its log (a failed job's
-  reason is its ``job_error`` event); ``/metrics`` the training loss by step
-  (``train/loss``, ``train/global_step``); ``POST /fine-tunes/{id}/cancel``.
+* One ``AsyncTogether`` per endpoint and event loop, made at the first call and reused (its
+  httpx pool belongs to the loop it was made on: a notebook's sync wrappers run several
+  loops), with the SDK's own retries off: transient errors (429, 5xx, time-outs, lost
+  connections) are retried by nip's one policy (:mod:`nip.backends._retry`), the rest are
+  typed :mod:`nip.errors` with the key redacted.
+* Chat: :class:`~nip.backends.openai_compatible.OpenAIBackend` (concurrency, counters,
+  ``n`` top-ups) posting ``/v1/chat/completions`` with the SDK's client instead of OpenAI's.
+* Fine-tuning: the model and the LoRA rank are checked against
+  ``fine_tuning.model_limits`` when the run is built, before any dialogue is paid for
+  (:meth:`TogetherFineTuneBackend.check_job`); each training file is put in Together's data
+  format (:func:`together_lines`), checked by nip against it (:func:`check_lines`) and by the
+  SDK's ``check_file`` (which checks only that each line is a JSON object), then uploaded with
+  ``files.upload`` once per content (a retried job reuses it) and deleted when the run
+  ends; jobs are created with ``fine_tuning.create`` (which asks ``estimate_price`` too).
+  Every status of the SDK (its ``FinetuneResponse.status`` and ``FinetuneJobStatus``,
+  with ``user_error``) maps to nip's in :data:`STATUS_MAP`; any other ends the wait with
+  :class:`~nip.errors.FineTuneError`. A failed job's reason is its error event, whatever
+  the spelling (``job_error``, ``JOB_ERROR``, level ``error`` or ``Error``); its events
+  and loss are read once more after it ends, then no more.
 * The fine-tuned model answers chat requests under ``model_output_name``: serverless for the
-  base models Together serves LoRA adapters of (its "LoRA inference" list, e.g.
-  ``meta-llama/Meta-Llama-3.1-8B-Instruct-Reference``), otherwise once a dedicated endpoint
-  (or an endpoint the adapter is attached to) serves it; requests to a name nothing serves
-  fail with a ``ModelNotFoundError`` naming it.
+  base models Together serves LoRA adapters of, otherwise on a dedicated endpoint.
 
-``TOGETHER_API_KEY`` holds the key; ``TOGETHER_BASE_URL`` replaces the API's address (a local
-fake: :mod:`nip.testing.together`).
+``TOGETHER_API_KEY`` holds the key; ``TOGETHER_BASE_URL`` replaces the API's root, as the SDK
+reads it (``https://api.together.ai``; paths carry ``/v1``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import os
-import re
+import random
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from types import MappingProxyType
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
-from nip.errors import FineTuneError
-from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec, JobStatus
-from nip.jobs.openai_api import spec_to_jsonl
-from nip.parameters import PROVIDER_FACTS
-from nip.providers._provider import Prices, Provider, openai_compatible
-
-#: The API's address (Together's OpenAPI description, ``servers``).
-TOGETHER_BASE_URL = "https://api.together.ai/v1"
-API_KEY_ENV = "TOGETHER_API_KEY"
-BASE_URL_ENV = "TOGETHER_BASE_URL"
-
-#: Together's job statuses and what nip calls them.
-STATUS_MAP: Mapping[str, JobStatus] = MappingProxyType(
-    {
-        "pending": "pending",
-        "queued": "pending",
-        "running": "running",
-        "compressing": "running",
-        "uploading": "running",
-        "cancel_requested": "running",
-        "cancelled": "cancelled",
-        "error": "failed",
-        "completed": "succeeded",
-    }
+from nip.backends._retry import (
+    RetryPolicy,
+    call_with_retries,
+    error_for_sdk_exception,
+    parse_chat_body,
 )
+from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
+from nip.errors import (
+    BackendUnavailableError,
+    FineTuneError,
+    GenerationError,
+    ModelNotFoundError,
+)
+from nip.jobs._types import TERMINAL_STATUSES, FineTuneEvent, FineTuneJob, FineTuneSpec
+from nip.jobs.openai_api import spec_to_jsonl
+from nip.parameters import PROVIDER_FACTS, PureTextAgentParameters
+from nip.providers._provider import Provider
+from nip.providers._together_api import (
+    API_KEY_ENV,
+    BASE_URL_ENV,
+    FAILURE_EVENTS,
+    STATUS_MAP,
+    TOGETHER_BASE_URL,
+    _sdk,
+    check_lines,
+    job_request,
+    limit_problems,
+    together_lines,
+)
+from nip.providers._together_prices import (
+    FINE_TUNING_USD_PER_1M,
+    INFERENCE_USD_PER_1M,
+    PRICES,
+    PRICES_READ_ON,
+    PRICES_SOURCE,
+    fine_tunable,
+    model_size_b,
+)
+from nip.settings import ExperimentSettings
+
+__all__ = [
+    "API_KEY_ENV",
+    "BASE_URL_ENV",
+    "FAILURE_EVENTS",
+    "FINE_TUNING_USD_PER_1M",
+    "INFERENCE_USD_PER_1M",
+    "PRICES",
+    "PRICES_READ_ON",
+    "PRICES_SOURCE",
+    "PROVIDER",
+    "STATUS_MAP",
+    "TOGETHER_BASE_URL",
+    "TogetherChatBackend",
+    "TogetherFineTuneBackend",
+    "check_lines",
+    "fine_tunable",
+    "job_request",
+    "limit_problems",
+    "model_size_b",
+    "together_lines",
+]
+
+T = TypeVar("T")
 
 
-# ------------------------------------------------------------------------- job settings
-def job_request(spec: FineTuneSpec) -> dict[str, Any]:
-    """The body of ``POST /fine-tunes`` for ``spec``, all but ``training_file``: what the
-    backend sends and the run plan shows."""
-    method: dict[str, Any] = {"method": "sft", "train_on_inputs": "auto"}
-    if spec.method == "dpo":
-        method = {"method": "dpo"}
-        if spec.dpo_beta is not None:  # else Together's default (0.1)
-            method["dpo_beta"] = spec.dpo_beta
-    training_type: dict[str, Any] = {"type": "Full"}
-    if spec.use_lora:
-        training_type = {
-            "type": "Lora",
-            "lora_r": spec.lora_rank,
-            "lora_alpha": round(spec.lora_alpha),
-            "lora_dropout": spec.lora_dropout,
-            "lora_trainable_modules": "all-linear",
-        }
-    request: dict[str, Any] = {
-        "model": spec.base_model,
-        "n_epochs": spec.num_epochs,
-        "learning_rate": spec.learning_rate,
-        "batch_size": "max",
-        "random_seed": spec.seed,
-        "training_method": method,
-        "training_type": training_type,
+# ------------------------------------------------------------------------------- chat
+class _SdkChat:
+    """One ``AsyncTogether`` of one event loop, as an OpenAIBackend's loop state holds it."""
+
+    def __init__(self, client: Any):
+        self.client = client
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    close = aclose
+
+
+class TogetherChatBackend(OpenAIBackend):
+    """Chat completions through the Together SDK, with OpenAIBackend's concurrency limit,
+    counters, ``n`` top-ups and retries; the SDK's errors become nip's."""
+
+    def _sdk_chat(self) -> _SdkChat:
+        return _SdkChat(
+            _sdk().AsyncTogether(
+                api_key=self.config.resolve_api_key(),
+                base_url=self.config.base_url,
+                timeout=self.config.request_timeout_s,
+                max_retries=0,  # nip's are the only retries
+            )
+        )
+
+    # OpenAIBackend makes its loop's client with _transport (before the one HTTP stack of
+    # issue 50) or _client (after it); either way the loop state holds this SDK client.
+    _transport = _client = _sdk_chat
+
+    async def _attempt(self, state: Any, payload: dict[str, Any]) -> Any:
+        import httpx
+
+        together = _sdk()
+        chat: _SdkChat = getattr(state, "transport", None) or state.client
+        counters = self._counters
+        async with state.semaphore:
+            counters.requests_sent += 1
+            counters.in_flight += 1
+            counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
+            try:
+                raw = await chat.client.post(
+                    "/chat/completions", cast_to=httpx.Response, body=payload
+                )
+            except together.APIError as error:  # not chained: its request carries the key
+                raise error_for_sdk_exception(error, self._redact, sdk=together) from None
+            finally:
+                counters.in_flight -= 1
+        parsed = parse_chat_body(raw.content, raw.headers, self._redact)
+        counters.responses_ok += 1
+        return parsed
+
+
+def _chat(params: PureTextAgentParameters, settings: ExperimentSettings) -> TogetherChatBackend:
+    _sdk()  # a missing extra is said now, in one line
+    root = os.environ.get(BASE_URL_ENV) or TOGETHER_BASE_URL
+    config: dict[str, Any] = {
+        "name": "together",
+        "base_url": f"{root.rstrip('/')}/v1",  # the OpenAI-compatible root
+        "api_key_env": API_KEY_ENV,
     }
-    if spec.job_name:
-        request["suffix"] = spec.job_name[:64]
-    return request
+    if settings.max_concurrency is not None:
+        config["max_concurrency"] = settings.max_concurrency
+    return TogetherChatBackend(OpenAIBackendConfig(**config))
 
 
 # ---------------------------------------------------------------------- fine-tuning jobs
 class TogetherFineTuneBackend:
-    """Fine-tuning jobs through Together AI's fine-tuning API.
+    """Fine-tuning jobs through Together AI's SDK.
 
     Args:
         base_url: The API root (default: ``$TOGETHER_BASE_URL`` or Together's).
-        api_key: The key (never shown in reprs or errors).
-        retries: Tries after the first on a 429, a 5xx or a lost connection.
-        backoff_s: The first wait between tries (doubled each time).
+        api_key: The key (never shown in reprs, errors or pickles).
+        retry: How transient errors are retried.
     """
 
     name = "together-fine-tuning"
@@ -119,13 +194,16 @@ class TogetherFineTuneBackend:
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        retries: int = 3,
-        backoff_s: float = 1.0,
+        retry: RetryPolicy | None = None,
     ):
         self.base_url = (base_url or TOGETHER_BASE_URL).rstrip("/")
         self._api_key = api_key
-        self.retries = retries
-        self.backoff_s = backoff_s
+        self.retry = retry or RetryPolicy(max_retries=4, initial_backoff_s=1.0)
+        self._rng = random.Random()  # jitter only
+        self._clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
+        self._limits: dict[str, Any] = {}
+        self.uploaded: dict[str, str] = {}  # sha256 of a file's bytes -> its file id
+        self._ended: dict[str, list[FineTuneEvent] | None] = {}  # last events of ended jobs
 
     @classmethod
     def from_environment(cls) -> TogetherFineTuneBackend:
@@ -135,57 +213,136 @@ class TogetherFineTuneBackend:
             raise FineTuneError(f"fine-tuning with Together AI needs the {API_KEY_ENV} variable")
         return cls(os.environ.get(BASE_URL_ENV), key)
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One API call, retried when the failure may pass; None for a 404.
+    # ----------------------------------------------------------------- calls
+    def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(id(loop))
+        if entry is None or entry[0] is not loop:
+            self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
+            client = _sdk().AsyncTogether(
+                api_key=self._api_key or "EMPTY", base_url=self.base_url, max_retries=0
+            )
+            entry = self._clients[id(loop)] = (loop, client)
+        return entry[1]
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    async def _call(
+        self, what: str, call: Callable[[Any], Awaitable[T]], *, missing_ok: bool = False
+    ) -> T | None:
+        """One SDK call, transient failures retried; None for a 404 when ``missing_ok``.
 
         Raises:
-            FineTuneError: A refusal (any other 4xx), or every try failed.
+            FineTuneError: A refusal (another 4xx, or the SDK refusing the arguments), or
+                every try failed.
         """
-        import httpx
+        together = _sdk()
 
-        headers = {"Authorization": f"Bearer {self._api_key or ''}"}
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+        async def attempt() -> T:
             try:
-                async with httpx.AsyncClient(timeout=60.0) as client:
-                    reply = await client.request(
-                        method, f"{self.base_url}{path}", headers=headers, **kwargs
-                    )
-            except httpx.TransportError as error:
-                last = f"{type(error).__name__}: {error}"
-                continue
-            if reply.status_code == 404 and method == "GET":
-                return None
-            if reply.status_code == 429 or reply.status_code >= 500:
-                last = f"HTTP {reply.status_code}: {_message(reply)}"
-                continue
-            if reply.status_code >= 400:
-                raise FineTuneError(f"Together AI refused the request: {_message(reply)}")
-            return reply.json()
-        raise FineTuneError(f"Together AI did not answer {method} {path} ({last})")
+                return await call(self._client())
+            except together.APIError as error:  # not chained: its request carries the key
+                raise error_for_sdk_exception(error, self._redact, sdk=together) from None
 
+        try:
+            result, _ = await call_with_retries(attempt, self.retry, self._rng, what=what)
+        except ModelNotFoundError as error:
+            if missing_ok:
+                return None
+            raise FineTuneError(f"Together AI refused {what} ({error})") from None
+        except BackendUnavailableError as error:
+            raise FineTuneError(f"Together AI did not answer {what} ({error})") from None
+        except (GenerationError, ValueError) as error:
+            raise FineTuneError(
+                f"Together AI refused {what} ({self._redact(str(error))})"
+            ) from None
+        return result
+
+    # ------------------------------------------------------------- the checks
+    async def model_limits(self, model: str) -> Any:
+        """Together's fine-tuning limits of ``model`` (asked once).
+
+        Raises:
+            FineTuneError: Together does not fine-tune ``model``.
+        """
+        if model not in self._limits:
+            limits = await self._call(
+                f"the fine-tuning limits of {model}",
+                lambda c: c.fine_tuning.model_limits(model_name=model),
+                missing_ok=True,
+            )
+            if limits is None:
+                raise FineTuneError(f"Together AI does not fine-tune {model}")
+            self._limits[model] = limits
+        return self._limits[model]
+
+    async def check_job(self, spec: FineTuneSpec) -> None:
+        """Refuse, before anything is paid for, a job Together's limits of its model refuse.
+
+        Raises:
+            FineTuneError: The model cannot be fine-tuned, or a setting is out of its limits.
+        """
+        limits = await self.model_limits(spec.base_model)
+        if problems := limit_problems(spec, limits):
+            raise FineTuneError(f"Together AI cannot train this job: {'; '.join(problems)}")
+
+    # ---------------------------------------------------------------- jobs
     async def create_job(self, spec: FineTuneSpec) -> str:
-        """Upload the training file and create the job; a refusal raises at once."""
-        data = spec_to_jsonl(spec)
-        name = f"{spec.job_name or 'nip'}.jsonl"
-        upload = await self._call(
-            "POST",
-            "/files/upload",
-            files={"file": (name, data, "application/jsonl")},
-            data={"purpose": "fine-tune", "file_name": name, "file_type": "jsonl"},
-        )
+        """Check the job and its file, upload the file (once per content) and create the
+        job; a refusal raises at once."""
+        await self.check_job(spec)
+        spec = dataclasses.replace(spec, examples=together_lines(spec))
+        check_lines(spec)
+        file_id = await self._upload(spec_to_jsonl(spec))
+        limits = self._limits[spec.base_model]
         job = await self._call(
-            "POST", "/fine-tunes", json={"training_file": upload["id"], **job_request(spec)}
+            "the job",
+            lambda c: c.fine_tuning.create(
+                training_file=file_id, model_limits=limits, **job_request(spec)
+            ),
         )
-        return str(job["id"])
+        return str(job.id)
+
+    async def _upload(self, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest in self.uploaded:
+            return self.uploaded[digest]
+        from together.lib import check_file
+
+        with tempfile.TemporaryDirectory(prefix="nip-together-") as folder:
+            path = Path(folder) / f"nip-{digest[:16]}.jsonl"
+            path.write_bytes(data)
+            report = check_file(path, purpose="fine-tune")
+            if not report["is_check_passed"]:
+                raise FineTuneError(
+                    f"the together SDK's file check refused the training file: "
+                    f"{report['message']}; nothing was uploaded"
+                )
+            upload = await self._call(
+                "the training file's upload",
+                lambda c: c.files.upload(path, purpose="fine-tune", check=False),
+            )
+        self.uploaded[digest] = str(upload.id)
+        return self.uploaded[digest]
 
     async def get_job(self, job_id: str) -> FineTuneJob:
-        job = await self._call("GET", f"/fine-tunes/{job_id}")
+        if not job_id:
+            return FineTuneJob(id=job_id, status="not_found")
+        job = await self._call(
+            f"job {job_id}", lambda c: c.fine_tuning.retrieve(job_id), missing_ok=True
+        )
         if job is None:
             return FineTuneJob(id=job_id, status="not_found")
-        status = STATUS_MAP.get(job.get("status", ""), "pending")
+        status = STATUS_MAP.get(str(job.status))
+        if status is None:
+            raise FineTuneError(
+                f"Together AI reports job {job_id} as {job.status!r}, a status nip does not "
+                f"know (it knows {', '.join(STATUS_MAP)}); the run stopped rather than wait "
+                "on it: see the job in Together's dashboard, then `nip resume`"
+            )
+        if status in TERMINAL_STATUSES:
+            self._ended.setdefault(job_id, None)
         error = loss = None
         if status == "failed":
             error = await self._error(job_id, job)
@@ -195,41 +352,52 @@ class TogetherFineTuneBackend:
         return FineTuneJob(
             id=job_id,
             status=status,
-            fine_tuned_model=job.get("model_output_name") if status == "succeeded" else None,
+            fine_tuned_model=job.x_model_output_name if status == "succeeded" else None,
             error=error,
-            trained_tokens=job.get("token_count"),
+            trained_tokens=job.token_count,
             training_loss=loss,
         )
 
-    async def _error(self, job_id: str, job: Mapping[str, Any]) -> str:
-        events = [*(job.get("events") or []), *await self._raw_events(job_id)]
+    async def _error(self, job_id: str, job: Any) -> str:
+        events = [*(job.events or []), *await self._raw_events(job_id)]
         errors = [
-            e["message"]
+            str(e.message)
             for e in events
-            if e.get("type") == "job_error" or e.get("level") == "error"
+            if _lower(e.type) in FAILURE_EVENTS or _lower(e.level) == "error"
         ]
-        return errors[-1] if errors else "the job ended with status 'error'"
+        return errors[-1] if errors else f"the job ended with status {str(job.status)!r}"
 
-    async def _raw_events(self, job_id: str) -> list[dict[str, Any]]:
-        page = await self._call("GET", f"/fine-tunes/{job_id}/events")
-        return list((page or {}).get("data") or [])
+    async def _raw_events(self, job_id: str) -> list[Any]:
+        page = await self._call(
+            f"the events of job {job_id}", lambda c: c.fine_tuning.list_events(job_id)
+        )
+        return list(page.data or [])
 
-    async def _metrics(self, job_id: str) -> list[dict[str, Any]]:
-        page = await self._call("GET", f"/fine-tunes/{job_id}/metrics")
-        return list((page or {}).get("metrics") or [])
+    async def _metrics(self, job_id: str) -> list[dict[str, float]]:
+        page = await self._call(
+            f"the metrics of job {job_id}", lambda c: c.fine_tuning.list_metrics(job_id)
+        )
+        return list(page.metrics or [])
 
     async def cancel_job(self, job_id: str) -> None:
-        await self._call("POST", f"/fine-tunes/{job_id}/cancel")
+        await self._call(f"cancelling job {job_id}", lambda c: c.fine_tuning.cancel(job_id))
 
     async def list_events(self, job_id: str) -> list[FineTuneEvent]:
         """The job's events, and its loss at each logged step (``data``: step, loss,
-        total_steps), oldest first."""
+        total_steps), oldest first; read once more after the job ended, then kept."""
+        if not job_id:
+            return []
+        if (kept := self._ended.get(job_id)) is not None:
+            return kept
         events = [
             FineTuneEvent(
-                created_at=_timestamp(e.get("created_at")),
-                level=str(e.get("level") or "info"),
-                message=str(e.get("message", "")),
-                data={k: e[k] for k in ("type", "step", "total_steps", "token_count") if k in e},
+                created_at=_timestamp(e.created_at),
+                level=_lower(e.level) or "info",
+                message=str(e.message or ""),
+                data={
+                    "type": _lower(e.type),
+                    **{k: getattr(e, k) for k in ("step", "total_steps") if getattr(e, k, None)},
+                },
             )
             for e in await self._raw_events(job_id)
         ]
@@ -240,29 +408,41 @@ class TogetherFineTuneBackend:
                 data = {"step": step, "loss": loss, **({"total_steps": total} if total else {})}
                 when = _timestamp(metric.get("logged_at"))
                 events.append(FineTuneEvent(when, "info", f"step {step}: loss {loss:.4f}", data))
-        return sorted(events, key=lambda e: e.created_at)
+        events.sort(key=lambda e: e.created_at)
+        if job_id in self._ended:
+            self._ended[job_id] = events
+        return events
+
+    async def end_run(self) -> None:
+        """Delete the training files this backend uploaded (the run has ended; its models
+        stay) and close its clients."""
+        for digest, file_id in list(self.uploaded.items()):
+            await self._call(
+                f"deleting file {file_id}", lambda c, i=file_id: c.files.delete(i), missing_ok=True
+            )
+            del self.uploaded[digest]
+        for loop, client in self._clients.values():
+            if loop is asyncio.get_running_loop():
+                await client.close()
+        self._clients = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_api_key": None}
+        return {**self.__dict__, "_api_key": None, "_clients": {}}
 
     def __repr__(self) -> str:
         return f"TogetherFineTuneBackend(base_url={self.base_url!r})"
 
 
-def _message(reply: Any) -> str:
-    try:
-        body = reply.json()
-    except ValueError:
-        return reply.text[:300] or f"HTTP {reply.status_code}"
-    inner = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(inner, dict) and inner.get("message"):
-        return str(inner["message"])
-    return str(body)[:300]
+def _lower(value: Any) -> str:
+    """An SDK enum's or string's value, lower-cased (``JOB_ERROR``, ``Error``)."""
+    return str(getattr(value, "value", value) or "").lower()
 
 
 def _timestamp(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
+    if isinstance(value, datetime):
+        return value.timestamp()
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
@@ -271,112 +451,11 @@ def _timestamp(value: Any) -> float:
     return time.time()
 
 
-# ------------------------------------------------------------------------------ prices
-#: The day these prices were recorded. Together's pages read then (docs.together.ai,
-#: fine-tuning pricing) give the formula, training tokens = n_epochs x the file's tokens
-#: (plus n_evals x the validation file's, none here), and the size brackets; the rates are
-#: the figures of together.ai/pricing as nip records them, which the stored copies this was
-#: written from did not show: check them there before a paid run, and correct them with
-#: ``ExperimentSettings(prices_usd_per_1m=...)`` and ``estimate_cost(fine_tuning_prices=...)``.
-PRICES_READ_ON = "2026-11-27"
-PRICES_SOURCE = "together.ai/pricing; docs.together.ai/docs/fine-tuning/pricing"
-
-#: Serverless inference in USD per 1M ``(input, output)`` tokens, by model. A fine-tuned LoRA
-#: adapter served serverless is priced as its base model. The ``-Reference`` models (the base
-#: models of serverless LoRA) are at Together's per-size rates for models without a price of
-#: their own (4.1-8B: $0.20, 41.1-80B: $0.90).
-INFERENCE_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
-    {
-        "meta-llama/Meta-Llama-3.1-8B-Instruct-Reference": (0.20, 0.20),
-        "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo": (0.18, 0.18),
-        "meta-llama/Meta-Llama-3.1-70B-Instruct-Reference": (0.90, 0.90),
-        "meta-llama/Llama-3.3-70B-Instruct-Turbo": (0.88, 0.88),
-        "Qwen/Qwen2.5-72B-Instruct": (1.20, 1.20),
-    }
-)
-
-#: Fine-tuning in USD per 1M training tokens, by model-size bracket (upper bound in billions
-#: of parameters), then (method, LoRA) -> rate.
-FINE_TUNING_USD_PER_1M: tuple[tuple[float, str, Mapping[tuple[str, bool], float]], ...] = (
-    (16, "up to 16B", {("supervised", True): 0.48, ("supervised", False): 0.54,
-                       ("dpo", True): 1.20, ("dpo", False): 1.35}),
-    (69, "16.1-69B", {("supervised", True): 1.50, ("supervised", False): 1.65,
-                      ("dpo", True): 3.75, ("dpo", False): 4.12}),
-    (100, "69.1-100B", {("supervised", True): 2.90, ("supervised", False): 3.20,
-                        ("dpo", True): 7.25, ("dpo", False): 8.00}),
-)  # fmt: skip
-
-_SIZE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
-
-
-def model_size_b(model: str) -> float | None:
-    """Billions of parameters, read from a model's name (``...-8B-...`` -> 8; a mixture of
-    experts' total, ``235B-A22B`` -> 235); None when the name does not say."""
-    found = _SIZE.search(model.removeprefix("ft:"))
-    return float(found.group(1)) if found else None
-
-
-def _bracket(model: str) -> tuple[str, Mapping[tuple[str, bool], float]] | None:
-    size = model_size_b(model)
-    if size is None:
-        return None
-    return next(((name, rates) for top, name, rates in FINE_TUNING_USD_PER_1M if size <= top), None)
-
-
-def _inference(model: str) -> tuple[float, float] | None:
-    return INFERENCE_USD_PER_1M.get(model.removeprefix("ft:"))
-
-
-def _priced_as(model: str) -> str | None:
-    """The base model a fine-tuned model is billed as (its adapter served serverless), read
-    from its ``model_output_name``: ``<account>/<base model>-<suffix>-<id>``, where the base
-    model is written with or without its organisation (``meta-llama/``) as Together's
-    examples show both; None for a model of the price table or one of no base it knows."""
-    if model in INFERENCE_USD_PER_1M or "/" not in model:
-        return None
-    name = model.split("/", 1)[1]
-    bases = [
-        base
-        for base in INFERENCE_USD_PER_1M
-        if name.startswith((f"{base}-", f"{base.rsplit('/', 1)[-1]}-"))
-    ]
-    return max(bases, key=len, default=None)
-
-
-def _training(model: str, method: str, lora: bool) -> float | None:
-    bracket = _bracket(model)
-    return None if bracket is None else bracket[1].get((method, lora))
-
-
-def _notes(model: str) -> list[str]:
-    bracket = _bracket(model)
-    size = (
-        f"{model!r} is priced in the {bracket[0]} size bracket (its size read from its name)"
-        if bracket
-        else f"{model!r} has no size in its name, so its fine-tuning is not priced"
-    )
-    return [
-        f"Together AI: prices recorded {PRICES_READ_ON} from {PRICES_SOURCE}; {size}; a job's "
-        "training tokens are its file's tokens times n_epochs (no validation file); a "
-        "fine-tuned adapter is priced as its base model, served serverless (a dedicated "
-        "endpoint, billed by the minute, is not counted)"
-    ]
-
-
-PRICES = Prices(
-    source=PRICES_SOURCE,
-    read_on=PRICES_READ_ON,
-    inference=_inference,
-    training=_training,
-    notes=_notes,
-    priced_as=_priced_as,
-)
-
 PROVIDER = Provider(
     "TogetherAI",
     PROVIDER_FACTS["TogetherAI"],
     endpoint_key=lambda params: "together",
-    chat=openai_compatible("together", TOGETHER_BASE_URL, API_KEY_ENV, base_url_env=BASE_URL_ENV),
+    chat=_chat,
     fine_tune=lambda params, settings, chat: TogetherFineTuneBackend.from_environment(),
     job_settings=job_request,
     prices=PRICES,

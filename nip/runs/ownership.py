@@ -7,14 +7,16 @@ parameters) or a sweep's folder owns it for that time::
     with owning("runs/nip-ei", "training"):
         ...  # nobody else writes runs/nip-ei meanwhile
 
-The owner holds an exclusive OS file lock on ``owner.lock`` in the folder (``filelock``'s
-``flock``, which Linux turns into a POSIX byte-range lock on NFS) and writes into that file
+The owner holds an exclusive OS file lock on ``owner.lock`` in the folder (``flock``, which
+Linux turns into a POSIX byte-range lock on NFS) and writes into that file
 who it is: pid, host, since when, doing what. A second owner, in this process or any other,
 on this machine or another node sharing the folder, is refused at once with
 :class:`DirectoryInUseError` naming the first. The kernel (or, on NFS, the server) drops the
 lock of a process that dies, even with ``kill -9``, so the next owner simply takes it; the
 file still names the dead owner, which :attr:`Ownership.taken_over_from` reports. On a clean
-release the file is emptied.
+release the file is emptied. A child forked by the owner closes its copy of the descriptor as
+it starts (an ``os.register_at_fork`` hook), so a dead owner's lock is never kept alive by a
+child that outlives it.
 
 Claims nest: code that owns a folder may call code that claims it again (``nip extend``
 changes the saved parameters, then resumes the run) in the same task or thread, and asyncio
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -46,7 +49,6 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from nip.errors import NipError
 
@@ -127,20 +129,33 @@ class Ownership:
 
 
 class _Held:
-    """A lock this process holds: its ``FileLock``, its descriptor and its record."""
+    """A lock this process holds: its descriptor and its record."""
 
-    def __init__(self, lock: Any, ownership: Ownership):
-        self.lock, self.ownership, self.fd = lock, ownership, -1
+    def __init__(self, fd: int, ownership: Ownership):
+        self.fd, self.ownership = fd, ownership
         self.pid = os.getpid()  # a forked child inherits the table, not the lock
 
 
 # The locks this process holds, by lock file path. It mirrors the kernel's lock table, which
-# is per process for POSIX locks: one FileLock per file per process, so that no second
+# is per process for POSIX locks: one descriptor per lock file per process, so that no second
 # descriptor of a held lock file is ever opened (closing it would drop the lock on NFS).
 _HELD: dict[str, _Held] = {}
 _TABLE = threading.Lock()
 # The lock files this task or thread holds: a nested claim of one of them is the same owner.
 _MINE: ContextVar[frozenset[str]] = ContextVar("nip_owned_folders", default=frozenset())
+
+
+def _close_in_child() -> None:
+    """In a forked child: close the inherited lock descriptors. An ``flock`` lives while any
+    copy of its descriptor is open, so a child that outlived its parent would keep the dead
+    owner's folder locked; the parent's lock is untouched (closing a copy releases nothing)."""
+    for held in _HELD.values():
+        with contextlib.suppress(OSError):
+            os.close(held.fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)
 
 
 def _lock_path(path: str | Path) -> str:
@@ -195,31 +210,32 @@ def owning(path: str | Path, what: str, *, wait_s: float = 0.0) -> Iterator[Owne
         _release(key, held)
 
 
-def _acquire(path: str | Path, key: str, what: str, wait_s: float) -> _Held | None:
-    from filelock import FileLock, Timeout
+def _lock(fd: int, wait_s: float) -> bool:
+    """Take the exclusive lock of ``fd`` within ``wait_s`` seconds; False when another holds
+    it still. Raises the ``OSError`` of a file system without locks."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
+
+def _acquire(path: str | Path, key: str, what: str, wait_s: float) -> _Held | None:
     with _TABLE:
         other = _live_hold(key)
         if other is not None:  # another task or thread of this process
             raise DirectoryInUseError(path, other.ownership.owner)
         _make_folder(path)
         owner = Owner(os.getpid(), socket.gethostname(), time.time(), what)
-        record = (json.dumps(owner.__dict__) + "\n").encode()
-        held = _Held(None, Ownership(Path(path), owner))
-
-        def write_owner(fd: int) -> None:  # FileLock calls it once the lock is ours
-            previous = os.pread(fd, 4096, 0).decode(errors="replace")
-            held.ownership.taken_over_from = Owner.parse(previous)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, record, 0)
-            held.fd = fd
-
-        held.lock = FileLock(key, timeout=wait_s, thread_local=False, on_acquired=write_owner)
+        fd = os.open(key, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            held.lock.acquire()
-        except Timeout:
-            raise DirectoryInUseError(path, _read_owner(key)) from None
+            locked = _lock(fd, wait_s)
         except OSError as error:
+            os.close(fd)
             if error.errno not in _NO_LOCKS:
                 raise
             from nip.utils.notices import warn
@@ -229,6 +245,14 @@ def _acquire(path: str | Path, key: str, what: str, wait_s: float) -> _Held | No
                 "copy of this command on the same folder would not be refused"
             )
             return None
+        if not locked:
+            os.close(fd)
+            raise DirectoryInUseError(path, _read_owner(key))
+        held = _Held(fd, Ownership(Path(path), owner))
+        previous = os.pread(fd, 4096, 0).decode(errors="replace")
+        held.ownership.taken_over_from = Owner.parse(previous)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(owner.__dict__) + "\n").encode(), 0)
         _HELD[key] = held
         return held
 
@@ -248,14 +272,12 @@ def _release(key: str, held: _Held) -> None:
             del _HELD[key]
         with contextlib.suppress(OSError):
             os.ftruncate(held.fd, 0)  # released cleanly: the file names nobody
-        held.lock.release()
+        os.close(held.fd)  # which releases the lock
 
 
 def current_owner(path: str | Path) -> Owner | None:
     """The live owner of the folder ``path``, or None when nobody holds it (the lock file of
     a process that died still names it, but it owns nothing). Writes nothing."""
-    from filelock import FileLock, Timeout
-
     key = _lock_path(path)
     with _TABLE:
         held = _live_hold(key)
@@ -263,12 +285,12 @@ def current_owner(path: str | Path) -> Owner | None:
             return held.ownership.owner
         if not Path(key).is_file():
             return None
-        probe = FileLock(key, timeout=0, thread_local=False)
+        fd = os.open(key, os.O_RDWR)  # writable: an NFS (POSIX) write lock needs it
         try:
-            probe.acquire()
-        except Timeout:
-            return _read_owner(key) or Owner(0, "", 0.0, "another process")
+            if not _lock(fd, 0.0):
+                return _read_owner(key) or Owner(0, "", 0.0, "another process")
         except OSError:
             return None  # no locks on this file system: nobody can be seen holding one
-        probe.release()
+        finally:
+            os.close(fd)
         return None

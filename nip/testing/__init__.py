@@ -16,7 +16,6 @@ _LAZY = {
     "build_tiny_chat_model": "nip.testing.tiny_model",
     "build_tiny_lora_adapter": "nip.testing.tiny_model",
     "fake_vllm_python": "nip.testing.fake_vllm",
-    "FakeTogether": "nip.testing.together",
 }
 
 

@@ -25,6 +25,7 @@ from nip.errors import (
     SharedModelGroupError,
 )
 from nip.jobs import FineTuneBackend, FineTuneJob, FineTuneSpec, JobStatus
+from nip.jobs._types import ChecksJobs, EndsRuns
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.groups import check_group_agreement
 from nip.protocols import ProtocolHandler
@@ -416,15 +417,23 @@ class PureTextSharedModelGroup:
             TimeoutError: Not ready within ``timeout`` seconds.
             MissingExtraError: The fine-tuning backend needs an extra that is not installed.
         """
-        if will_train:
-            # Built now: a missing extra is refused before the first dialogue, and the
-            # embedded model's imports the training libraries while dialogues are sampled.
-            _ = self.fine_tune_backend
+        # Built now: a missing extra is refused before the first dialogue, and the embedded
+        # model's imports the training libraries while dialogues are sampled. A backend that
+        # can check the job (Together: its model's limits) does so now, before any dialogue
+        # is paid for.
+        if will_train and isinstance(backend := self.fine_tune_backend, ChecksJobs):
+            await backend.check_job(self._spec("supervised", [], None))
         backends = {id(a.backend): a.backend for a in self.agent_wholes.values() if a.backend}
         for backend in backends.values():
             starting = capability(backend, ReportsReadiness)
             if starting is not None:
                 await asyncio.wait_for(starting.wait_for_ready(), timeout)
+
+    async def end_run(self) -> None:
+        """The run has ended: let the fine-tuning backend clean up (Together deletes the
+        training files it uploaded)."""
+        if isinstance(self._fine_tune_backend, EndsRuns):
+            await self._fine_tune_backend.end_run()
 
     async def eval(self) -> None:
         """Switch to evaluation mode (nothing to do for API and embedded models)."""

@@ -140,7 +140,9 @@ class RunReporter(TrainerCallback):
             while True:
                 last_read = ended.is_set()
                 for name, group in groups.items():
-                    job_id = group.submitted_job_id or ""
+                    job_id = group.submitted_job_id  # a resubmitted job's, once there is one
+                    if not job_id:
+                        continue
                     with contextlib.suppress(Exception):  # progress display only
                         events = await group.fine_tune_backend.list_events(job_id)
                         steps = [e.data for e in events if "loss" in e.data and "step" in e.data]

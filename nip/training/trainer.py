@@ -276,6 +276,8 @@ class PureTextEiTrainer:
             stages_run += 1
         if self.finished:
             await self._call("on_train_end")
+            for group in self.groups.values():
+                await group.end_run()
         return self.state
 
     def train(self, max_stages: int | None = None) -> TrainerState:
