@@ -27,7 +27,7 @@ import plotly.graph_objects as go
 from nip.runs.control import request
 from nip.training.context import RunContext
 from nip.viz.live_figure import LiveFigure
-from nip.widgets._html import PlainTextRepr, escape, note_html
+from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
 from nip.widgets._tasks import Polling
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
@@ -42,6 +42,7 @@ _STATUS_COLOURS = {
     "paused": "#e37400",
     "stopping": "#c5221f",
     "stopped": "#c5221f",
+    "failed": "#c5221f",
     "finished": "#188038",
     "not started": "#666",
     "no run": "#666",
@@ -185,6 +186,7 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
             f"<span style='color:{colour};font-weight:600'>{escape(status)}</span> &middot; "
             f"{escape(snapshot.position)}"
             + (f"<br>{escape(snapshot.planned)}" if snapshot.planned else "")
+            + (f"<br>{error_html(snapshot.error)}" if status == "failed" and snapshot.error else "")
             + note_html(f"  ({self.run_dir})")
         )
         self.progress.value = snapshot.progress

@@ -86,7 +86,9 @@ class RunSnapshot:
         stages_completed: Stages finished so far.
         request: The standing control request: "run", "pause" or "stop".
         reported: The trainer's own report at its last stage boundary ("running", "paused",
-            "stopped"), or None when that report is older than the saved state.
+            "stopped", "finished", "failed"), or None when that report is older than the
+            saved state.
+        error: What made the run fail, as the trainer reported it (None unless "failed").
         metrics: Every saved metrics file, one dict each (with ``split`` and ``iteration``).
         jobs: Each group's latest job.
         stage_done: Dialogues the current stage has finished (None when it plays none, or
@@ -104,6 +106,7 @@ class RunSnapshot:
     stages_completed: int = 0
     request: str = "run"
     reported: str | None = None
+    error: str | None = None
     metrics: tuple[dict[str, Any], ...] = ()
     jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
     stage_done: int | None = None
@@ -138,6 +141,7 @@ class RunSnapshot:
             stages_completed=stages_completed,
             request=read_request(directory.path),
             reported=status.get("status") if fresh else None,
+            error=status.get("error") if fresh else None,
             metrics=metrics,
             jobs=tuple(_jobs(directory.path, state, params, plan)),
             stage_done=int(played["done"]) if current else None,
@@ -153,7 +157,8 @@ class RunSnapshot:
     @property
     def status(self) -> str:
         """In words: "no run", "not started" (no stage finished yet), "running", "pausing"
-        (asked, not yet at a stage boundary), "paused", "stopping", "stopped" or "finished"."""
+        (asked, not yet at a stage boundary), "paused", "stopping", "stopped", "failed" (a
+        stage raised; resume it) or "finished"."""
         if self.finished:
             return "finished"
         if not self.exists:
@@ -162,8 +167,8 @@ class RunSnapshot:
             return "paused" if self.reported == "paused" else "pausing"
         if self.request == "stop":
             return "stopping"
-        if self.reported == "stopped":
-            return "stopped"
+        if self.reported in ("stopped", "failed"):
+            return self.reported
         return "running" if self.started else "not started"
 
     @property
