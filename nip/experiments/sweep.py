@@ -167,7 +167,15 @@ def open_cell(
     if (run_dir / "state.json").exists():
         return PureTextEiTrainer.resume(run_dir, cell_settings, backends=backends)
     # A cell killed before its first stage ended has no state yet: start it again.
-    return build_trainer(cell.hyper_params, cell_settings, backends=backends, overwrite=True)
+    from nip.experiments.spend import EstimateCallback  # the cell's cost_estimate.json
+
+    return build_trainer(
+        cell.hyper_params,
+        cell_settings,
+        backends=backends,
+        overwrite=True,
+        callbacks=[EstimateCallback()],
+    )
 
 
 def cell_settings(spec: GridSpec, settings: ExperimentSettings | None, parallel: int):

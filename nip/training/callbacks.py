@@ -21,6 +21,7 @@ import asyncio
 from typing import Any
 
 from nip.runs.control import StageProgressWriter, between_stages, report_status
+from nip.runs.spend import read_spend
 from nip.training.context import RunContext
 
 
@@ -98,6 +99,7 @@ class WandbCallback(TrainerCallback):
     async def on_train_end(self, run: RunContext) -> None:
         if self.logger is not None:
             logger, self.logger = self.logger, None
+            logger.summarise(read_spend(run.run_dir.path).to_metrics())  # nip.runs.spend
             await asyncio.to_thread(logger.finish)
 
 

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 from nip.runs.plan_steps import GroupStep
+from nip.runs.spend import job_spend, with_training_total
 from nip.training.failure_policy import FailurePolicy, settle_fine_tune_job
 from nip.training.groups import PureTextSharedModelGroup
 from nip.training.plan import job_name
@@ -74,12 +75,20 @@ class FineTuneStages:
             ),
             return_exceptions=True,
         )
+        spent: dict[str, Any] = {}
         for name, outcome in zip(names, settled, strict=True):
+            if outcome == "succeeded":  # what its training cost (nip.runs.spend)
+                group = self.groups[name]
+                job, method = await group.fine_tune_job(), self.context.step.group(name).method
+                spent |= job_spend(name, job, group.params, method)
             if outcome == "kept_previous":
                 failures = len(self.groups[name].failures_in(self._iteration))
                 self._add_train_metrics(
                     {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures}
                 )
+        if spent:  # with the sum over every group's job of the iteration
+            total = with_training_total(self._train_metrics() | spent)["training_cost_usd"]
+            self._add_train_metrics(spent | {"training_cost_usd": total})
         errors = [e for e in settled if isinstance(e, BaseException)]
         if errors:
             raise errors[0]
@@ -92,11 +101,13 @@ class FineTuneStages:
     def _fine_tune_name(self, group: str) -> str:
         return f"fine_tune/it{self._iteration:04d}_{group}.jsonl"
 
+    def _train_metrics(self) -> dict[str, Any]:
+        name = f"metrics/train_it{self._iteration:04d}.json"
+        return self.run_dir.read_json(name) if self.run_dir.exists(name) else {}
+
     def _add_train_metrics(self, metrics: dict[str, Any]) -> None:
         """Add ``metrics`` to this iteration's training metrics (file and logger)."""
-        name = f"metrics/train_it{self._iteration:04d}.json"
-        saved = self.run_dir.read_json(name) if self.run_dir.exists(name) else {}
-        self.run_dir.save_metrics("train", self._iteration, saved | metrics)
+        self.run_dir.save_metrics("train", self._iteration, self._train_metrics() | metrics)
         self._log(metrics)
 
     async def _stage_switch_models(self) -> None:

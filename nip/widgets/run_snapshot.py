@@ -17,6 +17,7 @@ from typing import Any
 
 from nip.runs.control import read_request, read_stage_progress, read_status
 from nip.runs.run_dir import RunDirectory
+from nip.runs.spend import ESTIMATE_FILE, RunSpend
 from nip.training.plan import RunPlan
 from nip.utils.files import read_growing_jsonl, read_json_object
 
@@ -95,6 +96,7 @@ class RunSnapshot:
             has not reported yet).
         stage_total: Dialogues the current stage plays (None likewise).
         plan: The run's plan (``plan.json``; None for a run saved before plans).
+        estimate: The dry run's estimate saved when it started (``cost_estimate.json``).
     """
 
     run_dir: Path
@@ -112,6 +114,7 @@ class RunSnapshot:
     stage_done: int | None = None
     stage_total: int | None = None
     plan: RunPlan | None = None
+    estimate: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def read(cls, run_dir: str | Path) -> RunSnapshot:
@@ -147,6 +150,7 @@ class RunSnapshot:
             stage_done=int(played["done"]) if current else None,
             stage_total=int(played["total"]) if current else None,
             plan=plan,
+            estimate=read_json_object(directory.path / ESTIMATE_FILE),
         )
 
     # ------------------------------------------------------------------ position
@@ -218,6 +222,11 @@ class RunSnapshot:
         when a model has no price)."""
         values = [row.get("cost_usd") for row in self.metrics]
         return None if None in values else sum(values)
+
+    @property
+    def spend(self) -> RunSpend:
+        """What the run has spent so far (inference and fine-tuning) beside its estimate."""
+        return RunSpend.from_records(self.metrics, self.estimate)
 
     @property
     def agents(self) -> list[str]:
