@@ -164,6 +164,14 @@ def test_a_sweep_totals_its_cells_spend_beside_their_estimates(api, folder_of_gr
     assert spends.total_usd == pytest.approx(sum(c.total_usd for c in spends.cells.values()))
     text = sweep_status_text(sweep.directory)
     assert spends.describe() in text
+    _, table = sweep.compare(split="test")  # both seeds pooled: one series, one iteration
+    assert table["spent_usd"].tolist() == [pytest.approx(spends.total_usd)]
+    assert table["estimated_usd"].tolist() == [pytest.approx(spends.estimate_usd)]
+    from nip.widgets import SweepMonitor
+
+    monitor = SweepMonitor(sweep.directory, start=False)
+    assert spends.describe() in monitor.header.value
+    monitor.close()
     for name in spends.cells:
         assert any(line.startswith(name) and "finished" in line for line in text.splitlines())
 
