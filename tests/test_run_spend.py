@@ -17,7 +17,7 @@ from nip.experiments.spend import EstimateCallback, sweep_spend, sweep_status_te
 from nip.jobs import FineTuneJob
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.providers import prices_for
-from nip.runs.spend import read_spend
+from nip.runs.spend import read_spend, usd
 from nip.settings import ExperimentSettings
 from nip.testing.fine_tuning import ScriptedFineTuneBackend
 from nip.testing.server import create_app, serve
@@ -124,6 +124,12 @@ def test_a_run_reports_its_inference_and_training_spend_beside_its_estimate(
     assert f"run finished · {spend.describe()}" in printed.getvalue()
     assert f"({spend.difference_pct:+.0f}%)" in spend.describe()
     assert RunSnapshot.read(tmp_path / "run").spend == spend
+    from nip.widgets import RunMonitor
+
+    monitor = RunMonitor(tmp_path / "run", start=False)
+    assert spend.describe() in monitor.spend_view.value
+    assert f"prover {usd(spend.by_agent['prover'])}" in monitor.spend_view.value
+    monitor.close()
 
 
 def test_a_job_that_reports_no_trained_tokens_makes_the_training_cost_unknown_not_zero(
@@ -150,7 +156,7 @@ def test_a_run_on_the_dummy_api_spends_nothing_and_says_so(dummy_params, tmp_pat
     )
 
 
-def test_a_sweep_totals_its_cells_spend_beside_their_estimates(api, folder_of_grid):
+def test_a_sweep_totals_its_cells_spend_beside_their_estimates(api, folder_of_grid, capsys):
     import nip
 
     settings = ExperimentSettings(
@@ -172,6 +178,10 @@ def test_a_sweep_totals_its_cells_spend_beside_their_estimates(api, folder_of_gr
     monitor = SweepMonitor(sweep.directory, start=False)
     assert spends.describe() in monitor.header.value
     monitor.close()
+    from nip.cli import main
+
+    assert main(["compare", str(sweep.directory)]) == 0
+    assert "spent_usd" in capsys.readouterr().out
     for name in spends.cells:
         assert any(line.startswith(name) and "finished" in line for line in text.splitlines())
 
