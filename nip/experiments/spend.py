@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.experiments.cost_estimate import estimate_cost
-from nip.experiments.cost_report import CostEstimate, sum_usd
+from nip.experiments.cost_report import CostEstimate
 from nip.experiments.sweep_grid import sweep_run_dirs
 from nip.parameters import HyperParameters
 from nip.runs.spend import ESTIMATE_FILE, RunSpend, read_spend, sum_known, usd
@@ -44,8 +44,8 @@ def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:
     (inference: the train and test dialogues; training: the fine-tuning jobs)."""
 
     def split(lines: list) -> dict[str, float | None]:
-        inference = sum_usd(x.usd for x in lines if x.stage != "fine-tune")
-        training = sum_usd(x.usd for x in lines if x.stage == "fine-tune")
+        inference = sum_known(x.usd for x in lines if x.stage != "fine-tune")
+        training = sum_known(x.usd for x in lines if x.stage == "fine-tune")
         return {
             "inference_usd": inference,
             "training_usd": training,
@@ -59,7 +59,7 @@ def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:
         "by_iteration": {
             str(i): split([x for x in estimate.lines if x.iteration == i]) for i in iterations
         },
-        "by_agent": {a: sum_usd(x.usd for x in estimate.lines if x.agent == a) for a in agents},
+        "by_agent": {a: sum_known(x.usd for x in estimate.lines if x.agent == a) for a in agents},
         "training_tokens": sum(x.training_tokens for x in estimate.lines),
         "unpriced": estimate.unpriced,
     }

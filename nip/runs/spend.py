@@ -24,7 +24,15 @@ from nip.providers import prices_for
 from nip.providers.openai import price_key
 from nip.utils.files import read_json_object
 
-__all__ = ["ESTIMATE_FILE", "RunSpend", "job_spend", "read_spend", "sum_known", "usd"]
+__all__ = [
+    "ESTIMATE_FILE",
+    "RunSpend",
+    "job_spend",
+    "read_spend",
+    "sum_known",
+    "usd",
+    "with_training_total",
+]
 
 #: The dry run's estimate of a run, saved in its directory when it starts.
 ESTIMATE_FILE = "cost_estimate.json"
