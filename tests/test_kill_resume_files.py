@@ -110,18 +110,24 @@ def files_of(folder: Path) -> dict[str, object]:
     return found
 
 
-def kill_and_resume(tmp_path: Path, start: list[str], resume: list[str], seed: int) -> int:
+def kill_and_resume(
+    tmp_path: Path, start: list[str], resume: list[str], seed: int, after_kill=None
+) -> int:
     """Start with ``start``, kill it at a seeded moment, resume with ``resume`` (killed again
-    at another moment), KILLS times, then resume to the end. Returns the kills."""
+    at another moment), KILLS times, then resume to the end; ``after_kill()`` is called after
+    each kill. Returns the kills."""
     _, total = _nip(tmp_path / "probe", 0, *start[:-1], str(tmp_path / "probe" / "dir"))
     assert total and total > 20
-    rng = random.Random(seed)
+    # Moments spread over the whole run: the resumed process is killed at about the next one.
+    moments = sorted(random.Random(seed).sample(range(2, total), KILLS))
     command, kills = start, 0
-    for _ in range(KILLS):
-        code, _ = _nip(tmp_path, rng.randint(2, total // KILLS), *command)
+    for kill_at in (b - a for a, b in zip([0, *moments], moments, strict=False)):
+        code, _ = _nip(tmp_path, kill_at, *command)
         if code == 0:
             return kills
         command, kills = resume, kills + 1
+        if after_kill is not None:
+            after_kill()
     assert _nip(tmp_path, 0, *resume)[0] == 0
     return kills
 

@@ -135,8 +135,9 @@ def sweep_spend(sweep_dir: str | Path) -> SweepSpend:
 def sweep_status_text(sweep_dir: str | Path) -> str:
     """What ``nip sweep status DIR`` prints: whether the sweep runs, then per cell its status
     as its trainer reported it (``run_status.json``: running, paused, stopped, failed,
-    finished; its stage before the first report), where it is, and what it spent beside its
-    estimate; last, the sweep's total.
+    finished; its stage before the first report; "interrupted" when it says running but no
+    process owns it), where it is, and what it spent beside its estimate; last, the sweep's
+    total.
 
     Raises:
         NotASweepDirectoryError: ``sweep_dir`` holds no sweep.
@@ -158,6 +159,8 @@ def sweep_status_text(sweep_dir: str | Path) -> str:
             status, where = cell.stage, ""
         else:
             status = "finished" if cell.stage == "done" else reported.get("status", cell.stage)
+            if status == "running" and current_owner(Path(sweep_dir) / "cells" / cell.name) is None:
+                status = "interrupted"  # reported running, but no process owns it: killed
             shown = min(cell.iteration + 1, cell.num_iterations)
             where = f"iteration {shown}/{cell.num_iterations}"
             if "stages_total" in reported:
