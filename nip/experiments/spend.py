@@ -136,8 +136,8 @@ def sweep_status_text(sweep_dir: str | Path) -> str:
     """What ``nip sweep status DIR`` prints: whether the sweep runs, then per cell its status
     as its trainer reported it (``run_status.json``: running, paused, stopped, failed,
     finished; its stage before the first report; "interrupted" when it says running but no
-    process owns it), where it is, and what it spent beside its estimate; last, the sweep's
-    total.
+    process owns it), where it is, and what it spent beside its estimate; last, once a cell
+    started, the sweep's total.
 
     Raises:
         NotASweepDirectoryError: ``sweep_dir`` holds no sweep.
@@ -151,22 +151,23 @@ def sweep_status_text(sweep_dir: str | Path) -> str:
     lines = [f"{sweep_dir}: " + (f"running ({owner})" if owner else "not running")]
     spends = sweep_spend(sweep_dir)
     for cell in cells:
-        reported = read_status(Path(sweep_dir) / "cells" / cell.name)
-        spend = spends.cells.get(cell.name, RunSpend())
+        cell_dir = Path(sweep_dir) / "cells" / cell.name
+        reported, spend = read_status(cell_dir), spends.cells.get(cell.name, RunSpend())
         if cell.error:
-            status, where = "failed", cell.error
-        elif cell.stage == "not started":
-            status, where = cell.stage, ""
-        else:
-            status = "finished" if cell.stage == "done" else reported.get("status", cell.stage)
-            if status == "running" and current_owner(Path(sweep_dir) / "cells" / cell.name) is None:
-                status = "interrupted"  # reported running, but no process owns it: killed
-            shown = min(cell.iteration + 1, cell.num_iterations)
-            where = f"iteration {shown}/{cell.num_iterations}"
-            if "stages_total" in reported:
-                where += f", {reported['stages_completed']}/{reported['stages_total']} stages"
+            lines.append(f"{cell.name:<32}{'failed':<12}{cell.error}")
+            continue
+        if cell.stage == "not started":
+            lines.append(f"{cell.name:<32}not started")
+            continue
+        status = "finished" if cell.stage == "done" else reported.get("status", cell.stage)
+        if status == "running" and current_owner(cell_dir) is None:
+            status = "interrupted"  # reported running, but no process owns it: killed
+        where = f"iteration {min(cell.iteration + 1, cell.num_iterations)}/{cell.num_iterations}"
+        stages = reported.get("stages_total")
+        stages = f"{reported['stages_completed']}/{stages} stages" if stages else ""
         difference = spend.difference_pct
         cost = usd(spend.total_usd) + ("" if difference is None else f" ({difference:+.0f}%)")
-        lines.append(f"{cell.name:<32}{status:<12}{where:<36}{cost}".rstrip())
-    lines.append(spends.describe())
+        lines.append(f"{cell.name:<32}{status:<12}{where:<18}{stages:<14}{cost}")
+    if any(cell.stage != "not started" for cell in cells):
+        lines.append(spends.describe())
     return "\n".join(lines)
