@@ -22,6 +22,7 @@ from nip.experiments.cost_estimate import estimate_cost
 from nip.experiments.cost_report import CostEstimate
 from nip.experiments.sweep_grid import sweep_run_dirs
 from nip.parameters import HyperParameters
+from nip.protocols import PROTOCOLS, ProtocolHandler
 from nip.runs.spend import ESTIMATE_FILE, RunSpend, read_spend, sum_known, usd
 from nip.settings import ExperimentSettings
 from nip.training.callbacks import TrainerCallback
@@ -66,10 +67,14 @@ def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:
 
 
 def save_estimate(
-    run_dir: str | Path, hyper_params: HyperParameters, settings: ExperimentSettings
+    run_dir: str | Path,
+    hyper_params: HyperParameters,
+    settings: ExperimentSettings,
+    protocol: type[ProtocolHandler] | None = None,
 ) -> Path:
-    """Price the plan of ``hyper_params`` as the dry run does and save it in ``run_dir``."""
-    estimate = estimate_cost(hyper_params, settings)
+    """Price the plan of ``hyper_params`` as the dry run does and save it in ``run_dir``
+    (``protocol``: the class of a protocol of one's own code)."""
+    estimate = estimate_cost(hyper_params, settings, protocol=protocol)
     path = Path(run_dir) / ESTIMATE_FILE
     import json
 
@@ -79,8 +84,8 @@ def save_estimate(
 
 class EstimateCallback(TrainerCallback):
     """Saves the dry run's estimate of the run's plan when it starts (once: a resumed run
-    keeps the estimate of its start). A plan the dry run cannot price (a protocol of one's
-    own code) is warned about; the run goes on without an estimate."""
+    keeps the estimate of its start). A plan the dry run cannot price is warned about; the
+    run goes on without an estimate."""
 
     async def on_train_begin(self, run: RunContext) -> None:
         if (run.run_dir.path / ESTIMATE_FILE).exists() or run.state.stage == "done":
@@ -88,8 +93,12 @@ class EstimateCallback(TrainerCallback):
         settings = ExperimentSettings(
             show_progress=False, prices_usd_per_1m=dict(run.settings.prices_usd_per_1m)
         )
+        shipped = run.hyper_params.interaction_protocol in PROTOCOLS
+        protocol = None if shipped else type(run.session.handler)
         try:
-            await asyncio.to_thread(save_estimate, run.run_dir.path, run.hyper_params, settings)
+            await asyncio.to_thread(
+                save_estimate, run.run_dir.path, run.hyper_params, settings, protocol
+            )
         except Exception as error:  # the estimate is a comparison, never a reason to stop
             warn(f"the run's cost could not be estimated ({error}); it goes on without one")
 
