@@ -49,6 +49,8 @@ _LAZY = {
     "Sweep": "nip.sweeps",
     "GridSpec": "nip.sweeps.grid",
     "compare_runs": "nip.viz.compare_runs",
+    "read_spend": "nip.runs.spend",
+    "export_inspect": "nip.runs.inspect_export",
     "load_code_validation_dataset": "nip.data",
     "ServerHandle": "nip.server.background",
     "serve_in_background": "nip.server.background",

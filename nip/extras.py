@@ -73,6 +73,9 @@ FEATURES: Mapping[str, Feature] = MappingProxyType(
         "parquet": Feature("reading parquet files", "data", ("pandas", "pyarrow")),
         "ray": Feature("nip sweep --ray (a grid's cells as Ray tasks)", "ray", ("ray",)),
         "together": Feature("Together AI (model_provider='TogetherAI')", "together", ("together",)),
+        "inspect": Feature(
+            "nip export inspect (dialogues as Inspect logs)", "inspect", ("inspect_ai",)
+        ),
     }
 )
 """Each optional feature, by the name :func:`require` takes."""

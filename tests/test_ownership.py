@@ -370,3 +370,25 @@ def test_the_python_api_takes_the_same_lock(owned):
                 attempt()
     finally:
         _kill(holder)
+
+
+def test_a_new_owner_removes_the_temporary_files_of_interrupted_writes_and_nothing_else(tmp_path):
+    run = tmp_path / "sweep"
+    stale = [run / ".sweep.json.ab3_x9zq.tmp", run / "metrics" / ".train_it0000.json.k2m4n6p8.tmp"]
+    kept = [
+        run / "sweep.json",
+        run / ".hidden.tmp",  # not an atomic write's name
+        run / ".control.json.abcdefgh.tmp",  # control.json is written by others than its owner
+        run / "jobs" / "job-1" / ".status.json.abcdefgh.tmp",  # a training process's
+        run / "serve" / ".model.json.abcdefgh.tmp",  # a nip serve's
+        run / "cells" / "a" / LOCK_FILE,
+        run / "cells" / "a" / ".state.json.abcdefgh.tmp",  # the cell's owner cleans it
+    ]
+    for path in stale + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    with owning(run, "a sweep resuming"):
+        assert [p for p in stale if p.exists()] == []
+        assert [p for p in kept if not p.exists()] == []
+    with owning(run / "cells" / "a", "a cell resuming"):
+        assert not (run / "cells" / "a" / ".state.json.abcdefgh.tmp").exists()

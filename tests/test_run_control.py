@@ -390,3 +390,39 @@ def test_the_dashboard_polls_on_the_running_loop_until_it_is_closed(dataset, tmp
             await task
 
     asyncio.run(watch_while_training())
+
+
+def test_a_finished_run_says_finished_in_run_status_json_with_all_its_stages_counted(
+    dataset, tmp_path
+):
+    trainer = trainer_at(tmp_path / "run", dataset)
+    trainer.train()
+    status = read_status(tmp_path / "run")
+    assert status["status"] == "finished"
+    assert status["stages_completed"] == status["stages_total"] == trainer.plan.total_stages
+    assert RunSnapshot.read(tmp_path / "run").status == "finished"
+
+
+def test_a_run_whose_stage_raises_says_failed_with_the_error_and_running_once_resumed(
+    dataset, tmp_path
+):
+    run = tmp_path / "run"
+    trainer = trainer_at(run, dataset)
+
+    async def disk_full() -> None:
+        raise OSError("no space left on device")
+
+    trainer._stage_log_stats = disk_full  # the second stage fails
+    with pytest.raises(OSError):
+        trainer.train()
+    status = read_status(run)
+    assert status["status"] == "failed" and status["stages_completed"] == 1
+    assert status["error"] == "log_stats: OSError: no space left on device"
+    snapshot = RunSnapshot.read(run)
+    assert snapshot.status == "failed" and snapshot.error == status["error"]
+
+    resumed = PureTextEiTrainer.resume(run)
+    resumed.train(max_stages=1)
+    assert read_status(run)["status"] == "running" and "error" not in read_status(run)
+    resumed.train()
+    assert read_status(run)["status"] == "finished"

@@ -106,7 +106,7 @@ def test_status_shows_a_cell_that_failed_with_its_error(grid, tmp_path, capsys):
     assert main(["sweep", "status", str(tmp_path / "s")]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert "failed" in rows["nip_seed1"] and "not valid JSON" in rows["nip_seed1"]
-    assert rows["nip_seed0"].split()[1:] == ["done", "iteration", "2/2"]
+    assert rows["nip_seed0"].split()[1:4] == ["finished", "iteration", "2/2"]
 
 
 def test_compare_shows_the_cells_that_ran_and_marks_those_that_have_not(grid, tmp_path, capsys):

@@ -88,6 +88,18 @@ def test_an_offline_run_logs_each_iterations_rollouts_as_artifacts(
 
 
 @pytest.mark.timeout(180)
+def test_an_offline_run_logs_its_jobs_training_cost_and_sums_up_what_it_spent(
+    make_tiny_dataset, tmp_path, monkeypatch
+):
+    run_dir = tmp_path / "run"
+    settings = offline(monkeypatch, tmp_path, run_dir)
+    build_trainer(_params(make_tiny_dataset()), settings).train()
+    data = _written(run_dir / "wandb", b"spent_training_usd")
+    assert b"prover.training_cost_usd" in data  # with iteration 0's metrics
+    assert b"spent_training_usd" in data and b"spent_inference_usd" in data  # the summary
+
+
+@pytest.mark.timeout(180)
 def test_a_malt_run_logs_its_trees_and_the_originals_processed_transcripts_and_prompts(
     make_tiny_dataset, tmp_path, monkeypatch
 ):

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "analyse": "analyse",
     "serve": "serve",
+    "export": "export",
     "schema": "schema",
 }
 

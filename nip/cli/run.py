@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(args, hyper_params)
     from pathlib import Path
 
+    from nip.experiments.spend import EstimateCallback
     from nip.runs.run_dir import new_run_path, refuse_existing_run
     from nip.training.trainer import build_trainer
 
@@ -53,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
         )
     storage = Path(settings.run_dir or ".") / "serve"
     with _args.served([hyper_params], settings, storage) as settings:
-        trainer = build_trainer(hyper_params, settings, overwrite=args.overwrite)
+        trainer = build_trainer(
+            hyper_params, settings, overwrite=args.overwrite, callbacks=[EstimateCallback()]
+        )
         _args.train(trainer)
     _args.print_metrics(trainer)
     return 0

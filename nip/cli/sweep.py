@@ -127,17 +127,6 @@ def _run_on_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str
 
 
 def _print_status(sweep_dir: str) -> None:
-    from nip.runs.ownership import current_owner
-    from nip.runs.sweep_dir import sweep_status
+    from nip.experiments.spend import sweep_status_text
 
-    cells = sweep_status(sweep_dir)  # first: refuses a folder that holds no sweep
-    owner = current_owner(sweep_dir)
-    print(f"{sweep_dir}: " + (f"running ({owner})" if owner else "not running"))
-    for cell in cells:
-        if cell.error:
-            stage, where = "failed", cell.error
-        elif cell.stage == "not started":
-            stage, where = cell.stage, ""
-        else:
-            stage, where = cell.stage, f"iteration {cell.progress}"
-        print(f"{cell.name:<32}{stage:<24}{where}".rstrip())
+    print(sweep_status_text(sweep_dir))  # refuses a folder that holds no sweep

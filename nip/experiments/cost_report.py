@@ -7,11 +7,12 @@ and shows them (text for the terminal, HTML for Jupyter, a DataFrame for analysi
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from nip.extras import needs
+from nip.runs.spend import sum_known
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -58,10 +59,8 @@ class CostLine:
 _SUMMED = ("calls", "prompt_tokens", "completion_tokens", "examples", "training_tokens")
 
 
-def sum_usd(values: Iterable[float | None]) -> float | None:
-    """The sum of prices, or None when one of them is unknown."""
-    values = list(values)
-    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+#: The sum of prices, or None when one of them is unknown.
+sum_usd = sum_known
 
 
 @dataclass

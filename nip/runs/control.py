@@ -5,8 +5,9 @@ request to ``control.json``; the trainer reads it between stages, so a request w
 same whether the run is an asyncio task in the same kernel or ``nip run`` in a shell::
 
     control.json   {"request": "pause"}      written by the user (atomically)
-    run_status.json {"status": "paused", "stages_completed": 4, "updated": ...}
-                                              written by the trainer
+    run_status.json {"status": "paused", "stages_completed": 4, "stages_total": 12,
+                     "updated": ...}          written by the trainer: running, paused,
+                                              stopped, finished or failed (with "error")
     stage_progress.json {"stage": "sample_rollouts", "iteration": 1, "done": 5, "total": 8}
                                               written by the trainer while a stage plays
                                               dialogues (at most twice a second)
@@ -40,6 +41,7 @@ __all__ = [
     "read_request",
     "read_stage_progress",
     "read_status",
+    "report_status",
     "request",
 ]
 
@@ -49,8 +51,10 @@ PROGRESS_FILE = "stage_progress.json"
 
 #: What a user may ask of a running trainer.
 Request = Literal["run", "pause", "stop"]
-#: What the trainer says it is doing, as of its last stage boundary.
-Status = Literal["running", "paused", "stopped"]
+#: What the trainer says it is doing, as of its last stage boundary: "finished" once the run
+#: ended, "failed" when a stage raised (the run can be resumed), "stopped" on a stop request
+#: or an interruption (Ctrl-C, a cancelled task).
+Status = Literal["running", "paused", "stopped", "finished", "failed"]
 
 
 class RunControlError(NipError, ValueError):
@@ -137,13 +141,31 @@ class StageProgressWriter:
         atomic_write_text(self.path, json.dumps(data) + "\n", durable=False)  # a display's
 
 
-def _report(run_dir: Path, status: Status, stages_completed: int) -> None:
-    data = {"status": status, "stages_completed": stages_completed, "updated": time.time()}
-    atomic_write_text(run_dir / STATUS_FILE, json.dumps(data) + "\n")
+def report_status(
+    run_dir: str | Path,
+    status: Status,
+    stages_completed: int,
+    stages_total: int | None = None,
+    *,
+    error: str | None = None,
+) -> None:
+    """Write the trainer's report to ``run_status.json`` (``stages_total``: the plan's)."""
+    data: dict[str, Any] = {"status": status, "stages_completed": stages_completed}
+    if stages_total is not None:
+        data["stages_total"] = stages_total
+    if error is not None:
+        data["error"] = error
+    atomic_write_text(
+        Path(run_dir) / STATUS_FILE, json.dumps(data | {"updated": time.time()}) + "\n"
+    )
 
 
 async def between_stages(
-    run_dir: str | Path, stages_completed: int, *, poll_interval_s: float = 1.0
+    run_dir: str | Path,
+    stages_completed: int,
+    *,
+    poll_interval_s: float = 1.0,
+    stages_total: int | None = None,
 ) -> bool:
     """The trainer's check at a stage boundary (after the state was saved).
 
@@ -158,14 +180,14 @@ async def between_stages(
     while True:
         wanted = read_request(run_dir)
         if wanted == "stop":
-            _report(run_dir, "stopped", stages_completed)
+            report_status(run_dir, "stopped", stages_completed, stages_total)
             request(run_dir, "run")
             return False
         if wanted == "run":
             if reported is not None or read_status(run_dir).get("status") != "running":
-                _report(run_dir, "running", stages_completed)
+                report_status(run_dir, "running", stages_completed, stages_total)
             return True
         if reported != "paused":
-            _report(run_dir, "paused", stages_completed)
+            report_status(run_dir, "paused", stages_completed, stages_total)
             reported = "paused"
         await asyncio.sleep(poll_interval_s)

@@ -18,6 +18,15 @@ release the file is emptied. A child forked by the owner closes its copy of the 
 it starts (an ``os.register_at_fork`` hook), so a dead owner's lock is never kept alive by a
 child that outlives it.
 
+A new owner first removes what a killed writer left behind: the temporary files of
+interrupted atomic writes (``.<name>.<8 random characters>.tmp``, see
+:func:`nip.utils.files.atomic_write_text`), so a run or sweep killed with ``kill -9`` and
+resumed ends with the files of one never killed. It leaves alone what other writers may be
+writing while it owns the folder: sub-folders that are owned on their own (a sweep's cells,
+which hold their own ``owner.lock``), ``jobs/`` (local LoRA training processes may outlive
+their run), ``serve/`` (a ``nip serve``'s storage) and ``control.json``'s (written by
+whoever asks a run to pause or stop).
+
 Claims nest: code that owns a folder may call code that claims it again (``nip extend``
 changes the saved parameters, then resumes the run) in the same task or thread, and asyncio
 tasks it starts inherit its claims. A claim made elsewhere in this process (another task of a
@@ -41,6 +50,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -60,10 +70,16 @@ __all__ = [
     "Ownership",
     "current_owner",
     "owning",
+    "remove_stale_temporaries",
 ]
 
 #: The lock file every owned folder holds; its text names the owner while one holds it.
 LOCK_FILE = "owner.lock"
+
+#: An interrupted atomic write's temporary file: ``tempfile.mkstemp``'s 8 random characters.
+_TEMPORARY = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp$")
+#: Sub-folders (and files) of an owned folder whose writers are not its owner.
+_NOT_THE_OWNERS = frozenset({"jobs", "serve", "control.json"})
 
 #: Errors by which a file system says it has no locks (or none across the network).
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
@@ -254,7 +270,32 @@ def _acquire(path: str | Path, key: str, what: str, wait_s: float) -> _Held | No
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(owner.__dict__) + "\n").encode(), 0)
         _HELD[key] = held
+        remove_stale_temporaries(path)
         return held
+
+
+def remove_stale_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporary files interrupted atomic writes left in the folder ``path``
+    (its owner's: see the module's docstring for what is left alone).
+
+    Returns:
+        The files removed.
+    """
+    removed = []
+    for folder, subfolders, files in os.walk(path):
+        here = Path(folder)
+        subfolders[:] = [
+            name
+            for name in subfolders
+            if name not in _NOT_THE_OWNERS and not (here / name / LOCK_FILE).exists()
+        ]
+        for name in files:
+            match = _TEMPORARY.match(name)
+            if match and match["target"] not in _NOT_THE_OWNERS:
+                with contextlib.suppress(FileNotFoundError):
+                    (here / name).unlink()
+                    removed.append(here / name)
+    return removed
 
 
 def _make_folder(path: str | Path) -> None:

@@ -143,13 +143,18 @@ def open_cell(
     *,
     backends: BackendPool | None = None,
 ) -> PureTextEiTrainer:
-    """The cell's trainer: resumed from its run directory, or new."""
+    """The cell's trainer: resumed from its run directory, or new; either saves the dry
+    run's estimate of the cell's plan if it has none yet (``cost_estimate.json``)."""
+    from nip.experiments.spend import EstimateCallback
+
     run_dir = cell.run_dir(sweep_dir)
     cell_settings = replace(settings, run_dir=run_dir)
     if (run_dir / "state.json").exists():
-        return PureTextEiTrainer.resume(run_dir, cell_settings, backends=backends)
-    # A cell killed before its first stage ended has no state yet: start it again.
-    return build_trainer(cell.hyper_params, cell_settings, backends=backends, overwrite=True)
+        trainer = PureTextEiTrainer.resume(run_dir, cell_settings, backends=backends)
+    else:  # a cell killed before its first stage ended has no state yet: start it again
+        trainer = build_trainer(cell.hyper_params, cell_settings, backends=backends, overwrite=True)
+    trainer.callbacks.append(EstimateCallback())
+    return trainer
 
 
 def cell_settings(spec: GridSpec, settings: ExperimentSettings | None, parallel: int):

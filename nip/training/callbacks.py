@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nip.runs.control import StageProgressWriter, between_stages
+from nip.runs.control import StageProgressWriter, between_stages, report_status
+from nip.runs.spend import read_spend
 from nip.training.context import RunContext
 
 
@@ -114,18 +115,42 @@ class WandbCallback(TrainerCallback):
     async def on_train_end(self, run: RunContext) -> None:
         if self.logger is not None:
             logger, self.logger = self.logger, None
+            logger.summarise(read_spend(run.run_dir.path).to_metrics())  # nip.runs.spend
             await asyncio.to_thread(logger.finish)
 
 
 class ControlFileCallback(TrainerCallback):
-    """Pauses between stages while ``control.json`` asks, and stops the run when it asks."""
+    """Pauses between stages while ``control.json`` asks, and stops the run when it asks;
+    says in ``run_status.json`` whether the run is running, paused, stopped, finished or
+    failed, with its stages counted (completed of the plan's total)."""
+
+    def _report(self, run: RunContext, status: Any, error: str | None = None) -> None:
+        total = getattr(run.plan, "total_stages", None)  # a RunPlan's
+        report_status(run.run_dir.path, status, run.state.stages_completed, total, error=error)
+
+    async def on_train_begin(self, run: RunContext) -> None:
+        if run.state.stage != "done":  # a resumed failed or stopped run runs again
+            self._report(run, "running")
 
     async def should_continue(self, run: RunContext) -> bool:
         return await between_stages(
             run.run_dir.path,
             run.state.stages_completed,
             poll_interval_s=run.poll_interval_s,
+            stages_total=getattr(run.plan, "total_stages", None),
         )
+
+    async def on_stage_end(
+        self, run: RunContext, stage: str, error: BaseException | None = None
+    ) -> None:
+        if error is None:
+            return
+        interrupted = isinstance(error, asyncio.CancelledError | KeyboardInterrupt)
+        message = None if interrupted else f"{stage}: {type(error).__name__}: {error}"
+        self._report(run, "stopped" if interrupted else "failed", message)
+
+    async def on_train_end(self, run: RunContext) -> None:
+        self._report(run, "finished")
 
 
 class StageProgressCallback(TrainerCallback):

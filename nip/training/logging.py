@@ -37,6 +37,9 @@ class NullLogger:
     def finish(self) -> None:
         return None
 
+    def summarise(self, metrics: dict[str, Any]) -> None:
+        return None
+
     def save_run_artifact(self, run_dir: Path) -> None:
         return None
 
@@ -185,6 +188,11 @@ class WandbLogger:
         if self._run is not None:
             self._run.finish()
             self._run = None
+
+    def summarise(self, metrics: dict[str, Any]) -> None:
+        """Set the run's summary values (what the run spent; unknown ones left out)."""
+        if self._run is not None:
+            self._run.summary.update({k: v for k, v in metrics.items() if v is not None})
 
     def save_run_artifact(self, run_dir: Path) -> None:
         """Save the run's state and current adapters as the ``nip-run-<run>`` artifact, so a

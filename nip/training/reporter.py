@@ -5,7 +5,8 @@ run's :class:`~nip.training.context.RunContext`. In a terminal (or a notebook)
 each stage gets a header line and a progress bar (the dialogues' bar comes from the rollout
 engine; fine-tuning gets one fed by the jobs' step and loss events); when the output is a file
 or a pipe (CI, a log) each stage is one plain line, with no bars. Each iteration ends with a
-one-line summary of its metrics. ``show_progress=False`` turns it all off.
+one-line summary of its metrics, and the run with what it spent beside its dry run's estimate
+(inference and fine-tuning, :mod:`nip.runs.spend`). ``show_progress=False`` turns it all off.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import time
 from typing import Any, TextIO
 
+from nip.runs.spend import RunSpend, read_spend, usd
 from nip.training.callbacks import TrainerCallback
 from nip.training.context import RunContext
 from nip.utils.notices import in_notebook, run_stream
@@ -116,6 +118,11 @@ class RunReporter(TrainerCallback):
         if error is None:
             self._maybe_summarise(run, stage)
 
+    async def on_train_end(self, run: RunContext) -> None:
+        """The run's spend beside its estimate (:mod:`nip.runs.spend`)."""
+        if self.enabled:
+            self._print(f"run finished · {read_spend(run.run_dir.path).describe()}")
+
     # ------------------------------------------------------------------ details
     def _maybe_summarise(self, run: RunContext, stage: str) -> None:
         iteration = run.state.iteration
@@ -208,6 +215,8 @@ def _summary(run: RunContext, iteration: int, seconds: float) -> str:
         ]
         if values:
             parts.append(f"{split}: " + ", ".join(values))
+    spent = RunSpend.from_records(rows.values()).by_iteration.get(iteration, {})
+    parts.append(f"spent {usd(spent.get('total_usd', 0.0))}")
     total = len(run.plan)
     return f"iteration {iteration + 1}/{total} done in {seconds:.0f} s · " + " · ".join(parts)
 

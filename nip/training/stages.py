@@ -18,6 +18,7 @@ from typing import Any
 from nip.analysis.metrics import priced_rollout_metrics
 from nip.rollouts.records import Transcript
 from nip.runs.plan_steps import TEST_ITERATION, GroupStep
+from nip.runs.spend import job_spend, with_training_total
 from nip.runs.state import Stage
 from nip.training.algorithms import BY_NAME, TrainingAlgorithm
 from nip.training.callbacks import Callbacks
@@ -116,14 +117,22 @@ async def await_fine_tune_jobs(run: RunContext, callbacks: Callbacks) -> None:
         ),
         return_exceptions=True,
     )
+    spent: dict[str, Any] = {}
     for name, outcome in zip(names, settled, strict=True):
+        if outcome == "succeeded":  # what its training cost (nip.runs.spend)
+            group = run.groups[name]
+            job, method = await group.fine_tune_job(), run.step.group(name).method
+            spent |= job_spend(name, job, group.params, method)
         if outcome == "kept_previous":
             failures = len(run.groups[name].failures_in(run.iteration))
-            metrics = {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures}
-            saved = f"metrics/train_it{run.iteration:04d}.json"  # added to the iteration's
-            saved_metrics = run.run_dir.read_json(saved) if run.run_dir.exists(saved) else {}
-            run.run_dir.save_metrics("train", run.iteration, saved_metrics | metrics)
-            callbacks.log(run, metrics)
+            _add_train_metrics(
+                run,
+                callbacks,
+                {f"{name}.fine_tune_failed": 1, f"{name}.fine_tune_failures": failures},
+            )
+    if spent:  # with the sum over every group's job of the iteration
+        total = with_training_total(_train_metrics(run) | spent)["training_cost_usd"]
+        _add_train_metrics(run, callbacks, spent | {"training_cost_usd": total})
     errors = [e for e in settled if isinstance(e, BaseException)]
     if errors:
         raise errors[0]
@@ -143,6 +152,17 @@ async def _submit(run: RunContext, step: GroupStep, examples: list[dict[str, Any
     return await run.groups[step.group].submit_fine_tune_job(
         step.method, examples, job_name(step.group, run.iteration), continues=step.continues
     )
+
+
+def _train_metrics(run: RunContext) -> dict[str, Any]:
+    name = f"metrics/train_it{run.iteration:04d}.json"
+    return run.run_dir.read_json(name) if run.run_dir.exists(name) else {}
+
+
+def _add_train_metrics(run: RunContext, callbacks: Callbacks, metrics: dict[str, Any]) -> None:
+    """Add ``metrics`` to this iteration's training metrics (file and loggers)."""
+    run.run_dir.save_metrics("train", run.iteration, _train_metrics(run) | metrics)
+    callbacks.log(run, metrics)
 
 
 def _dataset_file(run: RunContext, group: str) -> str:

@@ -31,6 +31,7 @@ import plotly.graph_objects as go
 from nip.protocols import Decision
 from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
+from nip.runs.spend import RunSpend, read_spend, sum_known
 from nip.runs.sweep_dir import is_sweep_dir, sweep_run_dirs
 from nip.viz import _style
 from nip.viz._accuracy_plot import accuracy_trace, error_bars, frame_accuracy_figure
@@ -53,6 +54,8 @@ COLUMNS = [
     "ci_high",
     "no_decision_rate",
     "mean_rounds",
+    "spent_usd",
+    "estimated_usd",
     "items",
 ]
 
@@ -244,6 +247,7 @@ def comparison_table(
         raise FileNotFoundError(f"none of the runs saved {split!r} rollouts yet{missing}")
     frame = pd.DataFrame(records)
     frame["series"] = _series(frame, pool_seeds)
+    spends: dict[str, RunSpend] = {}
     rows = []
     keys = ["series", "iteration", "items"]
     for (series, step, items), group in frame.groupby(keys, sort=False, dropna=False):
@@ -271,6 +275,7 @@ def comparison_table(
                 "ci_high": high,
                 "no_decision_rate": group["no_decision"].sum() / n if n else float("nan"),
                 "mean_rounds": group["rounds"].sum() / n if n else float("nan"),
+                **_spent(group, step, spends),
                 "items": items,
             }
         )
@@ -289,6 +294,26 @@ def comparison_table(
     table = table.reset_index(drop=True)
     table.attrs["incomplete"] = incomplete
     return table
+
+
+def _spent(group: pd.DataFrame, step: Any, spends: dict[str, RunSpend]) -> dict[str, Any]:
+    """What the group's runs spent in iteration ``step`` (inference, both splits, and
+    fine-tuning) and what their dry runs estimated for it, summed over the runs (None where
+    one is unknown; NaN for dialogues outside a run)."""
+    runs = [r for r in group["run"].unique() if r is not None and Path(str(r)).is_dir()]
+    if not runs or pd.isna(step):
+        return {"spent_usd": float("nan"), "estimated_usd": float("nan")}
+    for run in runs:
+        if run not in spends:
+            spends[run] = read_spend(run)
+    at = int(step)
+    return {
+        "spent_usd": sum_known(spends[r].by_iteration.get(at, {}).get("total_usd") for r in runs),
+        "estimated_usd": sum_known(
+            spends[r].estimate.get("by_iteration", {}).get(str(at), {}).get("total_usd")
+            for r in runs
+        ),
+    }
 
 
 #: How far apart (in iterations) the series' points of one iteration are drawn.

@@ -25,9 +25,10 @@ import ipywidgets
 import plotly.graph_objects as go
 
 from nip.runs.control import request
+from nip.runs.spend import usd
 from nip.training.context import RunContext
 from nip.viz.live_figure import LiveFigure
-from nip.widgets._html import PlainTextRepr, escape, note_html
+from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
 from nip.widgets._tasks import Polling
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
@@ -42,6 +43,7 @@ _STATUS_COLOURS = {
     "paused": "#e37400",
     "stopping": "#c5221f",
     "stopped": "#c5221f",
+    "failed": "#c5221f",
     "finished": "#188038",
     "not started": "#666",
     "no run": "#666",
@@ -124,9 +126,11 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
             _figure("Fine-tuning loss (latest job per group)", "loss", x_title="step")
         )
         self.jobs_view = ipywidgets.HTML()
+        self.spend_view = ipywidgets.HTML()  # what the run spent, beside its estimate
         self.children = [
             self.header,
             ipywidgets.HBox([self.progress, self.stage_progress, self.progress_text]),
+            self.spend_view,
             ipywidgets.HBox([self.pause_button, self.resume_button, self.stop_button]),
             ipywidgets.HBox([self.accuracy_plot, self.reward_plot]),
             ipywidgets.HBox([self.jobs_view, self.loss_plot]),
@@ -185,6 +189,7 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
             f"<span style='color:{colour};font-weight:600'>{escape(status)}</span> &middot; "
             f"{escape(snapshot.position)}"
             + (f"<br>{escape(snapshot.planned)}" if snapshot.planned else "")
+            + (f"<br>{error_html(snapshot.error)}" if status == "failed" and snapshot.error else "")
             + note_html(f"  ({self.run_dir})")
         )
         self.progress.value = snapshot.progress
@@ -198,6 +203,9 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         self.progress_text.value = note_html(
             f"{snapshot.stages_completed} of {snapshot.total_stages} stages done{played}"
         )
+        spend = snapshot.spend
+        agents = ", ".join(f"{a} {usd(c)}" for a, c in spend.by_agent.items())
+        self.spend_view.value = note_html(spend.describe() + (f" · {agents}" if agents else ""))
         ended = snapshot.finished or not snapshot.exists
         self.pause_button.disabled = ended or snapshot.request == "pause"
         self.resume_button.disabled = ended or snapshot.request == "run"

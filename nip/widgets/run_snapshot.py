@@ -17,6 +17,7 @@ from typing import Any
 
 from nip.runs.control import read_request, read_stage_progress, read_status
 from nip.runs.run_dir import RunDirectory
+from nip.runs.spend import ESTIMATE_FILE, RunSpend
 from nip.training.plan import RunPlan
 from nip.utils.files import read_growing_jsonl, read_json_object
 
@@ -86,13 +87,16 @@ class RunSnapshot:
         stages_completed: Stages finished so far.
         request: The standing control request: "run", "pause" or "stop".
         reported: The trainer's own report at its last stage boundary ("running", "paused",
-            "stopped"), or None when that report is older than the saved state.
+            "stopped", "finished", "failed"), or None when that report is older than the
+            saved state.
+        error: What made the run fail, as the trainer reported it (None unless "failed").
         metrics: Every saved metrics file, one dict each (with ``split`` and ``iteration``).
         jobs: Each group's latest job.
         stage_done: Dialogues the current stage has finished (None when it plays none, or
             has not reported yet).
         stage_total: Dialogues the current stage plays (None likewise).
         plan: The run's plan (``plan.json``; None for a run saved before plans).
+        estimate: The dry run's estimate saved when it started (``cost_estimate.json``).
     """
 
     run_dir: Path
@@ -104,11 +108,13 @@ class RunSnapshot:
     stages_completed: int = 0
     request: str = "run"
     reported: str | None = None
+    error: str | None = None
     metrics: tuple[dict[str, Any], ...] = ()
     jobs: tuple[JobSnapshot, ...] = field(default_factory=tuple)
     stage_done: int | None = None
     stage_total: int | None = None
     plan: RunPlan | None = None
+    estimate: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def read(cls, run_dir: str | Path) -> RunSnapshot:
@@ -138,11 +144,13 @@ class RunSnapshot:
             stages_completed=stages_completed,
             request=read_request(directory.path),
             reported=status.get("status") if fresh else None,
+            error=status.get("error") if fresh else None,
             metrics=metrics,
             jobs=tuple(_jobs(directory.path, state, params, plan)),
             stage_done=int(played["done"]) if current else None,
             stage_total=int(played["total"]) if current else None,
             plan=plan,
+            estimate=read_json_object(directory.path / ESTIMATE_FILE),
         )
 
     # ------------------------------------------------------------------ position
@@ -153,7 +161,8 @@ class RunSnapshot:
     @property
     def status(self) -> str:
         """In words: "no run", "not started" (no stage finished yet), "running", "pausing"
-        (asked, not yet at a stage boundary), "paused", "stopping", "stopped" or "finished"."""
+        (asked, not yet at a stage boundary), "paused", "stopping", "stopped", "failed" (a
+        stage raised; resume it) or "finished"."""
         if self.finished:
             return "finished"
         if not self.exists:
@@ -162,8 +171,8 @@ class RunSnapshot:
             return "paused" if self.reported == "paused" else "pausing"
         if self.request == "stop":
             return "stopping"
-        if self.reported == "stopped":
-            return "stopped"
+        if self.reported in ("stopped", "failed"):
+            return self.reported
         return "running" if self.started else "not started"
 
     @property
@@ -213,6 +222,11 @@ class RunSnapshot:
         when a model has no price)."""
         values = [row.get("cost_usd") for row in self.metrics]
         return None if None in values else sum(values)
+
+    @property
+    def spend(self) -> RunSpend:
+        """What the run has spent so far (inference and fine-tuning) beside its estimate."""
+        return RunSpend.from_records(self.metrics, self.estimate)
 
     @property
     def agents(self) -> list[str]:

@@ -24,7 +24,9 @@ from typing import Any
 import ipywidgets
 import plotly.graph_objects as go
 
+from nip.experiments.spend import SweepSpend
 from nip.runs.run_dir import RunDirectory
+from nip.runs.spend import usd
 from nip.runs.sweep_dir import MANIFEST, cell_errors, cell_run_dir
 from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
@@ -140,7 +142,10 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         accuracy, split = snapshot.latest("test", "accuracy"), "test"
         if accuracy is None:
             accuracy, split = snapshot.latest("train", "accuracy"), "train"
-        cost = snapshot.cost_usd if snapshot.metrics else None
+        spend = snapshot.spend
+        cost = "–" if not snapshot.metrics else usd(spend.total_usd)
+        if snapshot.metrics and spend.difference_pct is not None:
+            cost += f" ({spend.difference_pct:+.0f}% of {usd(spend.estimate_usd)})"
         where = "" if snapshot.finished or not snapshot.started else snapshot.position
         return [
             escape(cell["name"]),
@@ -149,7 +154,7 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
             error_html(f"failed: {error}") if error else escape(_status(snapshot)),
             escape(where),
             "–" if accuracy is None else f"{accuracy:.0%} ({split})",
-            "–" if cost is None else f"${cost:,.2f}",
+            escape(cost),
         ]
 
     def _draw_table(self) -> None:
@@ -159,7 +164,7 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
             if path != "interaction_protocol"
         ]
         head = ["cell", *(p.rsplit(".", 1)[-1] for p in axes)]
-        head += ["protocol", "status", "where", "accuracy", "cost"]
+        head += ["protocol", "status", "where", "accuracy", "spent (of estimate)"]
         rows = "".join(
             "<tr>" + "".join(f"<td style='{_CELL}'>{v}</td>" for v in self._row(c, axes)) + "</tr>"
             for c in self.cells
@@ -171,8 +176,10 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         state = f"{done}/{len(self.cells)} cells done{failed}"
         if not self.started:
             state = f"not started ({len(self.cells)} cells)" if self.cells else "not started"
+        spends = [s.spend for s in self.snapshots.values()]
+        spent = SweepSpend(dict(zip(self.snapshots, spends, strict=True))).describe()
         self.header.value = f"<b>sweep {escape(self.name)}</b>: {state}" + note_html(
-            f"  ({self.sweep_dir})"
+            f"  · {spent}  ({self.sweep_dir})"
         )
 
     def _draw_comparison(self) -> None:

@@ -1,0 +1,189 @@
+"""What a run spent, beside what its dry run said it would: read from its directory.
+
+Inference is each split's ``cost_usd`` (and ``{agent}.cost_usd``) in ``metrics/``, priced as
+the run went (:func:`nip.analysis.metrics.priced_rollout_metrics`). Fine-tuning is what the
+trainer adds to an iteration's training metrics once its jobs ended (:func:`job_spend`): each
+job's trained tokens as the provider reports them (``FineTuneJob.trained_tokens``) times the
+provider's training price, as ``{group}.trained_tokens`` and ``{group}.training_cost_usd``,
+and their sum ``training_cost_usd``. The estimate is ``cost_estimate.json``, the dry run of
+the same plan saved when the run started (:mod:`nip.experiments.spend`). A cost nobody knows
+(an unpriced model, a provider that reports no trained tokens) is None, shown as "unknown",
+and makes every sum it is part of unknown: it is never counted as 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nip.jobs import FineTuneJob
+from nip.parameters import PureTextAgentParameters
+from nip.providers import prices_for
+from nip.providers.openai import price_key
+from nip.utils.files import read_json_object
+
+__all__ = [
+    "ESTIMATE_FILE",
+    "RunSpend",
+    "job_spend",
+    "read_spend",
+    "sum_known",
+    "usd",
+    "with_training_total",
+]
+
+#: The dry run's estimate of a run, saved in its directory when it starts.
+ESTIMATE_FILE = "cost_estimate.json"
+
+
+def sum_known(values: Iterable[float | None]) -> float | None:
+    """The sum, or None when one of the values is unknown (None)."""
+    values = list(values)
+    return None if any(v is None for v in values) else float(sum(values))  # type: ignore[arg-type]
+
+
+def usd(value: float | None) -> str:
+    """A cost in words: ``$0.0123``, or ``unknown``."""
+    return "unknown" if value is None else f"${value:,.4f}"
+
+
+def job_spend(
+    group: str, job: FineTuneJob | None, params: PureTextAgentParameters, method: str | None
+) -> dict[str, Any]:
+    """The training metrics of a group's ended job: ``{group}.trained_tokens`` (as the
+    provider reports them; None when it does not) and ``{group}.training_cost_usd``: 0 where
+    the provider bills no tokens (the dummy API, this machine, one's own server; GPU time is
+    not priced), else the tokens times its training price of the base model (None when either
+    is unknown)."""
+    tokens = job.trained_tokens if job is not None else None
+    prices = prices_for(params)
+    if prices is None:
+        cost: float | None = 0.0
+    else:
+        model = price_key(params.model_name).removeprefix("ft:")
+        price = prices.training(model, method or "supervised", params.use_lora)
+        cost = None if price is None or tokens is None else tokens * price / 1e6
+    return {f"{group}.trained_tokens": tokens, f"{group}.training_cost_usd": cost}
+
+
+def with_training_total(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """``metrics`` with ``training_cost_usd``: the sum of its groups' (unknown if one is)."""
+    costs = [v for k, v in metrics.items() if k.endswith(".training_cost_usd")]
+    return {**metrics, "training_cost_usd": sum_known(costs)}
+
+
+@dataclass(frozen=True)
+class RunSpend:
+    """What a run spent so far, and what its dry run estimated for the whole plan.
+
+    Attributes:
+        inference_usd: Every saved split's and iteration's dialogues (None: a model unpriced).
+        training_usd: Every ended fine-tuning job (None: a job's cost unknown).
+        by_iteration: Per iteration: ``inference_usd``, ``training_usd``, ``total_usd``.
+        by_agent: Per agent (its dialogues) and per group (its jobs): USD or None.
+        trained_tokens: Per group, every job's trained tokens (None: not reported).
+        estimate: The saved estimate (``total_usd``, ``inference_usd``, ``training_usd``,
+            ``by_iteration``), or empty when the run saved none.
+    """
+
+    inference_usd: float | None = 0.0
+    training_usd: float | None = 0.0
+    by_iteration: dict[int, dict[str, float | None]] = field(default_factory=dict)
+    by_agent: dict[str, float | None] = field(default_factory=dict)
+    trained_tokens: dict[str, int | None] = field(default_factory=dict)
+    estimate: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_records(
+        cls, records: Iterable[Mapping[str, Any]], estimate: Mapping[str, Any] | None = None
+    ) -> RunSpend:
+        """From a run's metrics rows (``RunDirectory.metrics_records``) and saved estimate."""
+        records = list(records)
+        iterations: dict[int, dict[str, list[float | None]]] = {}
+        agents: dict[str, list[float | None]] = {}
+        tokens: dict[str, list[int | None]] = {}
+        for row in records:
+            spent = iterations.setdefault(int(row["iteration"]), {"inference": [], "training": []})
+            spent["inference"].append(row.get("cost_usd"))
+            for key, value in row.items():
+                name, _, what = key.rpartition(".")
+                if what == "cost_usd" and name:
+                    agents.setdefault(name, []).append(value)
+                elif what == "training_cost_usd" and name:
+                    agents.setdefault(name, []).append(value)
+                    spent["training"].append(value)
+                elif what == "trained_tokens" and name:
+                    tokens.setdefault(name, []).append(value)
+        by_iteration = {}
+        for number, spent in sorted(iterations.items()):
+            inference, training = sum_known(spent["inference"]), sum_known(spent["training"])
+            by_iteration[number] = {
+                "inference_usd": inference,
+                "training_usd": training,
+                "total_usd": sum_known([inference, training]),
+            }
+        return cls(
+            inference_usd=sum_known(i["inference_usd"] for i in by_iteration.values()),
+            training_usd=sum_known(i["training_usd"] for i in by_iteration.values()),
+            by_iteration=by_iteration,
+            by_agent={name: sum_known(values) for name, values in sorted(agents.items())},
+            trained_tokens={
+                name: None if None in values else sum(v for v in values if v is not None)
+                for name, values in sorted(tokens.items())
+            },
+            estimate=dict(estimate or {}),
+        )
+
+    @property
+    def total_usd(self) -> float | None:
+        return sum_known([self.inference_usd, self.training_usd])
+
+    @property
+    def estimate_usd(self) -> float | None:
+        """The dry run's total for the whole plan (None: none saved, or unknown)."""
+        return self.estimate.get("total_usd")
+
+    @property
+    def difference_pct(self) -> float | None:
+        """How far the spend is from the estimate, in percent of it (None: either unknown,
+        or an estimate of 0)."""
+        spent, estimate = self.total_usd, self.estimate_usd
+        if spent is None or not estimate:
+            return None
+        return (spent - estimate) / estimate * 100
+
+    def to_metrics(self) -> dict[str, float | None]:
+        """Flat totals, for W&B and tables."""
+        return {
+            "spent_usd": self.total_usd,
+            "spent_inference_usd": self.inference_usd,
+            "spent_training_usd": self.training_usd,
+            "estimated_usd": self.estimate_usd,
+            "spent_vs_estimate_pct": self.difference_pct,
+        }
+
+    def describe(self) -> str:
+        """One line: ``spent $0.0123 (inference $0.0100, training $0.0023) · estimated $0.0150
+        (-18%)``."""
+        line = (
+            f"spent {usd(self.total_usd)} (inference {usd(self.inference_usd)}, "
+            f"training {usd(self.training_usd)})"
+        )
+        if not self.estimate:
+            return line + " · no estimate saved"
+        difference = self.difference_pct
+        shown = "" if difference is None else f" ({difference:+.0f}%)"
+        return line + f" · estimated {usd(self.estimate_usd)}{shown}"
+
+
+def read_spend(run_dir: str | Path, records: Iterable[Mapping[str, Any]] | None = None) -> RunSpend:
+    """What the run in ``run_dir`` spent so far, beside its saved estimate (``records``: its
+    metrics rows when already read)."""
+    from nip.runs.run_dir import RunDirectory
+
+    directory = RunDirectory(run_dir)
+    if records is None:
+        records = directory.metrics_records() if (directory.path / "metrics").is_dir() else []
+    return RunSpend.from_records(records, read_json_object(directory.path / ESTIMATE_FILE))
