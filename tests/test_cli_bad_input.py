@@ -49,6 +49,12 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
     "presets": [
         (["extra"], "unrecognized arguments: extra"),
     ],
+    "export": [
+        (["inspect"], "run_dir"),
+        (["html", "{run}"], "invalid choice: 'html'"),
+        (["inspect", "{missing}"], "{missing}"),
+        (["inspect", "{empty}"], "{empty}"),
+    ],
     "schema": [
         (["extra"], "unrecognized arguments: extra"),
         (["--out", "{missing}/schema.json"], "--out"),

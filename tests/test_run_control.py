@@ -404,17 +404,21 @@ def test_a_finished_run_says_finished_in_run_status_json_with_all_its_stages_cou
 
 
 def test_a_run_whose_stage_raises_says_failed_with_the_error_and_running_once_resumed(
-    dataset, tmp_path
+    dataset, tmp_path, monkeypatch
 ):
+    from nip.training.stages import STAGES
+
     run = tmp_path / "run"
     trainer = trainer_at(run, dataset)
+    log_stats = STAGES["log_stats"]
 
-    async def disk_full() -> None:
+    async def disk_full(run_context, callbacks) -> None:
         raise OSError("no space left on device")
 
-    trainer._stage_log_stats = disk_full  # the second stage fails
+    monkeypatch.setitem(STAGES, "log_stats", disk_full)  # the second stage fails
     with pytest.raises(OSError):
         trainer.train()
+    monkeypatch.setitem(STAGES, "log_stats", log_stats)
     status = read_status(run)
     assert status["status"] == "failed" and status["stages_completed"] == 1
     assert status["error"] == "log_stats: OSError: no space left on device"
