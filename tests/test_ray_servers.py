@@ -16,7 +16,7 @@ import yaml
 
 from nip.cli import main
 from nip.server.ray_servers import _fits, place_cells
-from nip.testing.processes import processes_with, wait_until
+from tests.doubles.processes import processes_with, wait_until
 
 WAIT_S = 240.0
 
@@ -89,8 +89,8 @@ def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots
     from nip.runs.control import read_status, request
     from nip.server.ray_servers import run_sweep_ray_served
     from nip.settings import ExperimentSettings
-    from nip.testing.tiny_model import build_tiny_chat_model
     from nip.utils.imports import python_path_without_slow_imports
+    from tests.doubles.tiny_model import build_tiny_chat_model
 
     # As nip's own local cluster (nip.utils.ray_cluster): the nodes' dashboard agents start
     # without rfc3987_syntax (1 s of CPU instead of 4.5), so Ray 2.60's fixed 15 s wait for
