@@ -220,6 +220,22 @@ async def test_when_every_retry_fails_backend_unavailable_says_how_many_attempts
 
 
 @pytest.mark.timeout(10)
+async def test_a_server_that_is_not_there_is_a_counted_connection_retry_then_unavailable(
+    unused_tcp_port,
+):
+    config = OpenAIBackendConfig(
+        base_url=f"http://127.0.0.1:{unused_tcp_port}/v1", max_retries=1, initial_backoff_s=0.01
+    )
+    backend = OpenAIBackend(config)
+
+    with pytest.raises(BackendUnavailableError, match=r"2 attempts.*[Cc]onnect"):
+        await backend.generate(REQUEST)
+
+    assert backend.stats().retries_by_cause == {"connection": 1}
+    await backend.aclose()
+
+
+@pytest.mark.timeout(10)
 async def test_a_retry_after_beyond_the_limit_fails_at_once_instead_of_sleeping(
     start_server, make_backend
 ):

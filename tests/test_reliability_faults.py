@@ -63,7 +63,7 @@ def start_server():
         server.stop()
 
 
-def play(server: RunningServer, dialogues: int, http_client: str = "auto"):
+def play(server: RunningServer, dialogues: int):
     """Play ``dialogues`` nip dialogues against ``server``; the batch and the backend."""
     config = OpenAIBackendConfig(
         base_url=server.base_url,
@@ -71,7 +71,6 @@ def play(server: RunningServer, dialogues: int, http_client: str = "auto"):
         request_timeout_s=CLIENT_TIMEOUT_S,
         initial_backoff_s=0.02,
         max_backoff_s=0.2,
-        http_client=http_client,
     )
     backend = OpenAIBackend(config)
     settings = ExperimentSettings(show_progress=False, cache="off")
@@ -92,14 +91,12 @@ def messages(batch) -> list[list[tuple[str, str]]]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize(("http_client", "dialogues"), [("lean", 300), ("sdk", 100)])
-def test_with_ten_percent_of_requests_failing_every_dialogue_completes_unchanged(
-    start_server, http_client, dialogues
-):
+def test_with_ten_percent_of_requests_failing_every_dialogue_completes_unchanged(start_server):
     clean_server, faulty_server = start_server(), start_server(TEN_PERCENT)
+    dialogues = 100
 
-    clean, _ = play(clean_server, dialogues, http_client)
-    faulty, _ = play(faulty_server, dialogues, http_client)
+    clean, _ = play(clean_server, dialogues)
+    faulty, _ = play(faulty_server, dialogues)
 
     assert len(faulty) == dialogues
     assert all(t.done and t.turns[-1].raw_text.startswith("Decision:") for t in faulty)
