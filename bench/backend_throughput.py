@@ -7,7 +7,7 @@ could overlap), and the client's CPU time per request. The server runs in its ow
 Each size runs once to open the connections, then ``--repeats`` times; medians are shown.
 
     .venv/bin/python bench/backend_throughput.py [--latency 0.2] [--repeats 3] \
-        [--sizes 32 256 1000] [--client auto|lean|sdk]
+        [--sizes 32 256 1000]
 """
 
 from __future__ import annotations
@@ -48,10 +48,8 @@ async def one_round(backend: OpenAIBackend, size: int) -> tuple[float, float]:
     return wall, cpu
 
 
-async def measure(
-    base_url: str, sizes: list[int], repeats: int, latency_s: float, client: str
-) -> None:
-    config = OpenAIBackendConfig(base_url=base_url, max_concurrency=max(sizes), http_client=client)
+async def measure(base_url: str, sizes: list[int], repeats: int, latency_s: float) -> None:
+    config = OpenAIBackendConfig(base_url=base_url, max_concurrency=max(sizes))
     backend = OpenAIBackend(config)
     server_url = base_url.removesuffix("/v1")
     print(f"{'concurrent':>10} {'wall s':>8} {'x ideal':>8} {'CPU ms/req':>11} {'server max':>11}")
@@ -75,10 +73,9 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 1000])
-    parser.add_argument("--client", choices=["auto", "lean", "sdk"], default="auto")
     args = parser.parse_args()
     with test_server("--latency", str(args.latency)) as (_, base_url):
-        asyncio.run(measure(base_url, args.sizes, args.repeats, args.latency, args.client))
+        asyncio.run(measure(base_url, args.sizes, args.repeats, args.latency))
 
 
 if __name__ == "__main__":

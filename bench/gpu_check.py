@@ -71,7 +71,8 @@ def build_model(
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if shape == "tiny":
-        from nip.testing.tiny_model import build_tiny_chat_model
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+        from tests.doubles.tiny_model import build_tiny_chat_model
 
         return build_tiny_chat_model(folder, seed=0)
     if base is None:

@@ -7,8 +7,7 @@ Reports wall / ideal, requests sent against nodes grown, and client and server C
 request. Each figure is the median of ``--repeats`` runs. (The original: 13.4 x ideal for a
 single tree, strictly serial.)
 
-    .venv/bin/python bench/malt_http.py [--trees 32] [--k 2 3] [--repeats 3] [--client auto] \
-        [--server-engine auto|uvicorn]
+    .venv/bin/python bench/malt_http.py [--trees 32] [--k 2 3] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -19,14 +18,15 @@ import statistics
 import time
 
 from _server import test_server
-from rollouts_http import LATENCY_S, cpu_seconds, items, session
+from rollouts_http import DEFAULT_LATENCY_S as LATENCY_S
+from rollouts_http import cpu_seconds, items, session
 
 from nip.parameters import PureTextMaltParameters
 from nip.training.algorithms.malt import build_trees_async
 
 
-def one_run(base_url: str, trees: int, k: int, client: str, server_pid: int) -> dict[str, float]:
-    s = session("nip", base_url, client)
+def one_run(base_url: str, trees: int, k: int, server_pid: int) -> dict[str, float]:
+    s = session("nip", base_url)
     backend = s.backends.backends["openai"]
     malt = PureTextMaltParameters(num_responses_per_timestep=k)
 
@@ -60,18 +60,13 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=32)
     parser.add_argument("--k", type=int, nargs="+", default=[2, 3])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--client", choices=["auto", "lean", "sdk"], default="auto")
-    parser.add_argument("--server-engine", choices=["auto", "lean", "uvicorn"], default="auto")
     args = parser.parse_args()
-    options = ("--latency", str(LATENCY_S), "--decide-on-turn", "3", "--engine", args.server_engine)
+    options = ("--latency", str(LATENCY_S), "--decide-on-turn", "3")
     header = ("k", "trees", "depth", "nodes", "requests", "wall s", "ideal/wall", "client ms")
     print("".join(f"{h:>11}" for h in (*header, "server ms")), flush=True)
     with test_server(*options) as (server, base_url):
         for k in args.k:
-            runs = [
-                one_run(base_url, args.trees, k, args.client, server.pid)
-                for _ in range(args.repeats)
-            ]
+            runs = [one_run(base_url, args.trees, k, server.pid) for _ in range(args.repeats)]
             row = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
             print(
                 f"{k:>11}{args.trees:>11}{row['depth']:>11.0f}{row['nodes']:>11.0f}"

@@ -3,16 +3,15 @@
 The verifier decides on its third turn, so a nip dialogue is 5 dependent calls of 200 ms and
 the ideal wall time of a batch is 1.0 s whatever its size (debate and mnip: the provers of a
 round speak at once, so their ideal is also rounds x 200 ms). The server runs in its own
-process (``python -m nip.testing.server``); the client is nip's ``OpenAIBackend`` with no
-concurrency limit in the way and the response cache off. Reports the client's and the
+process (``python -m nip.testing.server``: FastAPI on uvicorn); the client is nip's
+``OpenAIBackend`` (the OpenAI SDK on httpx, one client) with no concurrency limit in the way
+and the response cache off. Reports the client's and the
 server's CPU time per request. Each figure is the median of ``--repeats`` batches.
 
     .venv/bin/python bench/rollouts_http.py [--sizes 32 256 1000 4000] \
-        [--protocols nip debate mnip] [--client auto|lean|sdk] [--server-engine auto|uvicorn] \
-        [--repeats 3] [--latency 0.2]
+        [--protocols nip debate mnip] [--repeats 3] [--latency 0.2]
 
-``--client sdk --server-engine uvicorn`` is the stack before issue 8 (the OpenAI SDK's HTTP
-client against FastAPI on uvicorn). ``--bare`` replaces each dialogue by 5 dependent requests
+``--bare`` replaces each dialogue by 5 dependent requests
 sent straight to the backend, without nip's protocols, prompts and records: what the HTTP
 stack alone allows.
 """
@@ -44,14 +43,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def session(protocol: str, base_url: str, client: str) -> Session:
+def session(protocol: str, base_url: str) -> Session:
     """A session whose agents all use one backend pointing at the test server."""
     names = HyperParameters(interaction_protocol=protocol).agent_names
     hp = HyperParameters(
         interaction_protocol=protocol,
         agents={n: PureTextAgentParameters(model_name="dummy") for n in names},
     )
-    config = OpenAIBackendConfig(base_url=base_url, max_concurrency=100_000, http_client=client)
+    config = OpenAIBackendConfig(base_url=base_url, max_concurrency=100_000)
     settings = ExperimentSettings(show_progress=False, cache="off")
     backends = BackendPool(settings, overrides={"openai": OpenAIBackend(config)})
     return Session(hp, settings, backends=backends)
@@ -122,8 +121,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[32, 256, 1000, 4000])
     parser.add_argument("--protocols", nargs="+", default=["nip", "debate", "mnip"])
-    parser.add_argument("--client", choices=["auto", "lean", "sdk"], default="auto")
-    parser.add_argument("--server-engine", choices=["auto", "lean", "uvicorn"], default="auto")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--bare", action="store_true", help="HTTP only, no nip dialogues")
     parser.add_argument(
@@ -131,12 +128,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     latency = args.latency
-    options = ("--latency", str(latency), "--decide-on-turn", "3", "--engine", args.server_engine)
+    options = ("--latency", str(latency), "--decide-on-turn", "3")
     header = ("protocol", "dialogues", "requests", "wall s", "ideal/wall", "client ms", "server ms")
     print("".join(f"{h:>11}" for h in header), flush=True)
     with test_server(*options) as (server, base_url):
         for protocol in ["bare"] if args.bare else args.protocols:
-            s = session("nip" if args.bare else protocol, base_url, args.client)
+            s = session("nip" if args.bare else protocol, base_url)
             backend = s.backends.backends["openai"]
             s.rollouts(items(8))  # warm-up: imports, first connections
             for size in args.sizes:

@@ -34,6 +34,22 @@ RENAMED["tests/test_local_lora.py::test_a_stacked_job_records_the_adapters_it_si
     "tests/test_local_lora_in_process.py::test_a_stacked_job_records_the_adapters_it_sits_on"
 )
 
+# Issue 50: one HTTP stack (the OpenAI SDK), so the tests parametrized by client are one test.
+_FAULTS = "tests/test_reliability_faults.py::test_with_ten_percent_of_requests_failing_every_"
+_REDACTED = "tests/test_reliability_security.py::test_a_refused_key_is_redacted_from_errors_and_"
+for _client in ("lean-300", "sdk-100"):
+    RENAMED[f"{_FAULTS}dialogue_completes_unchanged[{_client}]"] = (
+        f"{_FAULTS}dialogue_completes_unchanged"
+    )
+for _client in ("lean", "sdk"):
+    RENAMED[f"{_REDACTED}debug_logs[{_client}]"] = f"{_REDACTED}debug_logs"
+RENAMED[
+    "tests/test_reliability_http_client.py::test_a_server_that_is_not_there_is_backend_unavailable"
+] = (
+    "tests/test_backend_openai.py::"
+    "test_a_server_that_is_not_there_is_a_counted_connection_retry_then_unavailable"
+)
+
 
 def collected() -> list[str]:
     result = subprocess.run(

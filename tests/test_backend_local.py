@@ -16,7 +16,7 @@ import pytest
 from nip.backends import ChatBackend, GenerationRequest
 from nip.backends.local import LocalBackend, ensure_local_model
 from nip.errors import ModelNotFoundError
-from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
+from tests.doubles.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
 # torch is imported by the tests, not at collection (2-3 s in every pytest-xdist worker).
 pytestmark = pytest.mark.skipif(

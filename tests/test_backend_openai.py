@@ -220,6 +220,22 @@ async def test_when_every_retry_fails_backend_unavailable_says_how_many_attempts
 
 
 @pytest.mark.timeout(10)
+async def test_a_server_that_is_not_there_is_a_counted_connection_retry_then_unavailable(
+    unused_tcp_port,
+):
+    config = OpenAIBackendConfig(
+        base_url=f"http://127.0.0.1:{unused_tcp_port}/v1", max_retries=1, initial_backoff_s=0.01
+    )
+    backend = OpenAIBackend(config)
+
+    with pytest.raises(BackendUnavailableError, match=r"2 attempts.*[Cc]onnect"):
+        await backend.generate(REQUEST)
+
+    assert backend.stats().retries_by_cause == {"connection": 1}
+    await backend.aclose()
+
+
+@pytest.mark.timeout(10)
 async def test_a_retry_after_beyond_the_limit_fails_at_once_instead_of_sleeping(
     start_server, make_backend
 ):
@@ -275,10 +291,11 @@ async def test_a_request_backing_off_does_not_block_the_event_loop(start_server,
             await asyncio.sleep(0.01)
             gaps.append(loop.time() - before)
 
-    beating = asyncio.create_task(heartbeat())
     backing_off = asyncio.create_task(backend.generate(REQUEST))
     while backend.stats().retries == 0:  # wait until it is in its 1 s back-off
         await asyncio.sleep(0.005)
+    # Beating from here: the first attempt imported the OpenAI SDK (a second, not a back-off).
+    beating = asyncio.create_task(heartbeat())
     started = loop.time()
     others = [GenerationRequest(model=f"m{i}", messages=REQUEST.messages) for i in range(50)]
     done = await asyncio.gather(*(backend.generate(r) for r in others))

@@ -31,8 +31,6 @@ from pathlib import Path
 
 import pytest
 
-from nip.utils.imports import python_path_without_slow_imports
-
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -127,7 +125,6 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         f"--ServerApp.root_dir={root}",
     ]
     env = {**os.environ, **_lab_settings(tmp_path / "jupyter")}
-    env["PYTHONPATH"] = python_path_without_slow_imports(tmp_path)  # JupyterLab's jsonschema
     with log.open("wb") as output:
         process = subprocess.Popen(
             command, env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True

@@ -29,10 +29,10 @@ from nip.parameters import (
 from nip.server.app import create_server_app
 from nip.server.config import ServerConfig
 from nip.settings import ExperimentSettings
-from nip.testing.fine_tuning import SCRIPTED_ERROR, ScriptedFineTuneBackend
 from nip.testing.server import serve
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 from nip.utils.notices import NipWarning
+from tests.doubles.fine_tuning import SCRIPTED_ERROR, ScriptedFineTuneBackend
 
 pytestmark = pytest.mark.timeout(120)
 

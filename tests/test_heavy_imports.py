@@ -26,7 +26,7 @@ HI = ({"role": "user", "content": "Hi"},)
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from nip.testing.tiny_model import build_tiny_chat_model
+    from tests.doubles.tiny_model import build_tiny_chat_model
 
     return build_tiny_chat_model(tmp_path_factory.mktemp("models") / "tiny")
 

@@ -17,7 +17,7 @@ from nip.backends import GenerationRequest
 from nip.backends.cache import CachedBackend, ResponseCache
 from nip.backends.local import LocalBackend
 from nip.backends.local.adapters import predecessors, read_adapter_stack, write_predecessors
-from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
+from tests.doubles.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
 # Not importorskip: importing peft at collection costs every pytest worker seconds.
 pytestmark = pytest.mark.skipif(

@@ -12,7 +12,7 @@ import pytest
 
 from nip.backends import GenerationRequest
 from nip.backends.local import LocalBackend
-from nip.testing.tiny_model import build_tiny_chat_model
+from tests.doubles.tiny_model import build_tiny_chat_model
 
 if TYPE_CHECKING:
     import torch

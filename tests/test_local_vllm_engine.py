@@ -24,8 +24,8 @@ from nip.errors import BackendUnavailableError, InvalidParameterError, Unservabl
 from nip.parameters import PureTextAgentParameters
 from nip.providers import PROVIDERS
 from nip.settings import ExperimentSettings
-from nip.testing.fake_vllm import fake_vllm_python
-from nip.testing.processes import live_group_members
+from tests.doubles.fake_vllm import fake_vllm_python
+from tests.doubles.processes import live_group_members
 
 VLLM_VENV_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
 PROMPT = ({"role": "user", "content": "Is the loop correct? Answer with a decision."},)
@@ -33,7 +33,7 @@ PROMPT = ({"role": "user", "content": "Is the loop correct? Answer with a decisi
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from nip.testing.tiny_model import build_tiny_chat_model
+    from tests.doubles.tiny_model import build_tiny_chat_model
 
     return build_tiny_chat_model(tmp_path_factory.mktemp("models") / "tiny")
 
@@ -120,7 +120,7 @@ def test_a_vllm_that_exits_while_starting_is_reported_with_its_log(tmp_path, tin
 def test_vllm_serves_adapters_and_stacks_up_to_the_rank_it_was_started_for(
     tmp_path, tiny_model, fake_vllm
 ):
-    from nip.testing.tiny_model import build_tiny_lora_adapter
+    from tests.doubles.tiny_model import build_tiny_lora_adapter
 
     backend = LocalVllmBackend(str(tiny_model), max_lora_rank=8)
     first = build_tiny_lora_adapter(tiny_model, tmp_path / "first", rank=4)
@@ -159,7 +159,7 @@ async def _answers(backend, names: list[str]) -> list[str]:
 @pytest.mark.vllm
 @pytest.mark.timeout(600)
 def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_model):
-    from nip.testing.tiny_model import build_tiny_lora_adapter
+    from tests.doubles.tiny_model import build_tiny_lora_adapter
 
     python = _vllm_python()
     if python is None:

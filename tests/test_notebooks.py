@@ -30,7 +30,6 @@ from nip.tutorial import (
     tutorial_server,
     tutorial_size,
 )
-from nip.utils.imports import python_path_without_slow_imports
 from nip.utils.precision import bfloat16_is_emulated
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +134,6 @@ def test_the_tutorial_runs_top_to_bottom_at_ci_size(
     ]
     limit_s = LIMITS_S.get(notebook.stem, DEFAULT_LIMIT_S)
     env = ci_environment(tmp_path)
-    env["PYTHONPATH"] = python_path_without_slow_imports(tmp_path)  # nbval's jsonschema: -2.5 s
     process = subprocess.Popen(
         command,
         cwd=scratch,

@@ -12,7 +12,7 @@ from importlib.util import find_spec
 import pytest
 
 from nip.backends.local._quiet import quiet_libraries
-from nip.testing.tiny_model import build_tiny_chat_model
+from tests.doubles.tiny_model import build_tiny_chat_model
 
 # torch is imported by the tests, not at collection (2-3 s in every pytest-xdist worker).
 pytestmark = pytest.mark.skipif(find_spec("torch") is None, reason="torch is not installed")

@@ -16,7 +16,7 @@ import yaml
 
 from nip.cli import main
 from nip.sweeps.ray_servers import _fits, place_cells
-from nip.testing.processes import processes_with, wait_until
+from tests.doubles.processes import processes_with, wait_until
 
 WAIT_S = 240.0
 
@@ -89,13 +89,12 @@ def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots
     from nip.settings import ExperimentSettings
     from nip.sweeps.grid import GridSpec
     from nip.sweeps.ray_servers import run_sweep_ray_served
-    from nip.testing.tiny_model import build_tiny_chat_model
-    from nip.utils.imports import python_path_without_slow_imports
+    from tests.doubles.tiny_model import build_tiny_chat_model
 
-    # As nip's own local cluster (nip.sweeps.ray_cluster): the nodes' dashboard agents start
-    # without rfc3987_syntax (1 s of CPU instead of 4.5), so Ray 2.60's fixed 15 s wait for
-    # them holds on a loaded 2-core machine too; the raylet's wait for its agents is raised.
-    monkeypatch.setenv("PYTHONPATH", python_path_without_slow_imports(tmp_path / "ray-env"))
+    # The nodes' dashboard agents start without rfc3987_syntax (tests/conftest.py: 1 s of CPU
+    # instead of 4.5), so Ray 2.60's fixed 15 s wait for them holds on a loaded 2-core machine
+    # too; as in nip's own local cluster (nip.sweeps.ray_cluster), the raylet's wait for its
+    # agents is raised.
     monkeypatch.setenv("RAY_agent_register_timeout_ms", "300000")
     model = str(build_tiny_chat_model(tmp_path / "tiny-chat", max_positions=8192))
     agent = {

@@ -27,8 +27,8 @@ from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.providers.pool import BackendPool
 from nip.server.run_servers import served_models, serving, storage_name
 from nip.settings import ExperimentSettings
-from nip.testing.fake_vllm import FAKE_VLLM_SERVER, fake_vllm_python
-from nip.testing.processes import live_group_members, processes_with, wait_until
+from tests.doubles.fake_vllm import FAKE_VLLM_SERVER, fake_vllm_python
+from tests.doubles.processes import live_group_members, processes_with, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 #: Every wait here ends by then, a loaded machine included.
@@ -123,7 +123,7 @@ def _wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
-    from nip.testing.tiny_model import build_tiny_chat_model
+    from tests.doubles.tiny_model import build_tiny_chat_model
 
     folder = tmp_path_factory.mktemp("models") / "tiny-chat"
     return str(build_tiny_chat_model(folder, max_positions=8192))  # long HumanEval prompts
@@ -240,7 +240,7 @@ def test_a_grid_owns_one_server_trains_each_cells_adapter_and_survives_sigkill(
 @pytest.mark.timeout(600)
 def test_a_run_killed_with_sigkill_leaves_no_vllm_behind(tiny_model, tmp_path):
     """The run's server ends vLLM's whole process group, a worker that ignores SIGTERM
-    included. vLLM here is a stand-in (nip.testing.fake_vllm: slow answers hold the run in
+    included. vLLM here is a stand-in (tests.doubles.fake_vllm: slow answers hold the run in
     sampling) started by the real engine: that real vLLM's own processes die with the group
     its engine ends is checked by ``test_local_vllm_engine.py``, on the same ``VllmProcess``."""
     python = fake_vllm_python(tmp_path / "fake", api_server=FAKE_VLLM_SERVER)

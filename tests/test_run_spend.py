@@ -19,11 +19,11 @@ from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.providers import prices_for
 from nip.runs.spend import read_spend, usd
 from nip.settings import ExperimentSettings
-from nip.testing.fine_tuning import ScriptedFineTuneBackend
 from nip.testing.server import create_app, serve
 from nip.training.reporter import RunReporter
 from nip.training.trainer import build_trainer
 from nip.widgets import RunSnapshot
+from tests.doubles.fine_tuning import ScriptedFineTuneBackend
 
 MODEL = "gpt-4o-mini-2024-07-18"
 #: What the run pays per 1M (input, output) tokens: the base model, and its fine-tunes.

@@ -25,8 +25,8 @@ from nip.server.background import (
     _tail,
     find_vllm_python,
 )
-from nip.testing.fake_vllm import fake_vllm_python
-from nip.testing.tiny_model import build_tiny_chat_model
+from tests.doubles.fake_vllm import fake_vllm_python
+from tests.doubles.tiny_model import build_tiny_chat_model
 
 #: Every wait in these tests ends by then (a loaded machine included).
 WAIT_S = 90.0

@@ -23,12 +23,12 @@ from nip.server.app import create_server_app
 from nip.server.config import ServerConfig
 from nip.session import Session
 from nip.settings import ExperimentSettings
-from nip.testing.fake_vllm import FAKE_VLLM_SERVER
-from nip.testing.processes import live_group_members
 from nip.testing.server import serve
-from nip.testing.tiny_model import build_tiny_chat_model
 from nip.training.groups import PureTextSharedModelGroup
 from nip.utils.precision import cpu_dtype
+from tests.doubles.fake_vllm import FAKE_VLLM_SERVER
+from tests.doubles.processes import live_group_members
+from tests.doubles.tiny_model import build_tiny_chat_model
 
 VLLM_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
 PROMPT = ({"role": "user", "content": "Is the code correct?"},)
@@ -290,7 +290,7 @@ def test_a_stacked_adapter_reaches_vllm_as_one_adapter_of_the_whole_stack(
     the newest adapter without the ones it was trained on (the original's behaviour)."""
     from nip.backends.local.adapters import write_predecessors
     from nip.server.engine import EngineError
-    from nip.testing.tiny_model import build_tiny_lora_adapter
+    from tests.doubles.tiny_model import build_tiny_lora_adapter
 
     config, record = fake_vllm
     config.max_lora_rank = 8

@@ -22,8 +22,8 @@ from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.server.app import create_server_app
 from nip.server.config import ServerConfig
 from nip.server.vllm_engine import vllm_launch
-from nip.testing.fine_tuning import ScriptedFineTuneBackend
 from nip.testing.server import serve
+from tests.doubles.fine_tuning import ScriptedFineTuneBackend
 
 SFT_LINE = {
     "messages": [

@@ -747,8 +747,8 @@ def providers_observation(settings: Mapping[str, Any]) -> dict:
 def run_observation(settings: Mapping[str, Any], invalid_from: str | None, jobs_fail: bool):
     """A whole short dummy run: the jobs it submits and the files it writes."""
     from nip.parameters.groups import group_members
-    from nip.testing.fine_tuning import ScriptedFineTuneBackend
     from nip.training.trainer import build_trainer
+    from tests.doubles.fine_tuning import ScriptedFineTuneBackend
 
     params = build(settings)
     run_dir = Path(tempfile.mkdtemp(dir=DATA_DIR, prefix="run-"))

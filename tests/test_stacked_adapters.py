@@ -14,7 +14,7 @@ import pytest
 from nip.backends.local.adapters import read_adapter_stack, write_predecessors
 from nip.backends.local.stacked_adapters import concatenated_rank, write_concatenated_adapter
 from nip.errors import UnservableAdapterError
-from nip.testing.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
+from tests.doubles.tiny_model import build_tiny_chat_model, build_tiny_lora_adapter
 
 # Not importorskip: importing peft at collection costs every pytest worker seconds.
 pytestmark = pytest.mark.skipif(

@@ -1,9 +1,13 @@
 """A :class:`~nip.backends.ChatBackend` for OpenAI, OpenRouter and any OpenAI-compatible URL.
 
-One backend per endpoint: it owns the concurrency limit, the connection pool and the retries
-(the SDK's own retries are switched off, so these are the only ones). The API key lives in
-the SDK client only; the configuration may name an environment variable instead, and neither
-``repr``, pickling, copying nor error messages ever carry the key.
+One backend per endpoint: it owns the concurrency limit, one ``openai.AsyncOpenAI`` client
+(its httpx connection pool) per event loop, and the retries (the SDK's own retries are
+switched off, so :mod:`nip.backends._retry`'s are the only ones). Requests go through the
+SDK's ``client.post`` with the payload as is, and the raw body is read by
+:func:`~nip.backends._retry.parse_chat_body` (OpenRouter reports errors inside a 200 body, and
+a malformed body must be a retryable error). The API key lives in the SDK client only; the
+configuration may name an environment variable instead, and neither ``repr``, pickling,
+copying nor error messages ever carry the key.
 
 Examples:
     >>> backend = OpenAIBackend(OpenAIBackendConfig(url, api_key_env="KEY"))  # doctest: +SKIP
@@ -15,19 +19,28 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import html
 import itertools
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from nip.backends._lean_http import LeanTransport, lean_client_can_serve
-from nip.backends._retry import RetryableError, RetryPolicy, call_with_retries, parse_chat_body
-from nip.backends._sdk_transport import SdkTransport, make_sdk_client, sdk_httpx_module
+from nip.backends._retry import (
+    RetryableError,
+    RetryPolicy,
+    call_with_retries,
+    error_for_sdk_exception,
+    parse_chat_body,
+)
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
 from nip.errors import AuthenticationError, InvalidParameterError
+
+if TYPE_CHECKING:
+    import openai
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
@@ -75,10 +88,6 @@ class OpenAIBackendConfig:
         max_tokens_field: The request field for the token limit (``max_completion_tokens``
             for OpenAI's reasoning models).
         default_headers: Extra headers on every request (e.g. OpenRouter's ``X-Title``).
-        http_client: ``sdk`` sends requests with the OpenAI SDK (HTTPS, proxies); ``lean``
-            with nip's asyncio HTTP/1.1 client (plain ``http://`` only; about 0.15 ms of CPU
-            a request instead of 1.5-2 ms, which matters at hundreds in flight); ``auto``
-            picks ``lean`` for an ``http://`` URL reached without a proxy, else ``sdk``.
     """
 
     base_url: str
@@ -93,7 +102,6 @@ class OpenAIBackendConfig:
     request_timeout_s: float = 120.0
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     default_headers: tuple[tuple[str, str], ...] = ()
-    http_client: Literal["auto", "sdk", "lean"] = "auto"
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
@@ -105,12 +113,6 @@ class OpenAIBackendConfig:
         if self.max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise InvalidParameterError(
                 "max_tokens_field", self.max_tokens_field, "max_tokens or max_completion_tokens"
-            )
-        if self.http_client not in ("auto", "sdk", "lean"):
-            raise InvalidParameterError("http_client", self.http_client, "auto, sdk or lean")
-        if self.http_client == "lean" and not self.base_url.startswith("http://"):
-            raise InvalidParameterError(
-                "http_client", "lean", "sdk or auto for an https:// URL", reason="lean is HTTP only"
             )
         self.retry_policy()  # validates the retry fields
 
@@ -134,12 +136,6 @@ class OpenAIBackendConfig:
         if not key:
             raise MissingAPIKeyError(self.api_key_env, self.name)
         return key
-
-    def uses_lean_client(self) -> bool:
-        """Whether requests go through nip's lean HTTP client rather than the SDK."""
-        if self.http_client == "auto":
-            return lean_client_can_serve(self.base_url)
-        return self.http_client == "lean"
 
     def without_secret(self) -> OpenAIBackendConfig:
         """The same settings with any explicit key removed (``api_key_env`` is kept)."""
@@ -196,11 +192,11 @@ class BackendStats:
 
 @dataclass
 class _LoopState:
-    """What must belong to one event loop: the semaphore and the connections."""
+    """What must belong to one event loop: the semaphore and the SDK client (its connections)."""
 
     loop: asyncio.AbstractEventLoop
     semaphore: asyncio.Semaphore
-    transport: LeanTransport | SdkTransport
+    client: openai.AsyncOpenAI
 
 
 class OpenAIBackend:
@@ -289,18 +285,26 @@ class OpenAIBackend:
     async def _attempt(
         self, state: _LoopState, payload: dict[str, Any]
     ) -> tuple[list[Completion], TokenUsage, str | None]:
+        import openai
+
         counters = self._counters
         async with state.semaphore:
             counters.requests_sent += 1
             counters.in_flight += 1
             counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
             try:
-                content, headers = await state.transport.post_chat(payload, self._redact)
+                raw = await state.client.post(
+                    "/chat/completions", cast_to=sdk_httpx_module().Response, body=payload
+                )
+            # Not chained: the SDK error's request object carries the key in a header.
+            except openai.APIError as error:
+                raise error_for_sdk_exception(error, self._redact) from None
             finally:
                 counters.in_flight -= 1
-        # Parsed here, not by the SDK's models: OpenRouter reports errors inside a 200 body,
-        # and a malformed body must become a retryable error.
-        parsed = parse_chat_body(content, headers, self._redact)
+        # Parsed here, not by the SDK's models (``chat.completions.create`` re-walks every
+        # message): OpenRouter reports errors inside a 200 body, and a malformed body must
+        # become a retryable error.
+        parsed = parse_chat_body(raw.content, raw.headers, self._redact)
         counters.responses_ok += 1
         return parsed
 
@@ -317,7 +321,7 @@ class OpenAIBackend:
 
     # ---------------------------------------------------------------- event loops
     def _loop_state(self) -> _LoopState:
-        """The semaphore and pools of the running loop, created on first use there.
+        """The semaphore and SDK client of the running loop, created on first use there.
 
         asyncio primitives and pooled connections belong to one loop, so a backend used from
         ``asyncio.run`` twice, or from a notebook and a helper thread, gets one set per loop.
@@ -329,27 +333,31 @@ class OpenAIBackend:
         for key, old in list(self._loops.items()):
             if old.loop.is_closed():
                 del self._loops[key]  # its connections died with the loop
-        state = _LoopState(loop, asyncio.Semaphore(self.config.max_concurrency), self._transport())
+        state = _LoopState(loop, asyncio.Semaphore(self.config.max_concurrency), self._client())
         self._loops[id(loop)] = state
         return state
 
-    def _transport(self) -> LeanTransport | SdkTransport:
+    def _client(self) -> openai.AsyncOpenAI:
+        """An SDK client with its retries off and a pool of ``max_concurrency`` connections."""
+        import openai
+
         config = self.config
-        key = config.resolve_api_key()
-        if config.uses_lean_client():
-            headers = {"Authorization": f"Bearer {key}", **dict(config.default_headers)}
-            return LeanTransport(config.base_url, headers, config.request_timeout_s)
-        if self._ssl_context is None:  # building one costs ~40 ms; the pools share it
+        if self._ssl_context is None:  # building one costs ~40 ms; the loops' clients share it
             self._ssl_context = sdk_httpx_module().create_ssl_context()
-        context = self._ssl_context
-        return SdkTransport(
-            lambda: make_sdk_client(
-                config.base_url,
-                key,
-                config.request_timeout_s,
-                dict(config.default_headers),
-                context,
-            )
+        connections = config.max_concurrency
+        http_client = openai.DefaultAsyncHttpxClient(
+            verify=self._ssl_context,
+            limits=sdk_httpx_module().Limits(
+                max_connections=connections, max_keepalive_connections=connections
+            ),
+        )
+        return openai.AsyncOpenAI(
+            api_key=config.resolve_api_key(),
+            base_url=config.base_url,
+            timeout=config.request_timeout_s,
+            max_retries=0,  # ours are the only retries
+            default_headers=dict(config.default_headers) or None,
+            http_client=http_client,
         )
 
     async def aclose(self) -> None:
@@ -361,7 +369,7 @@ class OpenAIBackend:
         states, self._loops = self._loops, {}
         for state in states.values():
             if state.loop is loop:
-                await state.transport.aclose()
+                await state.client.close()
 
     # ---------------------------------------------------------------- introspection
     def stats(self) -> BackendStats:
@@ -387,6 +395,15 @@ class OpenAIBackend:
         rows = {"name": self.name, "base_url": self.config.base_url}
         rows.update(max_concurrency=self.config.max_concurrency, **self.stats().to_dict())
         return _html_table("OpenAIBackend", rows)
+
+
+@functools.cache
+def sdk_httpx_module() -> Any:
+    """The httpx package the installed OpenAI SDK is built on (``httpx2`` from SDK 3)."""
+    import openai
+
+    base = next(c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient")
+    return sys.modules[base.__module__.split(".")[0]]
 
 
 def _html_table(caption: str, rows: dict[str, Any]) -> str:

@@ -143,7 +143,7 @@ class OpenAIFineTuneBackend:
         """
         import openai
 
-        from nip.backends._sdk_transport import sdk_httpx_module
+        from nip.backends.openai_compatible import sdk_httpx_module
 
         if self._ssl_context is None:
             self._ssl_context = sdk_httpx_module().create_ssl_context()

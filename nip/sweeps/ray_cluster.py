@@ -4,10 +4,8 @@
 agent, a Python process importing Ray, to write down the ports it chose, and aborts past that:
 on a busy 2-core machine the agent took 15-20 s, and the node "timed out during startup".
 Started with ``ray start --head`` and the agents' ports chosen here, the raylet waits only for
-the dashboard agent's HTTP port (which Ray 2.60 does not pass on), and that agent starts about
-four times faster: its processes do not import ``rfc3987_syntax``, a grammar that jsonschema
-(imported by ``import ray``) builds at import when Jupyter has installed it, 3.5 of 4.5 s of
-CPU of the agent's start.
+the dashboard agent's HTTP port (which Ray 2.60 does not pass on), and its wait for the
+runtime-env agent is raised to the cluster's start time-out.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nip.utils.imports import python_path_without_slow_imports
 from nip.utils.processes import end_of_file, free_port, stop_process_group
 
 #: How long the cluster may take to come up (several times a loaded 2-core machine's 20 s).
@@ -65,7 +62,7 @@ def local_ray_cluster(
     folder = Path(tempfile.mkdtemp(prefix="nip-ray-"))
     process = None
     try:
-        env = _environment(folder, start_timeout_s)
+        env = _environment(start_timeout_s)
         ray_cli = [sys.executable, "-c", "from ray.scripts.scripts import main; main()"]
         if env["RAY_AUTH_MODE"] == "token":  # as ray.init() does: a token in ~/.ray/auth_token
             subprocess.run(
@@ -112,11 +109,10 @@ def local_ray_cluster(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _environment(folder: Path, start_timeout_s: float) -> dict[str, str]:
-    """The cluster's environment: this one, without ``rfc3987_syntax`` (see the module's note),
-    with token authentication and the raylet's wait for the runtime-env agent raised."""
+def _environment(start_timeout_s: float) -> dict[str, str]:
+    """The cluster's environment: this one, with token authentication and the raylet's wait
+    for the runtime-env agent raised."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = python_path_without_slow_imports(folder)
     env.setdefault("RAY_AUTH_MODE", "token")
     # The raylet asks the runtime-env agent for each worker's environment: let it wait too.
     env.setdefault("RAY_agent_register_timeout_ms", str(int(start_timeout_s * 1000)))

@@ -1,7 +1,8 @@
-"""Test helpers that ship with nip: a local OpenAI-compatible server, tiny models, and a
-fine-tuning backend whose jobs fail on purpose.
+"""The fault-injecting OpenAI-compatible server of tutorial 06 (:mod:`nip.testing.server`,
+:mod:`nip.testing.faults`).
 
-``FaultPlan`` is light; the server (FastAPI) and the tiny model (transformers) load on use.
+``FaultPlan`` is light; the server (FastAPI on uvicorn) loads on use. The suite's other test
+doubles live in ``tests/doubles``.
 """
 
 from nip.testing.faults import FaultKind, FaultPlan
@@ -12,10 +13,6 @@ _LAZY = {
     "serve": "nip.testing.server",
     "RunningServer": "nip.testing.server",
     "ServerStats": "nip.testing.server",
-    "ScriptedFineTuneBackend": "nip.testing.fine_tuning",
-    "build_tiny_chat_model": "nip.testing.tiny_model",
-    "build_tiny_lora_adapter": "nip.testing.tiny_model",
-    "fake_vllm_python": "nip.testing.fake_vllm",
 }
 
 

@@ -1,6 +1,6 @@
-"""What the test server answers, independent of the HTTP server that carries it.
+"""What the test server answers, apart from the web framework that carries it.
 
-Both carriers of :mod:`nip.testing.server` (the lean asyncio server and the FastAPI app) call
+The FastAPI routes of :mod:`nip.testing.server` (and of the Together fake) call
 :func:`respond` with the request's method, path, headers and body, and send back the
 :class:`Reply`. Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``,
 ``POST /stats/reset`` and ``GET /health``; with ``fine_tuning_closed``, also ``POST /v1/files``

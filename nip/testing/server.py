@@ -3,7 +3,8 @@
 The completions come from any :class:`~nip.backends.ChatBackend` (by default the offline
 :class:`~nip.backends.DummyBackend`), so code that speaks HTTP to OpenAI, OpenRouter or vLLM can
 be exercised for real, on loopback, with simulated latency and injected faults
-(:class:`~nip.testing.faults.FaultPlan`).
+(:class:`~nip.testing.faults.FaultPlan`). It is a FastAPI app on uvicorn, in a background
+thread of the caller's process (:func:`serve`) or in a process of its own (the command line).
 
 Examples:
     In Python (a notebook or a test)::
@@ -27,7 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from nip.backends._types import ChatBackend
 from nip.testing._chat import ChatState, Reply, ServerStats, respond
@@ -39,10 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["RunningServer", "ServerStats", "create_app", "serve"]
 
 _DROP_MESSAGE = "ASGI callable returned without completing response."
-
-#: Which HTTP server runs an app: ``lean`` (plain asyncio, apps from :func:`create_app`
-#: only), ``uvicorn``, or ``auto`` (lean where it can).
-Engine = Literal["auto", "lean", "uvicorn"]
 
 
 def create_app(
@@ -58,8 +55,7 @@ def create_app(
     """The FastAPI app of an OpenAI-compatible chat server.
 
     Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``,
-    ``POST /stats/reset`` and ``GET /health``. :func:`serve` runs it on a lean asyncio server
-    (a fifth of uvicorn's CPU per request) unless routes or middleware were added to it.
+    ``POST /stats/reset`` and ``GET /health``; :func:`serve` runs it (or any ASGI app).
 
     Args:
         backend: Produces the completions (default: ``DummyBackend()``).
@@ -90,15 +86,20 @@ def create_app(
     async def route(request: Any) -> Any:  # a plain Starlette endpoint: no injection
         async def wait_for_disconnect(timeout_s: float) -> None:
             deadline = time.monotonic() + timeout_s
-            while time.monotonic() < deadline and not await request.is_disconnected():
+            while time.monotonic() < deadline:
+                if await request.is_disconnected():
+                    raise _ClientGone  # its answer would go nowhere: stop, uncounted
                 await asyncio.sleep(0.05)
 
         headers = {k.lower(): v for k, v in request.headers.items()}
         body = await request.body()
         path = request.url.path
-        reply = await respond(
-            app.state.nip, request.method, path, headers, body, wait_for_disconnect
-        )
+        try:
+            reply = await respond(
+                app.state.nip, request.method, path, headers, body, wait_for_disconnect
+            )
+        except _ClientGone:
+            return _fastapi_response(Reply(499))
         return _fastapi_response(reply)
 
     for path, methods in (
@@ -114,8 +115,11 @@ def create_app(
         ),
     ):
         app.add_route(path, route, methods=methods, include_in_schema=False)
-    app.state.nip_routes = len(app.router.routes)
     return app
+
+
+class _ClientGone(Exception):
+    """The client hung up while its request was held."""
 
 
 def _fastapi_response(reply: Reply) -> Any:
@@ -133,16 +137,6 @@ def _fastapi_response(reply: Reply) -> Any:
             await send({"type": "http.response.start", "status": 200, "headers": headers})
 
     return DroppedConnection()
-
-
-def _lean_state(app: Any) -> ChatState | None:
-    """The chat state of an app :func:`create_app` made and nobody extended, else None."""
-    state = getattr(getattr(app, "state", None), "nip", None)
-    if not isinstance(state, ChatState):
-        return None
-    if len(app.router.routes) != app.state.nip_routes or app.user_middleware:
-        return None
-    return state
 
 
 # ------------------------------------------------------------------------- running it
@@ -230,36 +224,26 @@ def serve(
     *,
     graceful_shutdown_s: float = 1.0,
     startup_timeout_s: float = 10.0,
-    engine: Engine = "auto",
 ) -> RunningServer:
-    """Serve ``app`` over HTTP in a background thread with its own event loop.
+    """Serve ``app`` with uvicorn in a background thread with its own event loop.
 
     Args:
-        app: The app (from :func:`create_app`, or any ASGI app for uvicorn).
+        app: The app (from :func:`create_app`, or any ASGI app).
         host: Interface to listen on (loopback by default).
         port: Port; 0 picks a free one (read it back from ``.port`` / ``.url``).
         graceful_shutdown_s: On stop, requests still running after this are cancelled.
         startup_timeout_s: Give up if the server has not started by then.
-        engine: ``auto`` runs an unmodified :func:`create_app` app on the lean asyncio server
-            (:mod:`nip.testing._http`) and anything else on uvicorn.
 
     Returns:
         The running server; stop it with ``.stop()`` or use it as a context manager.
     """
-    state = _lean_state(app) if engine != "uvicorn" else None
-    if engine == "lean" and state is None:
-        raise ValueError("engine='lean' serves only apps made by create_app, unmodified")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP (not 0): asyncio only sets TCP_NODELAY on sockets that say they are TCP;
     # without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    server = (
-        _lean_server(state, graceful_shutdown_s)
-        if state is not None
-        else _uvicorn_server(app, graceful_shutdown_s)
-    )
+    server = _uvicorn_server(app, graceful_shutdown_s)
     thread = threading.Thread(
         target=lambda: asyncio.run(server.serve(sockets=[sock])),
         name="nip-test-server",
@@ -278,15 +262,6 @@ def serve(
     return running
 
 
-def _lean_server(state: ChatState, graceful_shutdown_s: float) -> Any:
-    from nip.testing._http import LeanHTTPServer
-
-    async def handler(method, path, headers, body, wait_for_disconnect) -> Reply:
-        return await respond(state, method, path, headers, body, wait_for_disconnect)
-
-    return LeanHTTPServer(handler, graceful_shutdown_s=graceful_shutdown_s)
-
-
 def _uvicorn_server(app: Any, graceful_shutdown_s: float) -> Any:
     import uvicorn
 
@@ -298,6 +273,10 @@ def _uvicorn_server(app: Any, graceful_shutdown_s: float) -> Any:
         backlog=4096,
         limit_concurrency=None,
         timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
+        # Idle keep-alive connections stay open (uvicorn closes them after 5 s): a client
+        # whose request timed out after 5 s would otherwise retry on a connection closing
+        # under it, a race that tests counting retries exactly would see.
+        timeout_keep_alive=300,
         lifespan="auto",  # apps with a lifespan (the fine-tuning queue) need it
         ws="none",
     )
@@ -322,7 +301,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--timeout-hold", type=float, default=30.0, help="longest a timeout fault holds a request"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
-    parser.add_argument("--engine", choices=["auto", "lean", "uvicorn"], default="auto")
     parser.add_argument("--model", action="append", help="serve only these model names")
     parser.add_argument(
         "--decide-on-turn",
@@ -344,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     backend = DummyBackend(DummyPolicy(decide_on_turn=args.decide_on_turn))
     app = create_app(backend, latency_s=args.latency, faults=faults, model_names=args.model)
-    running = serve(app, args.host, args.port, engine=args.engine)
+    running = serve(app, args.host, args.port)
     print(f"nip test server listening on {running.base_url}", flush=True)
     try:
         running.wait()

@@ -12,11 +12,9 @@ import system it guards is.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 _IMPORTING = threading.RLock()
 
@@ -32,19 +30,3 @@ def heavy_imports() -> Iterator[None]:
     """
     with _IMPORTING:
         yield
-
-
-def python_path_without_slow_imports(folder: Path) -> str:
-    """A ``PYTHONPATH`` that keeps ``rfc3987_syntax`` out of the processes started with it:
-    this one's, behind a module of that name in ``folder/hidden`` that refuses to load.
-
-    jsonschema (imported by Ray, nbformat, Jupyter's servers) builds that package's grammar at
-    its own import when it is installed (Jupyter installs it): 2.5-3.5 s of CPU per process,
-    for formats ("iri") that neither Ray's nor the notebook format's schemas use; jsonschema
-    leaves them unchecked without it."""
-    hidden = folder / "hidden"
-    hidden.mkdir(parents=True, exist_ok=True)
-    (hidden / "rfc3987_syntax.py").write_text(
-        "raise ImportError('kept out of this process (nip.utils.imports)')\n"
-    )
-    return os.pathsep.join(filter(None, [str(hidden), os.environ.get("PYTHONPATH")]))
