@@ -1,22 +1,7 @@
 """Turn rows into code-validation items, checking every field; read rows from JSONL or parquet.
 
-Rows come from a file here, or from Hugging Face ``datasets`` (``nip.data._hub``); both go
-through :func:`items_from_rows`. Two row layouts are understood:
-
-- *flat*: one row per solution, with ``question``, ``solution`` and ``y`` (1 correct,
-  0 incorrect), optionally ``id``, ``split``, ``difficulty``, ``source_task_id``,
-  ``entry_point``, ``mutation``, ``counterexample``, ``passes_visible_examples``;
-- *grouped* (Buggy-APPS): one row per problem, with ``question`` and list columns
-  ``solutions`` (correct) and ``buggy_solutions`` (incorrect), whose elements are code
-  strings or dicts with a ``solution`` key (APPS: a JSON string of code strings). Each
-  list becomes one item per element, walked over its own length.
-
-A grouped row's items have ids ``<problem>/correct/<k>`` and ``<problem>/buggy/<k>``, where
-``<problem>`` is the row's ``id``, else ``<original_split>-<original_problem_id>`` (or the
-problem id alone), else ``<file stem>-<row number>``.
-
-Rows of a file without a ``split`` are assigned one from a hash of their problem, so that all
-solutions of one problem land in the same split; rows of a Hub split take that split.
+The row layouts (flat, and grouped Buggy-APPS rows) and item ids are in docs/dataset.md. A
+file's rows without a ``split`` get one from a hash of their problem.
 """
 
 from __future__ import annotations
@@ -29,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nip.data._apps import PROBLEM_ID_COLUMNS, solution_list
+from nip.data._apps import PROBLEM_ID_COLUMNS, is_grouped, solution_list
 from nip.data._errors import DatasetFormatError
 from nip.data._records import CodeValidationItem, Counterexample, Mutation
 from nip.extras import needs
@@ -127,7 +112,7 @@ def _items_from_row(
         "difficulty": difficulty,
         "source_task_id": task,
     }
-    grouped = "solutions" in row or "buggy_solutions" in row
+    grouped = is_grouped(row)
     if row.get("id") is not None and not _is_missing(row["id"]):
         base_id = str(row["id"])
     elif grouped and problem is not None:
@@ -143,7 +128,6 @@ def _items_from_row(
                 values = []
             if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
                 raise fail(field, "expected a list of solutions")
-            # Each list is walked over its own length (the original used len(solutions) for both).
             for k in range(len(values)):
                 code = _solution_text(values[k])
                 if code is None:
