@@ -25,10 +25,7 @@ from nip.utils.sync import run_sync
 
 
 class DialogueAgent(Protocol):
-    """What a dialogue needs of an agent (:class:`nip.agents.PureTextWholeAgent` is one).
-
-    Rollouts sit beneath the agents: they drive any object with these methods.
-    """
+    """What a dialogue needs of an agent (:class:`nip.agents.PureTextWholeAgent` is one)."""
 
     def build_chat_prompt(self, transcript: Transcript, round_id: int) -> list[ChatMessage]:
         """The messages the agent is prompted with in ``round_id``."""
@@ -105,10 +102,7 @@ class Dialogue:
         return self.handler.active_agents(self.round_id, self.transcript.seed)
 
     def prompt_for(self, agent_name: str, round_id: int | None = None) -> list[ChatMessage]:
-        """The exact chat prompt ``agent_name`` gets (gets, or got) in ``round_id``.
-
-        Defaults to the next round, so it shows what the agent will see before it generates.
-        """
+        """The exact chat prompt ``agent_name`` gets in ``round_id`` (by default the next)."""
         round_id = self.round_id if round_id is None else round_id
         return self.agents[agent_name].build_chat_prompt(self.transcript, round_id)
 
@@ -121,9 +115,6 @@ class Dialogue:
         Args:
             overrides: Text to use instead of generating, by agent name.
             sample_index: Which sample to draw (a different index gives a different sample).
-
-        Returns:
-            The round's turns.
         """
         if self.done:
             raise DialogueOverError("the dialogue is over")
@@ -167,10 +158,8 @@ class Dialogue:
             invalid_provers=[t.agent for t in turns if not t.valid and t.agent != VERIFIER],
         )
         transcript.rewards.append(dict(outcome.rewards))
-        transcript.done = outcome.done
-        transcript.terminated = outcome.terminated
-        transcript.decision = outcome.decision
-        transcript.score = outcome.score
+        for name in ("done", "terminated", "decision", "score"):
+            setattr(transcript, name, getattr(outcome, name))
 
     def step(
         self, overrides: Mapping[str, str] | None = None, *, sample_index: int = 0
