@@ -9,13 +9,7 @@ from statistics import NormalDist
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """The Wilson score interval for a proportion of ``successes`` out of ``n``.
 
-    Unlike the normal approximation it stays inside [0, 1] and is sensible for small ``n``
-    and for proportions near 0 or 1 (the usual case for a verifier's accuracy).
-
-    Args:
-        successes: How many trials succeeded (0 to ``n``).
-        n: How many trials.
-        confidence: The interval's coverage.
+    It stays inside [0, 1] and suits small ``n`` and proportions near 0 or 1.
 
     Returns:
         ``(low, high)``; ``(nan, nan)`` when ``n`` is 0.
@@ -60,8 +54,8 @@ def t_quantile(probability: float, df: int) -> float:
 def seed_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """The mean of per-seed values (accuracies) and its Student-t interval, clipped to [0, 1].
 
-    This interval is about how much the result varies from seed to seed (3 seeds give a wide
-    one); a pooled Wilson interval is about how precisely the dialogues measure it.
+    It says how much the result varies between seeds; a pooled Wilson interval says how
+    precisely the dialogues measure it.
 
     Returns:
         ``(mean, low, high)``; the interval is ``(nan, nan)`` for fewer than two values.
