@@ -44,25 +44,7 @@ class ProtocolHandler(ABC):
 
     Subclasses set ``name`` and ``agent_names``, build their agents (:meth:`_build_agents`),
     optionally channels (:meth:`_build_channels`), and say who speaks each round
-    (:meth:`speakers`). Example, the verifier must ask two questions first::
-
-        class TwoQuestions(ProtocolHandler):
-            name = "two_questions"
-            agent_names = ("prover", "verifier")
-            max_message_rounds = 7
-            system_prompts = {"prover": "You are $agent_name ...", "verifier": Path("v.txt")}
-
-            def _build_agents(self):
-                return (AgentSpec("prover", "Expert", default_stance=1),
-                        AgentSpec("verifier", "Verifier", is_verifier=True))
-
-            def speakers(self, round_id, seed=0):
-                return {"verifier" if round_id % 2 == 0 else "prover": (MAIN,)}
-
-            def can_decide(self, round_id, seed=0):
-                return super().can_decide(round_id, seed) and round_id >= 4
-
-        session = Session(TwoQuestions.hyper_parameters(), protocol=TwoQuestions)
+    (:meth:`speakers`); notebooks/02_protocols_tour.ipynb defines one (``TwoQuestions``).
     """
 
     #: The protocol's name in configuration (``interaction_protocol``).
