@@ -29,19 +29,16 @@ class DialogueAgent(Protocol):
 
     def build_chat_prompt(self, transcript: Transcript, round_id: int) -> list[ChatMessage]:
         """The messages the agent is prompted with in ``round_id``."""
-        ...
 
     async def generate_turn(
         self, transcript: Transcript, round_id: int, *, sample_index: int = 0
     ) -> tuple[AgentTurn, list[ChannelMessage]]:
         """Generate and parse the agent's turn in ``round_id``."""
-        ...
 
     def turn_from_text(
         self, text: str, transcript: Transcript, round_id: int, **turn_fields: Any
     ) -> tuple[AgentTurn, list[ChannelMessage]]:
         """Parse ``text`` as the agent's turn in ``round_id``."""
-        ...
 
 
 class DialogueOverError(NipError, RuntimeError):
@@ -75,12 +72,7 @@ class Dialogue:
         """A new dialogue about ``datapoint``; ``seed`` fixes its random choices."""
         stances = {p: handler.prover_stance(p, datapoint.stance) for p in handler.prover_names}
         transcript = Transcript(
-            protocol=handler.name,
-            datapoint=datapoint,
-            seed=seed,
-            stances=stances,
-            iteration=iteration,
-            id=dialogue_id,
+            handler.name, datapoint, seed, stances, iteration=iteration, id=dialogue_id
         )
         return cls(handler, agents, transcript)
 
