@@ -21,12 +21,6 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         name: Where they come from (a shipped dataset's name or a file path).
         revision: The Hugging Face Hub commit they come from (None for other sources).
         origin: ``"shipped"``, ``"file"``, ``"directory"``, ``"hub"`` or ``"cache"``.
-
-    Example:
-        >>> from nip.data import load_code_validation_dataset
-        >>> dataset = load_code_validation_dataset(split="test", max_size=10)
-        >>> len(dataset), sorted({item.y for item in dataset})
-        (10, [0, 1])
     """
 
     def __init__(

@@ -30,12 +30,8 @@ def items_from_rows(
     """The items of numbered rows, checking every field and that ids are unique.
 
     Args:
-        rows: ``(row number, row)`` pairs.
         source: Where the rows come from (named in errors; its stem makes fallback ids).
         split: The split of every row (a Hub split); None: the row's ``split``, else a hash.
-
-    Raises:
-        DatasetFormatError: A row is malformed; the message names the source, row and field.
     """
     path = Path(source)
     items: list[CodeValidationItem] = []
@@ -106,12 +102,7 @@ def _items_from_row(
             raise fail("split", f"{split!r} is not one of {', '.join(SPLITS)}")
     difficulty = row.get("difficulty")
     difficulty = "unknown" if difficulty is None or _is_missing(difficulty) else str(difficulty)
-    common = {
-        "question": question,
-        "split": split,
-        "difficulty": difficulty,
-        "source_task_id": task,
-    }
+    common = dict(question=question, split=split, difficulty=difficulty, source_task_id=task)
     grouped = is_grouped(row)
     if row.get("id") is not None and not _is_missing(row["id"]):
         base_id = str(row["id"])
@@ -161,13 +152,9 @@ def _items_from_row(
 
 
 def _item(item_id: str, solution: str, y: int, common: dict, extras: dict) -> CodeValidationItem:
+    stance = datapoint_stance(solution)
     return CodeValidationItem(
-        id=item_id,
-        solution=solution,
-        y=y,
-        prover_stance=datapoint_stance(solution),
-        **common,
-        **extras,
+        id=item_id, solution=solution, y=y, prover_stance=stance, **common, **extras
     )
 
 

@@ -51,15 +51,11 @@ def load_code_validation_dataset(
     """Load question-solution pairs labelled correct (``y=1``) or incorrect (``y=0``).
 
     Args:
-        name_or_path: A shipped dataset's name (``"humaneval_cv"``); a Hugging Face Hub id
-            (``"lrhammond/buggy-apps"``, ``"codeparrot/apps"``), read with ``datasets``; a
-            folder in the Hub's layout (``data/train.parquet``, ``data/test.parquet``); or a
-            ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file with ``question``, ``solution``
-            and ``y`` per row (or Buggy-APPS rows with ``solutions`` and
-            ``buggy_solutions``).
-        split: ``"train"``, ``"test"``, ``"validation"`` or ``"all"``. A Hub dataset or a
-            folder has its own splits; a file's rows carry a ``split`` or get one by problem.
-            Problems never straddle splits.
+        name_or_path: A shipped dataset's name (``"humaneval_cv"``), a Hugging Face Hub id
+            (``"lrhammond/buggy-apps"``), a folder in the Hub's layout, or a ``.jsonl``,
+            ``.jsonl.gz`` or ``.parquet`` file (the row layouts: docs/dataset.md).
+        split: ``"train"``, ``"test"``, ``"validation"`` or ``"all"``; a file's rows without
+            a ``split`` get one by problem (problems never straddle splits).
         difficulty: For flat rows (``humaneval_cv``): ``"easy"``, ``"hard"`` or ``"all"``.
         max_size: Keep at most this many items, drawn with ``seed``, half of each label
             where the data allow.
@@ -75,10 +71,6 @@ def load_code_validation_dataset(
         InvalidParameterError: A value not allowed, or a filter that does not apply.
         DatasetSplitError, DatasetFormatError (names row and field), DatasetUnavailableError.
 
-    Example:
-        >>> dataset = load_code_validation_dataset(split="test", difficulty="hard")
-        >>> {item.split for item in dataset}, {item.difficulty for item in dataset}
-        ({'test'}, {'hard'})
     """
     _check_arguments(split, difficulty, apps_difficulty, max_size)
     name = str(name_or_path)

@@ -5,11 +5,6 @@ limits, a wall-clock timeout (the process group is killed), an empty network nam
 ``unshare -rn`` works, and an audit hook (``_sandbox_boot.py``) against processes, sockets and
 writes outside its directory. It contains accidents, not code written to escape: run hostile
 code in a container or VM as well.
-
-Example:
-    >>> result = run_in_sandbox("print(6 * 7)", timeout_s=5)
-    >>> result.status, result.stdout
-    ('ok', '42\\n')
 """
 
 from __future__ import annotations
