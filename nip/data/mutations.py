@@ -187,22 +187,24 @@ def _arithmetic(node, index, parents):
         yield from _between(index, node.target, node.value, table)
 
 
+def _is_int(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _is_negative_int(node: ast.AST) -> bool:
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _is_int(node.operand)
+
+
 def _shifted(node: ast.AST, index: SourceIndex, delta: int) -> str | None:
     """Text of ``node`` plus ``delta``, folding constants (``n - 1`` + 1 is ``n``)."""
-    if isinstance(node, ast.Constant) and type(node.value) is int:
+    if _is_int(node):
         return str(node.value + delta)
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) is int
-    ):
+    if _is_negative_int(node):
         return str(-node.operand.value + delta)
     if (
         isinstance(node, ast.BinOp)
         and isinstance(node.op, ast.Add | ast.Sub)
-        and isinstance(node.right, ast.Constant)
-        and type(node.right.value) is int
+        and _is_int(node.right)
     ):
         amount = (node.right.value if isinstance(node.op, ast.Add) else -node.right.value) + delta
         left = index.text(node.left)
@@ -255,13 +257,7 @@ def _constant(node, index, parents):
         return  # handled as one negative number, below
     if isinstance(parent, ast.Slice) and node is parent.step:
         return  # a step of 0 only raises ValueError; 1 and -1 are too telling
-    negative = (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) is int
-    )
-    if negative or (isinstance(node, ast.Constant) and type(node.value) is int):
+    if _is_negative_int(node) or _is_int(node):
         yield from _shift_edits(node, index)
 
 
