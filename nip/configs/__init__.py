@@ -66,15 +66,9 @@ class Grid:
 
 def list_grids() -> list[Grid]:
     """Every shipped sweep grid, sorted by name."""
-    directory = _root().joinpath(GRID_FOLDER)
-    return sorted(
-        (
-            Grid(entry.name[:-5], _description(entry))
-            for entry in directory.iterdir()
-            if entry.is_file() and entry.name.endswith(".yaml")
-        ),
-        key=lambda grid: grid.name,
-    )
+    files = [e for e in _root().joinpath(GRID_FOLDER).iterdir() if e.is_file()]
+    grids = [Grid(e.name[:-5], _description(e)) for e in files if e.name.endswith(".yaml")]
+    return sorted(grids, key=lambda grid: grid.name)
 
 
 def list_presets() -> list[Preset]:

@@ -1,12 +1,7 @@
 """A run's results from its directory: accuracy with confidence intervals, reward curves.
 
-::
-
-    run = load_run("runs/exp1")
-    run                      # a summary table in Jupyter
-    run.plot_accuracy()      # per split, with 95% Wilson intervals
-    run.plot_rewards()       # each agent's mean episode reward
-    run.plot_confusion("test")
+``run = load_run("runs/exp1")`` shows a summary table in Jupyter; ``run.plot_accuracy()``,
+``run.plot_rewards()`` and ``run.plot_confusion("test")`` draw it.
 """
 
 from __future__ import annotations
