@@ -8,12 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Mutation:
-    """The single edit that turned the correct solution into an incorrect one.
-
-    Attributes:
-        operator: The mutation operator (``"comparison"``, ``"range_bound"``...).
-        line: 1-based line of the change; ``before``/``after`` the line(s) before and after.
-    """
+    """The single edit (``operator``, at 1-based ``line``, ``before`` -> ``after``) that
+    turned the correct solution into this incorrect one."""
 
     operator: str
     line: int

@@ -230,14 +230,8 @@ class ProtocolHandler(ABC):
 
     # -------------------------------------------------------------------- stance
     def prover_stance(self, agent_name: str, datapoint_stance: int | None = None) -> int:
-        """The decision ``agent_name`` argues for (0 reject, 1 accept) on a datapoint.
-
-        Args:
-            agent_name: A prover of this protocol.
-            datapoint_stance: The datapoint's randomised stance (see
-                :func:`nip.protocols.datapoint_stance`); used only when the protocol
-                allows randomisation and ``randomize_prover_stance`` is on.
-        """
+        """The decision prover ``agent_name`` argues for (0 reject, 1 accept) on a datapoint:
+        ``datapoint_stance`` where stances are randomised, else its default."""
         spec = self.agent(agent_name)
         if spec.is_verifier or spec.default_stance is None:
             raise ProtocolUsageError(f"{agent_name!r} is not a prover of {self.name}")

@@ -102,12 +102,8 @@ class Dialogue:
     async def step_async(
         self, overrides: Mapping[str, str] | None = None, *, sample_index: int = 0
     ) -> list[AgentTurn]:
-        """Play one round: every speaking agent generates at once (or uses its override).
-
-        Args:
-            overrides: Text to use instead of generating, by agent name.
-            sample_index: Which sample to draw (a different index gives a different sample).
-        """
+        """Play one round: every speaking agent generates at once, or uses its text in
+        ``overrides``; another ``sample_index`` draws another sample."""
         if self.done:
             raise DialogueOverError("the dialogue is over")
         overrides = dict(overrides or {})

@@ -17,12 +17,7 @@ DECISIONS = (Decision.ACCEPT, Decision.REJECT, Decision.NONE)
 
 
 def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
-    """How often the verifier accepted, rejected or did not decide, per true label.
-
-    Returns:
-        Counts; rows "correct solution" and "incorrect solution", columns "accept", "reject",
-        "no decision" (and "neither" when a verifier chose its scale's middle).
-    """
+    """Counts of the verifier's decisions (columns, "neither" when chosen) per true label."""
     transcripts = list(transcripts)
     columns = [d.word for d in DECISIONS]
     if any(t.decision is Decision.NEITHER for t in transcripts):

@@ -35,10 +35,6 @@ class TreeViewer(widgets.VBox):
             exact chat prompt behind each message.
         interactive: A click on a node picks it (needs ``anywidget``; the default if installed).
         plot_options: Passed on to :func:`~nip.viz.plot_tree`.
-
-    Example::
-
-        TreeViewer(trainer.load_trees(0)[0], agents=trainer.session.agents)
     """
 
     def __init__(
