@@ -30,12 +30,8 @@ def plot_trees_summary(
     The top block holds every tree, below it each tree's root, then its rounds; ``ids`` and
     ``customdata`` are node ids. Click a block to zoom into it.
 
-    Args:
-        max_depth: How many levels to show at once (all by default).
-        reward_range: The colour scale's ends; by default the range of the values.
-
-    Raises:
-        ValueError: Two trees share an id, or a tree lacks expected rewards for ``agent``.
+    ``max_depth`` levels show at once (all by default). ``ValueError`` when two trees share an
+    id, or a tree lacks expected rewards for ``agent``.
     """
     tree_ids = [t.tree_id for t in trees]
     if len(set(tree_ids)) != len(tree_ids):
