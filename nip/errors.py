@@ -13,9 +13,6 @@ class NipError(Exception):
 class MissingExtraError(NipError, ImportError):
     """A feature needs a pip extra that is not installed (see :mod:`nip.extras`).
 
-    Its message is the whole story in one line: the feature, what is missing, and the exact
-    install command.
-
     Attributes:
         feature: The feature, as the user meets it (``"nip serve"``).
         extra: The extra that installs it (``"server"``).
@@ -36,7 +33,6 @@ class InvalidParameterError(NipError, ValueError):
 
     Attributes:
         field: Dotted address of the offending field (e.g. ``"agents.verifier.top_p"``).
-        value: The value that was given.
         allowed: A short description of what is allowed.
         reason: Why, in words (``"expected " + allowed`` when not given).
     """
@@ -63,12 +59,7 @@ class InvalidParameterError(NipError, ValueError):
 
 
 def require_count(field: str, value: Any, minimum: int = 1) -> int:
-    """``value``, if it is a whole number of at least ``minimum`` (a count: iterations,
-    passes, cells at once).
-
-    Raises:
-        InvalidParameterError: It is not, naming ``field``.
-    """
+    """``value``, if a whole number >= ``minimum`` (else ``InvalidParameterError``)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise InvalidParameterError(field, value, f"an integer >= {minimum}")
     return value
@@ -91,11 +82,7 @@ class UnknownKeyError(NipError, KeyError):
 
 
 class ConfigFileError(NipError, ValueError):
-    """A configuration file (or text) is not valid YAML or JSON.
-
-    Attributes:
-        path: The file, when the text came from one.
-    """
+    """A configuration file (``path``, if any) or text is not valid YAML or JSON."""
 
     def __init__(self, message: str, *, path: Any = None):
         self.path = path
@@ -125,11 +112,7 @@ class GenerationError(NipError):
 
 
 class BackendUnavailableError(GenerationError):
-    """The backend could not be reached, or kept failing after every retry.
-
-    Attributes:
-        attempts: How many times the request was tried.
-    """
+    """The backend could not be reached, or kept failing after every retry (``attempts``)."""
 
     def __init__(self, message: str, *, attempts: int = 1):
         self.attempts = attempts
@@ -178,12 +161,7 @@ class FineTuneError(NipError):
 
 
 class FineTuneJobFailed(FineTuneError):
-    """A fine-tuning job ended in failure.
-
-    Attributes:
-        job_id: The job.
-        error: The backend's description of what went wrong.
-    """
+    """A fine-tuning job (``job_id``) ended in failure; ``error`` is the backend's account."""
 
     def __init__(self, job_id: str, error: str):
         self.job_id = job_id
@@ -192,10 +170,8 @@ class FineTuneJobFailed(FineTuneError):
 
 
 class FineTuningClosedError(FineTuneError):
-    """The fine-tuning API refused to create a job for lack of permission, or because it no
-    longer accepts jobs (OpenAI's self-serve fine-tuning is closing: see
-    :mod:`nip.jobs.openai_closing`). Never transient: the run stops at once, its rollouts
-    kept, and resumes on another provider."""
+    """The fine-tuning API refused a job (no permission, or no longer accepting: see
+    :mod:`nip.jobs.openai_closing`). Never transient: the run stops, resumable elsewhere."""
 
 
 class SharedModelGroupError(NipError, ValueError):
@@ -203,13 +179,8 @@ class SharedModelGroupError(NipError, ValueError):
 
 
 class FineTuneStoppedError(FineTuneJobFailed):
-    """A group's fine-tuning job failed and ``text_rl.on_fine_tune_failure="stop"`` ended the
-    run. The run directory records the failure; ``nip resume`` resubmits the job.
-
-    Attributes:
-        group: The shared model group whose job failed.
-        job_id / error: The failed job and the backend's description of what went wrong.
-    """
+    """``group``'s fine-tuning job failed and ``on_fine_tune_failure="stop"`` ended the run;
+    ``nip resume`` resubmits the job."""
 
     def __init__(self, group: str, job_id: str, error: str):
         self.group = group

@@ -30,11 +30,10 @@ def to_datapoint(item: Any) -> Datapoint:
     """A :class:`Datapoint` from a dataset item (record with id/question/solution/y) or dict."""
     if isinstance(item, Datapoint):
         return item
-    get = item.get if isinstance(item, Mapping) else lambda k, d=None: getattr(item, k, d)
     from nip.protocols import datapoint_stance
 
-    solution = get("solution")
-    stance = get("prover_stance")
+    get = item.get if isinstance(item, Mapping) else lambda k, d=None: getattr(item, k, d)
+    solution, stance = get("solution"), get("prover_stance")
     return Datapoint(
         id=str(get("id")),
         question=get("question"),
@@ -48,12 +47,8 @@ class Session:
     """Runs dialogues under one configuration.
 
     Args:
-        hyper_params: The experiment's parameters.
-        settings: Runtime settings (cache, concurrency, progress bars).
         backends: A pool of backends to share with other sessions (made if omitted).
-        protocol: The class of a protocol defined in your own code, which
-            ``hyper_params.interaction_protocol`` names (see
-            :class:`~nip.protocols.ProtocolHandler`); shipped protocols are found by name.
+        protocol: The class of a protocol of your own, which ``interaction_protocol`` names.
     """
 
     def __init__(
@@ -93,11 +88,7 @@ class Session:
     def datapoints(
         self, n: int | None = None, *, split: str = "train", iteration: int = 0
     ) -> list[Datapoint]:
-        """``n`` datapoints of ``split`` (all when None) for ``iteration``.
-
-        The train split is walked in a seeded shuffled order, iteration after iteration; the
-        other splits are shuffled once with the run's seed (:mod:`nip.data.order`).
-        """
+        """``n`` datapoints of ``split`` (all when None) for ``iteration`` (see nip.data.order)."""
         items = self.dataset(split)
         seed = self.hyper_params.seed
         if split == "train" and n is not None:
@@ -107,11 +98,7 @@ class Session:
         return [to_datapoint(items[i]) for i in indices]
 
     def datapoints_by_id(self, ids: Sequence[str], *, split: str = "train") -> list[Datapoint]:
-        """The datapoints of ``split`` with these ids, in their order (a run plan's items).
-
-        Raises:
-            KeyError: An id is not in the split (the dataset changed since the plan was made).
-        """
+        """The datapoints of ``split`` with these ids, in order (``KeyError`` if one is missing)."""
         if split not in self._by_id:
             self._by_id[split] = {str(item.id): item for item in self.dataset(split)}
         items = self._by_id[split]
@@ -125,11 +112,8 @@ class Session:
         self, item: Any, *, seed: int | None = None, iteration: int = 0, index: int = 0
     ) -> Dialogue:
         """A new dialogue about ``item``, ready to step through."""
-        seed = (
-            derive_seed(self.hyper_params.seed, "dialogue", iteration, index)
-            if seed is None
-            else seed
-        )
+        if seed is None:
+            seed = derive_seed(self.hyper_params.seed, "dialogue", iteration, index)
         return Dialogue.start(
             self.handler,
             self.agents,
@@ -152,12 +136,8 @@ class Session:
         """Play a batch of dialogues concurrently.
 
         Args:
-            items: The datapoints; when omitted, ``n`` items of ``split``
-                (default ``rl.rollouts_per_iteration``).
-            n: How many dialogues when ``items`` is omitted.
-            split: Which split to draw from.
+            items: The datapoints; by default ``n`` (``rl.rollouts_per_iteration``) of ``split``.
             iteration: Seeds and dialogue ids depend on it.
-            description: Progress-bar label.
             on_progress: Called with ``(done, total)`` dialogues as they finish.
         """
         if items is None:

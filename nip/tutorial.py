@@ -1,15 +1,8 @@
 """Helpers for the tutorial notebooks in ``notebooks/``: one notebook, two sizes.
 
-The tutorials run at full size by default. CI runs the very same notebooks small, by setting
-``NIP_TUTORIAL_SIZE=ci``; a notebook picks each of its numbers with :func:`sized`::
-
-    from nip.tutorial import sized
-
-    n_dialogues = sized(full=16, ci=2)
-
-The backends tutorial reads ``NIP_TUTORIAL_SERVER`` with :func:`tutorial_server`: ``local``
-(nip's own OpenAI-compatible test server on loopback, the default), ``openai``,
-``openrouter``, or the URL of a self-hosted server such as vLLM.
+CI runs the same notebooks small (``NIP_TUTORIAL_SIZE=ci``); a notebook picks each number
+with ``sized(full=16, ci=2)``. ``NIP_TUTORIAL_SERVER`` (:func:`tutorial_server`) chooses the
+backends tutorial's server.
 """
 
 from __future__ import annotations
@@ -26,11 +19,7 @@ T = TypeVar("T")
 
 
 def tutorial_size() -> TutorialSize:
-    """The size the tutorials run at: ``$NIP_TUTORIAL_SIZE``, "full" when unset.
-
-    Raises:
-        ValueError: The variable holds something other than "full" or "ci".
-    """
+    """``$NIP_TUTORIAL_SIZE``: "full" (when unset) or "ci"; else ``ValueError``."""
     value = os.environ.get(SIZE_VARIABLE, "").strip().lower() or "full"
     if value not in ("full", "ci"):
         raise ValueError(f"{SIZE_VARIABLE}={value!r}: expected 'full' or 'ci'")
@@ -43,14 +32,8 @@ def sized(full: T, ci: T) -> T:
 
 
 def tutorial_server() -> str:
-    """Where the backends tutorial sends requests: ``$NIP_TUTORIAL_SERVER``, "local" when unset.
-
-    Returns:
-        "local", "openai", "openrouter", or an ``http(s)://`` URL of a self-hosted server.
-
-    Raises:
-        ValueError: The variable holds none of those.
-    """
+    """``$NIP_TUTORIAL_SERVER``: "local" (nip's loopback test server, when unset), "openai",
+    "openrouter", or an ``http(s)://`` URL of a self-hosted server; else ``ValueError``."""
     value = os.environ.get(SERVER_VARIABLE, "").strip() or "local"
     if value.lower() in ("local", "openai", "openrouter"):
         return value.lower()
@@ -63,11 +46,7 @@ def tutorial_server() -> str:
 
 
 def fresh_cache_dir(folder: str | os.PathLike[str]) -> Path:
-    """A new ``NIP_CACHE_DIR`` inside ``folder``: no cached responses, the usual converted models.
-
-    Tutorials run with it start from an empty response cache, as on a fresh machine, without
-    converting the embedded model again (its folder is linked, not copied).
-    """
+    """A new ``NIP_CACHE_DIR`` in ``folder``: no cached responses, the converted models linked."""
     from nip.backends.local import models_cache_dir
 
     models = models_cache_dir()
@@ -83,9 +62,8 @@ REFERENCE_MARKER = "# NBVAL_CHECK_OUTPUT"
 
 
 def ci_environment(scratch: str | os.PathLike[str]) -> dict[str, str]:
-    """The environment tutorials run in under CI (and when their reference outputs are
-    recorded): this one plus CI size, nip's local test server, no W&B, no progress bars and
-    a fresh response cache in ``scratch``."""
+    """The environment of tutorials under CI: CI size, the local server, no W&B or progress
+    bars, and a fresh response cache in ``scratch``."""
     return {
         **os.environ,
         SIZE_VARIABLE: "ci",

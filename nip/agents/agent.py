@@ -1,9 +1,6 @@
-"""Text agents (seed: ``PureTextWholeAgent`` / ``OpenAiWholeAgent``).
+"""Text agents: transcript -> prompt -> :class:`~nip.backends.ChatBackend` -> parsed turn.
 
-An agent turns a transcript into a prompt, asks its backend for a completion, and parses it,
-retrying when the completion cannot be used. Which backend answers (OpenAI, OpenRouter, a
-self-hosted vLLM, the embedded model, or the dummy) is configuration: the agent only knows the
-:class:`~nip.backends.ChatBackend` interface.
+Retries a completion that cannot be used; which backend answers is configuration.
 """
 
 from __future__ import annotations
@@ -37,9 +34,6 @@ class PureTextWholeAgent:
     """A text agent of a protocol, generating with a :class:`ChatBackend`.
 
     Args:
-        hyper_params: The experiment's parameters.
-        settings: Runtime settings (run directory, cache...). Optional.
-        agent_name: Which of the protocol's agents this is.
         protocol_handler: The protocol (built from ``hyper_params`` when omitted).
         backend: Where completions come from; needed only to generate.
     """
@@ -72,8 +66,7 @@ class PureTextWholeAgent:
         self.model_name = self.base_model_name
 
     def _check_template_states_the_scale(self) -> None:
-        """A custom verifier template must state a decision scale other than accept/reject
-        (with ``$verifier_decision_instructions``): the verifier could not know it otherwise."""
+        """A verifier template must state a scale other than the default one."""
         scale = self.protocol_handler.decision_scale.name
         if (
             self.agent_spec.is_verifier
@@ -154,18 +147,11 @@ class PureTextWholeAgent:
         """The exact messages this agent is prompted with in ``round_id`` of ``transcript``.
 
         Args:
-            transcript: The dialogue so far.
-            round_id: The round about to be played (or any earlier one).
             include_supervisor: Add the supervisor message (``use_supervisor_message``).
-            ensure_last_message_is_assistant: Drop trailing messages that are not this
-                agent's, so the prompt ends with its own last message (fine-tuning).
-            replace_last_message_with_true_label: With the above, for the verifier: replace
-                that last message by the correct decision (``Decision: accept|reject``, or the
-                decision scale's strongest answer for the label).
-
-        Raises:
-            AgentNotActiveInChannelError: ``ensure_last_message_is_assistant`` and the agent
-                has no message before ``round_id``.
+            ensure_last_message_is_assistant: End at this agent's last message (fine-tuning);
+                ``AgentNotActiveInChannelError`` if it has none before ``round_id``.
+            replace_last_message_with_true_label: With the above, for the verifier: that
+                message becomes the scale's strongest answer for the label.
         """
         params = self.agent_params
         messages = build_chat_prompt(
@@ -202,8 +188,7 @@ class PureTextWholeAgent:
         n: int = 1,
         sample_index: int = 0,
     ) -> GenerationRequest:
-        """The request for this agent's turn; its seed is derived from the dialogue's seed,
-        the round, the agent, the attempt and the sample index, so runs are reproducible."""
+        """The request for this agent's turn, seeded by dialogue, round, agent, attempt, sample."""
         params = self.agent_params
         handler = self.protocol_handler
         channels = handler.speakers(round_id, transcript.seed).get(self.agent_name, ())
@@ -242,12 +227,7 @@ class PureTextWholeAgent:
     def parse_completion(
         self, completion: Completion, transcript: Transcript, round_id: int
     ) -> ParsedResponse:
-        """Check the finish reason and parse the text.
-
-        Raises:
-            ContentFilterError, UnknownFinishReasonError, InvalidResponseError (and its
-            subclasses): the completion cannot be used.
-        """
+        """Check the finish reason and parse the text (raises ``InvalidResponseError`` & co.)."""
         if completion.finish_reason == "content_filter":
             raise ContentFilterError("the provider's content filter blocked the response")
         if completion.finish_reason not in ("stop", "length"):
@@ -290,11 +270,10 @@ class PureTextWholeAgent:
     async def generate_turn(
         self, transcript: Transcript, round_id: int, *, sample_index: int = 0
     ) -> tuple[AgentTurn, list[ChannelMessage]]:
-        """Generate, parse and (on failure) retry this agent's turn in ``round_id``.
+        """Generate, parse and retry this agent's turn in ``round_id``.
 
-        After ``num_invalid_generation_retries`` failed retries the turn is recorded as
-        invalid (it writes nothing and makes no decision) and the dialogue goes on; errors of
-        the backend itself (unreachable, no credits, unknown model) propagate.
+        After ``num_invalid_generation_retries`` the turn is recorded invalid and the dialogue
+        goes on; the backend's own errors propagate.
         """
         if self.backend is None:
             raise GenerationError(f"agent {self.agent_name!r} has no backend to generate with")
@@ -341,11 +320,8 @@ class PureTextWholeAgent:
     async def generate_samples(
         self, transcript: Transcript, round_id: int, n: int
     ) -> list[tuple[AgentTurn, list[ChannelMessage]]]:
-        """``n`` independent turns for ``round_id``, asked for in one request (``n``-sampling).
-
-        Samples that cannot be parsed, or that a backend without ``n`` support did not
-        return, are generated again one by one (with retries) under fresh sample indices.
-        """
+        """``n`` independent turns for ``round_id`` in one request; unusable or missing
+        samples are generated again one by one under fresh sample indices."""
         if self.backend is None:
             raise GenerationError(f"agent {self.agent_name!r} has no backend to generate with")
         request = self.make_request(transcript, round_id, n=n)
@@ -388,16 +364,8 @@ class PureTextWholeAgent:
     ) -> list[dict[str, list[ChatMessage]]]:
         """Supervised fine-tuning examples, one per transcript in which this agent spoke.
 
-        Each example is ``{"messages": [...]}`` (the format of the OpenAI fine-tuning API and
-        of TRL's conversational SFT): the whole conversation from this agent's point of view,
-        without supervisor messages.
-
-        Args:
-            transcripts: The dialogues to learn from.
-            ensure_last_message_is_assistant: End each example at the agent's last message
-                (what SFT needs); otherwise include what others said after it.
-            replace_verifier_guess_with_true_label: For the verifier, rewrite its final
-                message as the correct ``Decision: accept|reject`` (needs the above).
+        Each is ``{"messages": [...]}`` (OpenAI fine-tuning / TRL conversational SFT), this
+        agent's view without supervisor messages; see :meth:`build_chat_prompt` for the flags.
         """
         examples = []
         for transcript in transcripts:
@@ -419,10 +387,7 @@ class PureTextWholeAgent:
         *,
         ensure_last_message_is_assistant: bool = True,
     ) -> list[ChatMessage]:
-        """One SFT conversation: this agent's view of ``transcript``.
-
-        The agent's own messages are exactly the completions it generated (the prompt it saw
-        at each turn is rebuilt from the transcript).
+        """One SFT conversation: this agent's view of ``transcript`` (its own completions).
 
         Raises:
             AgentNotActiveInChannelError: The agent wrote nothing valid in this dialogue.
@@ -454,5 +419,4 @@ class PureTextWholeAgent:
 
 
 class OpenAiWholeAgent(PureTextWholeAgent):
-    """The original's name for a text agent. The backend is chosen by ``model_provider``
-    (OpenAI, OpenRouter, SelfHosted or Local), not by the class."""
+    """The original's name for a text agent; ``model_provider`` chooses the backend."""

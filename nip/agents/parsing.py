@@ -1,9 +1,7 @@
 """Turning a completion into channel messages and a decision.
 
-Only the verifier decides: a prover that writes "Decision: accept" keeps its whole message
-(the original parsed decisions from every agent and dropped such a prover's message). What
-may follow ``Decision:`` is the protocol's decision scale
-(:mod:`nip.protocols.decision_scales`), which gives the decision and its score.
+Only the verifier decides (a prover writing "Decision: accept" keeps its whole message); what
+may follow ``Decision:`` is the protocol's decision scale.
 """
 
 from __future__ import annotations
@@ -40,9 +38,6 @@ def parse_response(
     scale: DecisionScale = DECISION_SCALES["accept_reject"],
 ) -> ParsedResponse:
     """Parse ``text`` written by the agent ``spec`` in a round where it writes to ``channels``.
-
-    Args:
-        scale: The verifier's decision scale: what may follow ``Decision:``.
 
     Raises:
         InvalidResponseError: Empty text, or a verifier decision in a round where it may not.

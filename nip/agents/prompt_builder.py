@@ -1,13 +1,8 @@
 """Building the exact chat prompt an agent sees at a round of a dialogue.
 
-1. The system prompt, rendered from the agent's template.
-2. Round by round: the agent's own earlier completion as ``assistant``; then, for each channel
-   it can read, in its channel order for that round, the other agents' messages as ``user``
-   with the sender's ``name`` — and the sender's name at the start of the text too, because
-   many open-model chat templates drop ``name`` (anonymous senders stay unnamed).
-3. On the verifier's last turn (when it could ask questions before), a system message telling
-   it to decide on its decision scale, unless supervisor messages are on.
-4. Optionally a supervisor message with this turn's instructions (``use_supervisor_message``).
+The system prompt; round by round the agent's own completion as ``assistant`` and others'
+messages as ``user``, named also in the text (many open-model chat templates drop ``name``);
+the verifier's "decide now" notice; optionally a supervisor message.
 """
 
 from __future__ import annotations
@@ -46,8 +41,8 @@ def supervisor_enabled(mode: str, turn_index: int) -> bool:
 def shows_decide_notice(
     handler: ProtocolHandler, agent_name: str, round_id: int, turn_index: int, mode: str
 ) -> bool:
-    """Whether the verifier's prompt in ``round_id`` ends with the "decide now" notice: on
-    its last turn, when it could ask questions before, and no supervisor message replaces it."""
+    """Whether the verifier's prompt ends with "decide now": its last turn, after questions,
+    with no supervisor message instead."""
     return (
         agent_name == VERIFIER
         and handler.max_verifier_questions > 1
@@ -66,9 +61,8 @@ def history_messages(
 ) -> list[ChatMessage]:
     """The conversation before ``round_id`` from ``agent_name``'s point of view.
 
-    The "decide now" notice the verifier saw on its last turn is replayed before its answer,
-    so fine-tuning examples match what it was prompted with (earlier supervisor messages are
-    not replayed, as in the original).
+    The verifier's "decide now" notice is replayed (so fine-tuning examples match its
+    prompt); supervisor messages are not.
     """
     messages: list[ChatMessage] = []
     turn_index = 0
@@ -104,8 +98,7 @@ def build_chat_prompt(
 
     Args:
         use_supervisor_message: The agent's setting (none, all, first, all_but_first).
-        include_supervisor: Append this turn's supervisor message when the setting asks for
-            one (False for fine-tuning examples, which never contain them).
+        include_supervisor: Append this turn's supervisor message (False for fine-tuning).
     """
     messages: list[ChatMessage] = [{"role": "system", "content": system_prompt}]
     messages += history_messages(
@@ -115,9 +108,8 @@ def build_chat_prompt(
     if shows_decide_notice(handler, agent_name, round_id, turn_index, use_supervisor_message):
         messages.append(_decide_now(handler))
     if include_supervisor and supervisor_enabled(use_supervisor_message, turn_index):
-        is_verifier = agent_name == VERIFIER
         text = supervisor_message(
-            is_verifier=is_verifier,
+            is_verifier=agent_name == VERIFIER,
             turn_index=turn_index,
             questions_left=handler.max_verifier_questions - 1 - turn_index,
             can_decide=handler.can_decide(round_id, transcript.seed),

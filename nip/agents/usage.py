@@ -1,10 +1,5 @@
-"""What a turn's generations cost: every attempt's tokens, rejected ones included.
-
-A provider bills each generation, whether or not its text could be parsed, so a turn carries
-the tokens of all its attempts (the retries after an invalid answer, and for an ``n``-sampled
-turn its share of the shared request), and counts as served from the cache only when every one
-of them was.
-"""
+"""What a turn's generations cost: every attempt's tokens, rejected ones included (all are
+billed); a turn is cached only when every attempt was."""
 
 from __future__ import annotations
 
@@ -26,7 +21,6 @@ class AttemptsUsage:
     cached_attempts: int = 0
 
     def add(self, usage: TokenUsage, cached: bool) -> None:
-        """Count one more generation."""
         self.prompt_tokens += usage.prompt_tokens
         self.completion_tokens += usage.completion_tokens
         self.attempts += 1
@@ -34,11 +28,9 @@ class AttemptsUsage:
 
     @property
     def cached(self) -> bool:
-        """Every attempt was answered by the response cache (so none was billed)."""
         return self.attempts > 0 and self.cached_attempts == self.attempts
 
     def turn_fields(self) -> dict[str, Any]:
-        """The :class:`AgentTurn` fields these attempts fill in."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -60,8 +52,7 @@ def split_usage(usage: TokenUsage, n: int) -> list[TokenUsage]:
 
 
 def with_usage_added(turn: AgentTurn, usage: TokenUsage, cached: bool) -> AgentTurn:
-    """``turn`` also carrying ``usage`` (tokens spent on a sample that was then generated
-    again); it stays cached only if that usage was cached too."""
+    """``turn`` also carrying ``usage`` (a sample generated again); cached only if both were."""
     return dataclasses.replace(
         turn,
         prompt_tokens=turn.prompt_tokens + usage.prompt_tokens,

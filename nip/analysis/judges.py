@@ -1,12 +1,7 @@
 """Rollout analysis: a judge model answers yes/no questions about each agent's messages.
 
-For every dialogue, every agent an analyser applies to, and every channel that agent wrote
-to, the judge sees the problem, the solution and that channel's messages, then a question.
-All judge calls of a run go out concurrently through any :class:`~nip.backends.ChatBackend`.
-
-The role-conformance question states the side the agent actually argued (from its stance in
-that dialogue); the original assumed every prover argued "correct", which was wrong for
-debate's prover0 and for randomised stances.
+Per dialogue, agent and channel it wrote to, the judge sees the problem, the solution and
+that channel's messages, then a question; role conformance states the side the agent argued.
 """
 
 from __future__ import annotations
@@ -32,11 +27,8 @@ class BinaryAnalyser:
     """A yes/no question about one agent's messages on one channel.
 
     Attributes:
-        name: The analyser's name (used in files and metrics).
-        applies_to: Which agents it judges.
-        question: The question; ``{agent}``, ``{side}`` (the side the agent argued),
-            ``{verifier}`` and ``{decision_form}`` (how the verifier writes a decision on its
-            decision scale) are filled in.
+        question: ``{agent}``, ``{side}`` (the side it argued), ``{verifier}`` and
+            ``{decision_form}`` (how the verifier writes a decision) are filled in.
     """
 
     name: str
@@ -89,11 +81,7 @@ ANALYSERS: dict[str, BinaryAnalyser] = {
 
 
 def check_analysers(analysers: Sequence[str]) -> None:
-    """Refuse names :data:`ANALYSERS` does not have.
-
-    Raises:
-        InvalidParameterError: One of ``analysers`` is unknown.
-    """
+    """Refuse names :data:`ANALYSERS` does not have (``InvalidParameterError``)."""
     unknown = sorted(set(analysers) - set(ANALYSERS))
     if unknown:
         raise InvalidParameterError("--analysers", unknown, f"names from {', '.join(ANALYSERS)}")
@@ -189,18 +177,14 @@ async def analyse_async(
     An answer that is not Yes/No after ``retries`` retries is recorded as ``None``.
     """
     check_analysers(analysers)
-    jobs = []
-    for name in analysers:
-        analyser = ANALYSERS[name]
-        for transcript in transcripts:
-            for agent in handler.agent_names:
-                if not analyser.applies_to(handler.agent(agent)):
-                    continue
-                channels = dict.fromkeys(
-                    m.channel for m in transcript.messages if m.sender == agent
-                )
-                for channel in channels:
-                    jobs.append((analyser, transcript, agent, channel))
+    jobs = [
+        (ANALYSERS[name], transcript, agent, channel)
+        for name in analysers
+        for transcript in transcripts
+        for agent in handler.agent_names
+        if ANALYSERS[name].applies_to(handler.agent(agent))
+        for channel in dict.fromkeys(m.channel for m in transcript.messages if m.sender == agent)
+    ]
 
     async def run(job) -> AnalysisResult:
         analyser, transcript, agent, channel = job
@@ -222,9 +206,8 @@ async def analyse_async(
 def summarise(results: Sequence[AnalysisResult]) -> dict[str, float | None]:
     """Share of "yes" per analyser and agent (unanswered judgements left out)."""
     summary: dict[str, float | None] = {}
-    keys = sorted({(r.analyser, r.agent) for r in results})
-    for analyser, agent in keys:
-        answers = [r.answer for r in results if (r.analyser, r.agent) == (analyser, agent)]
-        valid = [a for a in answers if a is not None]
+    for analyser, agent in sorted({(r.analyser, r.agent) for r in results}):
+        valid = [r.answer for r in results if (r.analyser, r.agent) == (analyser, agent)]
+        valid = [a for a in valid if a is not None]
         summary[f"{agent}.{analyser}"] = sum(valid) / len(valid) if valid else None
     return summary

@@ -1,4 +1,4 @@
-"""Per-iteration metrics of a batch of dialogues (and of MALT trees).
+"""Per-iteration metrics of a batch of dialogues and of MALT trees (see docs/training.md).
 
 Undefined ratios (precision with no accepts, say) are ``None``, never a crash or a NaN.
 """
@@ -14,8 +14,7 @@ from nip.protocols import Decision
 from nip.providers.openai import PRICES as OPENAI_PRICES
 from nip.rollouts.records import AgentTurn, Transcript
 
-#: USD per 1M ``(input, output)`` tokens of a model generating for an agent, ``(agent, model)``
-#: -> price, None when unknown.
+#: ``(agent, model)`` -> USD per 1M ``(input, output)`` tokens, None when unknown.
 PriceOf = Callable[[str, str], tuple[float, float] | None]
 
 
@@ -25,8 +24,8 @@ def openai_list_price(agent: str, model: str) -> tuple[float, float] | None:
 
 
 def cost_usd(turns: Iterable[AgentTurn], price: PriceOf = openai_list_price) -> float | None:
-    """The API cost of ``turns`` in USD, or None when any priced turn's model is unknown.
-    Turns served from the response cache or written by a person cost nothing."""
+    """The API cost of ``turns`` in USD (None if a model is unpriced); cached or
+    hand-written turns cost nothing."""
     total = 0.0
     for turn in turns:
         if turn.cached or turn.overridden:
@@ -53,10 +52,8 @@ _DECISION_VALUES = {Decision.REJECT: 0.0, Decision.ACCEPT: 1.0, Decision.NEITHER
 def priced_rollout_metrics(
     transcripts: Sequence[Transcript], agents: Mapping[str, Any], settings: Any
 ) -> dict[str, Any]:
-    """:func:`rollout_metrics` of a run's dialogues, priced as the run and its dry run are
-    (``nip.providers.inference_price``): models on this machine or one's own server, and the
-    dummy API, cost nothing per token; API models are priced by their agent's provider
-    (``settings.prices_usd_per_1m`` over its published prices)."""
+    """:func:`rollout_metrics` priced as the run and its dry run are
+    (``nip.providers.inference_price``, with ``settings.prices_usd_per_1m``)."""
     from nip.providers import inference_price
 
     def price(agent: str, model: str) -> tuple[float, float] | None:
@@ -72,11 +69,8 @@ def rollout_metrics(
 ) -> dict[str, Any]:
     """Accuracy, precision/recall (accept = positive), per-class accuracy, rewards, rates, cost.
 
-    "accuracy" counts a dialogue without a decision as wrong. ``price`` prices the token
-    usage as ``cost_usd`` (see :func:`cost_usd`; None if a model is unpriced).
-    Also, as the original logged them (see :func:`decision_metrics`,
-    :func:`datapoint_metrics` and :func:`agent_usage_metrics`): worst-datapoint accuracy,
-    the decision mean, spread and entropy, and per agent its tokens, cost and latency.
+    No decision counts as wrong; ``price`` prices ``cost_usd``. Also the metrics of
+    :func:`decision_metrics`, :func:`datapoint_metrics` and :func:`agent_usage_metrics`.
     """
     n = len(transcripts)
     metrics: dict[str, Any] = {"num_dialogues": n}
@@ -85,9 +79,10 @@ def rollout_metrics(
     decisions = [t.decision for t in transcripts]
     labels = [t.datapoint.y for t in transcripts]
     correct = [t.correct for t in transcripts]
-    tp = sum(d is Decision.ACCEPT and y == 1 for d, y in zip(decisions, labels, strict=True))
-    fp = sum(d is Decision.ACCEPT and y == 0 for d, y in zip(decisions, labels, strict=True))
-    fn = sum(d is not Decision.ACCEPT and y == 1 for d, y in zip(decisions, labels, strict=True))
+    pairs = list(zip(decisions, labels, strict=True))
+    tp = sum(d is Decision.ACCEPT and y == 1 for d, y in pairs)
+    fp = sum(d is Decision.ACCEPT and y == 0 for d, y in pairs)
+    fn = sum(d is not Decision.ACCEPT and y == 1 for d, y in pairs)
     metrics.update(
         accuracy=sum(correct) / n,
         std_accuracy=_std([float(c) for c in correct]),
@@ -128,18 +123,8 @@ def rollout_metrics(
 
 
 def datapoint_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
-    """How the verifier does on its hardest datapoints, grouping dialogues by datapoint id.
-
-    For each datapoint, its accuracy is the share of its dialogues the verifier got right (no
-    decision counts as wrong). Then:
-
-    * ``worst_datapoint_accuracy``: the lowest of these accuracies (the original's metric:
-      0 as soon as one datapoint is always got wrong, so most useful with several dialogues
-      per datapoint, e.g. ``rl.num_test_iterations`` > 1);
-    * ``always_wrong_proportion``: the share of datapoints whose every dialogue the verifier
-      got wrong (the paper's "always fails" count, as a fraction of the datapoints);
-    * ``num_datapoints``: how many distinct datapoints the dialogues are about.
-    """
+    """How the verifier does on its hardest datapoints: ``worst_datapoint_accuracy``,
+    ``always_wrong_proportion`` and ``num_datapoints`` over dialogues grouped by datapoint id."""
     by_datapoint: dict[str, list[bool]] = {}
     for transcript in transcripts:
         by_datapoint.setdefault(transcript.datapoint.id, []).append(transcript.correct)
@@ -154,19 +139,9 @@ def datapoint_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
 
 
 def decision_metrics(transcripts: Sequence[Transcript]) -> dict[str, Any]:
-    """The verifier's final decisions, over the dialogues where it decided.
-
-    * ``mean_decision`` / ``std_decision``: a decision counts 1 for accept, 0 for reject and
-      0.5 for neither (the middle of a decision scale); dialogues without a decision are left
-      out (None when there are none).
-    * ``mean_score`` / ``std_score``: the same for the continuous score in [-1, 1] on the
-      verifier's decision scale (``verifier_decision_scale``).
-    * ``verifier_decision_entropy``: the Shannon entropy, in bits, of the share of accept,
-      reject and neither among those decisions: 0 when the verifier always decides the same
-      way, 1 for an even split of accept and reject, at most log2(3).
-    * ``neither_agree_nor_disagree_proportion``: the share of all dialogues that ended with
-      neither.
-    """
+    """The verifier's final decisions where it decided: ``mean_decision`` (accept 1, reject 0,
+    neither 0.5), ``mean_score``, their spreads, ``verifier_decision_entropy`` (bits) and the
+    share of all dialogues ending with neither."""
     decided = [t for t in transcripts if t.decision in _DECISION_VALUES]
     values = [_DECISION_VALUES[t.decision] for t in decided]
     scores = [t.score for t in decided if t.score is not None]
@@ -189,13 +164,9 @@ def agent_usage_metrics(
     turns: Sequence[AgentTurn],
     price: PriceOf = openai_list_price,
 ) -> dict[str, Any]:
-    """One agent's tokens, API cost and latency over ``turns`` (its own turns).
+    """One agent's tokens, API cost and mean request latency over its own ``turns``.
 
-    ``{agent}.prompt_tokens`` / ``.completion_tokens`` (of every generation, rejected ones too),
-    ``{agent}.cost_usd`` (as :func:`cost_usd`), and ``{agent}.mean_latency_s``: the mean
-    wall time of the request behind each turn a backend generated (not served from the
-    cache, not written by a person, not invalid); None when there are none. No total is
-    given: requests run concurrently, and MALT's siblings share one ``n``-sampling request.
+    No latency total: requests run concurrently, and MALT's siblings share one request.
     """
     generated = [t.latency_s for t in turns if t.valid and not t.cached and not t.overridden]
     return {
@@ -207,15 +178,8 @@ def agent_usage_metrics(
 
 
 def malt_metrics(trees: Sequence[Any]) -> dict[str, Any]:
-    """Node and preference-pair counts of MALT trees.
-
-    * ``mean_malt_nodes``: nodes per tree, the root left out; ``mean_non_terminal_malt_nodes``:
-      nodes with children per tree (the root included: it is where the first pairs are).
-    * Per agent that acted in a tree: ``{agent}.malt_pairs`` (all trees),
-      ``{agent}.mean_malt_pairs`` (per tree) and ``{agent}.malt_pair_proportion``: its pairs
-      over the non-terminal nodes of all trees, i.e. the share of branch points that gave
-      it a preference pair (at most one pair per node and agent), as the original logged.
-    """
+    """Node and preference-pair counts of MALT trees (nodes without the root; non-terminal
+    nodes with it, where the first pairs are); per agent its pairs, also per branch point."""
     if not trees:
         return {}
     nodes = [len(t.nodes) - 1 for t in trees]

@@ -1,8 +1,7 @@
 """The ``nip`` command line: one module per command, listed in :data:`COMMANDS`.
 
-A command's module holds ``HELP`` (and optionally ``DESCRIPTION``), ``add_arguments(parser)``
-and ``run(args) -> int`` (the exit status); what commands share is in :mod:`nip.cli._args`.
-Adding a command is one module and one line in :data:`COMMANDS`.
+A command's module holds ``HELP`` (optionally ``DESCRIPTION``), ``add_arguments(parser)`` and
+``run(args) -> int``; what commands share is in :mod:`nip.cli._args`.
 """
 
 from __future__ import annotations
@@ -66,8 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except NipError as error:
-        # A typed error already says what is wrong and how to fix it: no traceback. A missing
-        # extra's message is the feature and its install line, nothing more.
+        # A typed error already says what is wrong and how to fix it: no traceback.
         kind = "" if isinstance(error, MissingExtraError) else f"{type(error).__name__}: "
         print(f"nip: error: {kind}{error}", file=sys.stderr)
         return 2

@@ -10,8 +10,7 @@ from typing import Any, NoReturn
 
 
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line, naming the argument (argparse's
-    usage block can be a dozen lines; ``--help`` shows it)."""
+    """An ``ArgumentParser`` whose errors are one line naming the argument (not the usage)."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -32,8 +31,6 @@ def checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], allowed: s
     return parse
 
 
-#: A count (iterations, passes, cells at once); a duration; an interval's coverage; which
-#: iterations (``0,7``).
 count = checked(int, lambda n: n >= 1, "an integer >= 1")
 seconds = checked(float, lambda s: 0 <= s < float("inf"), "a number >= 0")
 fraction = checked(float, lambda p: 0 < p < 1, "a number between 0 and 1 (0.95)")
@@ -136,8 +133,7 @@ def run_settings(args: argparse.Namespace):
 
 
 def load_config(name_or_path: str):
-    """A config file, or the name of a preset shipped in ``nip/configs`` (``quickstart``,
-    ``paper/nip-ei``; ``nip presets`` lists them)."""
+    """A config file, or the name of a preset shipped in ``nip/configs`` (``paper/nip-ei``)."""
     from pathlib import Path
 
     from nip.configs import UnknownPresetError, load_preset
@@ -174,11 +170,7 @@ def configured(args: argparse.Namespace):
 
 
 def gpu_options(args: argparse.Namespace):
-    """``--throughput``, ``--gpu`` and ``--gpu-hour-usd`` checked: (table, gpu, USD per hour).
-
-    Raises:
-        InvalidParameterError / ConfigFileError: One is not allowed (one line, exit 2).
-    """
+    """``--throughput``, ``--gpu`` and ``--gpu-hour-usd`` checked: (table, gpu, USD per hour)."""
     from nip.errors import InvalidParameterError
     from nip.experiments.gpu_time import DEFAULT_GPU, ThroughputTable
 
@@ -220,8 +212,7 @@ def served(configs, settings, storage):
 
 
 def served_run(run_dir, settings):
-    """``with`` the servers ``--serve`` starts for a saved run (resume, extend, retest), on
-    the storage its adapters are in (:func:`~nip.runs.sweep_dir.serve_storage`)."""
+    """``with`` the servers ``--serve`` starts for a saved run, on its adapters' storage."""
     from nip.runs.changes import saved_parameters
     from nip.runs.sweep_dir import serve_storage
 
@@ -230,8 +221,8 @@ def served_run(run_dir, settings):
 
 
 def opened_run(args: argparse.Namespace, run_dir=None):
-    """The settings of a command on a saved run (resume, extend, retest), its options and
-    its folder checked (it must hold a run) before a server starts for it."""
+    """The settings of a command on a saved run, options and folder checked before a server
+    starts for it."""
     from nip.runs.run_dir import RunDirectory
 
     args.run_dir = run_dir
@@ -256,14 +247,9 @@ def train(trainer) -> None:
 
 def print_metrics(trainer) -> None:
     rows = trainer.run_dir.metrics_records()
-    columns = {
-        "accuracy": "accuracy",
-        "precision": "precision",
-        "recall": "recall",
-        "no_decision_rate": "no decision",
-        "verifier.mean_episode_reward": "verifier reward",
-        "prover.mean_episode_reward": "prover reward",
-    }
+    columns = {"accuracy": "accuracy", "precision": "precision", "recall": "recall"}
+    columns |= {"no_decision_rate": "no decision"}
+    columns |= {f"{a}.mean_episode_reward": f"{a} reward" for a in ("verifier", "prover")}
     columns = {k: v for k, v in columns.items() if any(k in row for row in rows)}
     print(f"\n{'split':<7}{'iter':>5}" + "".join(f"{label:>17}" for label in columns.values()))
     for row in rows:
@@ -284,8 +270,7 @@ def print_gpu_time(runs, gpu) -> None:
 
 
 def print_openai_notice(hyper_params, plan=None, *, instead: str | None = None) -> bool:
-    """One warning when the run's plan fine-tunes through OpenAI, which is closing to new
-    fine-tuning jobs (nip.jobs.openai_closing)."""
+    """One warning when the run's plan fine-tunes through OpenAI (nip.jobs.openai_closing)."""
     from nip.jobs.openai_closing import openai_fine_tuning_notice
 
     if not any(a.served_by == "OpenAI" for a in hyper_params.agents.values()):

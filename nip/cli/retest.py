@@ -24,12 +24,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _args.opened_run(args)
     run_dir = args.run_dir_positional
     with _args.served_run(run_dir, settings) as settings:
-        out = retest(
-            run_dir,
-            iterations=args.iterations,
-            passes=args.passes,
-            split=args.split,
-            settings=settings,
-        )
+        options = {k: getattr(args, k) for k in ("iterations", "passes", "split")}
+        out = retest(run_dir, settings=settings, **options)
     print(f"retest results: {out} (nip compare {run_dir} shows them)")
     return 0

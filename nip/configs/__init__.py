@@ -1,19 +1,13 @@
 """Shipped experiment presets: YAML files of :class:`~nip.parameters.HyperParameters`.
 
-A preset's name is its path below this folder without ``.yaml`` (``quickstart``,
-``paper/nip-ei``); its description is the first comment line of the file. ``nip presets``
-lists them, and the sweep grids of ``sweeps/``, and ``nip run NAME`` runs one.
+A preset's name is its path here without ``.yaml`` (``paper/nip-ei``); its description is
+the file's first comment line. A preset may be built on others::
 
-A preset may be built on others instead of repeating them::
-
-    # Open weights: nip, Expert Iteration ...         (the description)
     extends: [paper/nip-ei, open/_model]              # a preset, then fragments, in order
     set:                                               # optional: more dotted overrides
       rl.num_iterations: 4
 
-A fragment (a file whose name starts with ``_``, not listed and not run on its own) holds only
-``set:``, dotted overrides (``agents.*.model_name``: every agent) applied in its turn: the
-open-weight model of every ``open/*`` preset is written once, in ``open/_model.yaml``.
+A fragment (a name starting with ``_``, never listed or run alone) holds only ``set:``.
 """
 
 from __future__ import annotations
@@ -46,18 +40,12 @@ class UnknownPresetError(NipError, KeyError):
 
 @dataclass(frozen=True)
 class Preset:
-    """A shipped preset.
-
-    Attributes:
-        name: What ``nip run`` takes (``paper/nip-ei``).
-        description: The file's first comment line.
-    """
+    """A shipped preset: ``name`` is what ``nip run`` takes, ``description`` its first comment."""
 
     name: str
     description: str
 
     def text(self) -> str:
-        """The YAML text of the preset."""
         return _file(self.name).read_text(encoding="utf-8")
 
     def load(self) -> HyperParameters:
@@ -67,32 +55,20 @@ class Preset:
 
 @dataclass(frozen=True)
 class Grid:
-    """A shipped sweep grid (``nip sweep NAME``; the format: :mod:`nip.sweeps.grid`).
-
-    Attributes:
-        name: What ``nip sweep`` takes (``paper-ei``).
-        description: The file's first comment line.
-    """
+    """A shipped sweep grid (``nip sweep NAME``; the format: :mod:`nip.sweeps.grid`)."""
 
     name: str
     description: str
 
     def text(self) -> str:
-        """The YAML text of the grid."""
         return _root().joinpath(GRID_FOLDER, f"{self.name}.yaml").read_text(encoding="utf-8")
 
 
 def list_grids() -> list[Grid]:
     """Every shipped sweep grid, sorted by name."""
-    directory = _root().joinpath(GRID_FOLDER)
-    return sorted(
-        (
-            Grid(entry.name[:-5], _description(entry))
-            for entry in directory.iterdir()
-            if entry.is_file() and entry.name.endswith(".yaml")
-        ),
-        key=lambda grid: grid.name,
-    )
+    files = [e for e in _root().joinpath(GRID_FOLDER).iterdir() if e.is_file()]
+    grids = [Grid(e.name[:-5], _description(e)) for e in files if e.name.endswith(".yaml")]
+    return sorted(grids, key=lambda grid: grid.name)
 
 
 def list_presets() -> list[Preset]:
@@ -108,11 +84,7 @@ def list_presets() -> list[Preset]:
 
 
 def get_preset(name: str) -> Preset:
-    """The shipped preset called ``name``.
-
-    Raises:
-        UnknownPresetError: There is none (the message lists those there are).
-    """
+    """The shipped preset called ``name`` (``UnknownPresetError`` listing those there are)."""
     for preset in list_presets():
         if preset.name == name:
             return preset
@@ -132,8 +104,7 @@ def _build(name: str, seen: tuple[str, ...]) -> HyperParameters:
         raise ConfigFileError(f"preset {name!r} extends itself: {' -> '.join((*seen, name))}")
     entry = _file(name)
     if not entry.is_file():
-        known = [preset.name for preset in list_presets()]
-        raise UnknownPresetError(name, known)
+        raise UnknownPresetError(name, [preset.name for preset in list_presets()])
     text = entry.read_text(encoding="utf-8")
     data = yaml.safe_load(text) or {}
     if not isinstance(data, dict) or "extends" not in data:
@@ -163,8 +134,7 @@ def _build(name: str, seen: tuple[str, ...]) -> HyperParameters:
 
 
 def open_model_overrides() -> dict[str, object]:
-    """The open-weight model of the ``open/*`` presets, as the overrides that put a
-    configuration's agents on it (``open/_model.yaml``: ``agents.*.model_name``...)."""
+    """The overrides that put a configuration's agents on the ``open/*`` presets' model."""
     return _fragment_overrides("open/_model")
 
 

@@ -1,10 +1,7 @@
 """Code-validation data: the shipped HumanEval-derived dataset, its loader and the sandbox.
 
-``load_code_validation_dataset()`` returns the shipped ``humaneval_cv`` dataset, a Hub
-dataset such as Buggy-APPS (``lrhammond/buggy-apps``), or a user's file or folder, as a
-sequence of :class:`CodeValidationItem`. Labels were
-decided by running the tests in :func:`run_in_sandbox`; ``docs/dataset.md`` explains the
-build, the difficulty tiers and the counts.
+``load_code_validation_dataset()`` reads the shipped ``humaneval_cv``, a Hub dataset such as
+``lrhammond/buggy-apps``, or a user's file or folder; ``docs/dataset.md`` explains the build.
 """
 
 from nip.data._dataset import CodeValidationDataset

@@ -1,9 +1,7 @@
 """APPS-derived rows (Buggy-APPS, APPS): the Hub's column renames and the original's filters.
 
-A Buggy-APPS row is one problem: ``original_split``, ``original_problem_id``, ``difficulty``,
-``question``, ``solutions`` and ``buggy_solutions`` (lists of records with a ``solution``
-string) and ``flags`` (the moderation result). APPS rows (``codeparrot/apps``) have
-``problem_id`` and ``solutions`` as a JSON string of code strings, and no buggy solutions.
+The columns are in docs/dataset.md; APPS (``codeparrot/apps``) stores ``solutions`` as a JSON
+string of code strings and has no buggy solutions.
 """
 
 from __future__ import annotations
@@ -42,12 +40,8 @@ def is_grouped(row: Mapping[str, Any]) -> bool:
 
 
 def is_flagged(flags: Any) -> bool:
-    """Whether a ``flags`` value records a moderation flag.
-
-    Not flagged: None, NaN, an empty list or mapping, and the strings ``""``, ``"[]"`` and
-    ``"null"``. A mapping (category -> bool) is flagged when any category is true; any other
-    text or a non-empty list is flagged.
-    """
+    """Whether a ``flags`` value records a moderation flag (None, NaN, empty, "[]"... do not;
+    a mapping category -> bool does when any is true)."""
     if flags is None or (isinstance(flags, float) and flags != flags):
         return False
     if isinstance(flags, bytes):

@@ -18,19 +18,9 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
     """The items of a code-validation dataset, in a fixed order.
 
     Args:
-        items: The items.
         name: Where they come from (a shipped dataset's name or a file path).
-        split: The split they were loaded for.
-        difficulty: The difficulty tier they were loaded for.
         revision: The Hugging Face Hub commit they come from (None for other sources).
-        origin: How they were read: ``"shipped"``, ``"file"``, ``"directory"``, ``"hub"``
-            or ``"cache"`` (the Hugging Face cache, without asking the Hub).
-
-    Example:
-        >>> from nip.data import load_code_validation_dataset
-        >>> dataset = load_code_validation_dataset(split="test", max_size=10)
-        >>> len(dataset), sorted({item.y for item in dataset})
-        (10, [0, 1])
+        origin: ``"shipped"``, ``"file"``, ``"directory"``, ``"hub"`` or ``"cache"``.
     """
 
     def __init__(
@@ -61,13 +51,9 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
 
     def __getitem__(self, index: int | slice) -> CodeValidationItem | CodeValidationDataset:
         if isinstance(index, slice):
+            fields = ("name", "split", "difficulty", "revision", "origin")
             return CodeValidationDataset(
-                self._items[index],
-                name=self.name,
-                split=self.split,
-                difficulty=self.difficulty,
-                revision=self.revision,
-                origin=self.origin,
+                self._items[index], **{k: getattr(self, k) for k in fields}
             )
         return self._items[index]
 

@@ -11,7 +11,6 @@ class DatasetFormatError(NipError, ValueError):
     """A dataset file is malformed.
 
     Attributes:
-        path: The file.
         row: 1-based row (line of a JSONL file, row of a table); ``None`` for the whole file.
         field: The offending field, when one is to blame.
     """
@@ -28,11 +27,7 @@ class DatasetFormatError(NipError, ValueError):
 
 
 class DatasetUnavailableError(NipError, OSError):
-    """A Hub dataset can be read neither from the Hub nor from the Hugging Face cache.
-
-    Attributes:
-        dataset: The dataset's Hub id.
-    """
+    """A Hub dataset (``dataset``) can be read neither from the Hub nor from the cache."""
 
     def __init__(self, dataset: str, reason: str):
         self.dataset = dataset
@@ -47,13 +42,7 @@ class DatasetUnavailableError(NipError, OSError):
 
 
 class DatasetSplitError(NipError, ValueError):
-    """A dataset has no split of the name asked for.
-
-    Attributes:
-        dataset: The dataset.
-        split: The split asked for.
-        available: The splits it has.
-    """
+    """``dataset`` has no ``split`` (it has ``available``)."""
 
     def __init__(self, dataset: str, split: str, available: tuple[str, ...]):
         self.dataset = dataset

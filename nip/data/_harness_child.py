@@ -1,11 +1,8 @@
 """Test harness that :func:`nip.data.checking.check_solution` runs inside the sandbox.
 
-Not imported by nip: its text is the code given to :func:`nip.data.sandbox.run_in_sandbox`.
-It reads ``payload.json`` from its working directory, defines the solution, then runs each
-test step and each probe in the *solution's* namespace (HumanEval tests call helpers that
-the prompt defines). ``random`` is re-seeded before every step and probe so that tests
-drawing random inputs see the same inputs in every run. Every result is printed as one line
-``<nonce><json>`` so that it can be told apart from what the solution prints.
+Not imported by nip. Runs ``payload.json``'s steps and probes in the *solution's* namespace
+(HumanEval tests call the prompt's helpers), re-seeding ``random`` before each, and prints
+each result as one ``<nonce><json>`` line, apart from what the solution prints.
 """
 
 import json
@@ -55,13 +52,8 @@ def _main():
         candidate = namespace[payload["entry_point"]]
         exec(compile(payload["setup"], "<tests>", "exec"), namespace)
     except BaseException as error:
-        emit(
-            {
-                "kind": "load_error",
-                "error_type": type(error).__name__,
-                "message": _short(str(error)),
-            }
-        )
+        kind = {"kind": "load_error", "error_type": type(error).__name__}
+        emit({**kind, "message": _short(str(error))})
         return
     namespace["candidate"] = candidate
 

@@ -1,11 +1,8 @@
 """Read a dataset's splits with Hugging Face ``datasets``: a Hub id, or a local folder.
 
-The Hub is asked first (with ``dataset_revision`` pinned where given) and the resolved commit
-is returned, so that a run can record exactly which data it used. Offline, the Hugging Face
-cache is used: with ``HF_HUB_OFFLINE=1`` (or ``HF_DATASETS_OFFLINE=1``) through ``datasets``'
-own offline mode, and when the Hub does not answer a short probe, straight from the cache
-(``datasets`` itself would retry for about half a minute before falling back to it). Without
-a network and a cache, :class:`DatasetUnavailableError` says how to point nip at a local copy.
+The resolved commit is returned so a run records exactly which data it used. Offline
+(``HF_HUB_OFFLINE=1``, or the Hub not answering a short probe) the Hugging Face cache is read
+directly, rather than after ``datasets``' half-minute of retries.
 """
 
 from __future__ import annotations
@@ -33,7 +30,6 @@ class HubSplits:
     """The rows of every split of a dataset read with ``datasets``.
 
     Attributes:
-        splits: Split name -> its rows (plain dicts, nested records as dicts).
         revision: The Hub commit the rows come from; None for a local folder.
         origin: ``"hub"``, ``"cache"`` (the Hub did not answer) or ``"directory"``.
     """
@@ -46,16 +42,10 @@ class HubSplits:
 def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
     """Every split of a Hub dataset or of a local folder in the Hub's layout.
 
-    Args:
-        name_or_dir: A Hub id (``"lrhammond/buggy-apps"``) or a folder such as a Hub download
-            (``data/train.parquet``, ``data/test.parquet``; other layouts ``datasets`` reads).
-        revision: A Hub commit, tag or branch to pin; None for the newest.
-
     Raises:
         DatasetFormatError: A folder's files cannot be read as a dataset.
-        DatasetUnavailableError: Neither the Hub nor the cache has the dataset (the message
-            names it and says how to use a local copy), or the cached copy is not the pinned
-            revision.
+        DatasetUnavailableError: Neither the Hub nor the cache has it, or the cached copy is
+            not the pinned revision.
     """
     datasets = _import_datasets()
     folder = Path(name_or_dir).expanduser()

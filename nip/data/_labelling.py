@@ -1,13 +1,7 @@
 """Label every mutant of one problem by running the tests (the slow part of the build).
 
-Rules (see ``docs/dataset.md``):
-
-- The reference solution must pass every test, or the problem is skipped.
-- A mutant that fails a test (wrong answer or exception) is *incorrect*.
-- A mutant that passes every test is discarded: it may be equivalent to the reference, or
-  wrong in a way the tests miss, so it is never labelled correct.
-- A mutant that runs out of time or memory anywhere is kept out of the dataset (its label
-  could depend on machine speed) and counted separately.
+The rules are in ``docs/dataset.md``: a failing mutant is incorrect; one that passes, or runs
+out of time or memory, is never used.
 """
 
 from __future__ import annotations
@@ -30,16 +24,11 @@ class Candidate:
     """A mutant with the verdict of its tests.
 
     Attributes:
-        mutant: The mutated solution and where it differs.
-        verdict: ``wrong_answer`` (first failure is a failed assertion), ``error`` (first
-            failure is an exception), ``survived``, ``timeout`` or ``resource`` (killed, out
-            of memory, crashed).
-        failed_tests: How many test steps failed.
-        total_tests: How many test steps there are.
+        verdict: ``wrong_answer`` (first failure an assertion), ``error`` (an exception),
+            ``survived``, ``timeout`` or ``resource`` (killed, out of memory, crashed).
         only_assertions: Every failing step failed an assertion (a wrong answer).
-        passes_visible_examples: It returns what the reference returns on every call shown
-            in the problem statement; ``None`` when the statement shows none.
-        counterexample: The first failing step, as a plain dict.
+        passes_visible_examples: Same as the reference on every call in the statement;
+            ``None`` when it shows none.
     """
 
     mutant: Mutant
@@ -116,16 +105,14 @@ def _candidate(mutant: Mutant, result: CheckResult, visible: dict[int, str]) -> 
         all(result.probe_values[i] == value for i, value in visible.items()) if visible else None
     )
     first = result.first_failure
-    counterexample = None
-    if first is not None:
-        counterexample = {
-            "test_index": first.index,
-            "test": first.source.strip(),
-            "error_type": first.error_type,
-            "message": first.message or None,
-            "got": first.got,
-            "expected": first.expected,
-        }
+    counterexample = first and {
+        "test_index": first.index,
+        "test": first.source.strip(),
+        "error_type": first.error_type,
+        "message": first.message or None,
+        "got": first.got,
+        "expected": first.expected,
+    }
     return Candidate(
         mutant=mutant,
         verdict=verdict,

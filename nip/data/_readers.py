@@ -1,22 +1,7 @@
 """Turn rows into code-validation items, checking every field; read rows from JSONL or parquet.
 
-Rows come from a file here, or from Hugging Face ``datasets`` (``nip.data._hub``); both go
-through :func:`items_from_rows`. Two row layouts are understood:
-
-- *flat*: one row per solution, with ``question``, ``solution`` and ``y`` (1 correct,
-  0 incorrect), optionally ``id``, ``split``, ``difficulty``, ``source_task_id``,
-  ``entry_point``, ``mutation``, ``counterexample``, ``passes_visible_examples``;
-- *grouped* (Buggy-APPS): one row per problem, with ``question`` and list columns
-  ``solutions`` (correct) and ``buggy_solutions`` (incorrect), whose elements are code
-  strings or dicts with a ``solution`` key (APPS: a JSON string of code strings). Each
-  list becomes one item per element, walked over its own length.
-
-A grouped row's items have ids ``<problem>/correct/<k>`` and ``<problem>/buggy/<k>``, where
-``<problem>`` is the row's ``id``, else ``<original_split>-<original_problem_id>`` (or the
-problem id alone), else ``<file stem>-<row number>``.
-
-Rows of a file without a ``split`` are assigned one from a hash of their problem, so that all
-solutions of one problem land in the same split; rows of a Hub split take that split.
+The row layouts (flat, and grouped Buggy-APPS rows) and item ids are in docs/dataset.md. A
+file's rows without a ``split`` get one from a hash of their problem.
 """
 
 from __future__ import annotations
@@ -29,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nip.data._apps import PROBLEM_ID_COLUMNS, solution_list
+from nip.data._apps import PROBLEM_ID_COLUMNS, is_grouped, solution_list
 from nip.data._errors import DatasetFormatError
 from nip.data._records import CodeValidationItem, Counterexample, Mutation
 from nip.extras import needs
@@ -45,12 +30,8 @@ def items_from_rows(
     """The items of numbered rows, checking every field and that ids are unique.
 
     Args:
-        rows: ``(row number, row)`` pairs.
         source: Where the rows come from (named in errors; its stem makes fallback ids).
         split: The split of every row (a Hub split); None: the row's ``split``, else a hash.
-
-    Raises:
-        DatasetFormatError: A row is malformed; the message names the source, row and field.
     """
     path = Path(source)
     items: list[CodeValidationItem] = []
@@ -121,13 +102,8 @@ def _items_from_row(
             raise fail("split", f"{split!r} is not one of {', '.join(SPLITS)}")
     difficulty = row.get("difficulty")
     difficulty = "unknown" if difficulty is None or _is_missing(difficulty) else str(difficulty)
-    common = {
-        "question": question,
-        "split": split,
-        "difficulty": difficulty,
-        "source_task_id": task,
-    }
-    grouped = "solutions" in row or "buggy_solutions" in row
+    common = dict(question=question, split=split, difficulty=difficulty, source_task_id=task)
+    grouped = is_grouped(row)
     if row.get("id") is not None and not _is_missing(row["id"]):
         base_id = str(row["id"])
     elif grouped and problem is not None:
@@ -143,7 +119,6 @@ def _items_from_row(
                 values = []
             if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
                 raise fail(field, "expected a list of solutions")
-            # Each list is walked over its own length (the original used len(solutions) for both).
             for k in range(len(values)):
                 code = _solution_text(values[k])
                 if code is None:
@@ -177,13 +152,9 @@ def _items_from_row(
 
 
 def _item(item_id: str, solution: str, y: int, common: dict, extras: dict) -> CodeValidationItem:
+    stance = datapoint_stance(solution)
     return CodeValidationItem(
-        id=item_id,
-        solution=solution,
-        y=y,
-        prover_stance=datapoint_stance(solution),
-        **common,
-        **extras,
+        id=item_id, solution=solution, y=y, prover_stance=stance, **common, **extras
     )
 
 

@@ -8,14 +8,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Mutation:
-    """The single edit that turned the correct solution into an incorrect one.
-
-    Attributes:
-        operator: The mutation operator (``"comparison"``, ``"range_bound"``...).
-        line: 1-based line of the change in the solution.
-        before: The changed line(s) in the correct solution.
-        after: The same line(s) in this solution (empty when lines were deleted).
-    """
+    """The single edit (``operator``, at 1-based ``line``, ``before`` -> ``after``) that
+    turned the correct solution into this incorrect one."""
 
     operator: str
     line: int
@@ -28,12 +22,9 @@ class Counterexample:
     """The first test an incorrect solution fails: concrete evidence that it is wrong.
 
     Attributes:
-        test_index: Position of the failing step in the problem's tests.
         test: The failing test's source (it calls the solution as ``candidate``).
         error_type: ``AssertionError`` for a wrong answer, else the exception raised.
-        message: The exception's message, if any.
-        got: For ``assert candidate(...) == expected``: what the solution returned.
-        expected: For the same: the expected value.
+        got, expected: For ``assert candidate(...) == expected``, both sides.
     """
 
     test_index: int
@@ -49,21 +40,13 @@ class CodeValidationItem:
     """One question-solution pair to judge: is the solution correct?
 
     Attributes:
-        id: Unique id within its dataset.
-        question: The problem statement.
-        solution: The code to judge.
         y: 1 if the solution is correct, 0 if not.
-        split: ``"train"``, ``"test"`` or ``"validation"``; all items of one problem share
-            a split.
-        difficulty: ``"easy"`` or ``"hard"`` for ``humaneval_cv`` (see ``docs/dataset.md``;
-            a correct item has the tier of the incorrect item of the same problem); the APPS
-            difficulty (``"introductory"``, ``"interview"``, ``"competition"``) for APPS data.
+        split: ``"train"``, ``"test"`` or ``"validation"``, shared by a problem's items.
+        difficulty: ``"easy"``/``"hard"`` for ``humaneval_cv`` (see ``docs/dataset.md``), the
+            APPS difficulty for APPS data.
         source_task_id: The problem the item comes from (e.g. ``"HumanEval/0"``).
-        prover_stance: The side (0 reject, 1 accept) a randomised prover argues for, from
-            :func:`nip.protocols.datapoint_stance`; independent of ``y``.
-        entry_point: Name of the function the solution defines, when known.
-        mutation: For a mutant, the edit that made it incorrect.
-        counterexample: For a mutant, the first test it fails.
+        prover_stance: A randomised prover's side (:func:`nip.protocols.datapoint_stance`).
+        mutation, counterexample: For a mutant, the edit and the first test it fails.
         passes_visible_examples: Whether the solution gives the reference answers on the
             calls shown in the question (``None`` when there are none or it is unknown).
     """

@@ -1,19 +1,10 @@
 """Bootstrap that :func:`nip.data.sandbox.run_in_sandbox` runs *inside* the sandboxed child.
 
-This file is not imported by nip; it is copied into the child's temporary directory and run
-as the child's main script. It installs an audit hook (PEP 578) and then executes the
-untrusted code in a fresh ``__main__`` namespace. The hook lets the code compute, print and
-read files, but ends the process at once (exit code :data:`VIOLATION_EXIT_CODE`, one line on
-stderr starting with ``nip-sandbox-violation:``) when it tries to:
-
-- start a process or fork (``os.system``, ``subprocess``, ``os.fork``, ``os.exec*``, ...);
-- open a socket or resolve a host name;
-- write, create, rename or delete a file outside the temporary directory, or leave it;
-- load native code with ``ctypes``, change resource limits, or walk every live object
-  (which would let it find and disarm this hook).
-
-Ending the process, rather than raising an exception the code could catch, makes every
-violation visible in the result.
+Not imported by nip: copied into the child's directory and run as its main script. Its audit
+hook (PEP 578) ends the process (exit :data:`VIOLATION_EXIT_CODE`, a ``nip-sandbox-violation:``
+line on stderr) on processes, sockets, writes outside the directory, ``ctypes``, rlimits and
+walking live objects (which could disarm the hook); ending it, not raising, so code cannot
+catch it.
 """
 
 import os
@@ -22,61 +13,26 @@ import sys
 VIOLATION_EXIT_CODE = 97
 CODE_FILE = "_nip_code.py"
 
-_ALWAYS_BLOCKED = frozenset(
-    {
-        "os.system",
-        "os.exec",
-        "os.spawn",
-        "os.posix_spawn",
-        "os.fork",
-        "os.forkpty",
-        "os.kill",
-        "os.killpg",
-        "subprocess.Popen",
-        "pty.spawn",
-        "socket.__new__",
-        "socket.connect",
-        "socket.bind",
-        "socket.sendto",
-        "socket.getaddrinfo",
-        "socket.gethostbyname",
-        "ctypes.dlopen",
-        "ctypes.dlsym",
-        "ctypes.cdata",
-        "resource.setrlimit",
-        "resource.prlimit",
-        "gc.get_objects",
-        "gc.get_referrers",
-        "gc.get_referents",
-        "sys._current_frames",
-        "webbrowser.open",
-        "urllib.Request",
-    }
-)
+_ALWAYS_BLOCKED = frozenset({
+    "os.system", "os.exec", "os.spawn", "os.posix_spawn", "os.fork", "os.forkpty", "os.kill",
+    "os.killpg", "subprocess.Popen", "pty.spawn",
+    "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo",
+    "socket.gethostbyname", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata",
+    "resource.setrlimit", "resource.prlimit", "gc.get_objects", "gc.get_referrers",
+    "gc.get_referents", "sys._current_frames", "webbrowser.open", "urllib.Request",
+})  # fmt: skip
 _BLOCKED_IMPORTS = frozenset({"_posixsubprocess", "_ctypes", "ctypes", "multiprocessing"})
 # Events whose arguments are paths that must stay inside the sandbox directory.
 _PATH_EVENTS = {
-    "os.remove": (0,),
-    "os.rmdir": (0,),
-    "os.rename": (0, 1),
-    "os.mkdir": (0,),
-    "os.chmod": (0,),
-    "os.chown": (0,),
-    "os.truncate": (0,),
-    "os.symlink": (1,),
-    "os.link": (0, 1),
-    "os.utime": (0,),
-    "os.chdir": (0,),
-    "os.chflags": (0,),
-    "os.setxattr": (0,),
-    "os.removexattr": (0,),
-    "shutil.rmtree": (0,),
-}
+    "os.remove": (0,), "os.rmdir": (0,), "os.rename": (0, 1), "os.mkdir": (0,),
+    "os.chmod": (0,), "os.chown": (0,), "os.truncate": (0,), "os.symlink": (1,),
+    "os.link": (0, 1), "os.utime": (0,), "os.chdir": (0,), "os.chflags": (0,),
+    "os.setxattr": (0,), "os.removexattr": (0,), "shutil.rmtree": (0,),
+}  # fmt: skip
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def _make_hook(root: str):
-    """Return the audit hook confining the process to ``root``."""
     realpath, join, fspath = os.path.realpath, os.path.join, os.fspath
     write, exit_now = os.write, os._exit
 

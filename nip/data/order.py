@@ -1,18 +1,9 @@
 """The order in which a run walks its dataset: seeded, deterministic, shuffled.
 
-The original re-seeded a shuffling loader with the run's seed every iteration and fast-forwarded
-it by ``num_envs x iteration``: iteration ``i`` trains on the items at positions
-``[i * n, (i + 1) * n)`` of one seeded permutation of the train split. nip does the same, and
-when a run walks past the end of the train split it continues with a new seeded permutation
-(pass ``p`` of the split is shuffled with ``derive_seed(seed, "train-order", p)``), so no item is
-seen twice before every item was seen once. The test (or validation) split is shuffled once
-with the run's seed and read from its start: a test stage plays all of it in every pass, or
-(``text_rl.test_on_whole_dataset`` off) ``n`` items per pass, pass after pass, as the original
-drew ``num_envs x num_test_iterations`` items in a row, wrapping around only when the split
-runs out (:func:`walk`). Every test stage of a run plays the same items.
-
-Both are pure functions of the split's size and the seed: a resumed run (even after
-``kill -9``) draws the same items, and the response cache still makes a rerun free.
+Iteration ``i`` trains on positions ``[i * n, (i + 1) * n)`` of seeded permutations of the
+train split (pass ``p`` shuffled with ``derive_seed(seed, "train-order", p)``); the test split
+is shuffled once and walked ``n`` at a time (see docs/training.md). Pure functions of the
+split's size and the seed, so a resumed run draws the same items.
 """
 
 from __future__ import annotations
@@ -47,16 +38,14 @@ def train_indices(size: int, n: int, iteration: int, seed: int) -> list[int]:
 
 
 def walk(sequence: Sequence[T], n: int, step: int) -> list[T]:
-    """Step ``step`` of a walk through ``sequence`` ``n`` elements at a time: the ``n`` elements
-    from position ``step * n`` on, wrapping around at its end."""
+    """The ``n`` elements of ``sequence`` from position ``step * n`` on, wrapping around."""
     if not sequence:
         return []
     return [sequence[(step * n + k) % len(sequence)] for k in range(n)]
 
 
 def held_out_indices(size: int, n: int | None, seed: int, iteration: int = 0) -> list[int]:
-    """The indices of a test split of ``size`` items: all (``n`` None) or ``n`` of them, from
-    one permutation seeded by the run's seed (walked on by ``iteration``, wrapping around)."""
+    """A test split's indices: all (``n`` None), or step ``iteration`` of a walk, n at a time."""
     if size <= 0:
         return []
     order = _permutation(size, derive_seed(seed, "test-order"))

@@ -1,23 +1,10 @@
 """Run untrusted Python code in a separate, resource-limited subprocess.
 
-:func:`run_in_sandbox` is the one entry point. Each call gets a fresh temporary directory
-as its working directory and a fresh interpreter with:
-
-- CPU-time, address-space (memory), file-size and core-dump limits (``resource``, applied
-  in the child before it starts);
-- a wall-clock timeout, after which the whole process group is killed;
-- a network namespace of its own, with no interfaces, where the OS allows (``unshare -rn``);
-- an audit hook (see ``_sandbox_boot.py``) that ends the process when the code tries to
-  start a process, fork, open a socket, or write outside its directory.
-
-It contains accidents and resource abuse (infinite loops, memory bombs, stray writes,
-``os.system``). It is not a security boundary against code written to escape: run code
-from a hostile source in a container or VM as well.
-
-Example:
-    >>> result = run_in_sandbox("print(6 * 7)", timeout_s=5)
-    >>> result.status, result.stdout
-    ('ok', '42\\n')
+Each :func:`run_in_sandbox` call gets a fresh directory and interpreter with ``resource``
+limits, a wall-clock timeout (the process group is killed), an empty network namespace where
+``unshare -rn`` works, and an audit hook (``_sandbox_boot.py``) against processes, sockets and
+writes outside its directory. It contains accidents, not code written to escape: run hostile
+code in a container or VM as well.
 """
 
 from __future__ import annotations
@@ -38,15 +25,8 @@ from pathlib import Path
 from typing import Literal
 
 SandboxStatus = Literal["ok", "error", "timeout", "memory", "violation", "killed"]
-"""How a sandboxed run ended.
-
-- ``ok``: the code ran to the end (exit status 0).
-- ``error``: it raised an exception or exited with a non-zero status.
-- ``timeout``: it ran past the wall-clock or CPU-time limit and was killed.
-- ``memory``: it ran out of the memory it was allowed (``MemoryError`` or killed).
-- ``violation``: it tried a forbidden operation (process, socket, write outside its directory).
-- ``killed``: it was ended by a signal for another reason (e.g. the file-size limit).
-"""
+"""How a sandboxed run ended: ``error`` is an exception or non-zero exit, ``violation`` a
+forbidden operation, ``killed`` another signal (e.g. the file-size limit)."""
 
 _BOOT_FILE = Path(__file__).with_name("_sandbox_boot.py")
 _VIOLATION_EXIT_CODE = 97  # kept equal to _sandbox_boot.VIOLATION_EXIT_CODE
@@ -59,12 +39,9 @@ class SandboxResult:
     """What happened to one sandboxed run.
 
     Attributes:
-        status: How the run ended (see :data:`SandboxStatus`).
-        reason: One human-readable line explaining ``status`` (empty when ``ok``).
-        returncode: The child's exit status; negative for a signal; ``None`` if unknown.
-        stdout: What the code printed (at most about 1 MB is kept).
-        stderr: What the code wrote to stderr, tracebacks included (same cap).
-        wall_s: Wall-clock seconds the child ran.
+        reason: One line explaining ``status`` (empty when ``ok``).
+        returncode: The exit status; negative for a signal; ``None`` if unknown.
+        stdout: What the code printed (about 1 MB at most is kept; the same for stderr).
     """
 
     status: SandboxStatus
@@ -76,7 +53,6 @@ class SandboxResult:
 
     @property
     def ok(self) -> bool:
-        """Whether the code ran to the end without error."""
         return self.status == "ok"
 
 
@@ -95,19 +71,14 @@ def run_in_sandbox(
     """Run ``code`` as the main script of a fresh, confined Python process.
 
     Args:
-        code: Python source to run. It is compiled as ``<sandbox>``.
-        timeout_s: Wall-clock limit; the process group is killed when it is reached.
         cpu_s: CPU-time limit in seconds (defaults to ``timeout_s``).
-        memory_mb: Address-space limit of the child, in MiB.
-        max_file_mb: Largest file the child may write, stdout and stderr included, in MiB.
+        memory_mb: Address-space limit, in MiB; ``max_file_mb`` the largest file written.
         files: Extra files to place in the working directory first (name -> content).
-        hash_seed: ``PYTHONHASHSEED`` of the child, so that set and dict orders of strings
-            are reproducible; ``None`` for random hashing.
+        hash_seed: ``PYTHONHASHSEED`` of the child; ``None`` for random hashing.
         site_packages: Whether the child may import installed third-party packages.
-        isolate_network: Give the child an empty network namespace when the OS allows.
 
     Returns:
-        A :class:`SandboxResult`; this function does not raise for anything the code does.
+        A :class:`SandboxResult`; nothing the code does raises here.
     """
     cpu_limit = max(1, round(cpu_s if cpu_s is not None else timeout_s))
     with tempfile.TemporaryDirectory(prefix="nip-sandbox-") as tmp:
@@ -115,11 +86,8 @@ def run_in_sandbox(
         shutil.copyfile(_BOOT_FILE, workdir / "_nip_boot.py")
         (workdir / "_nip_code.py").write_text(code, encoding="utf-8")
         for name, content in (files or {}).items():
-            target = workdir / name
-            if isinstance(content, bytes):
-                target.write_bytes(content)
-            else:
-                target.write_text(content, encoding="utf-8")
+            data = content if isinstance(content, bytes) else content.encode("utf-8")
+            (workdir / name).write_bytes(data)
         command = [sys.executable, "-s", "-P", "-B"]
         if not site_packages:
             command.append("-S")
@@ -152,8 +120,7 @@ def run_in_sandbox(
             else:
                 _kill_group(process.pid)  # leftovers, should any exist
             wall_s = time.perf_counter() - start
-        stdout = _read_capped(out_path)
-        stderr = _read_capped(err_path)
+        stdout, stderr = _read_capped(out_path), _read_capped(err_path)
     status, reason = _classify(returncode, stderr, timed_out, timeout_s, cpu_limit, memory_mb)
     return SandboxResult(status, reason, returncode, stdout, stderr, wall_s)
 
@@ -183,7 +150,6 @@ def _classify(
     cpu_s: int,
     memory_mb: int,
 ) -> tuple[SandboxStatus, str]:
-    """Map how the child ended to a status and a one-line reason."""
     if timed_out:
         return "timeout", f"wall-clock limit of {timeout_s:g} s reached"
     if returncode == _VIOLATION_EXIT_CODE and _VIOLATION_MARK in stderr:

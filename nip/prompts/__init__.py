@@ -1,9 +1,7 @@
 """Prompt templates: per-protocol, per-agent system prompts and turn instructions.
 
 Templates are plain text with ``$variable`` placeholders (:class:`string.Template`): nothing is
-escaped, so code reaches the model exactly as written (the original's Jinja environment
-HTML-escaped ``<`` and quotes inside the solution). A template that uses a variable nip does
-not provide is rejected when it is loaded, with :class:`PromptTemplateError`.
+escaped, so code reaches the model exactly as written; an unknown variable is refused on load.
 """
 
 from __future__ import annotations
@@ -16,18 +14,14 @@ from pathlib import Path
 from nip.errors import NipError
 
 #: The variables a system prompt template may use.
-SYSTEM_PROMPT_VARIABLES = frozenset(
-    {
-        "question",  # the problem statement
-        "solution",  # the proposed solution's code
-        "max_questions",  # questions the verifier may ask (its last turn is for deciding)
-        "max_response_words",  # the word limit per message
-        "agent_stance_string",  # "accept" or "reject": what a prover argues for
-        "agent_name",  # the agent's human name, e.g. "Expert_1"
-        # how to write a decision on the verifier's decision scale (verifier_decision_scale)
-        "verifier_decision_instructions",
-    }
-)
+SYSTEM_PROMPT_VARIABLES = frozenset({
+    "question", "solution",
+    "max_questions",  # questions the verifier may ask (its last turn is for deciding)
+    "max_response_words",
+    "agent_stance_string",  # "accept" or "reject": what a prover argues for
+    "agent_name",  # the agent's human name, e.g. "Expert_1"
+    "verifier_decision_instructions",  # how to write a decision on the verifier's scale
+})  # fmt: skip
 
 #: How the "decide now" messages say to decide on the default (accept/reject) scale; other
 #: scales pass their own (``DecisionScale.short_form``).
@@ -80,11 +74,8 @@ class PromptTemplate:
 def load_system_template(
     protocol: str, agent: str, path: str | Path | None = None
 ) -> PromptTemplate:
-    """The system prompt template for ``agent`` in ``protocol``, or the file at ``path``.
-
-    Raises:
-        PromptTemplateError: The file is missing, or the template uses unknown variables.
-    """
+    """The built-in system prompt template of ``agent`` in ``protocol``, or the file at ``path``
+    (``PromptTemplateError`` when missing or using unknown variables)."""
     if path is not None:
         try:
             return PromptTemplate(Path(path).read_text(encoding="utf-8"), str(path))
@@ -113,12 +104,8 @@ def supervisor_message(
     """The supervisor's instructions for one turn (``use_supervisor_message``).
 
     Args:
-        is_verifier: Whether the message is for the verifier.
         turn_index: 0 for the agent's first turn, 1 for its second, ...
         questions_left: Questions the verifier may still ask before it must decide.
-        can_decide: Whether the verifier may decide this turn.
-        verifier_name: How provers call the verifier.
-        max_response_words: The word limit.
         decide_form: What to write to decide, on the verifier's decision scale.
     """
     if not is_verifier:

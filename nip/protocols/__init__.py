@@ -55,11 +55,7 @@ __all__ = [
 
 
 def protocol_class(name: str) -> type[ProtocolHandler]:
-    """The shipped handler class of the protocol called ``name``.
-
-    Raises:
-        UnknownProtocolError: No shipped protocol has that name.
-    """
+    """The shipped handler class of the protocol called ``name`` (``UnknownProtocolError``)."""
     try:
         return PROTOCOLS[name]
     except KeyError:
@@ -76,14 +72,12 @@ def build_protocol_handler(
     """Build the protocol handler a configuration asks for.
 
     Args:
-        hyper_params: The configuration; ``interaction_protocol`` names the protocol.
-        protocol: The protocol's class, for one defined in your own code (by default the
-            shipped class of that name, from ``PROTOCOLS``).
+        protocol: The class of a protocol of your own (by default the shipped one named by
+            ``interaction_protocol``).
 
     Raises:
         UnknownProtocolError: No class was passed and no shipped protocol has the name.
-        InvalidParameterError: The class passed has another name, or other agents, than the
-            configuration.
+        InvalidParameterError: The class has another name, or other agents, than the config.
     """
     cls = protocol or protocol_class(hyper_params.interaction_protocol)
     if cls.name != hyper_params.interaction_protocol:

@@ -1,20 +1,9 @@
 """The protocol handler: who speaks when, who sees what, when the verifier decides, rewards.
 
-A handler is pure Python. Every answer it gives depends only on its parameters, the round
-and the per-dialogue ``seed``, so the same dialogue always unfolds the same way.
-
-Episode length. The original ran every episode to ``max_message_rounds`` rounds even when the
-verifier could no longer speak in the last one (a prover then wrote a message nobody read).
-Here an episode ends, terminated, after the verifier's last round without a decision, so
-:meth:`ProtocolHandler.num_rounds` may be one less than ``max_message_rounds``.
-
-A protocol of one's own is a subclass, defined anywhere (a notebook cell will do): its name
-and agents, its channels and who reads them, who speaks in each round (:meth:`speakers`),
-when the verifier may decide (:meth:`can_decide`), its rewards (:meth:`step`, usually as
-inherited) and its system prompts (``system_prompts``: inline templates or template files).
-Pass the class at run time (``Session(params, protocol=MyProtocol)``, ``build_trainer(...,
-protocol=MyProtocol)``); the configuration records only its name. The six shipped protocols
-are subclasses too, found by name in ``nip.protocols.PROTOCOLS``.
+Every answer depends only on the parameters, the round and the dialogue's ``seed``. An episode
+ends, terminated, after the verifier's last round without a decision, so :meth:`num_rounds`
+may be one less than ``max_message_rounds``. A protocol of one's own is a subclass passed at
+run time (``Session(params, protocol=MyProtocol)``); the configuration records only its name.
 """
 
 from __future__ import annotations
@@ -53,61 +42,29 @@ _DEFAULT_SCORES = {Decision.REJECT: -1.0, Decision.ACCEPT: 1.0, Decision.NEITHER
 class ProtocolHandler(ABC):
     """Base class of the interaction protocols.
 
-    Subclasses set ``name`` and ``agent_names`` (for a shipped protocol, as in
-    ``nip.parameters.PROTOCOL_AGENT_NAMES``), build their agents (:meth:`_build_agents`) and
-    channels (:meth:`_build_channels`; by default one channel everyone reads), and say who
-    speaks in each round (:meth:`speakers`). Optionally: ``max_message_rounds`` (or a
-    ``params_field`` holding it), ``stance_can_be_randomized``, ``verifier_first_applies``,
-    ``system_prompts``, and :meth:`can_decide` or :meth:`step` for other decision windows or
-    rewards.
-
-    Example, a protocol defined in a notebook (the verifier must ask two questions first)::
-
-        class TwoQuestions(ProtocolHandler):
-            name = "two_questions"
-            agent_names = ("prover", "verifier")
-            max_message_rounds = 7
-            system_prompts = {"prover": "You are $agent_name ...", "verifier": Path("v.txt")}
-
-            def _build_agents(self):
-                return (AgentSpec("prover", "Expert", default_stance=1),
-                        AgentSpec("verifier", "Verifier", is_verifier=True))
-
-            def speakers(self, round_id, seed=0):
-                return {"verifier" if round_id % 2 == 0 else "prover": (MAIN,)}
-
-            def can_decide(self, round_id, seed=0):
-                return super().can_decide(round_id, seed) and round_id >= 4
-
-        session = Session(TwoQuestions.hyper_parameters(), protocol=TwoQuestions)
+    Subclasses set ``name`` and ``agent_names``, build their agents (:meth:`_build_agents`),
+    optionally channels (:meth:`_build_channels`), and say who speaks each round
+    (:meth:`speakers`); notebooks/02_protocols_tour.ipynb defines one (``TwoQuestions``).
     """
 
     #: The protocol's name in configuration (``interaction_protocol``).
     name: ClassVar[str]
     #: The agents' names, known without building the handler (used to validate configs).
     agent_names: ClassVar[tuple[str, ...]]
-    #: Whether the provers' stances may be randomised (``randomize_prover_stance``); False
-    #: where a prover's stance is the protocol itself (debate's two sides) or there is no
-    #: prover. A handler built with the setting on refuses it here (``InvalidParameterError``).
-    #: A shipped protocol's (and ``verifier_first_applies``) come from ``PROTOCOL_ONLY_SETTINGS``.
+    #: Whether ``randomize_prover_stance`` applies (False for debate's fixed sides); refused
+    #: otherwise. A shipped protocol's comes from ``PROTOCOL_ONLY_SETTINGS``, as does:
     stance_can_be_randomized: ClassVar[bool] = False
-    #: Whether ``protocol_common.verifier_first`` sets who opens (False where the schedule is
-    #: fixed: adp's prover, solo_verifier's verifier). A handler built with
-    #: ``verifier_first=False`` refuses it here unless this is True.
+    #: Whether ``protocol_common.verifier_first`` sets who opens; refused otherwise.
     verifier_first_applies: ClassVar[bool] = False
-    #: The ``HyperParameters`` field holding this protocol's own parameters (passed to the
-    #: constructor after the common ones), or None when it has none.
+    #: The ``HyperParameters`` field of this protocol's own parameters, if any.
     params_field: ClassVar[str | None] = None
     #: The most rounds an episode may last, for a protocol whose constructor does not pass it.
     max_message_rounds: int
-    #: System prompt templates by agent: a template's text, or the ``Path`` of a template
-    #: file (``$variable`` placeholders, see :mod:`nip.prompts`). An agent not listed here
-    #: uses the built-in ``nip/prompts/templates/system/<name>/<agent>.txt``.
+    #: System prompt templates by agent: text, or the ``Path`` of a template file. An agent
+    #: not listed uses ``nip/prompts/templates/system/<name>/<agent>.txt``.
     system_prompts: ClassVar[Mapping[str, str | Path]] = MappingProxyType({})
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A shipped protocol's ``stance_can_be_randomized`` and ``verifier_first_applies``
-        are read from :data:`~nip.parameters.protocol.PROTOCOL_ONLY_SETTINGS`."""
         super().__init_subclass__(**kwargs)
         if is_shipped_protocol(cls.__dict__.get("name", "")):
             for setting in PROTOCOL_ONLY_SETTINGS:
@@ -191,12 +148,7 @@ class ProtocolHandler(ABC):
 
     # -------------------------------------------------------------------- prompts
     def system_prompt_template(self, agent_name: str) -> PromptTemplate:
-        """``agent_name``'s system prompt template: from ``system_prompts``, or built in.
-
-        Raises:
-            PromptTemplateError: The template is missing, unreadable, or uses an unknown
-                variable.
-        """
+        """``agent_name``'s system prompt template (raises ``PromptTemplateError``)."""
         self.agent(agent_name)
         source = self.system_prompts.get(agent_name)
         if source is None or isinstance(source, Path):
@@ -205,12 +157,7 @@ class ProtocolHandler(ABC):
 
     @classmethod
     def check_stance_randomisation(cls, common: CommonProtocolParameters) -> None:
-        """Refuse ``randomize_prover_stance`` unless the protocol's provers' stances may be
-        randomised (:attr:`stance_can_be_randomized`): it would be accepted and do nothing.
-
-        Raises:
-            InvalidParameterError: Naming ``protocol_common.randomize_prover_stance``.
-        """
+        """Refuse ``randomize_prover_stance`` where it would do nothing."""
         if common.randomize_prover_stance and not cls.stance_can_be_randomized:
             raise InvalidParameterError(
                 "protocol_common.randomize_prover_stance",
@@ -222,12 +169,7 @@ class ProtocolHandler(ABC):
 
     @classmethod
     def check_verifier_first(cls, common: CommonProtocolParameters) -> None:
-        """Refuse ``verifier_first=False`` unless the protocol's schedule follows it
-        (:attr:`verifier_first_applies`): it would be accepted and do nothing.
-
-        Raises:
-            InvalidParameterError: Naming ``protocol_common.verifier_first``.
-        """
+        """Refuse ``verifier_first=False`` where it would do nothing."""
         if not common.verifier_first and not cls.verifier_first_applies:
             raise InvalidParameterError(
                 "protocol_common.verifier_first",
@@ -239,9 +181,7 @@ class ProtocolHandler(ABC):
 
     @classmethod
     def hyper_parameters(cls, **fields: Any) -> HyperParameters:
-        """A configuration for this protocol: ``HyperParameters(**fields)`` with
-        ``interaction_protocol`` set to its name and default parameters for each agent not
-        in ``fields["agents"]``."""
+        """``HyperParameters(**fields)`` for this protocol, with defaults for missing agents."""
         given = dict(fields.pop("agents", {}))
         agents = {
             name: given.pop(name, None) or PureTextAgentParameters() for name in cls.agent_names
@@ -271,11 +211,7 @@ class ProtocolHandler(ABC):
         return self.last_decision_round + 1
 
     def can_decide(self, round_id: int, seed: int = 0) -> bool:
-        """Whether the verifier may decide in ``round_id``.
-
-        It must speak in that round, the round must be at least ``min_message_rounds - 1``
-        (as in the original), and its last turn always allows a decision.
-        """
+        """Whether the verifier may decide: it speaks, in its last or a round >= min_rounds - 1."""
         if VERIFIER not in self.speakers(round_id, seed):
             return False
         if round_id == self.last_decision_round:
@@ -289,23 +225,13 @@ class ProtocolHandler(ABC):
 
     @property
     def max_verifier_questions(self) -> int:
-        """The number of verifier turns in a full episode (its last one is for deciding).
-
-        Prompts offer ``max_verifier_questions - 1`` questions. Computed from the actual turn
-        schedule, so it is right for sequential debate too (the original used nip's count).
-        """
+        """The verifier's turns in a full episode; prompts offer one fewer questions."""
         return len(self._verifier_rounds)
 
     # -------------------------------------------------------------------- stance
     def prover_stance(self, agent_name: str, datapoint_stance: int | None = None) -> int:
-        """The decision ``agent_name`` argues for (0 reject, 1 accept) on a datapoint.
-
-        Args:
-            agent_name: A prover of this protocol.
-            datapoint_stance: The datapoint's randomised stance (see
-                :func:`nip.protocols.datapoint_stance`); used only when the protocol
-                allows randomisation and ``randomize_prover_stance`` is on.
-        """
+        """The decision prover ``agent_name`` argues for (0 reject, 1 accept) on a datapoint:
+        ``datapoint_stance`` where stances are randomised, else its default."""
         spec = self.agent(agent_name)
         if spec.is_verifier or spec.default_stance is None:
             raise ProtocolUsageError(f"{agent_name!r} is not a prover of {self.name}")
@@ -324,13 +250,9 @@ class ProtocolHandler(ABC):
         return decision_scale(self.common.verifier_decision_scale)
 
     def prover_decision_reward(self, stance: int, score: float) -> float:
-        """A prover's reward when the verifier decides with ``score`` in [-1, 1].
+        """A prover's reward, in [0, prover_reward], for a decision ``score`` in [-1, 1].
 
-        ``(score / 2 + 0.5) * prover_reward`` for a prover arguing accept and
-        ``(-score / 2 + 0.5) * prover_reward`` for one arguing reject: both in
-        ``[0, prover_reward]``. On ``accept_reject`` this is ``prover_reward`` when the decision
-        matches the stance and 0 otherwise. (The original's single prover arguing reject got
-        ``-(score / 2 + 0.5) * prover_reward``, a negative range; see docs/design.md.)
+        ``(±score / 2 + 0.5) * prover_reward``, + for a prover arguing accept (see docs/design.md).
         """
         signed = score if stance == 1 else -score
         return (signed / 2 + 0.5) * self.common.prover_reward
@@ -353,14 +275,9 @@ class ProtocolHandler(ABC):
             decision: The verifier's decision this round (``Decision.NONE`` if it did not
                 decide or did not speak).
             y: The true label (1 the solution is correct, 0 it is not).
-            seed: The dialogue's seed.
-            datapoint_stance: The datapoint's randomised stance, if any.
-            score: The verifier's continuous score in [-1, 1] for its decision; by default
-                1 for accept, -1 for reject and 0 for neither.
-            invalid_provers: Provers whose turn this round stayed invalid after every retry.
-                With ``prover_invalid_response_penalty`` set, the episode is terminated
-                here and each of them receives the penalty (every other reward this round
-                is 0); otherwise they are ignored.
+            score: The verifier's score in [-1, 1]; by default ±1 or 0 for neither.
+            invalid_provers: Provers still invalid after every retry; with
+                ``prover_invalid_response_penalty`` set, they get it and the episode ends.
 
         Raises:
             ValueError: A decision was given in a round where the verifier may not decide.
@@ -409,21 +326,11 @@ class ProtocolHandler(ABC):
         )
 
     def _forced(self, decision: Decision, y: int) -> Decision:
-        force = self.common.force_guess
-        if force == "zero":
-            return Decision.REJECT
-        if force == "one":
-            return Decision.ACCEPT
-        if force == "y":
-            return Decision(int(y))
-        return decision
+        forced = {"zero": Decision.REJECT, "one": Decision.ACCEPT, "y": Decision(int(y))}
+        return forced.get(self.common.force_guess, decision)
 
     def possible_episode_rewards(self, agent_name: str) -> tuple[float, ...]:
-        """Every episode reward ``agent_name`` can end with (sorted, distinct).
-
-        Computed from the turn schedule, the rewards, the decision scale (a prover earns
-        one value per point of the scale) and ``prover_invalid_response_penalty``.
-        """
+        """Every episode reward ``agent_name`` can end with (sorted, distinct)."""
         common = self.common
         self.agent(agent_name)
         turns = self._verifier_rounds
@@ -459,12 +366,7 @@ class ProtocolHandler(ABC):
         return self.possible_episode_rewards(agent_name)[-1]
 
     def reward_mid_point(self, agent_name: str) -> float:
-        """Half-way between the lowest and highest episode reward (MALT's threshold).
-
-        With the default rewards: 0 for the verifier and ``prover_reward / 2`` for provers,
-        as in the original; unlike its estimate, it accounts for no-guess rewards, the
-        decision scale and the invalid-response penalty.
-        """
+        """Half-way between the lowest and highest episode reward (MALT's threshold)."""
         return (self.min_reward(agent_name) + self.max_reward(agent_name)) / 2
 
     # -------------------------------------------------------------------- display
@@ -475,13 +377,9 @@ class ProtocolHandler(ABC):
             speaking = self.speakers(r, seed)
             row = {"round": str(r)}
             for name in self.agent_names:
-                if name not in speaking:
-                    row[name] = ""
-                    continue
-                text = ", ".join(speaking[name])
-                if name == VERIFIER and self.can_decide(r, seed):
-                    text += " (may decide)"
-                row[name] = text
+                row[name] = ", ".join(speaking.get(name, ()))
+                if name == VERIFIER and name in speaking and self.can_decide(r, seed):
+                    row[name] += " (may decide)"
             rows.append(row)
         return rows
 

@@ -28,14 +28,12 @@ class AgentSpec:
     """One agent of a protocol.
 
     Attributes:
-        name: The agent's id in configs and records (``"prover0"``, ``"verifier"``).
-        human_name: How prompts name the agent (``"Expert_1"``, ``"Verifier"``).
-        is_verifier: Whether this agent decides.
-        default_stance: For provers, the decision they argue for when stances are not
-            randomised: 0 reject, 1 accept.
+        name: The agent's id in configs and records (``"prover0"``).
+        human_name: How prompts name the agent (``"Expert_1"``).
+        default_stance: A prover's unrandomised stance: 0 reject, 1 accept.
         anonymous: Other agents' prompts do not name this agent.
-        response_channel_headers: For agents that speak in several channels at once, the
-            header that starts each channel's part of the response.
+        response_channel_headers: For an agent writing several channels at once, the header
+            of each channel's part of its response.
     """
 
     name: str
@@ -63,11 +61,9 @@ class StepOutcome:
     """What a round means for the episode.
 
     Attributes:
-        done: The episode is over (a decision was made, or it was terminated).
-        terminated: It ended because the verifier's last chance passed without a decision.
-        decision: The verifier's effective decision this round (after ``force_guess``).
-        rewards: Each agent's reward for this round.
-        score: The verifier's continuous score in [-1, 1] when it decided, else None.
+        terminated: The verifier's last chance passed without a decision.
+        decision: The effective decision this round (after ``force_guess``).
+        score: The verifier's score in [-1, 1] when it decided, else None.
     """
 
     done: bool
@@ -78,9 +74,5 @@ class StepOutcome:
 
 
 def datapoint_stance(solution: str) -> int:
-    """The stance (0 reject, 1 accept) a randomised prover argues for on this solution.
-
-    The parity of the SHA-256 of the solution text, as in the original: deterministic per
-    solution, the same in every process, and independent of the label.
-    """
+    """The stance (0 reject, 1 accept) a randomised prover argues: SHA-256 parity of the text."""
     return hashlib.sha256(solution.encode("utf-8")).digest()[-1] & 1

@@ -1,10 +1,8 @@
 """Verifier decision scales: what the verifier may write after ``Decision:`` and what it means.
 
-``protocol_common.verifier_decision_scale`` picks one row of :data:`DECISION_SCALES`. A scale
-is a table of points, ordered from the strongest reject to the strongest accept; each point
-has the text the verifier writes, a discrete decision (reject, accept, or neither) and a
-continuous score in [-1, 1]. The same object says how prompts describe the scale and parses
-the verifier's answer, so the words for a decision live in this one place.
+``protocol_common.verifier_decision_scale`` picks one row of :data:`DECISION_SCALES`: points
+from the strongest reject to the strongest accept, each with its text, a decision and a score
+in [-1, 1]. The same object words the prompts and parses the verifier's answer.
 
 ==========================  =====================================================  =========
 scale                       the verifier writes                                    neither
@@ -20,10 +18,9 @@ scale                       the verifier writes                                 
 ``out_of_100``              a whole number 0-100                                   50
 ==========================  =====================================================  =========
 
-(The original called the Likert scales ``likert_scale_4`` ... ``likert_scale_7``.) The
-proposition the verifier agrees or disagrees with is "the solution is correct". Word scales
-are matched by the longest point text the answer starts with; numeric scales read the whole
-leading number, so ``100`` on ``out_of_10`` is out of range rather than ``10``.
+The proposition is "the solution is correct". Word scales match the longest point text the
+answer starts with; numeric scales read the whole leading number (``100`` on ``out_of_10`` is
+out of range, not ``10``).
 """
 
 from __future__ import annotations
@@ -40,13 +37,7 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 @dataclass(frozen=True)
 class ScalePoint:
-    """One answer the verifier can give.
-
-    Attributes:
-        text: What the verifier writes after ``Decision:`` (lower case).
-        decision: Its discrete meaning: reject, accept or neither.
-        score: Its continuous meaning, from -1 (certainly reject) to 1 (certainly accept).
-    """
+    """One answer the verifier can give: its text (lower case), decision and score in [-1, 1]."""
 
     text: str
     decision: Decision
@@ -58,13 +49,9 @@ class DecisionScale:
     """A verifier decision scale: its points, how prompts state it, and its parser.
 
     Attributes:
-        name: The value of ``protocol_common.verifier_decision_scale``.
-        points: Every answer, from the strongest reject to the strongest accept.
-        answer_form: How the system prompt says what to write, completing "write a line of
-            the form ...".
-        short_form: The same, shorter, for the "decide now" messages ("write ...").
-        numeric: Answers are the whole numbers 0, 1, ... (point ``i`` is the number ``i``),
-            read as a number rather than by prefix.
+        answer_form: Completes the system prompt's "write a line of the form ...".
+        short_form: The same, shorter, for the "decide now" message ("write ...").
+        numeric: Point ``i`` is the whole number ``i``, read as a number, not by prefix.
     """
 
     name: str
@@ -108,12 +95,7 @@ class DecisionScale:
         return f"You cannot ask any more questions. You must now decide: write {self.short_form}."
 
     def parse(self, answer: str) -> ScalePoint:
-        """The point the verifier chose, from the text after ``Decision:``.
-
-        Raises:
-            InvalidDecisionError: The text is not on the scale (retried like any invalid
-                response).
-        """
+        """The point chosen by the text after ``Decision:`` (else ``InvalidDecisionError``)."""
         text = answer.strip().lower()
         if self.numeric:
             return self._parse_number(answer, text)
@@ -236,11 +218,7 @@ DECISION_SCALES: MappingProxyType[str, DecisionScale] = MappingProxyType(
 
 
 def decision_scale(name: str) -> DecisionScale:
-    """The scale called ``name``.
-
-    Raises:
-        KeyError: No scale has that name (configuration validates names first).
-    """
+    """The scale called ``name`` (``KeyError`` naming the choices if none)."""
     try:
         return DECISION_SCALES[name]
     except KeyError:

@@ -114,8 +114,7 @@ class SoloVerifierProtocol(ProtocolHandler):
 class _TwoProverProtocol(ProtocolHandler):
     """Two provers, each with a channel to the verifier, who questions both at once.
 
-    Simultaneous mode is a 2-round cycle (verifier, then both provers). Sequential mode is a
-    3-round cycle (verifier, first prover, second prover).
+    A 2-round cycle (verifier, both provers), or 3 when sequential (verifier, first, second).
     """
 
     #: Whether each prover's channel is read by the verifier only (else by everyone).
@@ -196,11 +195,7 @@ class DebateProtocol(_TwoProverProtocol):
 
 
 class MnipProtocol(_TwoProverProtocol):
-    """Multi-prover NIP: two provers argue the same side, each on a private channel.
-
-    Both provers are rewarded when the verifier decides their (shared) stance: accept by
-    default. (The original's v1 rewarded prover0 for *reject* through a mixin-order slip.)
-    """
+    """Multi-prover NIP: two provers argue the same side (accept), each on a private channel."""
 
     name = "mnip"
     agent_names = ("prover0", "prover1", VERIFIER)

@@ -16,8 +16,7 @@ _COLOURS = {"verifier": "#e8f0fe", "prover": "#fef7e0", "prover0": "#fce8e6", "p
 def chat_bubble(title: str, text: str, colour: str = "#f1f3f4", note: str = "") -> str:
     """A rounded box: a bold title, an optional grey note, then ``text`` with its line breaks.
 
-    The line height is set because ipywidgets' ``HTML`` widget (the prompt inspector, the
-    step-through controller) gives every line the height of a control (28 px)."""
+    The line height is set because ipywidgets' ``HTML`` gives every line a control's 28 px."""
     note_html = f" <span style='color:#777'>{html.escape(note)}</span>" if note else ""
     return (
         f"<div style='background:{colour};border-radius:8px;padding:4px 8px;margin:2px 0;"
@@ -31,8 +30,7 @@ def _bubble(sender: str, text: str, note: str = "") -> str:
 
 
 def turn_to_html(turn: AgentTurn) -> str:
-    """One agent turn as a small card: who spoke in which round, the decision, the text, and
-    a grey line of what the run recorded about it (model, tokens, retries, cache)."""
+    """One agent turn as a card: round, decision, text, and a grey line of model, tokens..."""
     notes = [f"round {turn.round}"]
     if Decision(turn.decision) is not Decision.NONE:
         notes.append(f"decides: {Decision(turn.decision).word}")
@@ -40,15 +38,14 @@ def turn_to_html(turn: AgentTurn) -> str:
         notes.append("invalid" + (f": {turn.error}" if turn.error else ""))
     if turn.overridden:
         notes.append("written by hand")
-    details = [turn.model or "", f"{turn.prompt_tokens} + {turn.completion_tokens} tokens"]
-    if turn.retries:
-        details.append(f"{turn.retries} retries")
-    if turn.token_limit:
-        details.append("stopped at the token limit")
-    if turn.cached:
-        details.append("from the cache")
-    if turn.channels:
-        details.append("to " + ", ".join(turn.channels))
+    details = [
+        turn.model or "",
+        f"{turn.prompt_tokens} + {turn.completion_tokens} tokens",
+        f"{turn.retries} retries" if turn.retries else "",
+        "stopped at the token limit" if turn.token_limit else "",
+        "from the cache" if turn.cached else "",
+        "to " + ", ".join(turn.channels) if turn.channels else "",
+    ]
     detail_line = " · ".join(d for d in details if d)
     return (
         "<div style='max-width:48em'>"

@@ -25,26 +25,20 @@ from nip.utils.sync import run_sync
 
 
 class DialogueAgent(Protocol):
-    """What a dialogue needs of an agent (:class:`nip.agents.PureTextWholeAgent` is one).
-
-    Rollouts sit beneath the agents: they drive any object with these methods.
-    """
+    """What a dialogue needs of an agent (:class:`nip.agents.PureTextWholeAgent` is one)."""
 
     def build_chat_prompt(self, transcript: Transcript, round_id: int) -> list[ChatMessage]:
         """The messages the agent is prompted with in ``round_id``."""
-        ...
 
     async def generate_turn(
         self, transcript: Transcript, round_id: int, *, sample_index: int = 0
     ) -> tuple[AgentTurn, list[ChannelMessage]]:
         """Generate and parse the agent's turn in ``round_id``."""
-        ...
 
     def turn_from_text(
         self, text: str, transcript: Transcript, round_id: int, **turn_fields: Any
     ) -> tuple[AgentTurn, list[ChannelMessage]]:
         """Parse ``text`` as the agent's turn in ``round_id``."""
-        ...
 
 
 class DialogueOverError(NipError, RuntimeError):
@@ -78,12 +72,7 @@ class Dialogue:
         """A new dialogue about ``datapoint``; ``seed`` fixes its random choices."""
         stances = {p: handler.prover_stance(p, datapoint.stance) for p in handler.prover_names}
         transcript = Transcript(
-            protocol=handler.name,
-            datapoint=datapoint,
-            seed=seed,
-            stances=stances,
-            iteration=iteration,
-            id=dialogue_id,
+            handler.name, datapoint, seed, stances, iteration=iteration, id=dialogue_id
         )
         return cls(handler, agents, transcript)
 
@@ -105,10 +94,7 @@ class Dialogue:
         return self.handler.active_agents(self.round_id, self.transcript.seed)
 
     def prompt_for(self, agent_name: str, round_id: int | None = None) -> list[ChatMessage]:
-        """The exact chat prompt ``agent_name`` gets (gets, or got) in ``round_id``.
-
-        Defaults to the next round, so it shows what the agent will see before it generates.
-        """
+        """The exact chat prompt ``agent_name`` gets in ``round_id`` (by default the next)."""
         round_id = self.round_id if round_id is None else round_id
         return self.agents[agent_name].build_chat_prompt(self.transcript, round_id)
 
@@ -116,15 +102,8 @@ class Dialogue:
     async def step_async(
         self, overrides: Mapping[str, str] | None = None, *, sample_index: int = 0
     ) -> list[AgentTurn]:
-        """Play one round: every speaking agent generates at once (or uses its override).
-
-        Args:
-            overrides: Text to use instead of generating, by agent name.
-            sample_index: Which sample to draw (a different index gives a different sample).
-
-        Returns:
-            The round's turns.
-        """
+        """Play one round: every speaking agent generates at once, or uses its text in
+        ``overrides``; another ``sample_index`` draws another sample."""
         if self.done:
             raise DialogueOverError("the dialogue is over")
         overrides = dict(overrides or {})
@@ -167,10 +146,8 @@ class Dialogue:
             invalid_provers=[t.agent for t in turns if not t.valid and t.agent != VERIFIER],
         )
         transcript.rewards.append(dict(outcome.rewards))
-        transcript.done = outcome.done
-        transcript.terminated = outcome.terminated
-        transcript.decision = outcome.decision
-        transcript.score = outcome.score
+        for name in ("done", "terminated", "decision", "score"):
+            setattr(transcript, name, getattr(outcome, name))
 
     def step(
         self, overrides: Mapping[str, str] | None = None, *, sample_index: int = 0

@@ -1,9 +1,5 @@
-"""Running many dialogues at once.
-
-Every dialogue advances on its own coroutine, and agents acting in the same round generate
-together, so in every round each request that does not depend on another is in flight at
-the same time; only the backends' concurrency limits bound it.
-"""
+"""Running many dialogues at once: each on its own coroutine, bound only by the backends'
+concurrency limits."""
 
 from __future__ import annotations
 
@@ -29,11 +25,8 @@ async def run_dialogues_async(
 ) -> list[Transcript]:
     """Play every dialogue to its end, all at once; returns their transcripts in order.
 
-    ``on_progress(done, total)`` is called before the first dialogue ends and after each one
-    (a run's dashboard reads how far a stage has got from it).
-
-    If one dialogue fails (say the backend is unreachable), the others are cancelled and the
-    error propagates.
+    ``on_progress(done, total)`` is called at the start and after each dialogue. If one
+    fails, the others are cancelled and its error propagates (not an ExceptionGroup).
     """
     from tqdm.auto import tqdm
 
@@ -55,8 +48,6 @@ async def run_dialogues_async(
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(play(d)) for d in dialogues]
     except BaseExceptionGroup as failures:
-        # Raise the first failure itself, so callers can catch its type (e.g. a backend
-        # error) rather than an ExceptionGroup.
         first = failures.exceptions[0]
         if len(failures.exceptions) > 1:
             first.add_note(f"{len(failures.exceptions) - 1} other dialogue(s) failed too")
@@ -128,11 +119,9 @@ class RolloutBatch:
         with needs("dataframes"):
             import pandas as pd
 
-        rows = []
-        for t in self.transcripts:
-            for turn in t.turns:
-                rows.append({"dialogue": t.id, "y": t.datapoint.y, **turn.to_row()})
-        return pd.DataFrame(rows)
+        return pd.DataFrame(
+            [{"dialogue": t.id, "y": t.datapoint.y, **u.to_row()} for t in self for u in t.turns]
+        )
 
     def to_jsonl(self, path: str | Path | None = None) -> str:
         """The transcripts as JSON lines; also written to ``path`` when given."""
@@ -154,9 +143,7 @@ class RolloutBatch:
 
     def _repr_html_(self) -> str:
         rows = "".join(
-            f"<tr><td>{k}</td><td>{v:.3g}</td></tr>"
-            if isinstance(v, float)
-            else f"<tr><td>{k}</td><td>{v}</td></tr>"
+            f"<tr><td>{k}</td><td>{format(v, '.3g') if isinstance(v, float) else v}</td></tr>"
             for k, v in self.summary().items()
         )
         return f"<b>RolloutBatch</b><table>{rows}</table>"

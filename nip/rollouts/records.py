@@ -1,13 +1,12 @@
 """Plain records of a dialogue: the datapoint, each agent's turn, each channel message.
 
 A :class:`Transcript` grows by one :class:`AgentTurn` per agent per round and one
-:class:`ChannelMessage` per channel written: memory is linear in the number of rounds (the
-original stored a full history snapshot and the prompt at every step, growing as rounds
-squared). Prompts are not stored; they are rebuilt exactly, on demand, from the transcript.
+:class:`ChannelMessage` per channel written; prompts are rebuilt from it on demand.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -21,9 +20,6 @@ class Datapoint:
     """The claim under test: is ``solution`` a correct answer to ``question``?
 
     Attributes:
-        id: The item's id in its dataset.
-        question: The problem statement.
-        solution: The proposed solution's code.
         y: The true label: 1 correct, 0 incorrect.
         stance: The stance a randomised prover argues for on this item (0 or 1).
     """
@@ -50,20 +46,12 @@ class AgentTurn:
     """One agent's generation in one round, as parsed.
 
     Attributes:
-        round: The round.
-        agent: The agent's name.
         raw_text: The completion exactly as the model wrote it.
         decision: The verifier's decision (``Decision.NONE`` for provers and questions).
-        score: With a decision, the verifier's continuous score in [-1, 1] on its decision
-            scale (``verifier_decision_scale``); None otherwise.
-        channels: The channels the agent wrote to.
+        score: With a decision, the verifier's score in [-1, 1]; None otherwise.
         retries: How many generations were rejected before this one.
-        token_limit: The completion stopped at the token limit.
         valid: False when every retry failed; the turn then writes nothing.
-        error: The last parsing or generation error, if any.
-        model: The model (or adapter) that generated it.
-        prompt_tokens / completion_tokens: Token usage of every generation of the turn, the
-            rejected attempts included (a provider bills them too).
+        prompt_tokens / completion_tokens: Usage of every attempt, rejected ones included.
         latency_s: Wall time of the accepted generation.
         cached: Every generation of the turn was served from the response cache.
         overridden: Written by a person through the step-through API, not generated.
@@ -102,8 +90,7 @@ class AgentTurn:
         return cls(**values)
 
     def to_row(self) -> dict[str, Any]:
-        """One flat row for a DataFrame of turns: :meth:`to_dict` with the decision as a
-        word (accept, reject, no decision, neither)."""
+        """One flat row for a DataFrame: :meth:`to_dict` with the decision as a word."""
         return self.to_dict() | {"decision": self.decision.word}
 
     # ---------------------------------------------------------------------- display
@@ -130,18 +117,11 @@ class Transcript:
     """Everything that happened in one dialogue.
 
     Attributes:
-        protocol: The protocol's name.
-        datapoint: The claim under test.
         seed: The dialogue's seed (fixes MAC's speaker and channel shuffles).
         stances: Each prover's stance in this dialogue (0 reject, 1 accept).
-        turns: Every agent turn, in order.
-        messages: Every channel message, in order.
         rewards: Each agent's reward, one mapping per round played.
         done / terminated: Whether the episode is over, and whether it ran out of rounds.
-        decision: The verifier's final decision.
-        score: The verifier's continuous score in [-1, 1] for that decision (on its decision
-            scale; -1 reject and 1 accept on ``accept_reject``), None without a decision.
-        iteration: The training iteration that produced it (if any).
+        score: The verifier's score in [-1, 1] for its decision, None without one.
         id: A run-unique id for this dialogue.
     """
 
@@ -197,10 +177,8 @@ class Transcript:
         turns = [t for t in self.turns if t.round < num_rounds]
         deciding = next((t for t in reversed(turns) if t.decision is not Decision.NONE), None)
         whole = num_rounds >= self.num_rounds
-        return Transcript(
-            protocol=self.protocol,
-            datapoint=self.datapoint,
-            seed=self.seed,
+        return dataclasses.replace(
+            self,
             stances=dict(self.stances),
             turns=turns,
             messages=[m for m in self.messages if m.round < num_rounds],
@@ -208,8 +186,6 @@ class Transcript:
             done=whole and self.done,
             terminated=whole and self.terminated,
             decision=deciding.decision if whole and deciding is not None else Decision.NONE,
-            iteration=self.iteration,
-            id=self.id,
             score=self.score if whole else None,
         )
 

@@ -3,6 +3,7 @@ and reading a JSON file another process replaces, or a JSON-lines file it append
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -13,10 +14,8 @@ from typing import Any
 def atomic_write_text(path: Path, text: str, *, durable: bool = True) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new file, never a part.
 
-    ``durable``: the data reaches the disk before the file is replaced (fsync), so the new
-    file survives the machine crashing too, not only the process. A file rewritten every
-    moment for a display (a progress count) does without: under a busy disk the wait for
-    the journal took longer than the write.
+    ``durable``: fsync before the replace, so it survives a machine crash too (a file
+    rewritten every moment for a display does without: the fsync costs more than the write).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -41,10 +40,8 @@ def read_growing_jsonl(path: Path) -> list[Any]:
         return []
     records = []
     for line in lines:
-        try:
+        with contextlib.suppress(ValueError):  # the line being appended
             records.append(json.loads(line))
-        except ValueError:  # the line being appended
-            continue
     return records
 
 

@@ -14,14 +14,7 @@ def lazy_attributes(
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A package's module-level ``__getattr__`` and ``__dir__`` serving ``attributes`` lazily.
 
-    Args:
-        package: The package's ``__name__``.
-        attributes: Each lazy attribute's name and the module that defines it.
-
-    Example::
-
-        _LAZY = {"Session": "nip.session"}
-        __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
+    Example: ``__getattr__, __dir__ = lazy_attributes(__name__, {"Session": "nip.session"})``.
     """
 
     def __getattr__(name: str) -> Any:

@@ -1,16 +1,11 @@
 """nip's warnings: one plain line each, naming the run (a sweep's cell) they come from.
 
-A run that goes on after something its user should know (a group with too few examples to
-fine-tune, W&B unable to start) says so with :func:`warn`: a Python warning of the category
-:class:`NipWarning`, so filters (``warnings.filterwarnings``, ``pytest.warns``) treat it as
-any other, shown as one line like nip's other output, without a file path or a source line::
+:func:`warn` issues a :class:`NipWarning` (so warning filters treat it as any other), shown
+as one line, without a file path, where the run's lines go (:func:`run_stream`)::
 
     nip_seed0: warning: group 'prover': too few examples (2 < 8) for the supervised job
 
-The line goes where the run's lines go (:func:`run_stream`: standard error in a terminal,
-standard output in a notebook, where standard error is a red block). The cell's name comes
-from :func:`labelled`, which a sweep wraps each cell's task in (asyncio tasks and threads
-started from it inherit it).
+The cell's name comes from :func:`labelled`, which a sweep wraps each cell's task in.
 """
 
 from __future__ import annotations
@@ -28,12 +23,7 @@ _LABEL: ContextVar[str | None] = ContextVar("nip_run_label", default=None)
 
 
 class NipWarning(UserWarning):
-    """Something a run's user should know, while the run goes on.
-
-    Attributes:
-        text: What happened.
-        label: The run (a sweep's cell) it happened in, if known.
-    """
+    """Something a run's user should know (``text``), from the run ``label`` if known."""
 
     def __init__(self, text: str, label: str | None = None):
         self.text, self.label = text, label
@@ -57,8 +47,7 @@ def run_stream() -> TextIO:
 
 @contextmanager
 def labelled(label: str) -> Iterator[None]:
-    """Name the run whose code runs in this task (and the tasks and threads it starts) in
-    its warnings."""
+    """Name this task's run (inherited by the tasks and threads it starts) in its warnings."""
     token = _LABEL.set(label)
     try:
         yield
@@ -73,8 +62,7 @@ def warn(text: str) -> None:
 
 
 def _show_plainly() -> None:
-    """Format :class:`NipWarning` s as one plain line from now on (once per process; other
-    warnings keep the format they had)."""
+    """Format :class:`NipWarning` s as one plain line from now on (others keep theirs)."""
     previous = warnings.formatwarning
     if getattr(previous, "nip_plain", False):
         return

@@ -1,13 +1,8 @@
 """Which floating-point type nip computes in on a CPU, and how to force it (``NIP_CPU_DTYPE``).
 
-Left to nip ("auto"), a CPU runs the embedded transformers engine (and the ``Local`` provider's
-vLLM engine) in float32, which gives the same answers on every CPU, while vLLM under
-``nip serve`` and LoRA training's mixed precision use bfloat16 where the CPU multiplies it
-natively (AVX512-BF16 or AMX: several times faster) and float32 elsewhere. Two machines of
-different kinds therefore sample different text from the same seed. ``NIP_CPU_DTYPE=float32``
-or ``NIP_CPU_DTYPE=bfloat16`` makes all of them use that type on any CPU: to see on one machine
-what the other kind computes (bfloat16 without native support is emulated, several times
-slower), or to keep vLLM's answers exact on a machine that has bfloat16.
+"auto": the transformers engine runs float32 (the same answers on every CPU); vLLM under
+``nip serve`` and LoRA training use bfloat16 where the CPU has it natively (see
+docs/self_hosted.md). ``NIP_CPU_DTYPE`` forces one type everywhere.
 """
 
 from __future__ import annotations
@@ -21,11 +16,7 @@ CPU_DTYPES = ("float32", "bfloat16")
 
 
 def forced_cpu_dtype() -> str | None:
-    """The dtype ``NIP_CPU_DTYPE`` forces on a CPU; None where it is unset or empty.
-
-    Raises:
-        ValueError: It says something else (the message names the variable and the choices).
-    """
+    """The dtype ``NIP_CPU_DTYPE`` forces on a CPU; None where unset (else ``ValueError``)."""
     value = os.environ.get(CPU_DTYPE_ENV, "").strip().lower()
     if not value:
         return None
@@ -38,8 +29,7 @@ def forced_cpu_dtype() -> str | None:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX), where mixed
-    precision trains several times faster than float32."""
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX)."""
     import torch
 
     try:
@@ -49,16 +39,13 @@ def cpu_has_native_bf16() -> bool:
 
 
 def bfloat16_is_emulated() -> bool:
-    """Whether ``NIP_CPU_DTYPE`` forces bfloat16 on a CPU that only emulates it (several times
-    slower than float32)."""
+    """Whether ``NIP_CPU_DTYPE`` forces bfloat16 on a CPU that only emulates it (slow)."""
     return forced_cpu_dtype() == "bfloat16" and not cpu_has_native_bf16()
 
 
 def cpu_dtype(*, fast: bool) -> str:
-    """What "auto" means on a CPU: ``NIP_CPU_DTYPE`` where set; else bfloat16 for what
-    favours speed (``fast``: vLLM under ``nip serve``, LoRA training) on a CPU with native
-    bfloat16, and float32 for everything else (the transformers engine: exact answers, the
-    same on every CPU)."""
+    """What "auto" means on a CPU: ``NIP_CPU_DTYPE`` where set; else bfloat16 if ``fast`` (vLLM
+    under ``nip serve``, LoRA training) and native, float32 otherwise."""
     forced = forced_cpu_dtype()
     if forced is not None:
         return forced

@@ -32,9 +32,8 @@ def stop_process_group(
 ) -> None:
     """Stop a process started with ``start_new_session=True``, and everything it started.
 
-    SIGTERM goes to the process alone (``nip serve`` shuts vLLM down itself) or, with
-    ``terminate_group``, to its whole process group; after ``grace_s`` the group is killed, and
-    so is anything of it that outlived a graceful exit. Safe to call twice.
+    SIGTERM goes to the process (``nip serve`` stops vLLM itself), or its group with
+    ``terminate_group``; after ``grace_s``, and after any exit, the group is killed.
     """
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):

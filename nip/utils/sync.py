@@ -13,10 +13,9 @@ T = TypeVar("T")
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run ``coroutine`` to completion and return its result.
 
-    Outside an event loop this is ``asyncio.run``. Inside one (a Jupyter cell), blocking the
-    loop's own thread would deadlock, so the coroutine runs on a fresh loop in a helper
-    thread while the caller waits; exceptions propagate unchanged. In a notebook, prefer
-    ``await`` on the ``*_async`` variant, which shares the kernel's loop.
+    Outside an event loop this is ``asyncio.run``; inside one (a Jupyter cell) it runs on a
+    fresh loop in a helper thread while the caller waits (``await`` the ``*_async`` variant
+    to share the kernel's loop).
     """
     try:
         asyncio.get_running_loop()

@@ -1,15 +1,7 @@
 """Plotly figures of nip's results: MALT trees, accuracy with confidence intervals, protocols.
 
-``import nip`` never loads plotly or pandas; importing ``nip.viz`` does. The tree viewer
-(ipywidgets) loads on first use.
-
-::
-
-    from nip.viz import load_run, plot_tree, TreeViewer
-
-    run = load_run("runs/exp1")
-    run.plot_accuracy()
-    plot_tree(run.trees(0)[0], agent="verifier")
+``import nip`` never loads plotly or pandas; importing ``nip.viz`` does, and the tree viewer
+(ipywidgets) loads on first use. ``load_run("runs/exp1").plot_accuracy()``.
 """
 
 from nip.extras import needs
@@ -20,13 +12,7 @@ with needs("viz"):  # without pandas or plotly: one line naming the extra
     from nip.viz.compare_runs import compare_runs, comparison_table
     from nip.viz.confusion import confusion_matrix, plot_confusion
     from nip.viz.intervals import wilson_interval
-    from nip.viz.results import (
-        RunResults,
-        accuracy_table,
-        load_run,
-        plot_accuracy,
-        plot_rewards,
-    )
+    from nip.viz.results import RunResults, accuracy_table, load_run, plot_accuracy, plot_rewards
     from nip.viz.tree_layout import NodePosition, tree_layout
     from nip.viz.tree_plot import plot_tree
     from nip.viz.tree_summary import plot_trees_summary
@@ -54,9 +40,5 @@ __all__ = [
 
 # The viewer needs ipywidgets (and anywidget for clicks): load it only when asked for.
 __getattr__, __dir__ = lazy_attributes(
-    __name__,
-    {
-        "TreeViewer": "nip.viz.tree_viewer",
-        "clicks_available": "nip.viz.tree_viewer",
-    },
+    __name__, {"TreeViewer": "nip.viz.tree_viewer", "clicks_available": "nip.viz.tree_viewer"}
 )

@@ -33,12 +33,10 @@ def accuracy_trace(
     dialogues_column: str,
     extra_hover: tuple[str, str] | None = None,
 ) -> go.Scatter:
-    """One series: accuracy per iteration with asymmetric Wilson error bars, drawn
-    ``offset`` iterations aside (so that series at one iteration do not hide each other).
+    """One series: accuracy per iteration with Wilson error bars, drawn ``offset`` aside.
 
-    ``rows`` has ``iteration``, ``accuracy``, ``ci_low``, ``ci_high``, ``correct`` and the
-    dialogue count in ``dialogues_column``; ``extra_hover`` is a ``(column, hover text)``
-    pair appended to the count (``("runs", "run(s)")``).
+    ``rows`` has ``iteration``, ``accuracy``, ``ci_low``, ``ci_high``, ``correct`` and
+    ``dialogues_column``; ``extra_hover`` is a ``(column, text)`` added to the count.
     """
     columns = ["correct", dialogues_column, "ci_low", "ci_high", "iteration"]
     count = "(%{customdata[0]}/%{customdata[1]})"

@@ -25,11 +25,8 @@ def _protocol_params(
     names = protocol_class(protocol).agent_names
     provers = sorted(a for a in params.agents if a != "verifier")
     fallback = default_agent or (params.agents[provers[0]] if provers else None)
-    agents = {}
-    for name in names:
-        source = params.agents.get(name, fallback)
-        if source is not None:
-            agents[name] = source.to_dict()
+    sources = {name: params.agents.get(name, fallback) for name in names}
+    agents = {name: source.to_dict() for name, source in sources.items() if source is not None}
     return HyperParameters.from_dict(
         {**params.to_dict(), "interaction_protocol": protocol, "agents": agents}
     )
@@ -47,18 +44,11 @@ async def run_protocols_async(
 ) -> dict[str, RolloutBatch]:
     """Run the same items under each protocol, with ``params`` otherwise unchanged.
 
-    Agents keep their parameters where the protocol has them; an agent ``params`` lacks
-    (``prover0`` and ``prover1`` of debate when ``params`` is for nip) gets
-    ``default_agent``, or else the parameters of ``params``' first prover.
+    An agent ``params`` lacks (debate's provers for a nip config) gets ``default_agent``,
+    or else ``params``' first prover's parameters.
 
     Args:
-        params: The base experiment.
-        protocols: Protocol names.
-        items: The datapoints; by default ``n`` items of ``split``.
-        n: How many items when ``items`` is omitted (default ``rl.rollouts_per_iteration``).
-        split: Which split to draw items from.
-        settings: Runtime settings (backends are shared by all protocols' sessions).
-        default_agent: Parameters for agents that ``params`` does not configure.
+        items: The datapoints; by default ``n`` (``rl.rollouts_per_iteration``) of ``split``.
 
     Returns:
         Protocol -> ``RolloutBatch``, ready for :func:`~nip.viz.compare_runs`.

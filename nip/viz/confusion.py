@@ -17,16 +17,7 @@ DECISIONS = (Decision.ACCEPT, Decision.REJECT, Decision.NONE)
 
 
 def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
-    """How often the verifier accepted, rejected or did not decide, per true label.
-
-    Args:
-        transcripts: Finished dialogues (a list, a ``RolloutBatch``...).
-
-    Returns:
-        Integer counts; rows "correct solution" and "incorrect solution" (the true label),
-        columns "accept", "reject" and "no decision" (and "neither" when a verifier ended
-        at the middle of its decision scale).
-    """
+    """Counts of the verifier's decisions (columns, "neither" when chosen) per true label."""
     transcripts = list(transcripts)
     columns = [d.word for d in DECISIONS]
     if any(t.decision is Decision.NEITHER for t in transcripts):
@@ -42,15 +33,7 @@ def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
 def plot_confusion(transcripts: Iterable[Transcript], *, title: str | None = None) -> go.Figure:
     """A heatmap of :func:`confusion_matrix`, each cell showing its count and row share.
 
-    The right decisions are accept on a correct solution and reject on an incorrect one;
-    "no decision" counts as wrong in the accuracy.
-
-    Args:
-        transcripts: Finished dialogues.
-        title: The figure's title.
-
-    Returns:
-        A figure with one ``go.Heatmap`` whose ``z`` holds the counts.
+    One ``go.Heatmap`` whose ``z`` holds the counts; "no decision" counts as wrong.
     """
     counts = confusion_matrix(transcripts)
     totals = counts.sum(axis=1)

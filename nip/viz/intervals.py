@@ -7,21 +7,10 @@ from statistics import NormalDist
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval for a proportion of ``successes`` out of ``n``.
+    """The Wilson score interval ``(low, high)`` of ``successes`` out of ``n`` (``nan`` for 0).
 
-    Unlike the normal approximation it stays inside [0, 1] and is sensible for small ``n``
-    and for proportions near 0 or 1 (the usual case for a verifier's accuracy).
-
-    Args:
-        successes: How many trials succeeded (0 to ``n``).
-        n: How many trials.
-        confidence: The interval's coverage.
-
-    Returns:
-        ``(low, high)``; ``(nan, nan)`` when ``n`` is 0.
-
-    Raises:
-        ValueError: ``successes`` is outside [0, n] or ``confidence`` outside (0, 1).
+    It stays inside [0, 1] and suits small ``n``; ``ValueError`` for ``successes`` outside
+    [0, n] or ``confidence`` outside (0, 1).
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
@@ -58,14 +47,8 @@ def t_quantile(probability: float, df: int) -> float:
 
 
 def seed_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """The mean of per-seed values (accuracies) and its Student-t interval, clipped to [0, 1].
-
-    This interval is about how much the result varies from seed to seed (3 seeds give a wide
-    one); a pooled Wilson interval is about how precisely the dialogues measure it.
-
-    Returns:
-        ``(mean, low, high)``; the interval is ``(nan, nan)`` for fewer than two values.
-    """
+    """``(mean, low, high)`` of per-seed values and their Student-t interval, clipped to [0, 1]
+    (``nan`` for fewer than two values): how much the result varies between seeds."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     n = len(values)

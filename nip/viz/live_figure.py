@@ -1,13 +1,8 @@
 """A plotly figure inside a widget, saved light.
 
-The figure is displayed into an ``ipywidgets.Output`` with the notebook's plotly renderer
-(``plotly_mimetype`` in JupyterLab: zoom, pan and hover in the page, and the figure's JSON,
-a few kilobytes, in the saved notebook) and drawn again, whole, when it changes. A
-``go.FigureWidget`` would update in place, but plotly 6+ builds it on anywidget, which puts
-plotly's 5 MB JavaScript bundle into every figure widget's saved state
-(plotly/plotly.py#5056): a notebook with one run dashboard (three figures) saved at 15 MB.
-
-Clicks on its points reach Python through :class:`~nip.viz.plot_clicks.PlotClicks`.
+Drawn into an ``ipywidgets.Output`` with the notebook's plotly renderer and redrawn whole on
+change: a ``go.FigureWidget`` (plotly 6+, on anywidget) saves plotly's 5 MB bundle into every
+figure's state (plotly/plotly.py#5056).
 """
 
 from __future__ import annotations
@@ -21,11 +16,7 @@ __all__ = ["LiveFigure"]
 
 
 class LiveFigure(ipywidgets.Output):
-    """Shows ``figure``; :meth:`draw` shows it again after a change (once per change).
-
-    Args:
-        figure: The figure (change it in place, or assign another, then call :meth:`draw`).
-    """
+    """Shows ``figure``; after changing it (or assigning another) :meth:`draw` shows it again."""
 
     def __init__(self, figure: go.Figure, **kwargs: Any):
         super().__init__(**kwargs)
@@ -33,8 +24,7 @@ class LiveFigure(ipywidgets.Output):
         self._drawn: str | None = None
 
     def draw(self) -> None:
-        """Display the figure as it is now, replacing what was shown (nothing when unchanged,
-        or outside a kernel, where there is no page to show it in)."""
+        """Display the figure as it is now (nothing when unchanged, or outside a kernel)."""
         from IPython import get_ipython
 
         state = self.figure.to_json()

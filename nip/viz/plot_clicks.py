@@ -1,10 +1,8 @@
 """Clicks on the points of a plotly figure shown as a light output, sent to Python.
 
-:class:`PlotClicks` is an invisible anywidget placed beside a
-:class:`~nip.viz.live_figure.LiveFigure` in the same box: its few lines of JavaScript listen to
-``plotly_click`` on the figures plotly.js draws in that box (the notebook renderer's own, drawn
-again after every change), so the saved notebook holds no copy of plotly.js, which a
-``go.FigureWidget`` would (5 MB per figure). Needs ``anywidget`` (the ``notebook`` extra).
+:class:`PlotClicks`, an invisible anywidget beside a :class:`~nip.viz.live_figure.LiveFigure`,
+listens to ``plotly_click`` on the figures drawn in its box, so the saved notebook holds no copy
+of plotly.js. Needs ``anywidget`` (the ``notebook`` extra).
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ import traitlets
 
 __all__ = ["PlotClicks"]
 
-#: Listens to plotly_click on every plotly figure drawn in the box around the widget, now and
-#: later (a figure drawn again is a new element), and sends the clicked point to Python.
+#: Listens on every figure drawn in the box, now and later (a redrawn figure is a new element).
 _ESM = """
 function listen(model, root) {
   for (const plot of root.querySelectorAll(".js-plotly-plot")) {

@@ -1,12 +1,7 @@
 """A run's results from its directory: accuracy with confidence intervals, reward curves.
 
-::
-
-    run = load_run("runs/exp1")
-    run                      # a summary table in Jupyter
-    run.plot_accuracy()      # per split, with 95% Wilson intervals
-    run.plot_rewards()       # each agent's mean episode reward
-    run.plot_confusion("test")
+``run = load_run("runs/exp1")`` shows a summary table in Jupyter; ``run.plot_accuracy()``,
+``run.plot_rewards()`` and ``run.plot_confusion("test")`` draw it.
 """
 
 from __future__ import annotations
@@ -41,11 +36,7 @@ ACCURACY_COLUMNS = [
 
 
 class RunResults:
-    """The results saved in one run directory, read when asked (so a live run stays current).
-
-    Args:
-        run_dir: The run's directory.
-    """
+    """The results saved in one run directory, read when asked (so a live run stays current)."""
 
     def __init__(self, run_dir: str | Path | RunDirectory):
         self.run_dir = run_dir if isinstance(run_dir, RunDirectory) else RunDirectory(run_dir)
@@ -62,18 +53,13 @@ class RunResults:
 
     def rollout_files(self) -> list[tuple[str, int]]:
         """Every saved ``(split, iteration)`` of rollouts, sorted."""
-        found = []
-        for path in (self.path / "rollouts").glob("*_it*.jsonl"):
-            split, _, number = path.stem.rpartition("_it")
-            found.append((split, int(number)))
-        return sorted(found)
+        stems = (p.stem.rpartition("_it") for p in (self.path / "rollouts").glob("*_it*.jsonl"))
+        return sorted((split, int(number)) for split, _, number in stems)
 
     def transcripts(self, split: str = "test", iteration: int | None = None) -> list[Transcript]:
         """The transcripts of ``split`` at ``iteration`` (default: the latest saved).
 
-        Raises:
-            FileNotFoundError: No rollouts of that split (and iteration) were saved.
-        """
+        Raises ``FileNotFoundError`` when none were saved."""
         saved = [i for s, i in self.rollout_files() if s == split]
         if iteration is None and saved:
             iteration = saved[-1]
@@ -91,11 +77,7 @@ class RunResults:
         return [ResponseTree.from_dict(row) for row in rows]
 
     def metrics_dataframe(self) -> pd.DataFrame:
-        """One row per (split, iteration), with ``num_dialogues`` always filled in.
-
-        Metrics files that lack the number of dialogues, and rollouts saved without a
-        metrics file (a run stopped between stages), are completed from the rollouts.
-        """
+        """One row per (split, iteration), ``num_dialogues`` completed from the rollouts."""
         rows = {(r["split"], r["iteration"]): r for r in self.run_dir.metrics_records()}
         for split, iteration in self.rollout_files():
             row = rows.get((split, iteration))
@@ -113,11 +95,9 @@ class RunResults:
         return accuracy_table(self.metrics_dataframe(), confidence)
 
     def plot_accuracy(self, **kwargs: Any) -> go.Figure:
-        """See :func:`plot_accuracy`."""
         return plot_accuracy(self, **kwargs)
 
     def plot_rewards(self, **kwargs: Any) -> go.Figure:
-        """See :func:`plot_rewards`."""
         return plot_rewards(self, **kwargs)
 
     def plot_confusion(self, split: str = "test", iteration: int | None = None) -> go.Figure:
@@ -176,15 +156,10 @@ def accuracy_table(
 
     Args:
         source: A run (directory or :class:`RunResults`) or a metrics DataFrame with
-            ``split``, ``iteration``, ``accuracy`` and ``num_dialogues``.
-        confidence: The intervals' coverage.
+            ``split``, ``iteration``, ``accuracy`` and ``num_dialogues`` (else ``ValueError``).
 
     Returns:
-        Columns ``split, iteration, num_dialogues, correct, accuracy, ci_low, ci_high``.
-
-    Raises:
-        ValueError: A DataFrame lacks ``num_dialogues`` (pass the run directory instead, and
-            the counts are read from its rollouts).
+        Columns :data:`ACCURACY_COLUMNS`.
     """
     frame = _metrics(source)
     if frame.empty:
@@ -229,24 +204,14 @@ def plot_accuracy(
 ) -> go.Figure:
     """The verifier's accuracy per iteration, one line per split, with Wilson intervals.
 
-    A dialogue without a decision counts as wrong. The dotted line is chance (50%).
-
-    Args:
-        source: A run (directory or :class:`RunResults`) or a metrics DataFrame (see
-            :func:`accuracy_table`).
-        confidence: The intervals' coverage.
-        title: The figure's title.
-
-    Returns:
-        One ``go.Scatter`` per split (named after it) with asymmetric ``error_y``; the
-        splits' points are drawn slightly apart (hover gives the iteration).
+    No decision counts as wrong; the dotted line is chance. ``source`` as in
+    :func:`accuracy_table`. One ``go.Scatter`` per split, drawn slightly apart so splits
+    measured at one iteration do not hide each other.
     """
     table = accuracy_table(source, confidence)
     figure = go.Figure()
     splits = table.groupby("split", sort=True)
     for index, (split, rows) in enumerate(splits):
-        # Side by side, a little apart: splits measured at the same iteration would hide
-        # each other's point and interval (a test pass after the last iteration's training).
         dodge = _DODGE * (index - (len(splits) - 1) / 2)
         figure.add_trace(
             accuracy_trace(
@@ -274,17 +239,12 @@ def plot_rewards(
 ) -> go.Figure:
     """Each agent's mean episode reward per iteration; colour per agent, dash per split.
 
-    Error bars are ±1.96 standard errors (from the metrics' ``std_episode_reward`` and
-    ``num_dialogues``), where those are saved.
+    Error bars are ±1.96 standard errors where ``std_episode_reward`` is saved; one
+    ``go.Scatter`` per (agent, split), named ``"<agent> (<split>)"``.
 
     Args:
-        source: A run (directory or :class:`RunResults`) or a metrics DataFrame with
-            ``<agent>.mean_episode_reward`` columns.
+        source: A run or a metrics DataFrame with ``<agent>.mean_episode_reward`` columns.
         agents: Which agents (default: every agent with a reward column, verifier first).
-        title: The figure's title.
-
-    Returns:
-        One ``go.Scatter`` per (agent, split), named ``"<agent> (<split>)"``.
     """
     frame = _metrics(source)
     suffix = ".mean_episode_reward"

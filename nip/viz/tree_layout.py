@@ -1,9 +1,7 @@
 """A tidy layout of a response tree: one level per round, leaves side by side.
 
-Leaves take consecutive x positions (0, 1, 2, ...) in depth-first order, following each
-node's children in sampling order; a parent sits centred over its first and last child.
-Subtrees therefore occupy disjoint x ranges, so nodes on the same level are at least one
-unit apart and edges never cross.
+Leaves take x = 0, 1, 2... depth-first, a parent centred over its first and last child, so
+subtrees occupy disjoint x ranges and edges never cross.
 """
 
 from __future__ import annotations
@@ -22,14 +20,7 @@ class NodePosition:
 
 
 def tree_layout(tree: ResponseTree) -> dict[str, NodePosition]:
-    """Position every node reachable from the root.
-
-    Args:
-        tree: The tree to lay out.
-
-    Returns:
-        Node id -> position, in depth-first order (the root first).
-    """
+    """Node id -> position of every node reachable from the root, depth-first (root first)."""
     depth: dict[str, int] = {}
     order: list[str] = []
     stack = [(tree.tree_id, 0)]
@@ -40,12 +31,8 @@ def tree_layout(tree: ResponseTree) -> dict[str, NodePosition]:
         children = tree.nodes[node_id].children
         stack.extend((child, level + 1) for child in reversed(children))
 
-    x: dict[str, float] = {}
-    next_leaf = 0
-    for node_id in order:
-        if not tree.nodes[node_id].children:
-            x[node_id] = float(next_leaf)
-            next_leaf += 1
+    leaves = [node_id for node_id in order if not tree.nodes[node_id].children]
+    x = {node_id: float(k) for k, node_id in enumerate(leaves)}
     for node_id in reversed(order):  # every child comes after its parent in `order`
         children = tree.nodes[node_id].children
         if children:

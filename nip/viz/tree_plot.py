@@ -1,12 +1,8 @@
 """A MALT response tree as a node-link figure, coloured by one agent's expected reward.
 
-Traces, always in this order (so a widget can restyle them in place)::
-
-    edges, pair links, preferred rings, non-preferred rings, nodes, one legend entry per speaker
-
-Each trace's ``meta`` names its role ("edges", "pair_links", "preferred", "non_preferred",
-"nodes", "speaker"); the node trace's ``customdata`` holds the node ids, so a click handler
-can find the node that was clicked.
+Traces, always in this order, each with its role as ``meta``: "edges", "pair_links",
+"preferred", "non_preferred", "nodes" (``customdata``: node ids, for click handlers), one
+"speaker" legend entry per speaker.
 """
 
 from __future__ import annotations
@@ -30,11 +26,7 @@ def tree_agents(tree: ResponseTree) -> list[str]:
 
 
 def expected_rewards(tree: ResponseTree, agent: str) -> dict[str, float]:
-    """Each node's expected reward for ``agent``.
-
-    Raises:
-        ValueError: The tree has no expected rewards for ``agent``.
-    """
+    """Each node's expected reward for ``agent`` (``ValueError`` if the tree has none)."""
     available = tree_agents(tree)
     if agent not in available:
         hint = (
@@ -66,21 +58,13 @@ def plot_tree(
 ) -> go.Figure:
     """Draw ``tree`` level by level, nodes coloured by ``agent``'s expected reward.
 
-    Node symbols show who spoke; ``agent``'s preference pairs are ringed (green: preferred,
-    magenta: non-preferred) and joined by a dashed line. Hovering a node shows its message
-    (truncated), decision, expected and round rewards.
+    Symbols show who spoke; ``agent``'s preference pairs are ringed (green preferred, magenta
+    not) and joined by a dashed line; hover shows a node's message, decision and rewards.
 
     Args:
-        tree: A tree whose expected rewards have been computed (as MALT does).
         agent: Whose expected reward colours the nodes and whose pairs are marked.
-        reward_range: The colour scale's ends (e.g. the agent's min and max reward); by
-            default the range of the values in this tree.
+        reward_range: The colour scale's ends; by default the range of this tree's values.
         max_chars: Longest message shown on hover.
-        title: The figure's title (a default names the tree, datapoint and agent).
-
-    Returns:
-        The figure; ``figure.data`` with ``meta == "nodes"`` carries node ids in
-        ``customdata``.
     """
     rewards = expected_rewards(tree, agent)
     layout = tree_layout(tree)
@@ -165,42 +149,31 @@ def _default_title(tree: ResponseTree, agent: str) -> str:
     )
 
 
+def _segments(ends: list[tuple[NodePosition, NodePosition]], **options) -> go.Scatter:
+    """One line trace of the segments between each pair of positions."""
+    x = [v for a, b in ends for v in (a.x, b.x, None)]
+    y = [v for a, b in ends for v in (a.depth, b.depth, None)]
+    return go.Scatter(x=x, y=y, mode="lines", hoverinfo="skip", **options)
+
+
 def _edges(tree: ResponseTree, layout: dict[str, NodePosition]) -> go.Scatter:
-    x: list[float | None] = []
-    y: list[float | None] = []
-    for node_id, position in layout.items():
-        parent = tree.nodes[node_id].parent_id
-        if parent is not None:
-            x += [layout[parent].x, position.x, None]
-            y += [layout[parent].depth, position.depth, None]
-    return go.Scatter(
-        x=x,
-        y=y,
-        mode="lines",
+    parents = {i: tree.nodes[i].parent_id for i in layout}
+    return _segments(
+        [(layout[p], layout[i]) for i, p in parents.items() if p is not None],
         meta="edges",
         name="edges",
         showlegend=False,
-        hoverinfo="skip",
         line=dict(color=_style.EDGE_COLOUR, width=1.5),
     )
 
 
 def _pair_links(pairs, layout: dict[str, NodePosition], agent: str) -> go.Scatter:
-    x: list[float | None] = []
-    y: list[float | None] = []
-    for pair in pairs:
-        chosen, rejected = layout[pair.chosen_id], layout[pair.rejected_id]
-        x += [chosen.x, rejected.x, None]
-        y += [chosen.depth, rejected.depth, None]
-    return go.Scatter(
-        x=x,
-        y=y,
-        mode="lines",
+    return _segments(
+        [(layout[p.chosen_id], layout[p.rejected_id]) for p in pairs],
         meta="pair_links",
         name=f"preference pair ({agent})",
         legendgroup="pairs",
         showlegend=bool(pairs),
-        hoverinfo="skip",
         line=dict(color=_style.PAIR_LINK_COLOUR, width=1.5, dash="dash"),
     )
 

@@ -27,23 +27,11 @@ def plot_trees_summary(
 ) -> go.Figure:
     """An icicle of ``trees``: a block per node, as wide as its leaves, coloured by reward.
 
-    The top block holds every tree; below it each tree's root, then its rounds. Click a block
-    to zoom into it.
+    The top block holds every tree, below it each tree's root, then its rounds; ``ids`` and
+    ``customdata`` are node ids. Click a block to zoom into it.
 
-    Args:
-        trees: Trees with computed expected rewards (e.g. one MALT iteration's).
-        agent: Whose expected reward colours the blocks.
-        max_depth: How many levels to show at once (all by default).
-        reward_range: The colour scale's ends; by default the range of the values.
-        max_chars: Longest message shown on hover.
-        title: The figure's title.
-
-    Returns:
-        A figure with one ``go.Icicle`` trace; ``ids`` are node ids (plus the top block),
-        ``customdata`` the same ids.
-
-    Raises:
-        ValueError: Two trees share an id, or a tree lacks expected rewards for ``agent``.
+    ``max_depth`` levels show at once (all by default). ``ValueError`` when two trees share an
+    id, or a tree lacks expected rewards for ``agent``.
     """
     tree_ids = [t.tree_id for t in trees]
     if len(set(tree_ids)) != len(tree_ids):

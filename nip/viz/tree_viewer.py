@@ -1,8 +1,7 @@
 """Browse a MALT tree in Jupyter: click a node to read its prompt and the dialogue so far.
 
-The figure is a light output (:class:`~nip.viz.live_figure.LiveFigure`); clicks on its nodes
-reach Python through :class:`~nip.viz.plot_clicks.PlotClicks` when ``anywidget`` is installed,
-and nodes can always be chosen from the drop-down.
+Clicks reach Python through :class:`~nip.viz.plot_clicks.PlotClicks` when ``anywidget`` is
+installed; nodes can always be chosen from the drop-down.
 """
 
 from __future__ import annotations
@@ -32,17 +31,10 @@ class TreeViewer(widgets.VBox):
     """A tree figure, an agent chooser that recolours it, and a panel for the chosen node.
 
     Args:
-        tree: The tree to browse (expected rewards computed).
-        agent: Whose expected reward colours the nodes at first.
-        agents: The dialogue's agents by name (e.g. ``session.agents``): when given, the panel
-            shows the exact chat prompt behind each message.
-        interactive: A click on a node picks it (needs ``anywidget``; by default when it is
-            installed).
+        agents: The dialogue's agents by name (``session.agents``): the panel then shows the
+            exact chat prompt behind each message.
+        interactive: A click on a node picks it (needs ``anywidget``; the default if installed).
         plot_options: Passed on to :func:`~nip.viz.plot_tree`.
-
-    Example::
-
-        TreeViewer(trainer.load_trees(0)[0], agents=trainer.session.agents)
     """
 
     def __init__(
