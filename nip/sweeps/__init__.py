@@ -8,16 +8,9 @@
     await sweep.run_async(max_parallel=4)    # nip sweep paper-ei (sweep.run() in a script)
     figure, table = sweep.compare()          # nip compare runs/sweeps/paper-ei
 
-A :class:`Sweep` is a :class:`~nip.sweeps.grid.GridSpec` (what a grid file holds)
-and the directory its cells run in: ``nip sweep GRID.yaml`` builds the same two, so a grid file,
-the command line and this API expand to the same cells and share one sweep directory (a sweep
-started in a shell can be watched, resumed and compared here, and the other way round).
-
-The package: :mod:`~nip.sweeps.grid` (a grid file into cells, and their dry run),
-:mod:`~nip.sweeps.run` (the cells as concurrent runs on this machine), :mod:`~nip.sweeps.ray`
-(the cells as Ray tasks), :mod:`~nip.sweeps.ray_servers` (a server per Ray node for them) and
-:mod:`~nip.sweeps.ray_cluster` (a Ray cluster of this machine's own). The sweep directory's
-layout and readers are :mod:`nip.runs.sweep_dir`, which the plots and dashboards read too.
+A :class:`Sweep` is a :class:`~nip.sweeps.grid.GridSpec` and the directory its cells run in, as
+``nip sweep GRID.yaml`` builds them: a sweep started in a shell can be watched, resumed and
+compared here, and the other way round. The directory's layout is :mod:`nip.runs.sweep_dir`.
 """
 
 from __future__ import annotations
@@ -83,10 +76,8 @@ class Sweep:
 
     # ------------------------------------------------------------------ stages
     def dry_run(self, *, sample_items: int = 4) -> SweepEstimate:
-        """Every cell's dry run and their total: nothing is called and nothing is written.
-
-        Shown in a notebook as a table (``.to_dataframe()``: one row per cell; ``.total_usd``).
-        """
+        """Every cell's dry run and their total (``.to_dataframe()``, ``.total_usd``); nothing
+        is called and nothing is written."""
         from nip.sweeps.grid import estimate_sweep
 
         return estimate_sweep(self.spec, self.settings, sample_items=sample_items)

@@ -5,12 +5,9 @@
     run_sweep_ray(GridSpec.load("grid.yaml"), "/shared/sweeps/ei", address="auto",
                   resources="cpu=1,gpu=1")
 
-Each cell runs as one task (``max_retries``) that opens the cell's run directory and trains
-it: a task whose worker or node dies is retried by Ray and resumes from the run directory
-like ``nip resume``. Every node must see the sweep directory at the same path (shared
-storage: NFS, a cluster file system), since each cell's state, rollouts and metrics are
-written there; the grid's config files must be readable on the nodes too. Ray is the optional
-extra ``nip[ray]``.
+A task whose worker or node dies is retried (``max_retries``) and resumes from the cell's run
+directory like ``nip resume``. Every node must see the sweep directory (and the grid's config
+files) at the same path. Ray is the optional extra ``nip[ray]``.
 """
 
 from __future__ import annotations
@@ -59,8 +56,7 @@ def _ray():
 def parse_resources(
     text: str | dict[str, float] | None, option: str = "--cell-resources"
 ) -> dict[str, Any]:
-    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (``option``: the
-    command-line option an error names).
+    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (``option``: named in errors).
 
     Raises:
         InvalidParameterError: An entry is not ``NAME=NUMBER``.

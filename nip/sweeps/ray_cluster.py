@@ -1,13 +1,8 @@
 """A Ray cluster of this machine's own for the length of a block (``nip sweep --ray local``).
 
-``ray.init()`` starts a node whose raylet waits a fixed 15 s (Ray 2.60) for its dashboard
-agent, a Python process importing Ray, to write down the ports it chose, and aborts past that:
-on a busy 2-core machine the agent took 15-20 s, and the node "timed out during startup".
-Started with ``ray start --head`` and the agents' ports chosen here, the raylet waits only for
-the dashboard agent's HTTP port (which Ray 2.60 does not pass on), and that agent starts about
-four times faster: its processes do not import ``rfc3987_syntax``, a grammar that jsonschema
-(imported by ``import ray``) builds at import when Jupyter has installed it, 3.5 of 4.5 s of
-CPU of the agent's start.
+Started with ``ray start --head`` and the agents' ports chosen here, rather than ``ray.init()``,
+whose raylet aborts when its dashboard agent takes over 15 s to start (as on a busy 2-core
+machine); the agent is also kept from importing ``rfc3987_syntax`` (most of its start-up CPU).
 """
 
 from __future__ import annotations
@@ -45,12 +40,9 @@ def local_ray_cluster(
 ) -> Iterator[None]:
     """This process joined to a new Ray cluster on this machine; stopped when the block ends.
 
-    The cluster (``ray start --head --block``; no dashboard, log monitor or autoscaler) keeps
-    its files in a folder of its own, so no other ``ray.init()`` on the machine finds and
-    joins it, and uses token authentication as ``ray.init()`` does (unless ``RAY_AUTH_MODE``
-    says otherwise). Only its own processes are stopped at the end (never ``ray stop``, which
-    stops every cluster of the machine). ``RAY_ADDRESS``, where set, still wins: Ray joins
-    that cluster instead.
+    The cluster keeps its files in a folder of its own (no other ``ray.init()`` joins it), uses
+    token authentication unless ``RAY_AUTH_MODE`` says otherwise, and only its own processes are
+    stopped (never ``ray stop``). ``RAY_ADDRESS``, where set, still wins.
 
     Args:
         num_cpus: The CPUs the node offers (None: Ray counts them).

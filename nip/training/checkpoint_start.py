@@ -1,13 +1,9 @@
 """Start agents from the model an earlier run trained (``load_checkpoint_and_parameters``).
 
-``checkpoint_run_id`` names the earlier run: its nip run directory, or, when W&B is online,
-the id of a W&B run whose ``nip-run-<id>`` artifact holds that directory's state (saved by
-:meth:`~nip.training.logging.WandbLogger.save_run_artifact` after every iteration). The
-agent's shared model group starts from the model the earlier run's group of the same agent
-generated with last: a hosted model id (OpenAI, ``nip serve``), or a local LoRA adapter.
-That model replaces the base model: fine-tuning "from scratch" starts again from it.
-
-Only the model is taken from the earlier run; the new run's parameters are its own.
+``checkpoint_run_id`` names the earlier run: its run directory or, with W&B online, a W&B run
+whose ``nip-run-<id>`` artifact holds its state. The agent's group starts from the model the
+earlier run's group of that agent generated with last (a hosted id or a local LoRA adapter),
+which replaces the base model. Only the model is taken; the parameters are the new run's.
 """
 
 from __future__ import annotations
@@ -60,12 +56,11 @@ def model_in_run_directory(
     Args:
         run_dir: The earlier run's directory (or a downloaded W&B artifact of it).
         agent_name: The agent whose group's model to take.
-        base_model: The new agent's ``model_name``; refused when the earlier model was
-            trained from another base model.
+        base_model: The new agent's ``model_name``; refused when the earlier model was trained
+            from another base model.
 
     Raises:
-        CheckpointError: The directory holds no run, the run has no such agent, or its
-            group was never fine-tuned.
+        CheckpointError: No run there, no such agent, or its group was never fine-tuned.
     """
     path = Path(run_dir)
     where = f"checkpoint_run_id={str(run_dir)!r}"
@@ -113,8 +108,7 @@ def download_run_artifact(
     """Download the W&B artifact of ``params.checkpoint_run_id`` into ``destination``.
 
     Args:
-        params: The agent's parameters (``checkpoint_entity``, ``checkpoint_project``,
-            ``checkpoint_run_id``, ``checkpoint_version``).
+        params: The agent's parameters (``checkpoint_*``: entity, project, run id, version).
         destination: Where the run directory's files go.
         api: A ``wandb.Api`` (default: a new one, which needs ``WANDB_API_KEY``).
 

@@ -1,10 +1,8 @@
 """Shared model groups (seed: ``PureTextSharedModelGroup`` / ``OpenAiSharedModelGroup``).
 
-Agents with the same ``shared_model_group`` share one model, and it is fine-tuned on the union
-of their examples. The group owns the fine-tuning job and, once it succeeds, switches its
-agents to the new model (for the local backend: loads the new LoRA adapter). It is the only
-writer of its job state: trainers and the failure policy say what happened through its methods
-(``submit_fine_tune_job``, ``skip``, ``keep_previous_model``, ``end_iteration``).
+Agents with the same ``shared_model_group`` share one model, fine-tuned on the union of their
+examples. The group owns the job and, once it succeeds, switches its agents to the new model. It
+is the only writer of its job state: trainers and the failure policy go through its methods.
 """
 
 from __future__ import annotations
@@ -263,13 +261,11 @@ class PureTextSharedModelGroup:
 
         Args:
             rollouts_per_agent: Dialogues to learn from, by agent name.
-            guess_replaced_rollouts: Verifier dialogues whose final decision is replaced by
-                the true label.
+            guess_replaced_rollouts: Verifier dialogues whose decision becomes the true label.
             job_name: A readable name for the job.
 
         Returns:
-            The job id, or None when the group is frozen or has too few examples (see
-            ``state.last_job_outcome``; a warning says why).
+            The job id, or None when the group is frozen or has too few examples.
         """
         examples = sft_dataset(self.agent_wholes, rollouts_per_agent, guess_replaced_rollouts)
         return await self.submit_fine_tune_job("supervised", examples, job_name)
@@ -284,9 +280,8 @@ class PureTextSharedModelGroup:
 
         Args:
             positive_examples_per_agent: :class:`~nip.training.algorithms.malt.DpoExample` pairs by
-                agent name; each pair carries its preferred and non-preferred message.
-            negative_examples_per_agent: Kept for the original's signature, where the two
-                halves of a pair came separately; leave it None.
+                agent name.
+            negative_examples_per_agent: The original's signature only; leave it None.
             job_name: A readable name for the job.
         """
         if negative_examples_per_agent:
@@ -409,8 +404,8 @@ class PureTextSharedModelGroup:
             agent.model_name = self.model_name
 
     async def wait_for_ready(self, timeout: float = 300.0, *, will_train: bool = False) -> None:
-        """Wait until the members' backends can generate (e.g. a server has started), and
-        build the fine-tuning backend of a group that ``will_train`` (the run plan says).
+        """Wait until the members' backends can generate, and build the fine-tuning backend
+        of a group that ``will_train``.
 
         Raises:
             TimeoutError: Not ready within ``timeout`` seconds.
@@ -465,9 +460,8 @@ class OpenAiSharedModelGroup(PureTextSharedModelGroup):
 async def wait_for_groups(
     groups: Mapping[str, PureTextSharedModelGroup], timeout: float, training: Iterable[str] = ()
 ) -> None:
-    """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is still
-    loading, say), instead of failing the first requests; the ``training`` groups' fine-tuning
-    backends are built meanwhile.
+    """Wait until every group's backends can generate (a server still loading, say), building the
+    ``training`` groups' fine-tuning backends meanwhile.
 
     Raises:
         BackendUnavailableError: A group's server was not ready within ``timeout`` seconds.

@@ -2,23 +2,16 @@
 
 Selection, per agent:
 
-* ``threshold``: keep the dialogues in which the agent's episode reward is at least
-  ``reward_threshold`` (by default: the dialogues it won).
-* ``weighted_sampling``: draw dialogues with probability growing with the agent's reward.
-  When every reward is equal the draw is uniform (the original divided 0 by 0 and crashed).
-* Verifier guess replacement: a share of the verifier's examples, chosen at random, have its
-  final message replaced by the true decision ("stabilised EI"); the share can decay over
-  iterations.
+* ``threshold``: the dialogues whose episode reward for the agent is at least
+  ``reward_threshold`` (by default: the ones it won).
+* ``weighted_sampling``: draws with probability growing with the reward (uniform when all
+  rewards are equal).
+* Verifier guess replacement: a (possibly decaying) random share of the verifier's examples
+  have the final message replaced by the true decision ("stabilised EI").
 
-All randomness comes from a generator seeded by (run seed, iteration, agent), derived with
-SHA-256, so the same run selects the same examples in every process (the original mixed in
-Python's salted ``hash`` of the agent name).
-
-The SFT dataset of a shared model group (:func:`sft_dataset`) is every member's view of its
-selected dialogues, plus the verifier's guess-replaced ones, one ``{"messages": [...]}`` line
-each (the format of the OpenAI fine-tuning API and of TRL's conversational SFT). The trainer
-(through :class:`ExpertIteration`) and the notebook job launcher both select with
-:func:`select_group_rollouts` and build with :func:`sft_dataset`.
+Randomness comes from a generator seeded by SHA-256 of (run seed, iteration, agent), the same in
+every process. :func:`sft_dataset` writes one ``{"messages": [...]}`` line per member's view of
+each selected dialogue (the OpenAI fine-tuning and TRL conversational format).
 """
 
 from __future__ import annotations

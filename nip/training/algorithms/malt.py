@@ -1,9 +1,8 @@
 """MALT: grow response trees, score their nodes, pick preference pairs, and the DPO dataset.
 
-Trees for all datapoints grow together: every open node of every tree asks, for each agent
-acting in the next round, for ``num_responses_per_timestep`` samples in **one** request
-(``n``-sampling), as soon as its own parent has been sampled, so all independent requests
-are in flight at once. The original grew each tree's nodes one after another.
+All trees grow together: each open node asks, per agent acting next, for
+``num_responses_per_timestep`` samples in one ``n``-sampled request as soon as its parent is
+sampled, so all independent requests are in flight at once.
 """
 
 from __future__ import annotations
@@ -139,12 +138,8 @@ async def _grow(
     malt: PureTextMaltParameters,
     frozen: frozenset[str],
 ) -> None:
-    """Expand every open node as soon as its parent's samples arrive.
-
-    No level waits for the slowest node of the level before it (a per-level barrier cost
-    about 0.3 s of 1.0 s ideal for 32 trees, k = 2). Nodes are then put back in
-    breadth-first order, so saved trees do not depend on the order responses arrived in.
-    """
+    """Expand every open node as soon as its parent's samples arrive (no per-level barrier);
+    nodes are then put back in breadth-first order, so saved trees do not depend on timing."""
 
     async def expand(tree: ResponseTree, node: TreeNode) -> None:
         for child in await _expand(tree, node, handler, agents, malt, frozen):
