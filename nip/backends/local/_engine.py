@@ -1,13 +1,9 @@
 """The model side of :class:`~nip.backends.local.LocalBackend`; runs only in its worker thread.
 
-Everything that touches torch, the tokenizer or the (PEFT-wrapped) model lives here and is
-called from a single thread, so adapter switching never races with generation.
-
-Every adapter folder is loaded once into one PEFT model, keyed by the hash of its files. A
-stacked adapter is served by making its predecessors active together with it: LoRA updates
-add up, so on every linear layer that is ``W + delta_1 + ... + delta_k``, the same model as
-merging the predecessors into the weights and applying the top adapter, without a copy of
-the base model per stack. One ``model.generate`` still serves all requests for a name.
+Everything that touches torch, the tokenizer or the PEFT model is called from one thread, so
+adapter switching never races with generation. Every adapter folder is loaded once into one
+PEFT model, keyed by the hash of its files; a stack is served by activating its predecessors
+with it (LoRA updates add up: ``W + delta_1 + ... + delta_k``), without a base-model copy.
 """
 
 from __future__ import annotations
@@ -106,8 +102,7 @@ class Engine:
         cache_dir: Cache root for converted models.
         default_max_tokens: Token limit of requests that set none.
         stop: When set (from any thread), running generation ends at the next token.
-        prefix_cache_mb: Memory for the keys and values of earlier prompts and completions,
-            reused when a later prompt starts with the same tokens (0: no reuse; see
+        prefix_cache_mb: Memory for reusable prompt keys and values (0: none;
             :mod:`nip.backends.local._prefix_cache`).
     """
 

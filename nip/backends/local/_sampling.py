@@ -1,11 +1,9 @@
 """Per-row decoding for a batch whose rows have different settings (torch; worker thread only).
 
-``model.generate`` applies one set of sampling settings to a whole batch and draws from torch's
-global random generator, so a row's sample would depend on the rows it happens to share a batch
-with. Instead, every row here carries its own temperature, top-p, repetition penalty, token
-limit and :class:`torch.Generator`. :class:`RowSampler` picks each row's next token itself and
-hands ``generate`` a one-hot score row, which ``generate`` then decodes greedily. A seeded
-request therefore draws the same numbers whichever batch it lands in.
+``model.generate`` applies one set of settings to a batch and draws from torch's global
+generator, so a row's sample would depend on its batch-mates. Here each row has its own
+settings and :class:`torch.Generator`: :class:`RowSampler` picks its next token and hands
+``generate`` a one-hot score row, decoded greedily.
 """
 
 from __future__ import annotations

