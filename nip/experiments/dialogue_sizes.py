@@ -1,11 +1,8 @@
 """How big a run's dialogues will be: calls and tokens per agent, before any model is called.
 
-A :class:`DialogueSizer` plays dialogues to their last round with stand-in responses of a
-given length (``"the the ..."``), building every prompt with the agents' real prompt builder,
-so the sizes are those of the real prompts: system prompt, dataset item, names, notices and a
-history that grows round by round. Its session's backends refuse to generate
-(:class:`DryRunCallError`), so nothing is ever sent. :mod:`nip.experiments.cost_estimate` prices
-what it measures.
+A :class:`DialogueSizer` plays dialogues to their last round with stand-in responses of a given
+length, building every prompt with the agents' real prompt builder; its backends refuse to
+generate (:class:`DryRunCallError`). :mod:`nip.experiments.cost_estimate` prices the result.
 """
 
 from __future__ import annotations
@@ -222,10 +219,9 @@ class DialogueSizer:
     ) -> tuple[dict[str, PassUsage], int]:
         """Every agent's usage over one MALT tree per item, and the leaves of all trees.
 
-        Every branch grows to the last round. Each open node asks each agent acting next
-        for k samples in one request (its prompt billed once; k = 1 where only ``frozen``
-        agents act and ``frozen_agents_generate_one_response``), and can give each acting
-        agent one preference pair.
+        Every branch grows to the last round; each open node asks each agent acting next for k
+        samples in one request (k = 1 where only frozen agents act and
+        ``frozen_agents_generate_one_response``) and can give each acting agent one preference pair.
         """
         prompt_size = self._prompt_sizes(items, seeds)
         totals = {a: [0, 0, 0, 0, 0] for a in self.agents}  # calls, prompt, compl., pairs, tok

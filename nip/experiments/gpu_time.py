@@ -7,12 +7,10 @@
     time.total_h, time.usd(2.5)
     print(GpuTimeReport([("run", time)], gpu_hour_usd=2.5))
 
-The dry run's token counts (:class:`~nip.experiments.cost_report.CostEstimate`) of every
-``SelfHosted`` agent, over a throughput table per GPU and model size: generation is its prompt
-tokens over the prefill rate plus its completion tokens over the decode rate, training its
-training tokens over the LoRA rate plus a fixed time per job. Each figure of the table says
-whether it was measured (``bench/gpu_check.py --throughput-out``, with the GPU and the date) or
-assumed, and the report says which it used.
+Each ``SelfHosted`` agent's dry-run tokens over a throughput table per GPU and model size:
+prompt tokens over the prefill rate plus completion tokens over the decode rate, and training
+tokens over the LoRA rate plus a fixed time per job. Each figure says whether it was measured
+(``bench/gpu_check.py --throughput-out``) or assumed, and the report says which it used.
 """
 
 from __future__ import annotations
