@@ -64,22 +64,20 @@ def add_event(job_dir: Path, message: str, level: str = "info", **data: Any) -> 
         file.write(json.dumps(line) + "\n")
 
 
+def _strip(messages: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
 def _sft_rows(examples: list[dict]) -> list[dict]:
-    return [
-        {"messages": [{"role": m["role"], "content": m["content"]} for m in e["messages"]]}
-        for e in examples
-    ]
+    return [{"messages": _strip(e["messages"])} for e in examples]
 
 
 def _dpo_rows(examples: list[dict]) -> list[dict]:
-    def strip(messages):
-        return [{"role": m["role"], "content": m["content"]} for m in messages]
-
     return [
         {
-            "prompt": strip(e["input"]["messages"]),
-            "chosen": strip(e["preferred_output"]),
-            "rejected": strip(e["non_preferred_output"]),
+            "prompt": _strip(e["input"]["messages"]),
+            "chosen": _strip(e["preferred_output"]),
+            "rejected": _strip(e["non_preferred_output"]),
         }
         for e in examples
     ]
@@ -194,12 +192,7 @@ class TrainingOptions:
 
 
 def train(job_dir: Path, options: TrainingOptions | None = None) -> None:
-    """Run the job described in ``job_dir/spec.json``.
-
-    Args:
-        job_dir: The job's folder.
-        options: How to train (default: :class:`TrainingOptions`' defaults).
-    """
+    """Run the job described in ``job_dir/spec.json`` (``options``: how; default the defaults)."""
     from nip.backends.local._quiet import quiet_libraries
     from nip.backends.local.model_store import check_model_name
 
@@ -356,25 +349,21 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
 
         if not has_generation_markers(tokenizer.chat_template or ""):
             tokenizer.chat_template = CHATML_TRAINING_TEMPLATE
-        trainer = SFTTrainer(
-            model=model,
-            args=SFTConfig(assistant_only_loss=True, **common),
-            train_dataset=Dataset.from_list(_sft_rows(spec["examples"])),
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=callbacks,
-        )
+        args = SFTConfig(assistant_only_loss=True, **common)
+        trainer_class, rows = SFTTrainer, _sft_rows
     else:
         from trl import DPOConfig, DPOTrainer
 
-        trainer = DPOTrainer(
-            model=model,
-            args=DPOConfig(beta=spec.get("dpo_beta") or 0.1, **common),
-            train_dataset=Dataset.from_list(_dpo_rows(spec["examples"])),
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=callbacks,
-        )
+        args = DPOConfig(beta=spec.get("dpo_beta") or 0.1, **common)
+        trainer_class, rows = DPOTrainer, _dpo_rows
+    trainer = trainer_class(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows(spec["examples"])),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+    )
     if quiet:  # without tqdm, transformers prints every log dict instead
         from transformers import PrinterCallback
 

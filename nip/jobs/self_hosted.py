@@ -36,12 +36,8 @@ class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
         return cls(server_url(params), os.environ.get(API_KEY_ENV))
 
     async def check_server(self) -> None:
-        """Check the server's API version once.
-
-        Raises:
-            IncompatibleServerError: The server's API major version differs from this
-                client's (a minor difference only warns).
-        """
+        """Check the server's API version once (:class:`IncompatibleServerError` when its major
+        version differs; a minor difference only warns)."""
         if not self._checked:
             await check_server(self.server_url, self._api_key)
             self._checked = True
