@@ -147,12 +147,8 @@ class ServerHandle:
         return self._health.get("engine", {}).get("kind")
 
     def agent_params(self, **overrides: Any) -> PureTextAgentParameters:
-        """``SelfHosted`` agent parameters that talk to this server's base model.
-
-        Args:
-            overrides: Any other :class:`~nip.parameters.PureTextAgentParameters` field
-                (``lora_rank``, ``max_response_words``, ...).
-        """
+        """``SelfHosted`` agent parameters that talk to this server's base model (``overrides``: any
+        other :class:`~nip.parameters.PureTextAgentParameters` field)."""
         from nip.parameters import PureTextAgentParameters
 
         settings: dict[str, Any] = {
@@ -165,11 +161,8 @@ class ServerHandle:
 
     # ------------------------------------------------------------------ state
     def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
-        """The server's ``GET /health`` answer (engine state, adapters, jobs).
-
-        Raises:
-            httpx.HTTPError: The server does not answer.
-        """
+        """The server's ``GET /health`` answer (engine state, adapters, jobs); raises
+        ``httpx.HTTPError`` when it does not answer."""
         import httpx
 
         key = os.environ.get(API_KEY_ENV)
@@ -309,25 +302,24 @@ def serve_in_background(
 
     Args:
         model: The base model: a Hugging Face model folder or an embedded model name.
-        engine: "vllm", "transformers", or "auto": vLLM where an interpreter with it is
-            found (see :func:`find_vllm_python`; vLLM's CPU build counts), else transformers.
+        engine: "vllm", "transformers", or "auto": vLLM where :func:`find_vllm_python` finds it
+            (its CPU build counts), else transformers.
         port: The server's port (None: a free one).
         storage_dir: Files, jobs, adapters and logs (None: a temporary folder, removed when
             the server stops).
         ready_timeout_s: Give up (and stop the server) when it is not ready by then.
         show_progress: Show a progress bar while waiting.
-        settings: Any other :class:`~nip.server.config.ServerConfig` field (``dtype``,
-            ``max_model_len``, ``enforce_eager``, ``vllm_python``, ...). ``vllm_port``
-            defaults to a free port.
+        settings: Any other :class:`~nip.server.config.ServerConfig` field (``vllm_port``
+            defaults to a free port).
 
     Returns:
         The ready server's handle; use it as a context manager, or call ``stop()``.
 
     Raises:
         InvalidParameterError: A setting is not allowed.
-        ServerStartError: ``engine="vllm"`` and no vLLM is found, or the server did not
-            get ready (the message holds the end of its log).
-        MissingExtraError: The server's extra (``nip[server]``) is not installed here.
+        ServerStartError: ``engine="vllm"`` and no vLLM is found, or the server did not get
+            ready (the message holds the end of its log).
+        MissingExtraError: ``nip[server]`` is not installed here.
     """
     from nip.errors import InvalidParameterError
 

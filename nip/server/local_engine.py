@@ -1,9 +1,6 @@
-"""The CPU fallback engine: the project's transformers backend, in the server's process.
-
-It serves chat completions (not streamed) for the base model and every adapter loaded with
-:meth:`TransformersEngine.load_adapter`, batching concurrent requests like the ``Local``
-provider does. It has nothing to free for training, so pause and resume do nothing.
-"""
+"""The CPU fallback engine: the transformers backend in the server's process, serving chat
+completions (not streamed) for the base model and every loaded adapter, batched like the
+``Local`` provider; pause and resume do nothing."""
 
 from __future__ import annotations
 

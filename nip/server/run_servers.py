@@ -57,11 +57,7 @@ def storage_name(model: str) -> str:
 
 def server_settings(settings: ExperimentSettings) -> dict[str, Any]:
     """The ServerConfig fields every server starts with: ``settings.serve_config``'s, less
-    :data:`PER_SERVER_FIELDS`.
-
-    Raises:
-        ConfigFileError: The file is missing or not a ServerConfig.
-    """
+    :data:`PER_SERVER_FIELDS` (:class:`ConfigFileError` for a missing or bad file)."""
     if settings.serve_config is None:
         return {}
     import yaml
@@ -78,11 +74,7 @@ def server_settings(settings: ExperimentSettings) -> dict[str, Any]:
 
 def model_source(name: str) -> str:
     """What ``nip serve --model`` is given for ``name``: a model folder or embedded model as it is,
-    else a Hugging Face model id fetched into the Hub cache.
-
-    Raises:
-        ModelNotFoundError: None of these.
-    """
+    else a Hugging Face id fetched into the Hub cache (else :class:`ModelNotFoundError`)."""
     from nip.backends.local.model_store import canonical_model_name
 
     if Path(name).expanduser().is_dir() or canonical_model_name(name) is not None:
