@@ -25,11 +25,7 @@ class SavedParametersChangedError(IncompatibleParametersError):
 
 
 def saved_parameters(run_dir: str | Path) -> HyperParameters:
-    """The parameters saved in a run directory.
-
-    Raises:
-        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
-    """
+    """The parameters saved in a run directory (:class:`NotARunDirectoryError` where none are)."""
     return HyperParameters.from_dict(RunDirectory.of_run(run_dir).read_json("hyper_params.json"))
 
 
