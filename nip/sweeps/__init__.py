@@ -64,11 +64,8 @@ class Sweep:
         return self.spec.cells()
 
     def run_dir(self, cell: str) -> Path:
-        """A cell's run directory (``nip resume``, ``RunMonitor`` and ``load_run`` take it).
-
-        Raises:
-            KeyError: The grid has no cell of that name.
-        """
+        """A cell's run directory (``nip resume``, ``RunMonitor`` and ``load_run`` take it);
+        KeyError for a name the grid lacks."""
         names = [c.name for c in self.cells]
         if cell not in names:
             raise KeyError(f"sweep {self.name!r} has no cell {cell!r}; its cells: {names}")
@@ -83,12 +80,9 @@ class Sweep:
         return estimate_sweep(self.spec, self.settings, sample_items=sample_items)
 
     async def run_async(self, *, max_parallel: int | None = None, echo: bool = True):
-        """Run (or resume) every unfinished cell, at most ``max_parallel`` at once (the grid's
-        ``max_parallel`` by default); see :func:`~nip.sweeps.run.run_sweep_async`.
-
-        Returns:
-            Each cell's outcome by name: ``done``, ``stopped``, or the error that ended it.
-        """
+        """Run (or resume) every unfinished cell, at most ``max_parallel`` at once
+        (:func:`run_sweep_async`); returns each cell's outcome: ``done``, ``stopped``, or the error
+        that ended it."""
         from nip.sweeps.run import run_sweep_async
 
         return await run_sweep_async(

@@ -56,11 +56,8 @@ def _ray():
 def parse_resources(
     text: str | dict[str, float] | None, option: str = "--cell-resources"
 ) -> dict[str, Any]:
-    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (``option``: named in errors).
-
-    Raises:
-        InvalidParameterError: An entry is not ``NAME=NUMBER``.
-    """
+    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (an :class:`InvalidParameterError`
+    naming ``option`` for an entry not ``NAME=NUMBER``)."""
     if isinstance(text, dict):
         items = text.items()
     else:
@@ -118,9 +115,8 @@ def _run_cell(
 
 @contextmanager
 def joined_cluster(address: str | None) -> Iterator[Any]:
-    """Ray, with this process in the cluster at ``address`` for the block (``auto``; ``local``:
-    a new one on this machine, stopped when the block ends; ``ray://host:10001``; None: the
-    one already initialised).
+    """Ray, with this process in the cluster at ``address`` for the block (``auto``; ``local``: a
+    new one here, stopped when the block ends; ``ray://host:10001``; None: the one initialised).
 
     Raises:
         RayNotInstalledError: Ray is not installed.
@@ -162,9 +158,7 @@ def run_sweep_ray(
         spec: The grid.
         sweep_dir: The sweep's directory, on storage every node sees at this path.
         settings: Runtime settings for every cell (``run_dir`` is the cell's).
-        address: The cluster (``auto``: the one this machine is part of; ``local``: a new
-            one on this machine, stopped when the sweep ends; or ``ray://host:10001``);
-            None: the already initialised one.
+        address: The cluster, as :func:`joined_cluster` takes it.
         resources: Each task's resources (``cpu=1,gpu=1``).
         max_retries: How often a cell whose worker or node died is run again (it resumes).
 

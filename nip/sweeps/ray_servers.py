@@ -169,15 +169,9 @@ def run_sweep_ray_served(
     """Run every unfinished cell as a Ray task beside a server of its base model; returns
     each cell's outcome (``done``, ``stopped``, or the error that ended it).
 
-    Args:
-        spec: The grid.
-        sweep_dir: The sweep's directory, on storage every node sees at this path.
-        settings: Runtime settings for every cell and server (``serve_config``...).
-        address: The cluster (see :func:`~nip.sweeps.ray.joined_cluster`).
-        resources: Each cell task's resources (``cpu=1``); its server holds the GPUs.
-        server_resources: Each server slot's resources (``gpu=1``; ``cpu=1`` on a CPU
-            cluster): one slot per node that has them.
-        max_retries: How often a cell whose node (or worker) died is resumed elsewhere.
+    Args as :func:`~nip.sweeps.ray.run_sweep_ray` (``resources``: each cell task's, its server
+    holding the GPUs), and ``server_resources``: each server slot's (``gpu=1``; ``cpu=1`` on a CPU
+    cluster), one slot per node that has them.
 
     Raises:
         InvalidParameterError: A resources string is not ``NAME=NUMBER,...``.

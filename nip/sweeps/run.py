@@ -49,11 +49,7 @@ class SweepMismatchError(IncompatibleParametersError):
 
 def check_cells(cells: list[SweepCell], settings: ExperimentSettings | None = None) -> None:
     """Build every cell's session as its run would, with backends that call nothing, so a cell
-    that cannot start is refused before any starts.
-
-    Raises:
-        NipError: A cell cannot start (the message names it).
-    """
+    that cannot start is refused (a :class:`NipError` naming it) before any starts."""
     from nip.experiments.dialogue_sizes import dry_run_session
 
     settings = replace(settings or ExperimentSettings(), show_progress=False)
