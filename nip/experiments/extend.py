@@ -40,13 +40,8 @@ def _start(last: int, from_sampling: bool) -> TrainerState:
 
 
 def extension_schedule(run_dir: str | Path, iterations: int, *, from_sampling: bool = False) -> str:
-    """What extending the run by ``iterations`` will do, one line per iteration, from the
-    plan the extended run will walk (:mod:`nip.training.plan`).
-
-    Raises:
-        InvalidParameterError: ``iterations`` < 1.
-        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
-    """
+    """What extending the run by ``iterations`` will do, one line per iteration of the extended
+    run's plan (raises as :func:`extend_run`)."""
     require_count("--iterations", iterations)
     before = saved_parameters(run_dir)
     old = before.rl.num_iterations

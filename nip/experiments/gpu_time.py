@@ -77,12 +77,9 @@ class ThroughputTable:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ThroughputTable:
-        """The shipped table, with the rows of ``path`` (a user's own, YAML with ``rows:``)
-        replacing those of the same GPU and size and adding the others.
-
-        Raises:
-            ConfigFileError: ``path`` is missing, not YAML, or has a bad row.
-        """
+        """The shipped table, with the rows of ``path`` (a user's YAML with ``rows:``) replacing
+        those of the same GPU and size and adding the others; :class:`ConfigFileError` for a bad
+        file."""
         from importlib import resources
 
         shipped = resources.files("nip.configs").joinpath("gpu", "throughput.yaml")
@@ -100,11 +97,8 @@ class ThroughputTable:
         return sorted({row.gpu for row in self.rows})
 
     def check_gpu(self, gpu: str) -> str:
-        """``gpu`` if the table has rows for it.
-
-        Raises:
-            InvalidParameterError: It has none (the error lists the GPUs it has).
-        """
+        """``gpu`` if the table has rows for it, else an :class:`InvalidParameterError` listing its
+        GPUs."""
         if gpu not in self.gpus():
             raise InvalidParameterError("--gpu", gpu, f"one of {', '.join(self.gpus())}")
         return gpu
@@ -186,12 +180,8 @@ def gpu_time(
     table: ThroughputTable,
     gpu: str = DEFAULT_GPU,
 ) -> GpuTime | None:
-    """The GPU time of the ``SelfHosted`` agents of a run, from its dry run; None when it
-    has none (its other agents run on an API, the embedded model or the dummy).
-
-    Raises:
-        InvalidParameterError: ``gpu`` is not in the table.
-    """
+    """The GPU time of a run's ``SelfHosted`` agents from its dry run; None when it has none
+    (:class:`InvalidParameterError` when ``gpu`` is not in the table)."""
     table.check_gpu(gpu)
     hosted = {
         name: agent.model_name

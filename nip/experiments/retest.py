@@ -36,11 +36,8 @@ __all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
 
 
 def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
-    """The model each agent generated with in ``iteration``'s training dialogues.
-
-    Raises:
-        InvalidParameterError: The run has no training dialogues of ``iteration``.
-    """
+    """The model each agent generated with in ``iteration``'s training dialogues
+    (:class:`InvalidParameterError` when the run has none)."""
     directory = RunDirectory(run_dir)
     if not directory.has_rollouts("train", iteration):
         raise InvalidParameterError(

@@ -142,11 +142,8 @@ def starting_model(
     wandb_online: bool,
     api: Any = None,
 ) -> StartingModel:
-    """Where ``agent_name`` starts: a run directory, or a W&B artifact when W&B is online.
-
-    Raises:
-        CheckpointError: Neither is available, or the run has no model for the agent.
-    """
+    """Where ``agent_name`` starts: a run directory, or a W&B artifact when W&B is online
+    (:class:`CheckpointError` for neither, or no model for the agent)."""
     run = str(params.checkpoint_run_id)
     if Path(run).expanduser().is_dir():
         return model_in_run_directory(
@@ -168,11 +165,8 @@ def apply_starting_models(
     wandb_online: bool,
     api: Any = None,
 ) -> dict[str, StartingModel]:
-    """Start every group whose agents ask for it from its earlier run's model.
-
-    Returns:
-        The starting model of each group that has one, by group name.
-    """
+    """Start every group whose agents ask for it from its earlier run's model; returns each
+    such group's starting model by name."""
     started = {}
     for name, group in groups.items():
         if not group.params.load_checkpoint_and_parameters:

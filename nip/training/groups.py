@@ -226,13 +226,9 @@ class PureTextSharedModelGroup:
         *,
         continues: bool | None = None,
     ) -> str | None:
-        """Submit a job on ``examples`` as built (``method``: "supervised" or "dpo";
-        ``continues``: from the group's latest model, as the run plan's step says).
-
-        Returns:
-            The job id, or None when the group is frozen or has too few examples (see
-            ``state.last_job_outcome``; a warning says why).
-        """
+        """Submit a job on ``examples`` (``method``: "supervised" or "dpo"; ``continues``: from the
+        group's latest model, as the run plan says); the job id, or None when the group is frozen or
+        has too few examples (``state.last_job_outcome`` and a warning say why)."""
         if not self.is_trainable:
             warn(
                 f"group {self.group_name!r} is frozen (freeze_agent=True); its model is "
@@ -375,10 +371,7 @@ class PureTextSharedModelGroup:
             await asyncio.sleep(poll_interval_s)
 
     async def switch_to_next_model(self, job: FineTuneJob | None = None) -> str:
-        """Generate with the model the (succeeded) job produced; returns its name.
-
-        Args:
-            job: The latest job as already fetched (by default it is fetched now).
+        """Generate with the model the succeeded job (``job``, else fetched now) produced; its name.
         """
         if job is None:
             job = await self.fine_tune_job()

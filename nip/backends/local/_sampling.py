@@ -123,11 +123,7 @@ class RowTokenLimit(StoppingCriteria):
 
 
 class StopWhenSet(StoppingCriteria):
-    """Stops every row once ``event`` is set (the backend is closing).
-
-    Args:
-        event: Set from another thread to end generation at the next token.
-    """
+    """Stops every row once ``event`` is set, from any thread (the backend is closing)."""
 
     def __init__(self, event: threading.Event):
         self.event = event

@@ -71,11 +71,8 @@ def write_predecessors(folder: str | os.PathLike[str], stack: Sequence[Path]) ->
 
 
 def read_adapter_stack(folder: str | os.PathLike[str]) -> AdapterStack:
-    """Hash the adapter in ``folder`` and its predecessors.
-
-    Raises:
-        ModelNotFoundError: The folder, or one of its predecessors, is not a PEFT adapter.
-    """
+    """Hash the adapter in ``folder`` and its predecessors (:class:`ModelNotFoundError` where one
+    is not a PEFT adapter)."""
     top = Path(folder).expanduser().resolve()
     return AdapterStack(tuple(_layer(path) for path in [*predecessors(top), top]))
 

@@ -72,13 +72,8 @@ class EngineChoice:
 
 
 def choose_local_engine(cuda: bool | None = None) -> EngineChoice:
-    """The engine for ``local_engine="auto"``: vLLM on a CUDA device where an interpreter
-    with vLLM is found (:func:`~nip.backends.local.vllm_python.find_vllm_python`), else
-    transformers (on a CPU vLLM is not faster: bench/README.md).
-
-    Args:
-        cuda: Whether a CUDA device is there (None: ask torch).
-    """
+    """The engine for ``local_engine="auto"``: vLLM on a CUDA device (``cuda``; None: ask torch)
+    where :func:`~nip.backends.local.vllm_python.find_vllm_python` finds it, else transformers."""
     if cuda is None:
         import torch
 

@@ -179,11 +179,9 @@ class LocalVllmBackend(ServedModels):
         return replace(result, model=request.model)
 
     async def wait_for_ready(self, timeout_s: float | None = None) -> None:
-        """Start vLLM if it is not running and wait until it answers.
-
-        Raises:
-            BackendUnavailableError: It exited or was not ready within ``timeout_s`` (then stopped).
-        """
+        """Start vLLM if it is not running and wait until it answers;
+        :class:`BackendUnavailableError` if it exited or was not ready within ``timeout_s`` (then it
+        is stopped)."""
         starting, _ = self._loop_locks()
         async with starting:  # one start, however many requests wait for it
             if self._client is not None and self.running:

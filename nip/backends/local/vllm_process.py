@@ -200,12 +200,8 @@ class VllmProcess:
             self.pid_path.write_text(str(self._popen.pid))
 
     async def wait_until_ready(self, timeout_s: float | None) -> None:
-        """Wait until ``/health`` answers 200.
-
-        Raises:
-            VllmStartError: It exited (``returncode`` set) or was not ready within ``timeout_s`` (it
-                keeps running: the caller decides); the message ends with its log.
-        """
+        """Wait until ``/health`` answers 200; :class:`VllmStartError` (ending with its log) if it
+        exits or is not ready within ``timeout_s`` (then it keeps running: the caller decides)."""
         import httpx
 
         loop = asyncio.get_running_loop()
@@ -268,11 +264,8 @@ class VllmProcess:
             return await client.post(self.url(path), json=json, params=params)
 
     async def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts as loaded).
-
-        Raises:
-            VllmAdapterError: vLLM refused it or did not answer.
-        """
+        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts); raises
+        :class:`VllmAdapterError` when vLLM refuses or does not answer."""
         body = {"lora_name": name, "lora_path": str(path)}
         reply = await self._admin_or_raise("/v1/load_lora_adapter", body)
         # "already been loaded": a load that raced with a restart's reload.
