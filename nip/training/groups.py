@@ -371,8 +371,7 @@ class PureTextSharedModelGroup:
             await asyncio.sleep(poll_interval_s)
 
     async def switch_to_next_model(self, job: FineTuneJob | None = None) -> str:
-        """Generate with the model the succeeded job (``job``, else fetched now) produced; its name.
-        """
+        """Generate with the model the succeeded job (``job``: else fetched) produced; its name."""
         if job is None:
             job = await self.fine_tune_job()
         if job is None or job.status != "succeeded" or not job.fine_tuned_model:
