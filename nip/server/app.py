@@ -121,14 +121,8 @@ def create_server_app(
     engine: InferenceEngine | None = None,
     fine_tune_backend: FineTuneBackend | None = None,
 ) -> FastAPI:
-    """The server's app (its engine and job queue run while the app does).
-
-    Args:
-        config: The settings.
-        api_key: Bearer token every request must carry (None: no authentication).
-        engine: The inference engine (default: the one ``config.engine`` names).
-        fine_tune_backend: What trains (default: LoRA training processes).
-    """
+    """The server's app (its engine and job queue run while the app does): ``api_key`` every request
+    must carry (None: none), ``engine`` and ``fine_tune_backend`` defaulting to ``config``'s."""
     root = config.storage_path
     store = ServerStore(root)
     kind = engine_kind(config) if engine is None else None  # decided once: auto asks vLLM's Python

@@ -75,8 +75,7 @@ class ServerHandle:
     Attributes:
         config: The server's settings (``port`` and ``vllm_port`` as chosen).
         process: The server process (its own process group).
-        engine: The engine asked for: "vllm" or "transformers" (``auto`` resolved);
-            :attr:`engine_kind` is the one ``/health`` reports.
+        engine: The engine asked for, ``auto`` resolved (:attr:`engine_kind`: ``/health``'s).
         log_path: The server's log (stdout and stderr).
     """
 
@@ -305,10 +304,8 @@ def serve_in_background(
         engine: "vllm", "transformers", or "auto": vLLM where :func:`find_vllm_python` finds it
             (its CPU build counts), else transformers.
         port: The server's port (None: a free one).
-        storage_dir: Files, jobs, adapters and logs (None: a temporary folder, removed when
-            the server stops).
+        storage_dir: Files, jobs, adapters and logs (None: a temporary folder, removed with it).
         ready_timeout_s: Give up (and stop the server) when it is not ready by then.
-        show_progress: Show a progress bar while waiting.
         settings: Any other :class:`~nip.server.config.ServerConfig` field (``vllm_port``
             defaults to a free port).
 

@@ -31,7 +31,6 @@ class EngineStatus:
         kind: "vllm", "transformers" or "none".
         state: stopped, starting, ready, paused (training holds the GPU), crashed (being
             restarted) or failed (given up; ``error`` says why).
-        base_model: The name of the base model.
         adapters: Adapter names the engine serves (loaded or loading).
         restarts: How often the engine was restarted after a crash.
         error: The last failure, with the end of the engine's log.

@@ -63,15 +63,8 @@ def _format_of(row: dict[str, Any]) -> str | None:
 
 
 def parse_training_file(content: bytes, method: str | None) -> list[dict[str, Any]]:
-    """Check a JSONL training file for ``method`` and return its lines.
-
-    Args:
-        content: The file.
-        method: ``"supervised"`` or ``"dpo"``; None (an upload): the format of its first line.
-
-    Raises:
-        RequestError: The file is not UTF-8 JSONL of the method's format (names the line).
-    """
+    """Check a JSONL training file for ``method`` (``"supervised"``, ``"dpo"``; None for an upload:
+    its first line's format) and return its lines; a :class:`RequestError` names a bad line."""
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -187,15 +180,12 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
 
 
 class FineTuneQueue:
-    """Runs queued jobs on a :class:`FineTuneBackend`, ``max_concurrent`` at a time.
+    """Runs queued jobs from ``store`` on ``backend``, ``max_concurrent`` at a time (1: one GPU).
 
     Each job gets a fresh model name, its suffix (``verifier-it3``) with a number added when taken;
     a restarted server reuses it.
 
     Args:
-        store: Where jobs live.
-        backend: What trains.
-        max_concurrent: Jobs running at once (1: one GPU).
         poll_interval_s: How often running jobs are polled.
         on_succeeded: Called with each job that succeeds, after ``after_training`` (e.g. to
             load its adapter into the engine).

@@ -24,13 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class TransformersEngine(InferenceEngine):
-    """Inference with :class:`~nip.backends.local.LocalBackend` (the model loads on first use).
-
-    Args:
-        model: The base model's folder (or an embedded model's name).
-        base_model: The name clients use for it.
-        device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
-    """
+    """Inference with :class:`~nip.backends.local.LocalBackend` on ``device`` (loaded on first use):
+    ``model`` is the folder or embedded model, ``base_model`` the name clients use."""
 
     kind = "transformers"
 

@@ -99,15 +99,10 @@ def serving(
     *,
     echo: bool = True,
 ) -> Iterator[ExperimentSettings]:
-    """Start a ``nip serve`` per base model of the ``SelfHosted`` agents, wait until each is
-    ready, and yield ``settings`` pointing those agents at them.
-
-    Args:
-        configs: The run's parameters, or a sweep's cells'.
-        settings: ``serve_config``, ``server_ready_timeout_s`` and ``show_progress`` shape the
-            servers; with ``serve`` off, nothing starts and ``settings`` is yielded as given.
-        storage: The servers' storage root: one folder per model under it.
-        echo: Say which server starts where.
+    """Start a ``nip serve`` per base model of the ``SelfHosted`` agents of ``configs`` (a run's, or
+    a sweep's cells'), each in a folder under ``storage``, wait until each is ready, and yield
+    ``settings`` pointing those agents at them. ``settings.serve_config``,
+    ``server_ready_timeout_s`` and ``show_progress`` shape them; with ``serve`` off nothing starts.
 
     Raises:
         ServerStartError: A server did not get ready (the others are stopped).

@@ -79,16 +79,10 @@ def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:
 
 
 class VllmEngine:
-    """Runs and supervises ``python -m vllm.entrypoints.openai.api_server``.
-
-    Args:
-        config: The server's settings (model, LoRA limits, GPU sharing, ports...).
-        model: The base model's folder.
-        log_dir: Where ``vllm.log`` and ``vllm.pid`` go.
-        paused_wait_s: How long a request waits for a paused or starting engine before a 503.
-        restart_backoff_s: The wait before the first restart after a crash; it doubles with
-            each restart, up to 30 s.
-    """
+    """Runs and supervises ``python -m vllm.entrypoints.openai.api_server`` for ``config``, logging
+    to ``log_dir`` (``vllm.log``, ``vllm.pid``). A request waits ``paused_wait_s`` for a paused or
+    starting engine before a 503; restarts wait ``restart_backoff_s``, doubled each time, up to 30
+    s."""
 
     kind = "vllm"
 
