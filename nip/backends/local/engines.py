@@ -98,15 +98,9 @@ def local_backend(
     params: PureTextAgentParameters | None = None,
     **options: Any,
 ) -> ChatBackend:
-    """The embedded model's backend on the engine named ``engine``.
-
-    Args:
-        model: The model name or folder.
-        engine: A key of :data:`LOCAL_ENGINES`, or "auto": :func:`choose_local_engine`
-            decides, and one line on standard error says which and why.
-        params: The agent's parameters, from which the engine may take options (vLLM: the
-            largest LoRA rank); ``options`` win over them.
-        **options: Keyword arguments of the engine's backend class.
+    """The embedded model's backend on ``engine`` (a key of :data:`LOCAL_ENGINES`, or "auto":
+    :func:`choose_local_engine` decides and one line on standard error says why), with options
+    from the agent's ``params`` (vLLM: the largest LoRA rank), ``options`` winning over them.
 
     Raises:
         InvalidParameterError: No engine has that name.

@@ -36,14 +36,8 @@ from nip.extras import require
 
 @dataclass(frozen=True)
 class GgufSource:
-    """A model shipped as a GGUF file inside a pip package.
-
-    Attributes:
-        package: The import name of the package holding the file.
-        distribution: The name pip knows the package by.
-        version: The version nip was tested with.
-        filename: The GGUF file inside the package folder.
-    """
+    """A model shipped as a GGUF ``filename`` inside a pip package (``package``: its import name,
+    ``distribution``: pip's name, ``version``: the one nip was tested with)."""
 
     package: str
     distribution: str
@@ -96,10 +90,8 @@ def canonical_model_name(name: str) -> str | None:
 
 
 def check_model_name(name: str) -> None:
-    """Raise :class:`~nip.errors.ModelNotFoundError` unless ``name`` is a folder or known model.
-
-    Cheap: nothing is loaded or converted.
-    """
+    """Raise :class:`~nip.errors.ModelNotFoundError` unless ``name`` is a folder or known model
+    (cheap: nothing is loaded)."""
     if Path(name).expanduser().is_dir() or canonical_model_name(name) is not None:
         return
     raise ModelNotFoundError(_unknown_model_message(name))
@@ -108,17 +100,9 @@ def check_model_name(name: str) -> None:
 def ensure_local_model(
     name: str = "SmolLM2-135M-Instruct", cache_dir: str | os.PathLike[str] | None = None
 ) -> Path:
-    """Return a Hugging Face model folder for ``name``, converting it once if needed.
-
-    Safe from several processes at once (a file lock; the folder appears atomically).
-
-    Args:
-        name: A known model name (:data:`KNOWN_MODELS`) or an existing model folder (returned
-            as is).
-        cache_dir: The cache root (default ``$NIP_CACHE_DIR`` or the user cache directory).
-
-    Returns:
-        The folder, loadable with ``AutoModelForCausalLM.from_pretrained(folder)``.
+    """Return a Hugging Face model folder for ``name`` (a known model, :data:`KNOWN_MODELS`,
+    converted once; or an existing folder, as is), loadable with ``from_pretrained``. Safe from
+    several processes at once (a file lock; the folder appears atomically).
 
     Raises:
         ModelNotFoundError: ``name`` is neither a folder nor a known model, or the package

@@ -35,18 +35,12 @@ def concatenated_rank(stack: AdapterStack, allowed_ranks: Sequence[int] | None =
 def write_concatenated_adapter(
     stack: AdapterStack, out: Path, *, allowed_ranks: Sequence[int] | None = None
 ) -> int:
-    """Write the single adapter equal to ``stack`` into ``out``; returns its rank.
-
-    Args:
-        stack: The adapters, predecessors first.
-        out: The folder to write (``adapter_config.json`` and ``adapter_model.safetensors``).
-        allowed_ranks: Ranks the server accepts (vLLM's); the rank is zero-padded up to the
-            smallest of them that fits. None keeps the exact sum.
+    """Write the single adapter equal to ``stack`` (predecessors first) into ``out``; returns its
+    rank, zero-padded up to the smallest of ``allowed_ranks`` that fits (None: the exact sum).
 
     Raises:
-        UnservableAdapterError: An adapter uses a feature the sum cannot express (DoRA, per-module
-            ranks), has weights other than LoRA A/B matrices, or the sum exceeds every
-            allowed rank.
+        UnservableAdapterError: An adapter uses what the sum cannot express (DoRA, per-module
+            ranks, weights other than LoRA A/B), or the sum exceeds every allowed rank.
     """
     import torch
     from safetensors.torch import load_file, save_file

@@ -59,7 +59,6 @@ class LocalVllmBackend(ServedModels):
         model: A known model name (converted once into nip's cache) or a Hugging Face model folder.
         dtype: vLLM's ``--dtype`` (None: the transformers engine's on a CPU, so greedy requests
             are answered as it does).
-        cache_dir: Cache root for converted models.
         vllm_python: An interpreter with vLLM (default: :func:`find_vllm_python`).
         max_lora_rank: The largest adapter rank (``--max-lora-rank``; one of
             :data:`~nip.backends.local.vllm_python.VLLM_LORA_RANKS`); a stack's is its ranks' sum.

@@ -56,18 +56,9 @@ MULTI_WORKER_OPTIONS = (
 
 @dataclass(frozen=True)
 class VllmLaunch:
-    """What one vLLM server is started with.
-
-    Args:
-        python: An interpreter with vLLM.
-        model: The base model's folder.
-        served_model_name: The name vLLM serves the base model under.
-        dtype: ``--dtype``.
-        max_lora_rank: ``--max-lora-rank`` (one of vLLM's ranks).
-        max_loras: ``--max-loras``: adapters in one batch.
-        options: More of vLLM's command-line arguments, after nip's.
-        environment: Variables set over ``os.environ`` and nip's defaults (see
-            :meth:`environment_for`).
+    """What one vLLM server is started with: an interpreter with vLLM, the base model's folder, the
+    name it is served under, ``--dtype``, ``--max-lora-rank`` (one of vLLM's ranks), ``--max-
+    loras``, more ``options`` after nip's, and ``environment`` over nip's (:meth:`environment_for`).
     """
 
     python: str
@@ -132,17 +123,10 @@ class VllmLaunch:
 
 
 class VllmProcess:
-    """One vLLM server process: :meth:`start`, :meth:`wait_until_ready`, adapters, :meth:`stop`.
-
-    Args:
-        launch: What it is started with.
-        port: The loopback port it listens on.
-        log_path: Where its output goes (appended to).
-        token: Its API key (default: a random one).
-        pid_path: A file holding its pid while it runs, for :func:`stop_stale_vllm`.
-
-    Stopped at garbage collection or interpreter exit if nobody stops it.
-    """
+    """One vLLM server process on loopback ``port``: :meth:`start`, :meth:`wait_until_ready`,
+    adapters, :meth:`stop`. Its output is appended to ``log_path``; ``token`` is its API key
+    (default random); ``pid_path`` holds its pid while it runs (for :func:`stop_stale_vllm`).
+    Stopped at garbage collection or interpreter exit if nobody stops it."""
 
     def __init__(
         self,

@@ -40,14 +40,8 @@ def vllm_available(python: str) -> bool:
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
-    """An interpreter that has vLLM, or None.
-
-    Looked for in this order: ``explicit``; ``$NIP_VLLM_PYTHON``; ``.vllm-venv/bin/python``
-    in the current folder, its parents, or the checkout nip runs from (where
-    ``scripts/setup_vllm_cpu.sh`` puts vLLM's CPU build); this interpreter.
-    ``NIP_VLLM_PYTHON=none`` finds none unless one is named explicitly (``engine="auto"``
-    then picks transformers).
-    """
+    """An interpreter that has vLLM, or None: ``explicit``; ``$NIP_VLLM_PYTHON`` (``none``: none);
+    ``.vllm-venv/bin/python`` in the current folder, its parents or nip's checkout; this one."""
     if explicit is not None:  # asked for: that one or none
         return explicit if Path(explicit).exists() and vllm_available(explicit) else None
     if os.environ.get(VLLM_PYTHON_ENV, "").strip().lower() == "none":
