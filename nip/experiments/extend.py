@@ -77,11 +77,9 @@ def extend_run(
 ) -> PureTextEiTrainer:
     """Extend a finished run by ``iterations`` and return its trainer, ready to ``train()``.
 
-    Args:
-        from_sampling: Start at the next iteration's sampling with the models the run finished
-            with (the original's ``force_more_iterations``); by default the old last iteration
-            is fine-tuned on first.
-        kwargs: Passed to :meth:`PureTextEiTrainer.resume` (``fine_tune_backends``, ``protocol``).
+    ``from_sampling``: start at the next iteration's sampling with the models the run finished
+    with (the original's ``force_more_iterations``); by default the old last iteration is
+    fine-tuned on first. ``kwargs`` go to :meth:`PureTextEiTrainer.resume`.
 
     Raises:
         InvalidParameterError: ``iterations`` < 1, or the run is not finished (resume it).

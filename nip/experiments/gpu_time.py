@@ -144,16 +144,10 @@ def model_params_b(model: str) -> float | None:
 
 @dataclass
 class GpuTime:
-    """The GPU time of one run's self-hosted agents.
-
-    Attributes:
-        gpu: The GPU priced.
-        generation_s: Prefill and decode of every self-hosted call, in GPU-seconds.
-        training_s: Every LoRA job's training and overhead, in GPU-seconds.
-        jobs: Fine-tuning jobs.
-        rows: The table rows used, by model (with the scaling factor applied).
-        unsized: Self-hosted models whose size could not be read from their name.
-    """
+    """The GPU time of one run's self-hosted agents on ``gpu``: ``generation_s`` (prefill and
+    decode) and ``training_s`` (LoRA jobs and overhead) in GPU-seconds, the ``jobs``, the table
+    ``rows`` used by model (scaled), and the models whose size could not be read from their name
+    (``unsized``)."""
 
     gpu: str
     generation_s: float = 0.0

@@ -76,17 +76,15 @@ async def retest_async(
     """Test the chosen iterations' models again; returns the retest's directory.
 
     Args:
-        run_dir: The run.
         iterations: Which iterations (default: every iteration with training dialogues).
         passes: Test passes per iteration (default: the run's ``rl.num_test_iterations``).
         split: The dataset split (default: the run's ``text_rl.test_dataset_split``).
         settings: Runtime settings (cache, latency); ``run_dir`` is ignored.
-        protocol: The class of a protocol defined in your own code, which the run names.
+        protocol: The class of your own protocol, which the run names.
 
     Raises:
         NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
-        InvalidParameterError: An iteration without saved training dialogues, or
-            ``passes`` < 1.
+        InvalidParameterError: An iteration without saved training dialogues, or ``passes`` < 1.
         DatasetSplitError: The dataset has no such split.
         DirectoryInUseError: Another retest with this split and passes is under way.
     """

@@ -117,10 +117,8 @@ def token_counter(model: str) -> TokenCounter:
 def count_chat_tokens(
     messages: Iterable[Mapping[str, Any]], counter: TokenCounter, *, reply: bool = True
 ) -> int:
-    """The prompt tokens of a chat request (or, with ``reply=False``, of a training example).
-
-    Each message costs its content and role plus :data:`TOKENS_PER_MESSAGE`, a ``name``
-    :data:`TOKENS_PER_NAME` more; ``reply`` adds the tokens that prime the answer.
+    """The prompt tokens of a chat request (with ``reply=False``, of a training example): per
+    message its content, role and :data:`TOKENS_PER_MESSAGE` (a ``name``: :data:`TOKENS_PER_NAME`).
     """
     total = TOKENS_REPLY_PRIMING if reply else 0
     for message in messages:
