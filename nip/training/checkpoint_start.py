@@ -30,13 +30,8 @@ class CheckpointError(NipError):
 
 @dataclass(frozen=True)
 class StartingModel:
-    """The model an agent starts from.
-
-    Attributes:
-        model: The model name to generate with (a hosted id, or the adapter's name).
-        adapter_path: The LoRA adapter's folder, for local models.
-        source: Where it came from, for messages (run and group).
-    """
+    """The model an agent starts from: the name to generate with (a hosted id, or the adapter's),
+    the local LoRA adapter's folder, and its ``source`` (run and group) for messages."""
 
     model: str
     adapter_path: str | None
@@ -51,13 +46,8 @@ def artifact_name(run_id: str) -> str:
 def model_in_run_directory(
     run_dir: str | Path, agent_name: str, *, base_model: str | None = None
 ) -> StartingModel:
-    """The latest model of ``agent_name``'s group in the nip run saved in ``run_dir``.
-
-    Args:
-        run_dir: The earlier run's directory (or a downloaded W&B artifact of it).
-        agent_name: The agent whose group's model to take.
-        base_model: The new agent's ``model_name``; refused when the earlier model was trained
-            from another base model.
+    """The latest model of ``agent_name``'s group in the run saved in ``run_dir`` (or a downloaded
+    W&B artifact of it), refused when trained from another base model than ``base_model``.
 
     Raises:
         CheckpointError: No run there, no such agent, or its group was never fine-tuned.
@@ -105,16 +95,9 @@ def _find_adapter(run_dir: Path, group: str, saved_path: str, where: str) -> str
 def download_run_artifact(
     params: PureTextAgentParameters, destination: Path, *, api: Any = None
 ) -> Path:
-    """Download the W&B artifact of ``params.checkpoint_run_id`` into ``destination``.
-
-    Args:
-        params: The agent's parameters (``checkpoint_*``: entity, project, run id, version).
-        destination: Where the run directory's files go.
-        api: A ``wandb.Api`` (default: a new one, which needs ``WANDB_API_KEY``).
-
-    Raises:
-        CheckpointError: W&B could not give the artifact.
-    """
+    """Download the W&B artifact of ``params.checkpoint_run_id`` (and ``checkpoint_entity``,
+    ``_project``, ``_version``) into ``destination``; ``api``: a ``wandb.Api`` (default: a new one,
+    which needs ``WANDB_API_KEY``). Raises :class:`CheckpointError` when W&B cannot give it."""
     address = (
         f"{params.checkpoint_entity}/{params.checkpoint_project}/"
         f"{artifact_name(str(params.checkpoint_run_id))}:{params.checkpoint_version}"

@@ -57,13 +57,8 @@ async def settle_fine_tune_job(
 ) -> Settled:
     """Wait for ``group``'s job of ``iteration`` to succeed, applying ``policy`` on failure.
 
-    Args:
-        group: A group whose latest job was submitted this iteration.
-        iteration: The training iteration (recorded with each failure).
-        policy: What to do when the job fails.
-        resubmit: Submits the iteration's dataset again (a new job id in the group's state).
-        save: Saves the run's state (after each failure and each resubmission).
-        poll_interval_s: How often a running job is polled.
+    ``resubmit`` submits the iteration's dataset again (a new job id in the group's state);
+    ``save`` saves the run's state after each failure and resubmission.
 
     Returns:
         "succeeded", or "kept_previous" (``state.last_job_outcome`` is then "failed").

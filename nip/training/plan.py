@@ -206,13 +206,8 @@ def make_run_plan(
     train_ids: Sequence[str] | None = None,
     test_ids: Sequence[str] | None = None,
 ) -> RunPlan:
-    """The plan of a run of ``hyper_params``.
-
-    Args:
-        hyper_params: The run.
-        train_ids / test_ids: The train and test splits' item ids in order; None when the dataset
-            is not at hand (the plan then counts items without naming them).
-    """
+    """The plan of a run of ``hyper_params``; ``train_ids`` / ``test_ids``: the splits' item ids in
+    order, or None (the plan then counts items without naming them)."""
     rl, text_rl = hyper_params.rl, hyper_params.text_rl
     n, seed = rl.rollouts_per_iteration, hyper_params.seed
     test = _test_fields(hyper_params, test_ids)
@@ -363,11 +358,8 @@ def job_name(group: str, iteration: int) -> str:
 def plan_for_session(
     hyper_params: HyperParameters, session: Session, *, need_data: bool = True
 ) -> RunPlan:
-    """The plan of a run of ``hyper_params`` on ``session``'s dataset.
-
-    Args:
-        need_data: Raise when the dataset cannot be loaded; else plan without item ids.
-    """
+    """The plan of a run on ``session``'s dataset (``need_data``: raise when it cannot be loaded,
+    else plan without item ids)."""
     text_rl = hyper_params.text_rl
     try:
         train = [str(item.id) for item in session.dataset("train")]
@@ -385,13 +377,9 @@ def check_saved_plan(
     run_dir: RunDirectory, plan: RunPlan, state: TrainerState, *, accept: bool = False
 ) -> RunPlan:
     """Compare ``plan`` with the run's saved ``plan.json``; save and return the plan to run.
-
-    What has already run stays as it ran (:meth:`RunPlan.keeping_executed`): only what is still to
-    run can differ, and an accepted change applies from where ``state`` stands.
-
-    Raises:
-        PlanChangedError: They differ and ``accept`` is False (lists the differences).
-    """
+    What has already run stays as it ran (:meth:`RunPlan.keeping_executed`); an accepted change
+    applies from where ``state`` stands. :class:`PlanChangedError` (listing the differences) when
+    they differ and ``accept`` is False."""
     if run_dir.exists("plan.json"):
         recorded = run_dir.read_json("plan.json")
         plan = plan.keeping_executed(RunPlan.from_dict(recorded), state)

@@ -60,7 +60,6 @@ class PureTextEiTrainer:
     same class under the original's name.
 
     Args:
-        hyper_params: The experiment.
         settings: Runtime settings; ``settings.run_dir`` is where the run is saved.
         fine_tune_backends: Backends for given groups (by group name); by default chosen from
             each group's provider.
@@ -186,15 +185,14 @@ class PureTextEiTrainer:
         backends: BackendPool | None = None,
         accept_plan_change: bool = False,
     ) -> PureTextEiTrainer:
-        """Continue the run saved in ``run_dir`` from the stage it had reached (a protocol of your
-        own needs its class again: ``protocol``).
+        """Continue the run saved in ``run_dir`` from the stage it had reached (your own protocol
+        needs its class again: ``protocol``).
 
         Raises:
             NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
             DirectoryInUseError: Another process is writing the run directory.
             IncompatibleParametersError: Saved by an incompatible nip (``force=True`` tries anyway).
-            PlanChangedError: The plan made now differs from ``plan.json``
-                (``accept_plan_change=True`` goes on with the new plan).
+            PlanChangedError: The plan made now differs from ``plan.json`` (``accept_plan_change``).
         """
         directory = RunDirectory.of_run(run_dir)
         hyper_params = directory.load_hyper_params(force=force)
@@ -232,12 +230,9 @@ class PureTextEiTrainer:
         await self.callbacks.call(hook, self.context, *args, **kwargs)
 
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
-        """Run stages until the run is finished, ``max_stages`` stages were run, or a
-        callback stopped it (``nip control RUN_DIR stop``; a pause waits between stages).
-
-        Raises:
-            DirectoryInUseError: Another process (or task) is writing the run directory.
-        """
+        """Run stages until the run is finished, ``max_stages`` stages ran, or a callback stopped it
+        (``nip control RUN_DIR stop``; a pause waits between stages). :class:`DirectoryInUseError`
+        when another process (or task) is writing the run directory."""
         with owning(self.run_dir.path, "training"):
             return await self._train(max_stages)
 

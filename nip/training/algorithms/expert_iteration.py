@@ -31,12 +31,8 @@ from nip.utils.seeding import derive_seed
 
 @dataclass(frozen=True)
 class Selection:
-    """The dialogues chosen to fine-tune one agent.
-
-    Attributes:
-        selected: Dialogues used as they are.
-        guess_replaced: Verifier dialogues whose final decision is replaced by the label.
-    """
+    """The dialogues chosen to fine-tune one agent: used as they are, and ``guess_replaced``
+    (verifier dialogues whose final decision is replaced by the label)."""
 
     selected: tuple[Transcript, ...]
     guess_replaced: tuple[Transcript, ...] = ()
@@ -91,10 +87,7 @@ def select_rollouts(
     iteration: int,
     seed: int,
 ) -> Selection:
-    """Choose ``agent_name``'s fine-tuning dialogues from ``transcripts``.
-
-    Only dialogues in which the agent wrote a valid message are candidates.
-    """
+    """Choose ``agent_name``'s fine-tuning dialogues from those where it wrote a valid message."""
     import numpy as np
 
     candidates = [t for t in transcripts if any(x.valid for x in t.turns_of(agent_name))]
@@ -123,14 +116,8 @@ def select_group_rollouts(
     hyper_params: HyperParameters,
     iteration: int,
 ) -> tuple[dict[str, list[Transcript]], dict[str, list[Transcript]]]:
-    """Each member's selection: (dialogues used as they are, guess-replaced ones), by agent.
-
-    Args:
-        transcripts: The dialogues to choose from.
-        agents: The members of a shared model group, by name.
-        hyper_params: The experiment (``pure_text_ei``, ``text_rl`` and ``seed`` are read).
-        iteration: The training iteration (it seeds the draw and anneals guess replacement).
-    """
+    """Each member's selection, by agent: (dialogues used as they are, guess-replaced ones); the
+    ``iteration`` seeds the draw and anneals guess replacement."""
     selected: dict[str, list[Transcript]] = {}
     replaced: dict[str, list[Transcript]] = {}
     for name, agent in agents.items():
@@ -153,14 +140,8 @@ def sft_dataset(
     rollouts_per_agent: Mapping[str, Sequence[Transcript]],
     guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The SFT lines of a group: each member's view of its dialogues, members in order.
-
-    Args:
-        agents: The members, by name.
-        rollouts_per_agent: Dialogues each member learns from as they are.
-        guess_replaced_rollouts: Verifier dialogues whose final decision is rewritten as the
-            true label.
-    """
+    """The SFT lines of a group: each member's view of its dialogues (and of the guess-replaced
+    ones, rewritten with the true label), members in order."""
     examples: list[dict[str, Any]] = []
     for name, agent in agents.items():
         examples += agent.build_fine_tune_dataset(rollouts_per_agent.get(name, ()))

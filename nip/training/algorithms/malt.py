@@ -28,12 +28,8 @@ from nip.utils.seeding import derive_seed
 
 @dataclass(frozen=True)
 class DpoExample:
-    """One preference pair as training data.
-
-    Attributes:
-        prompt: The agent's chat prompt at the branch point.
-        chosen / rejected: The preferred and non-preferred assistant messages.
-    """
+    """One preference pair as training data: the agent's chat ``prompt`` at the branch point, and
+    the preferred (``chosen``) and non-preferred (``rejected``) assistant messages."""
 
     prompt: tuple[ChatMessage, ...]
     chosen: str
@@ -164,17 +160,11 @@ def _bfs_key(tree: ResponseTree, node_id: str) -> tuple[int, tuple[int, ...]]:
 def select_pairs(
     tree: ResponseTree, handler: ProtocolHandler, malt: PureTextMaltParameters, *, seed: int
 ) -> list[PreferencePair]:
-    """Choose, for each node and agent, at most one preference pair among its children.
-
-    * ``positive_negative``: a child whose expected reward (for that agent) is at least the
-      agent's reward mid-point against one below it, drawn at random among such children.
-    * ``interval``: a pair whose expected rewards differ by more than
-      ``interval_threshold_proportion`` of the agent's reward range, drawn at random; the
-      higher one is preferred.
-
-    Only children in which the agent acted count. Pairs are stored on the tree and their
-    nodes are marked (``pair_role``).
-    """
+    """Choose, for each node and agent, at most one preference pair among the children it acted in,
+    at random: ``positive_negative``, one at or above the agent's reward mid-point against one
+    below; ``interval``, two whose expected rewards differ by more than
+    ``interval_threshold_proportion`` of its reward range. Pairs are stored on the tree and their
+    nodes marked (``pair_role``)."""
     import numpy as np
 
     tree.pairs = []

@@ -148,13 +148,9 @@ class ResponseTree:
         agents: tuple[str, ...],
         estimator: ExpectedRewardEstimator = "recursive_mean",
     ) -> None:
-        """Fill ``num_leaves`` and ``expected_reward`` for every node (leaves first).
-
-        Args:
-            agents: The agents to score.
-            estimator: ``recursive_mean`` (the policy's expected return, the default) or
-                ``leaf_mean`` (the original's mean over leaves); see the module docstring.
-        """
+        """Fill ``num_leaves`` and ``expected_reward`` for every node (leaves first), for
+        ``agents``, by ``estimator``: ``recursive_mean`` (default) or ``leaf_mean`` (see the module
+        docstring)."""
         if estimator not in get_args(ExpectedRewardEstimator):
             raise ValueError(f"unknown expected-reward estimator {estimator!r}")
         totals: dict[str, dict[str, float]] = {}
