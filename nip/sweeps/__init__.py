@@ -39,12 +39,8 @@ __all__ = ["Sweep", "sweep"]
 
 @dataclass
 class Sweep:
-    """A grid of runs and the directory its cells run in (:func:`sweep` makes one).
-
-    Attributes:
-        spec: The grid: a base configuration, shared overrides and axes.
-        directory: The sweep directory (``sweep.json``, ``events.jsonl``, ``cells/<name>/``).
-        settings: How the cells run (cache, concurrency, W&B); defaults otherwise.
+    """A grid of runs (``spec``) and the directory its cells run in (``sweep.json``,
+    ``events.jsonl``, ``cells/<name>/``), with how they run (``settings``); :func:`sweep` makes one.
     """
 
     spec: GridSpec
@@ -157,22 +153,19 @@ def sweep(
     """A sweep, as ``nip sweep`` makes it: a grid and the directory its cells run in.
 
     Args:
-        grid: A shipped grid (``"paper-ei"``), a grid file, a grid as a dict (the file's keys:
-            ``base``, ``set``, ``axes``, ``zip``...), a :class:`GridSpec`, or the directory of
-            an earlier sweep (to watch, resume or compare it).
-        set: Overrides every cell shares, added to the grid's ``set:`` (dotted paths, as
+        grid: A shipped grid (``"paper-ei"``), a grid file, a grid as a dict (the file's keys), a
+            :class:`GridSpec`, or an earlier sweep's directory (to watch, resume or compare it).
+        set: Overrides every cell shares, added to the grid's ``set:`` (dotted paths as
             ``--set``; ``agents.*.FIELD`` sets every agent's).
         seeds: The ``seed`` axis (replacing the grid's).
-        axes: More axes, or other values for the grid's (``{"interaction_protocol":
-            ["nip", "debate"]}``).
-        name: The sweep's name (and so its default directory).
-        sweep_dir: Where the cells go (default: ``runs/sweeps/<name>``, as ``nip sweep``).
+        axes: More axes, or other values for the grid's (``{"interaction_protocol": ["nip"]}``).
+        name: The sweep's name (and so its default directory, ``runs/sweeps/<name>``).
+        sweep_dir: Where the cells go.
         settings: How the cells run.
 
     Raises:
         ConfigFileError: No such grid.
-        InvalidParameterError: A cell's configuration is not allowed (the error names the
-            cell and the field).
+        InvalidParameterError: A cell's configuration is not allowed (naming cell and field).
     """
     if isinstance(grid, GridSpec):
         spec = GridSpec.from_dict(grid.to_dict(), folder=grid.folder)

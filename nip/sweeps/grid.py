@@ -94,13 +94,8 @@ def _label(path: str, value: Any) -> str:
 
 @dataclass
 class SweepCell:
-    """One configuration of the grid.
-
-    Attributes:
-        name: The cell's name (its run directory's name).
-        values: Its axis values by path (``{"base": "paper/nip-ei", "seed": 0}``).
-        hyper_params: Its whole configuration.
-    """
+    """One configuration of the grid: its ``name`` (its run directory's), its axis ``values`` by
+    path (``{"base": "paper/nip-ei", "seed": 0}``) and its whole ``hyper_params``."""
 
     name: str
     values: dict[str, Any]

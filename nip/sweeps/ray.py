@@ -152,15 +152,10 @@ def run_sweep_ray(
     max_retries: int = 3,
     echo: bool = True,
 ) -> dict[str, str]:
-    """Run every unfinished cell as a Ray task; returns each cell's outcome.
-
-    Args:
-        spec: The grid.
-        sweep_dir: The sweep's directory, on storage every node sees at this path.
-        settings: Runtime settings for every cell (``run_dir`` is the cell's).
-        address: The cluster, as :func:`joined_cluster` takes it.
-        resources: Each task's resources (``cpu=1,gpu=1``).
-        max_retries: How often a cell whose worker or node died is run again (it resumes).
+    """Run every unfinished cell as a Ray task (``resources``: each task's, ``cpu=1,gpu=1``) on the
+    cluster at ``address`` (:func:`joined_cluster`); a cell whose worker or node died runs again,
+    resuming, up to ``max_retries`` times. Returns each cell's outcome. ``sweep_dir`` must be on
+    storage every node sees at this path.
 
     Raises:
         RayNotInstalledError: Ray is not installed (``pip install 'nip[ray]'``).

@@ -38,19 +38,11 @@ _PORT_OPTIONS = (
 def local_ray_cluster(
     *, num_cpus: int | None = None, start_timeout_s: float = START_TIMEOUT_S
 ) -> Iterator[None]:
-    """This process joined to a new Ray cluster on this machine; stopped when the block ends.
-
-    The cluster keeps its files in a folder of its own (no other ``ray.init()`` joins it), uses
+    """This process joined to a new Ray cluster on this machine (``num_cpus``: None, Ray counts), up
+    within ``start_timeout_s`` (else RuntimeError with the end of Ray's logs) and stopped when the
+    block ends. Its files are in a folder of its own (no other ``ray.init()`` joins it), it uses
     token authentication unless ``RAY_AUTH_MODE`` says otherwise, and only its own processes are
-    stopped (never ``ray stop``). ``RAY_ADDRESS``, where set, still wins.
-
-    Args:
-        num_cpus: The CPUs the node offers (None: Ray counts them).
-        start_timeout_s: How long the node may take to come up.
-
-    Raises:
-        RuntimeError: The node did not come up (with the end of Ray's logs).
-    """
+    stopped (never ``ray stop``). ``RAY_ADDRESS``, where set, still wins."""
     import ray
 
     # Short: Ray's socket paths under it must stay within 107 bytes.

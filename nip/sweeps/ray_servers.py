@@ -38,12 +38,8 @@ NODE_FILE = "node.json"
 
 @dataclass
 class Placement:
-    """Which server slot each cell runs beside, and which base models each slot serves.
-
-    Attributes:
-        slots: Each slot's cells (``slot-0``: ``["nip-ei_seed0", ...]``).
-        models: Each slot's base models (one server each).
-    """
+    """Which server slot each cell runs beside (``slots``: ``slot-0``: ``["nip-ei_seed0", ...]``),
+    and which base models each slot serves (``models``, one server each)."""
 
     slots: dict[str, list[str]] = field(default_factory=dict)
     models: dict[str, list[str]] = field(default_factory=dict)
@@ -61,13 +57,8 @@ def place_cells(
     """Spread the cells over one slot per node (``slot-0`` ... ``slot-{nodes-1}``).
 
     A cell keeps its ``saved`` slot; each other goes, in order, to a slot with room (at most
-    ``ceil(cells / slots)``), preferring one that needs no second base model, then the emptiest. A
-    cell without self-hosted agents gets no slot.
-
-    Args:
-        cell_models: Each cell's base models (empty: none needs a server).
-        nodes: The nodes that can hold a server slot (>= 1).
-        saved: Cells' slots from an earlier run of the sweep.
+    ``ceil(cells / slots)``), preferring one that needs no second base model, then the emptiest.
+    A cell without base models in ``cell_models`` (no self-hosted agents) gets no slot.
     """
     saved = dict(saved or {})
     names = [f"slot-{i}" for i in range(max(1, nodes))]
@@ -105,14 +96,9 @@ def _slot_number(slot: str) -> int:
 
 
 class NodeServers:
-    """The Ray actor of one server slot: the ``nip serve`` of each of its base models on its node,
-    until :meth:`stop`; each start writes the node and URLs to the slot's ``node.json``.
-
-    Args:
-        models: The base models to serve.
-        storage: The slot's storage root (a folder per model), on shared storage.
-        settings: :class:`~nip.settings.ExperimentSettings` as a dict.
-    """
+    """The Ray actor of one server slot: the ``nip serve`` of each of ``models`` on its node, with
+    storage under ``storage`` (shared), until :meth:`stop`; each start writes the node and URLs to
+    the slot's ``node.json``. ``settings``: :class:`~nip.settings.ExperimentSettings` as a dict."""
 
     def __init__(self, models: list[str], storage: str, settings: dict[str, Any]):
         import ray

@@ -61,8 +61,8 @@ def check_cells(cells: list[SweepCell], settings: ExperimentSettings | None = No
 def prepare_sweep(
     spec: GridSpec, sweep_dir: str | Path, settings: ExperimentSettings | None = None
 ) -> list[SweepCell]:
-    """Expand the grid, check every cell (:func:`check_cells`), and write (or check) the
-    manifest; returns the cells. Nothing is written when a cell is refused.
+    """Expand the grid, check every cell, and write (or check) the manifest; returns the cells.
+    Nothing is written when a cell is refused.
 
     Raises:
         NipError: A cell cannot start (the message names it).
@@ -154,12 +154,9 @@ async def run_sweep_async(
     max_parallel: int | None = None,
     echo: bool = True,
 ) -> dict[str, str]:
-    """Run (or resume) every unfinished cell, at most ``max_parallel`` at once.
-
-    Returns:
-        Each cell's outcome by name: ``done`` (this call or before), ``stopped`` (a
-        ``nip control ... stop``), or the error that ended it. One cell's error does not
-        stop the others.
+    """Run (or resume) every unfinished cell, at most ``max_parallel`` at once; returns each
+    cell's outcome: ``done``, ``stopped`` (``nip control ... stop``) or the error that ended it
+    (one cell's error does not stop the others).
 
     Raises:
         InvalidParameterError: ``max_parallel`` < 1.
