@@ -36,9 +36,8 @@ def change_saved_parameters(
     accept: bool = False,
     from_text: bool = False,
 ) -> dict[str, tuple[Any, Any]]:
-    """Apply ``overrides`` to the run's saved parameters; returns what changed.
-
-    Overrides that repeat the saved values change nothing and are always allowed.
+    """Apply ``overrides`` to the run's saved parameters; returns what changed (repeating saved
+    values is always allowed).
 
     Raises:
         InvalidParameterError: An override names no parameter or is not allowed.

@@ -23,8 +23,6 @@ class GroupStep:
     """What one shared model group does after an iteration's sampling.
 
     Attributes:
-        group: The group's name.
-        agents: Its members.
         method: ``"supervised"`` (Expert Iteration) or ``"dpo"`` (MALT); None when skipped.
         skip: Why it is not trained (``"frozen"``, ``"not_scheduled"``), or None.
         data_iterations: The iterations whose dialogues (or trees) its dataset is built from.
@@ -49,11 +47,9 @@ class IterationPlan:
     """One iteration: what it samples, whether it tests, and what each group trains.
 
     Attributes:
-        iteration: Its number, from 0.
         algorithm: The name of the algorithm it runs (``nip.training.algorithms``).
-        items: How many train items it samples.
-        item_ids: Their ids, in order (None when the dataset was not loaded).
-        tests: Whether the test stage runs.
+        items / item_ids: How many train items it samples, and their ids in order (None when
+            the dataset was not loaded).
         test_passes: Test passes (``rl.num_test_iterations``).
         test_items: How many test items each pass plays.
         test_item_ids: The test items' ids in order, each once; pass ``k`` plays ``test_items``

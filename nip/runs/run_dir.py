@@ -91,13 +91,8 @@ def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None)
 
 
 class RunDirectory:
-    """Reads and writes the files of one run (see the module docstring for the layout).
-
-    Args:
-        path: The run's folder.
-        transcript_format: Also write readable transcripts in this format ("json", "yaml"
-            or "markdown") with every saved rollout file; None writes none.
-    """
+    """Reads and writes the files of one run in ``path`` (layout: the module docstring), with
+    readable transcripts in ``transcript_format`` ("json", "yaml", "markdown"; None: none)."""
 
     def __init__(self, path: str | Path, *, transcript_format: str | None = None):
         self.path = Path(path)

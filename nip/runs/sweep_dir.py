@@ -1,6 +1,4 @@
-"""A sweep's directory on disk: its manifest, its cells' runs, their events and status, and
-its servers' storage (read by the sweeps that write it, and by the plots and dashboards).
-
+"""A sweep's directory on disk, read by the sweeps that write it and by plots and dashboards.
 Layout::
 
     sweep.json        the grid and its cells (MANIFEST)
