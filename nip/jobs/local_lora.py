@@ -71,9 +71,8 @@ class LocalLoraFineTuneBackend:
     Args:
         jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
         python: The interpreter that runs the training process.
-        processes: Training processes per job; above 1 (or with ``accelerate_config``) the
-            job runs under ``accelerate launch`` (data parallel over several GPUs).
-        accelerate_config: An accelerate config file (FSDP, DeepSpeed, several machines...).
+        processes: Training processes per job; above 1 (or with ``accelerate_config``, FSDP,
+            DeepSpeed...) the job runs under ``accelerate launch``.
         env: Extra environment variables of the training process (``CUDA_VISIBLE_DEVICES``).
     """
 
@@ -249,7 +248,6 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
     go to ``events.jsonl``, not the terminal.
 
     Args:
-        jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
         warm_up: Import the training libraries in the worker thread now.
         base_weights: Gives the base weights already loaded in this process (the local backend's
             ``loaded_base_weights``), shared instead of loading a second copy.

@@ -174,13 +174,12 @@ class TrainingOptions:
         stop: When set, training ends at the next step and no adapter is saved.
         mixed_precision: bfloat16 autocast over float32 weights; default on a GPU and on a CPU
             with native bfloat16 (:func:`~nip.utils.precision.cpu_dtype`).
-        base_weights: The base weights already in this process, by model name
-            (:class:`~nip.backends.SharesBaseWeights`), used instead of a second copy when they fit
-            the job (same dtype and device, nothing to merge). Never written.
+        base_weights: The base weights already in this process, by model name, used instead of
+            a second copy when they fit (same dtype and device, nothing to merge). Never written.
         low_memory: Micro-batches of one example (gradient accumulation: the same update) and
             gradient checkpointing. Default: on the CPU (about 2 GB less); off on a GPU.
         loaded_base: Called with the model name and the unquantized base weights a job loaded
-            itself, before an adapter wraps them, so a later job may be given them.
+            itself, so a later job may be given them.
     """
 
     quiet: bool = False

@@ -16,12 +16,8 @@ from nip.parameters import PureTextAgentParameters
 
 
 class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
-    """Fine-tuning jobs on the language-model server (``nip serve``).
-
-    Args:
-        server_url: The server's root URL (``http://host:5000``).
-        api_key: Its bearer token (None: a loopback server without one).
-    """
+    """Fine-tuning jobs on ``nip serve`` at ``server_url`` (``http://host:5000``), with its bearer
+    token ``api_key`` (None: a loopback server without one)."""
 
     name = "self-hosted-fine-tuning"
 
