@@ -41,7 +41,7 @@ def _start(last: int, from_sampling: bool) -> TrainerState:
 
 def extension_schedule(run_dir: str | Path, iterations: int, *, from_sampling: bool = False) -> str:
     """What extending the run by ``iterations`` will do, one line per iteration of the extended
-    run's plan (raises as :func:`extend_run`)."""
+    run's plan (:class:`InvalidParameterError` for ``iterations`` < 1; NotARunDirectoryError)."""
     require_count("--iterations", iterations)
     before = saved_parameters(run_dir)
     old = before.rl.num_iterations

@@ -81,8 +81,8 @@ def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:
 class VllmEngine:
     """Runs and supervises ``python -m vllm.entrypoints.openai.api_server`` for ``config``, logging
     to ``log_dir`` (``vllm.log``, ``vllm.pid``). A request waits ``paused_wait_s`` for a paused or
-    starting engine before a 503; restarts wait ``restart_backoff_s``, doubled each time, up to 30
-    s."""
+    starting engine before a 503; restarts wait ``restart_backoff_s``, doubled each time, up to
+    30 s."""
 
     kind = "vllm"
 
@@ -207,8 +207,8 @@ class VllmEngine:
         return await process.wait_for_exit()
 
     async def _terminate(self, grace_s: float = 30.0) -> None:
-        """End vLLM's process group (SIGKILL after ``grace_s``) and its pid file, even if cancelled.
-        End vLLM's process group (SIGKILL after ``grace_s``) and its pid file, even if cancelled."""
+        """End vLLM's process group (SIGKILL after ``grace_s``) and its pid file, even if
+        cancelled half-way (then at once)."""
         process, self._process = self._process, None
         if process is not None:
             await process.astop(grace_s)

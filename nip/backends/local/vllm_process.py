@@ -57,8 +57,9 @@ MULTI_WORKER_OPTIONS = (
 @dataclass(frozen=True)
 class VllmLaunch:
     """What one vLLM server is started with: an interpreter with vLLM, the base model's folder, the
-    name it is served under, ``--dtype``, ``--max-lora-rank`` (one of vLLM's ranks), ``--max-
-    loras``, more ``options`` after nip's, and ``environment`` over nip's (:meth:`environment_for`).
+    name it is served under, ``--dtype``, ``--max-lora-rank`` (one of vLLM's ranks),
+    ``--max-loras``, more ``options`` after nip's, and ``environment`` over nip's
+    (:meth:`environment_for`).
     """
 
     python: str
