@@ -1,11 +1,8 @@
 """How big a run's dialogues will be: calls and tokens per agent, before any model is called.
 
-A :class:`DialogueSizer` plays dialogues to their last round with stand-in responses of a
-given length (``"the the ..."``), building every prompt with the agents' real prompt builder,
-so the sizes are those of the real prompts: system prompt, dataset item, names, notices and a
-history that grows round by round. Its session's backends refuse to generate
-(:class:`DryRunCallError`), so nothing is ever sent. :mod:`nip.experiments.cost_estimate` prices
-what it measures.
+A :class:`DialogueSizer` plays dialogues to their last round with stand-in responses of a given
+length, building every prompt with the agents' real prompt builder; its backends refuse to
+generate (:class:`DryRunCallError`). :mod:`nip.experiments.cost_estimate` prices the result.
 """
 
 from __future__ import annotations
@@ -75,15 +72,9 @@ class Call:
 
 @dataclass(frozen=True)
 class PassUsage:
-    """One agent's usage over one pass of dialogues (or MALT trees).
-
-    Attributes:
-        calls: Requests, an upper bound from the turn schedule.
-        prompt_tokens / completion_tokens: Their estimated tokens.
-        examples: Fine-tuning examples the pass can give the agent, at most (SFT
-            conversations in which it spoke, or DPO pairs).
-        example_tokens: Tokens of one such example, on average.
-    """
+    """One agent's usage over one pass of dialogues (or MALT trees): requests (an upper bound from
+    the turn schedule), their estimated prompt and completion tokens, the fine-tuning examples the
+    pass can give it at most (SFT conversations or DPO pairs), and one example's mean tokens."""
 
     calls: int = 0
     prompt_tokens: int = 0
@@ -93,14 +84,9 @@ class PassUsage:
 
 
 class DialogueSizer:
-    """Measures the dialogues of one configuration.
-
-    Args:
-        session: A :func:`dry_run_session`.
-        sample_items: Prompts are built for this many items of a pass; the others are
-            taken to be like them.
-        response_fill: Each response's length as a share of its agent's token limit.
-    """
+    """Measures the dialogues of one configuration (``session``: a :func:`dry_run_session`); prompts
+    are built for ``sample_items`` items of a pass, each response ``response_fill`` of its agent's
+    token limit."""
 
     def __init__(self, session: Session, *, sample_items: int, response_fill: float):
         self.session = session
@@ -173,11 +159,8 @@ class DialogueSizer:
     def dialogue_pass(
         self, items: Sequence[Datapoint], seeds: Sequence[int]
     ) -> dict[str, PassUsage]:
-        """Every agent's usage over one dialogue per item (with its seed).
-
-        Calls are counted for every dialogue from its own turn schedule; tokens per call
-        and per example are the means over the first ``sample_items`` dialogues.
-        """
+        """Every agent's usage over one dialogue per item: calls from each dialogue's turn schedule,
+        tokens per call and per example the means over the first ``sample_items``."""
         pairs = list(zip(items, seeds, strict=True))[: self.sample_items]
         sampled = [self.simulate(d, s) for d, s in pairs]
         usage = {}
@@ -220,13 +203,10 @@ class DialogueSizer:
         malt: PureTextMaltParameters,
         frozen: set[str],
     ) -> tuple[dict[str, PassUsage], int]:
-        """Every agent's usage over one MALT tree per item, and the leaves of all trees.
-
-        Every branch grows to the last round. Each open node asks each agent acting next
-        for k samples in one request (its prompt billed once; k = 1 where only ``frozen``
-        agents act and ``frozen_agents_generate_one_response``), and can give each acting
-        agent one preference pair.
-        """
+        """Every agent's usage over one MALT tree per item, and the leaves of all trees: every
+        branch grows to the last round, each open node asks each agent acting next for k samples in
+        one request (k = 1 where only frozen agents act and
+        ``frozen_agents_generate_one_response``)."""
         prompt_size = self._prompt_sizes(items, seeds)
         totals = {a: [0, 0, 0, 0, 0] for a in self.agents}  # calls, prompt, compl., pairs, tok
         leaves = 0

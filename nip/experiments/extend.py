@@ -5,20 +5,13 @@
     print(extension_schedule("runs/nip-ei", 4))     # what will run, before anything does
     trainer = extend_run("runs/nip-ei", 4)          # rl.num_iterations 8 -> 12, then train()
 
-A finished run stopped after its last iteration's test, without fine-tuning (the last
-iteration submits no job). Extending it raises ``rl.num_iterations`` in its saved parameters
-(the old file kept as ``hyper_params.before-N.json``) and moves its state back to that
-iteration's fine-tuning stage; training then goes on exactly as a run that had asked for the
-longer schedule from the start would have: same dialogues, same fine-tuning datasets, same
-models (with deterministic backends). The one difference is a test of the old last iteration
-that the longer run's test scheme may not have made; it is kept.
-
-``from_sampling=True`` (``nip extend --from-sampling``) extends as the original's
-``force_more_iterations`` did: the next iteration samples at once with the models the run
-finished with, and the old last iteration is never fine-tuned on by itself (with
-``fine_tune_on_all_previous_rollouts`` later jobs still learn from its dialogues). Either way
-the plan says what runs: what the run executed stays as it ran (``RunPlan.keeping_executed``),
-so with ``from_sampling`` the old last iteration's plan keeps "no fine-tuning".
+A finished run stopped after its last test, without fine-tuning. Extending it raises
+``rl.num_iterations`` in its saved parameters (the old file kept as
+``hyper_params.before-N.json``) and moves its state back to that iteration's fine-tuning, so it
+goes on as a run that had asked for the longer schedule would (one extra test kept).
+``from_sampling=True`` is the original's ``force_more_iterations``: the next iteration samples
+at once and the old last iteration is never fine-tuned on by itself. What the run executed stays
+as it ran (``RunPlan.keeping_executed``).
 """
 
 from __future__ import annotations
@@ -47,13 +40,8 @@ def _start(last: int, from_sampling: bool) -> TrainerState:
 
 
 def extension_schedule(run_dir: str | Path, iterations: int, *, from_sampling: bool = False) -> str:
-    """What extending the run by ``iterations`` will do, one line per iteration, from the
-    plan the extended run will walk (:mod:`nip.training.plan`).
-
-    Raises:
-        InvalidParameterError: ``iterations`` < 1.
-        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
-    """
+    """What extending the run by ``iterations`` will do, one line per iteration of the extended
+    run's plan (:class:`InvalidParameterError` for ``iterations`` < 1; NotARunDirectoryError)."""
     require_count("--iterations", iterations)
     before = saved_parameters(run_dir)
     old = before.rl.num_iterations
@@ -89,13 +77,9 @@ def extend_run(
 ) -> PureTextEiTrainer:
     """Extend a finished run by ``iterations`` and return its trainer, ready to ``train()``.
 
-    Args:
-        from_sampling: Start at the next iteration's sampling, with the models the run
-            finished with, without fine-tuning on the old last iteration first (the
-            original's ``force_more_iterations``); by default that fine-tuning comes first,
-            as in a run that had asked for the longer schedule from the start.
-        kwargs: Passed to :meth:`PureTextEiTrainer.resume` (``fine_tune_backends``,
-            ``protocol``).
+    ``from_sampling``: start at the next iteration's sampling with the models the run finished
+    with (the original's ``force_more_iterations``); by default the old last iteration is
+    fine-tuned on first. ``kwargs`` go to :meth:`PureTextEiTrainer.resume`.
 
     Raises:
         InvalidParameterError: ``iterations`` < 1, or the run is not finished (resume it).

@@ -7,12 +7,10 @@
     time.total_h, time.usd(2.5)
     print(GpuTimeReport([("run", time)], gpu_hour_usd=2.5))
 
-The dry run's token counts (:class:`~nip.experiments.cost_report.CostEstimate`) of every
-``SelfHosted`` agent, over a throughput table per GPU and model size: generation is its prompt
-tokens over the prefill rate plus its completion tokens over the decode rate, training its
-training tokens over the LoRA rate plus a fixed time per job. Each figure of the table says
-whether it was measured (``bench/gpu_check.py --throughput-out``, with the GPU and the date) or
-assumed, and the report says which it used.
+Each ``SelfHosted`` agent's dry-run tokens over a throughput table per GPU and model size:
+prompt tokens over the prefill rate plus completion tokens over the decode rate, and training
+tokens over the LoRA rate plus a fixed time per job. Each figure says whether it was measured
+(``bench/gpu_check.py --throughput-out``) or assumed, and the report says which it used.
 """
 
 from __future__ import annotations
@@ -83,12 +81,9 @@ class ThroughputTable:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ThroughputTable:
-        """The shipped table, with the rows of ``path`` (a user's own, YAML with ``rows:``)
-        replacing those of the same GPU and size and adding the others.
-
-        Raises:
-            ConfigFileError: ``path`` is missing, not YAML, or has a bad row.
-        """
+        """The shipped table, with the rows of ``path`` (a user's YAML with ``rows:``) replacing
+        those of the same GPU and size and adding the others; :class:`ConfigFileError` for a bad
+        file."""
         from importlib import resources
 
         shipped = resources.files("nip.configs").joinpath("gpu", "throughput.yaml")
@@ -106,11 +101,8 @@ class ThroughputTable:
         return sorted({row.gpu for row in self.rows})
 
     def check_gpu(self, gpu: str) -> str:
-        """``gpu`` if the table has rows for it.
-
-        Raises:
-            InvalidParameterError: It has none (the error lists the GPUs it has).
-        """
+        """``gpu`` if the table has rows for it, else an :class:`InvalidParameterError` listing its
+        GPUs."""
         if gpu not in self.gpus():
             raise InvalidParameterError("--gpu", gpu, f"one of {', '.join(self.gpus())}")
         return gpu
@@ -156,16 +148,10 @@ def model_params_b(model: str) -> float | None:
 
 @dataclass
 class GpuTime:
-    """The GPU time of one run's self-hosted agents.
-
-    Attributes:
-        gpu: The GPU priced.
-        generation_s: Prefill and decode of every self-hosted call, in GPU-seconds.
-        training_s: Every LoRA job's training and overhead, in GPU-seconds.
-        jobs: Fine-tuning jobs.
-        rows: The table rows used, by model (with the scaling factor applied).
-        unsized: Self-hosted models whose size could not be read from their name.
-    """
+    """The GPU time of one run's self-hosted agents on ``gpu``: ``generation_s`` (prefill and
+    decode) and ``training_s`` (LoRA jobs and overhead) in GPU-seconds, the ``jobs``, the table
+    ``rows`` used by model (scaled), and the models whose size could not be read from their name
+    (``unsized``)."""
 
     gpu: str
     generation_s: float = 0.0
@@ -192,12 +178,8 @@ def gpu_time(
     table: ThroughputTable,
     gpu: str = DEFAULT_GPU,
 ) -> GpuTime | None:
-    """The GPU time of the ``SelfHosted`` agents of a run, from its dry run; None when it
-    has none (its other agents run on an API, the embedded model or the dummy).
-
-    Raises:
-        InvalidParameterError: ``gpu`` is not in the table.
-    """
+    """The GPU time of a run's ``SelfHosted`` agents from its dry run; None when it has none
+    (:class:`InvalidParameterError` when ``gpu`` is not in the table)."""
     table.check_gpu(gpu)
     hosted = {
         name: agent.model_name

@@ -4,16 +4,11 @@
 
     retest("runs/nip-ei", iterations=[0, 7], passes=10)      # nip retest RUN_DIR ...
 
-Each chosen iteration is tested with the models that generated that iteration's training
-dialogues (the ``model`` of every turn in ``rollouts/train_itNNNN.jsonl``: the base model
-at iteration 0, then each group's fine-tuned model; the groups' ``model_history``), exactly as
-the run's own test stage does: pass ``k`` plays the run's test items of pass ``k`` (more
-passes go on through the shuffled split, as a run with more passes would) and is seeded as the
-run's test pass ``k``. A local LoRA adapter is found by its job in the run's ``jobs/`` folder.
-Nothing of the run is changed: the results go to ``retest/<split>-<passes>x/`` inside the
-run directory, itself a run directory (``hyper_params.json`` with the retest's
-split and passes, ``rollouts/test_itNNNN.jsonl``, ``metrics/test_itNNNN.json``), which ``nip
-compare`` shows beside the run as its own series (``nip (retest test-10x)``).
+Each iteration is tested with the models of its training dialogues (the ``model`` of every turn
+in ``rollouts/train_itNNNN.jsonl``), exactly as the run's test stage does: pass ``k`` plays and
+is seeded as the run's test pass ``k``. Nothing of the run changes: results go to
+``retest/<split>-<passes>x/``, itself a run directory that ``nip compare`` shows as its own
+series (``nip (retest test-10x)``).
 """
 
 from __future__ import annotations
@@ -41,11 +36,8 @@ __all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
 
 
 def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
-    """The model each agent generated with in ``iteration``'s training dialogues.
-
-    Raises:
-        InvalidParameterError: The run has no training dialogues of ``iteration``.
-    """
+    """The model each agent generated with in ``iteration``'s training dialogues
+    (:class:`InvalidParameterError` when the run has none)."""
     directory = RunDirectory(run_dir)
     if not directory.has_rollouts("train", iteration):
         raise InvalidParameterError(
@@ -84,17 +76,15 @@ async def retest_async(
     """Test the chosen iterations' models again; returns the retest's directory.
 
     Args:
-        run_dir: The run.
         iterations: Which iterations (default: every iteration with training dialogues).
         passes: Test passes per iteration (default: the run's ``rl.num_test_iterations``).
         split: The dataset split (default: the run's ``text_rl.test_dataset_split``).
         settings: Runtime settings (cache, latency); ``run_dir`` is ignored.
-        protocol: The class of a protocol defined in your own code, which the run names.
+        protocol: The class of your own protocol, which the run names.
 
     Raises:
         NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
-        InvalidParameterError: An iteration without saved training dialogues, or
-            ``passes`` < 1.
+        InvalidParameterError: An iteration without saved training dialogues, or ``passes`` < 1.
         DatasetSplitError: The dataset has no such split.
         DirectoryInUseError: Another retest with this split and passes is under way.
     """

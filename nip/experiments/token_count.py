@@ -1,16 +1,13 @@
 """Counting the tokens of prompts and completions before any model is called.
 
-OpenAI's models are counted with ``tiktoken`` (``o200k_base`` for the gpt-4o, gpt-4.1 and o
-families, ``cl100k_base`` for gpt-4 and gpt-3.5), when it is installed (the ``cost`` extra)
-**and** its encoding file is already on this machine: tiktoken downloads encodings on first
-use, and a dry run must make no HTTP request. Fetch it once with a network::
+OpenAI's models are counted with ``tiktoken`` (``o200k_base`` for gpt-4o, gpt-4.1 and o;
+``cl100k_base`` for gpt-4 and gpt-3.5) when it is installed (the ``cost`` extra) and its
+encoding file is already here (a dry run makes no HTTP request). Fetch it once with a network::
 
     python -c "import tiktoken; tiktoken.get_encoding('o200k_base')"
 
-Every other model, and OpenAI's when tiktoken or its file is missing, is counted as one token
-per four characters (rounded up): OpenAI's rule of thumb for English text. On nip's prompts
-(English instructions around Python code; the shipped dataset, every protocol, 2026-11-24)
-the dry run's token totals came within 4 % of ``o200k_base``'s, 2 % on system prompts alone.
+Otherwise a token is four characters, rounded up (within 4 % of ``o200k_base`` on nip's
+prompts).
 """
 
 from __future__ import annotations
@@ -120,10 +117,8 @@ def token_counter(model: str) -> TokenCounter:
 def count_chat_tokens(
     messages: Iterable[Mapping[str, Any]], counter: TokenCounter, *, reply: bool = True
 ) -> int:
-    """The prompt tokens of a chat request (or, with ``reply=False``, of a training example).
-
-    Each message costs its content and role plus :data:`TOKENS_PER_MESSAGE`, a ``name``
-    :data:`TOKENS_PER_NAME` more; ``reply`` adds the tokens that prime the answer.
+    """The prompt tokens of a chat request (with ``reply=False``, of a training example): per
+    message its content, role and :data:`TOKENS_PER_MESSAGE` (a ``name``: :data:`TOKENS_PER_NAME`).
     """
     total = TOKENS_REPLY_PRIMING if reply else 0
     for message in messages:

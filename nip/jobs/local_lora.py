@@ -1,22 +1,15 @@
 """Local LoRA fine-tuning (TRL + PEFT): each job has its own folder, and its state is on disk.
 
-A job's folder (``<jobs_dir>/<job id>``) holds ``spec.json``, ``status.json``,
-``events.jsonl``, ``log.txt`` and, once it succeeds, ``adapter/``. The backend keeps no state
-in memory that a restart would need, so a resumed run (or a restarted server) finds its jobs
-again; creating a job whose folder already exists returns the existing job rather than
-training twice.
+A job's folder (``<jobs_dir>/<job id>``) holds ``spec.json``, ``status.json``, ``events.jsonl``,
+``log.txt`` and, once it succeeds, ``adapter/``. Nothing a restart needs is kept in memory, and
+creating a job whose folder exists returns that job rather than training twice.
 
-Two ways to run a job:
-
-- :class:`LocalLoraFineTuneBackend`: one training process per job (``python -m
-  nip.jobs.lora_train JOB_DIR``), which may use several GPUs through ``accelerate``. Each job
-  pays for starting Python and importing torch, transformers, PEFT and TRL again.
-- :class:`InProcessLoraFineTuneBackend`: jobs train in a worker thread of the calling process,
-  one after another, with those libraries already imported and the base model's weights
-  loaded once: shared with the local backend's where it has them, else read from the
-  converted cache (a memory map) and, on a GPU, kept there for the next job of the process
-  (:class:`KeptBaseWeights`), so a job starts training within seconds. A job whose process
-  died (``kill -9`` of a run) is trained again by the next backend that looks at it.
+- :class:`LocalLoraFineTuneBackend`: one process per job (``python -m nip.jobs.lora_train
+  JOB_DIR``), possibly on several GPUs through ``accelerate``.
+- :class:`InProcessLoraFineTuneBackend`: jobs train one after another in a worker thread, with
+  the libraries imported and the base weights loaded once (shared with the local backend, or
+  kept by :class:`KeptBaseWeights` on a GPU). A job whose process died is trained again by the
+  next backend that looks at it.
 """
 
 from __future__ import annotations
@@ -78,9 +71,8 @@ class LocalLoraFineTuneBackend:
     Args:
         jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
         python: The interpreter that runs the training process.
-        processes: Training processes per job; above 1 (or with ``accelerate_config``) the
-            job runs under ``accelerate launch`` (data parallel over several GPUs).
-        accelerate_config: An accelerate config file (FSDP, DeepSpeed, several machines...).
+        processes: Training processes per job; above 1 (or with ``accelerate_config``, FSDP,
+            DeepSpeed...) the job runs under ``accelerate launch``.
         env: Extra environment variables of the training process (``CUDA_VISIBLE_DEVICES``).
     """
 
@@ -119,15 +111,12 @@ class LocalLoraFineTuneBackend:
         return path
 
     def _write_new_job(self, spec: FineTuneSpec) -> tuple[str, Path, bool]:
-        """The job's id and folder, and whether it is new: a new job's spec and its
-        ``pending`` status are written (from then on only its trainer writes the status); a
-        job submitted before a restart is left as it is. A job named like one that failed or
-        was cancelled is a new attempt, in a new folder (``<name>-2``, ``<name>-3``...)."""
+        """The job's id and folder, and whether it is new (its spec and ``pending`` status written).
+        A job named like one that failed or was cancelled is a new attempt in ``<name>-2``,
+        ``<name>-3``..."""
         if not spec.examples:
             raise FineTuneError("a fine-tuning job needs at least one example")
-        # A job without a name gets a unique one: a name from the clock (the second it was
-        # made) was once shared by two jobs made in the same second, and the second was
-        # taken for the first, submitted before a restart.
+        # Unique: two jobs made in the same second once shared a clock-made name.
         name = slug(spec.job_name or f"{spec.method}-{uuid.uuid4().hex[:12]}")
         for attempt in itertools.count(1):
             job_id = name if attempt == 1 else f"{name}-{attempt}"
@@ -230,12 +219,8 @@ two backends of one run (prover and verifier) train one after another, not side 
 
 
 class KeptBaseWeights:
-    """The base weights the last in-process job loaded itself, for the next job to share
-    instead of loading them again (one model at a time; used under ``_ONE_JOB_AT_A_TIME``).
-
-    The local backend's own weights, where it has them, come first: these matter where
-    generation runs elsewhere (vLLM), so each of an iteration's jobs would load the model.
-    """
+    """The base weights the last in-process job loaded itself, shared with the next job (one model
+    at a time; under ``_ONE_JOB_AT_A_TIME``). They matter where generation runs elsewhere (vLLM)."""
 
     def __init__(self) -> None:
         self.model: str | None = None
@@ -258,22 +243,16 @@ jobs come from two backends."""
 class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
     """Trains LoRA adapters in a worker thread of this process, one job after another.
 
-    The job folder is the same as :class:`LocalLoraFineTuneBackend`'s, with this process's id
-    in ``pid``. When :meth:`get_job` finds a job pending or running whose process is gone (the
-    run was killed), it trains the job again here, from its ``spec.json``: a resumed run
-    completes its jobs. Training output (losses) goes to ``events.jsonl``, not to the terminal.
+    Job folders are :class:`LocalLoraFineTuneBackend`'s, with this process's id in ``pid``; a job
+    pending or running whose process is gone is trained again here from its ``spec.json``. Losses
+    go to ``events.jsonl``, not the terminal.
 
     Args:
-        jobs_dir: Where job folders go (usually ``<run_dir>/jobs``).
-        warm_up: Import the training libraries in the worker thread now, so the first job
-            does not wait for them.
-        base_weights: Gives the base model's weights already loaded in this process (the
-            local backend's ``loaded_base_weights``), shared by a job instead of loading a
-            second copy; None where nothing is loaded.
-        keep_base_weights: Where the base weights are not given, keep those a job loads for
-            the next job of the process (:class:`KeptBaseWeights`) instead of loading them
-            again. Default: on a GPU, where loading costs a copy to the device; on the CPU
-            a job reads them from a memory map, and keeping them would hold the memory.
+        warm_up: Import the training libraries in the worker thread now.
+        base_weights: Gives the base weights already loaded in this process (the local backend's
+            ``loaded_base_weights``), shared instead of loading a second copy.
+        keep_base_weights: Keep the weights a job loads for the next job (:class:`KeptBaseWeights`).
+            Default: on a GPU; on the CPU a job reads a memory map and keeping would hold memory.
 
     Raises:
         MissingExtraError: The training libraries are not installed (``nip[train]``).
@@ -295,8 +274,7 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         self._base_weights = base_weights
         self._keep = keep_base_weights
         self.kept = kept or _KEPT_BASE_WEIGHTS
-        # A daemon thread: a run stopped with Ctrl-C exits at once; its job's state stays on
-        # disk and the resumed run trains it again.
+        # A daemon thread: Ctrl-C exits at once; the resumed run trains the job again.
         self._queue: queue.SimpleQueue[tuple[str, Path, threading.Event] | None] = (
             queue.SimpleQueue()
         )

@@ -1,19 +1,12 @@
 """The training process of a local LoRA job: ``python -m nip.jobs.lora_train JOB_DIR``.
 
 Reads ``spec.json`` (a :class:`~nip.jobs.FineTuneSpec`), trains a LoRA adapter with TRL
-(``SFTTrainer`` or ``DPOTrainer``) and PEFT, writes it to ``JOB_DIR/adapter``, and reports
-through ``status.json`` (pending, running, succeeded, failed) and ``events.jsonl`` (losses).
-
-With ``quantization="bitsandbytes"`` the base model is loaded in 4 bits and the adapter is
-trained on top (QLoRA); that needs a CUDA device and the ``bitsandbytes`` package.
-
-SFT computes the loss on the trained agent's own turns only (its ``assistant`` messages):
-chat templates without TRL's ``{% generation %}`` markers, such as SmolLM2's ChatML, get a
-marked ChatML training template.
-
-With ``stack_lora_adapters`` the previous adapter is merged into the weights and a new one is
-trained on top; the new adapter's folder lists the adapters beneath it (see
-:mod:`nip.backends.local.adapters`), so the local backend serves the whole stack.
+(``SFTTrainer`` or ``DPOTrainer``) and PEFT into ``JOB_DIR/adapter``, and reports through
+``status.json`` and ``events.jsonl`` (losses). ``quantization="bitsandbytes"`` is QLoRA (CUDA
+only). SFT's loss covers the agent's own ``assistant`` turns (templates without TRL's
+``{% generation %}`` markers get a marked ChatML template). With ``stack_lora_adapters`` the
+previous adapter is merged into the weights and a new one trained on top; its folder lists the
+adapters beneath it (:mod:`nip.backends.local.adapters`).
 """
 
 from __future__ import annotations
@@ -71,22 +64,20 @@ def add_event(job_dir: Path, message: str, level: str = "info", **data: Any) -> 
         file.write(json.dumps(line) + "\n")
 
 
+def _strip(messages: list[dict]) -> list[dict]:
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
 def _sft_rows(examples: list[dict]) -> list[dict]:
-    return [
-        {"messages": [{"role": m["role"], "content": m["content"]} for m in e["messages"]]}
-        for e in examples
-    ]
+    return [{"messages": _strip(e["messages"])} for e in examples]
 
 
 def _dpo_rows(examples: list[dict]) -> list[dict]:
-    def strip(messages):
-        return [{"role": m["role"], "content": m["content"]} for m in messages]
-
     return [
         {
-            "prompt": strip(e["input"]["messages"]),
-            "chosen": strip(e["preferred_output"]),
-            "rejected": strip(e["non_preferred_output"]),
+            "prompt": _strip(e["input"]["messages"]),
+            "chosen": _strip(e["preferred_output"]),
+            "rejected": _strip(e["non_preferred_output"]),
         }
         for e in examples
     ]
@@ -97,10 +88,8 @@ class QuantizationUnavailableError(RuntimeError):
 
 
 def quantized_loading_kwargs(quantization: str, cuda: bool) -> dict[str, Any]:
-    """``from_pretrained`` keyword arguments for the job's ``quantization``.
-
-    ``bitsandbytes`` loads the base weights in 4-bit NF4 with double quantization and bf16
-    compute (QLoRA); the LoRA adapter itself trains in full precision.
+    """``from_pretrained`` keyword arguments for the job's ``quantization`` (``bitsandbytes``: 4-bit
+    NF4, double quantization, bf16 compute; the adapter trains in full precision).
 
     Raises:
         QuantizationUnavailableError: ``bitsandbytes`` without a CUDA device.
@@ -181,23 +170,16 @@ class TrainingOptions:
     """How a job trains, beside what its spec says (none of these change what it learns).
 
     Attributes:
-        quiet: Print nothing (no progress bars or library warnings): for training inside a
-            process whose output a user reads.
+        quiet: Print nothing (no progress bars or library warnings).
         stop: When set, training ends at the next step and no adapter is saved.
-        mixed_precision: Compute in bfloat16 with float32 weights (autocast); default on a GPU
-            and on a CPU with native bfloat16, or as ``NIP_CPU_DTYPE`` says
-            (:func:`~nip.utils.precision.cpu_dtype`).
-        base_weights: The base model's weights already in this process (the local backend's,
-            see :class:`~nip.backends.SharesBaseWeights`), by the model name asked for; used
-            instead of loading a second copy when they fit the job (same dtype and device, no
-            adapter to merge into them). They are never written.
-        low_memory: Train a batch as micro-batches of one example (gradient accumulation:
-            the same update, without padding) and recompute each layer's activations in the
-            backward pass (gradient checkpointing) instead of keeping them. Default: on the
-            CPU, where a job otherwise needs about 2 GB more; off on a GPU.
-        loaded_base: Called with the model name and the base weights a job loaded itself
-            (unquantized, nothing merged into them), before any adapter wraps them: a later
-            job may be given them as ``base_weights`` instead of loading them again.
+        mixed_precision: bfloat16 autocast over float32 weights; default on a GPU and on a CPU
+            with native bfloat16 (:func:`~nip.utils.precision.cpu_dtype`).
+        base_weights: The base weights already in this process, by model name, used instead of
+            a second copy when they fit (same dtype and device, nothing to merge). Never written.
+        low_memory: Micro-batches of one example (gradient accumulation: the same update) and
+            gradient checkpointing. Default: on the CPU (about 2 GB less); off on a GPU.
+        loaded_base: Called with the model name and the unquantized base weights a job loaded
+            itself, so a later job may be given them.
     """
 
     quiet: bool = False
@@ -209,18 +191,12 @@ class TrainingOptions:
 
 
 def train(job_dir: Path, options: TrainingOptions | None = None) -> None:
-    """Run the job described in ``job_dir/spec.json``.
-
-    Args:
-        job_dir: The job's folder.
-        options: How to train (default: :class:`TrainingOptions`' defaults).
-    """
+    """Run the job described in ``job_dir/spec.json`` (``options``: how; default the defaults)."""
     from nip.backends.local._quiet import quiet_libraries
     from nip.backends.local.model_store import check_model_name
 
     require("lora")  # without the training libraries: the job fails with the install line
-    # A base model that is neither a folder nor a known name fails now, not after the 10 s
-    # of importing torch, transformers, PEFT and TRL that loading it would take.
+    # An unknown base model fails now, before the slow imports of the training libraries.
     check_model_name(json.loads((job_dir / "spec.json").read_text())["base_model"])
     options = options or TrainingOptions()
     with quiet_libraries() if options.quiet else contextlib.nullcontext():
@@ -320,13 +296,8 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
     output = job_dir / "trainer"
 
     class ReleaseMemoryEachStep(TrainerCallback):
-        """Give the step's freed memory back to the OS, so peaks do not pile up.
-
-        Collecting the young generations only, where the step's reference cycles are: a
-        full collection walks every object of the process (0.27 s a step in a test worker,
-        two thirds of a tiny model's job; see bench/README.md). The job's end collects fully
-        once (``InProcessLoraFineTuneBackend``).
-        """
+        """Give the step's freed memory back to the OS, so peaks do not pile up (young generations
+        only: a full collection each step costs more than a tiny model's step)."""
 
         def on_step_end(self, args, state, control, **kwargs):
             release_free_memory(generation=1)
@@ -377,25 +348,21 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
 
         if not has_generation_markers(tokenizer.chat_template or ""):
             tokenizer.chat_template = CHATML_TRAINING_TEMPLATE
-        trainer = SFTTrainer(
-            model=model,
-            args=SFTConfig(assistant_only_loss=True, **common),
-            train_dataset=Dataset.from_list(_sft_rows(spec["examples"])),
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=callbacks,
-        )
+        args = SFTConfig(assistant_only_loss=True, **common)
+        trainer_class, rows = SFTTrainer, _sft_rows
     else:
         from trl import DPOConfig, DPOTrainer
 
-        trainer = DPOTrainer(
-            model=model,
-            args=DPOConfig(beta=spec.get("dpo_beta") or 0.1, **common),
-            train_dataset=Dataset.from_list(_dpo_rows(spec["examples"])),
-            processing_class=tokenizer,
-            peft_config=peft_config,
-            callbacks=callbacks,
-        )
+        args = DPOConfig(beta=spec.get("dpo_beta") or 0.1, **common)
+        trainer_class, rows = DPOTrainer, _dpo_rows
+    trainer = trainer_class(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows(spec["examples"])),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=callbacks,
+    )
     if quiet:  # without tqdm, transformers prints every log dict instead
         from transformers import PrinterCallback
 

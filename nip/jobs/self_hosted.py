@@ -16,12 +16,8 @@ from nip.parameters import PureTextAgentParameters
 
 
 class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
-    """Fine-tuning jobs on the language-model server (``nip serve``).
-
-    Args:
-        server_url: The server's root URL (``http://host:5000``).
-        api_key: Its bearer token (None: a loopback server without one).
-    """
+    """Fine-tuning jobs on ``nip serve`` at ``server_url`` (``http://host:5000``), with its bearer
+    token ``api_key`` (None: a loopback server without one)."""
 
     name = "self-hosted-fine-tuning"
 
@@ -36,12 +32,8 @@ class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
         return cls(server_url(params), os.environ.get(API_KEY_ENV))
 
     async def check_server(self) -> None:
-        """Check the server's API version once.
-
-        Raises:
-            IncompatibleServerError: The server's API major version differs from this
-                client's (a minor difference only warns).
-        """
+        """Check the server's API version once (:class:`IncompatibleServerError` when its major
+        version differs; a minor difference only warns)."""
         if not self._checked:
             await check_server(self.server_url, self._api_key)
             self._checked = True

@@ -25,11 +25,7 @@ class SavedParametersChangedError(IncompatibleParametersError):
 
 
 def saved_parameters(run_dir: str | Path) -> HyperParameters:
-    """The parameters saved in a run directory.
-
-    Raises:
-        NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
-    """
+    """The parameters saved in a run directory (:class:`NotARunDirectoryError` where none are)."""
     return HyperParameters.from_dict(RunDirectory.of_run(run_dir).read_json("hyper_params.json"))
 
 
@@ -40,9 +36,8 @@ def change_saved_parameters(
     accept: bool = False,
     from_text: bool = False,
 ) -> dict[str, tuple[Any, Any]]:
-    """Apply ``overrides`` to the run's saved parameters; returns what changed.
-
-    Overrides that repeat the saved values change nothing and are always allowed.
+    """Apply ``overrides`` to the run's saved parameters; returns what changed (repeating saved
+    values is always allowed).
 
     Raises:
         InvalidParameterError: An override names no parameter or is not allowed.

@@ -23,18 +23,13 @@ class GroupStep:
     """What one shared model group does after an iteration's sampling.
 
     Attributes:
-        group: The group's name.
-        agents: Its members.
         method: ``"supervised"`` (Expert Iteration) or ``"dpo"`` (MALT); None when skipped.
         skip: Why it is not trained (``"frozen"``, ``"not_scheduled"``), or None.
         data_iterations: The iterations whose dialogues (or trees) its dataset is built from.
-        job: The job's settings as its provider's backend sends them (the base model of a
-            group that continues from its latest fine-tune is named in angle brackets: it is
-            known only once the earlier job has run).
-        epochs: The epochs the job trains for: the number sent, or where OpenAI chooses
-            (``"auto"``) the agent's ``num_epochs`` (``rl.num_epochs``).
-        continues: The job continues from the group's latest model (``fine_tune_from_scratch``
-            off) rather than from its starting model.
+        job: The job's settings as its provider's backend sends them (a base model known only
+            once an earlier job has run is named in angle brackets).
+        epochs: The epochs the job trains for (where OpenAI chooses, ``rl.num_epochs``).
+        continues: The job continues from the group's latest model, not its starting model.
     """
 
     group: str
@@ -52,22 +47,18 @@ class IterationPlan:
     """One iteration: what it samples, whether it tests, and what each group trains.
 
     Attributes:
-        iteration: Its number, from 0.
         algorithm: The name of the algorithm it runs (``nip.training.algorithms``).
-        items: How many train items it samples.
-        item_ids: Their ids, in order (None when the dataset was not loaded).
-        tests: Whether the test stage runs.
+        items / item_ids: How many train items it samples, and their ids in order (None when
+            the dataset was not loaded).
         test_passes: Test passes (``rl.num_test_iterations``).
         test_items: How many test items each pass plays.
-        test_item_ids: The ids of the test items the passes play, in order, each once: the
-            whole shuffled split, or its first ``test_passes x test_items`` items (all of it
-            when it is smaller). Pass ``k`` plays ``test_items`` of them from position
-            ``k x test_items`` on, wrapping around (:attr:`test_pass_item_ids`). None when not
-            loaded, or no test.
+        test_item_ids: The test items' ids in order, each once; pass ``k`` plays ``test_items``
+            of them from ``k x test_items`` on, wrapping around (:attr:`test_pass_item_ids`).
+            None when not loaded, or no test.
         fine_tunes: Whether fine-tuning follows (not after the last iteration).
         groups: Each group's step (empty when nothing is fine-tuned).
-        frozen_agents: The agents not trained in this iteration (frozen, or not scheduled):
-            in MALT they add one child, not several, in rounds only they act.
+        frozen_agents: The agents not trained in this iteration (in MALT they add one child,
+            not several, in rounds only they act).
     """
 
     iteration: int

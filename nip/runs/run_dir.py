@@ -1,10 +1,7 @@
 """A run's directory: parameters, state, rollouts, trees, datasets and metrics on disk.
 
-Everything is JSON or JSONL (no pickles) and every file is written atomically (a temporary
-file renamed into place), so a run killed at any moment leaves either the old file or the
-new one, never half of one.
-
-Layout::
+Everything is JSON or JSONL (no pickles), written atomically (a temporary file renamed into
+place), so a killed run leaves the old file or the new one, never half. Layout::
 
     hyper_params.json          the parameters, with their schema version
     meta.json                  nip version, creation time
@@ -58,22 +55,15 @@ class RunDirectoryError(IncompatibleParametersError):
 
 
 def refuse_existing_run(path: str | Path, advice: str) -> None:
-    """Refuse to start a new run in ``path`` when it holds one (its ``state.json``).
-
-    Raises:
-        RunDirectoryError: It does; the message names it, then ``advice``.
-    """
+    """Refuse to start a new run in ``path`` when it holds one: a :class:`RunDirectoryError` naming
+    it, then ``advice``."""
     if (Path(path) / "state.json").exists():
         raise RunDirectoryError(f"{path} already holds a run; {advice}")
 
 
 def folder_holding(path: str | Path, marker: str, what: str, error: type[Exception]) -> Path:
-    """``path``, if it is a folder holding the file ``marker`` (a run's ``hyper_params.json``,
-    a sweep's ``sweep.json``).
-
-    Raises:
-        error: It is missing, a file, or lacks ``marker``; the message says which.
-    """
+    """``path``, if it is a folder holding the file ``marker``; else ``error``, saying whether it is
+    missing, a file, or lacks ``marker``."""
     path = Path(path)
     if not path.exists():
         raise error(f"{path}: no such folder")
@@ -101,13 +91,8 @@ def new_run_path(root: str | Path = "runs", now: time.struct_time | None = None)
 
 
 class RunDirectory:
-    """Reads and writes the files of one run (see the module docstring for the layout).
-
-    Args:
-        path: The run's folder.
-        transcript_format: Also write readable transcripts in this format ("json", "yaml"
-            or "markdown") with every saved rollout file; None writes none.
-    """
+    """Reads and writes the files of one run in ``path`` (layout: the module docstring), with
+    readable transcripts in ``transcript_format`` ("json", "yaml", "markdown"; None: none)."""
 
     def __init__(self, path: str | Path, *, transcript_format: str | None = None):
         self.path = Path(path)
@@ -118,11 +103,8 @@ class RunDirectory:
 
     @classmethod
     def of_run(cls, path: str | Path, **kwargs: Any) -> RunDirectory:
-        """The directory of a saved run (``kwargs`` as for the constructor).
-
-        Raises:
-            NotARunDirectoryError: ``path`` is missing, a file, or holds no run.
-        """
+        """The directory of a saved run (``kwargs`` as for the constructor; raises
+        :class:`NotARunDirectoryError`)."""
         path = folder_holding(path, "hyper_params.json", "run", NotARunDirectoryError)
         return cls(path, **kwargs)
 
@@ -133,11 +115,7 @@ class RunDirectory:
         return path
 
     def read_json(self, relative: str) -> Any:
-        """A JSON file of the run.
-
-        Raises:
-            RunFileError: It is not valid JSON.
-        """
+        """A JSON file of the run (:class:`RunFileError` when it is not valid JSON)."""
         path = self.path / relative
         try:
             return json.loads(path.read_text(encoding="utf-8"))
@@ -170,11 +148,8 @@ class RunDirectory:
         return state["stage"], state["iteration"], iterations
 
     def load_hyper_params(self, *, force: bool = False) -> Any:
-        """The run's saved ``HyperParameters``.
-
-        Raises:
-            IncompatibleParametersError: Saved by an incompatible nip (``force``: try anyway).
-        """
+        """The run's saved ``HyperParameters`` (:class:`IncompatibleParametersError` when saved by
+        an incompatible nip, unless ``force``)."""
         from nip.parameters import HyperParameters, check_compatibility
 
         saved = self.read_json("hyper_params.json")

@@ -1,6 +1,4 @@
-"""A sweep's directory on disk: its manifest, its cells' runs, their events and status, and
-its servers' storage (read by the sweeps that write it, and by the plots and dashboards).
-
+"""A sweep's directory on disk, read by the sweeps that write it and by plots and dashboards.
 Layout::
 
     sweep.json        the grid and its cells (MANIFEST)
@@ -36,11 +34,7 @@ def is_sweep_dir(path: str | Path) -> bool:
 
 
 def read_manifest(sweep_dir: str | Path) -> dict[str, Any]:
-    """A sweep directory's ``sweep.json``.
-
-    Raises:
-        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
-    """
+    """A sweep directory's ``sweep.json`` (:class:`NotASweepDirectoryError` where there is none)."""
     path = folder_holding(sweep_dir, MANIFEST, "sweep", NotASweepDirectoryError)
     manifest = RunDirectory(path).read_json(MANIFEST)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("cells"), list):
@@ -108,12 +102,8 @@ class CellStatus:
 
 
 def sweep_status(sweep_dir: str | Path) -> list[CellStatus]:
-    """Each cell's stage and iteration, from its run directory, and the error of each cell
-    whose last attempt failed (``events.jsonl``).
-
-    Raises:
-        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
-    """
+    """Each cell's stage and iteration, and the error of each cell whose last attempt failed
+    (:class:`NotASweepDirectoryError` where there is no sweep)."""
     manifest = read_manifest(sweep_dir)
     errors = cell_errors(sweep_dir)
     statuses = []

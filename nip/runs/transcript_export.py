@@ -1,10 +1,7 @@
 """Readable transcripts (``text_rl.save_transcripts``) in JSON, YAML or Markdown.
 
-The JSONL rollouts under ``rollouts/`` are the run's records: complete, and read back by the
-trainer. These files are for people: each dialogue's claim, every turn (who wrote what, to which
-channels, with which model), the decision and the rewards, one file per split and iteration under
-``transcripts/`` (``transcripts/train_it0003.md``). They are written beside the records and
-never read back.
+The JSONL rollouts are the run's records; these files are for people (claim, every turn, the
+decision and rewards), one per split and iteration under ``transcripts/``, never read back.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The language-model server (``nip serve``): LoRA fine-tuning jobs and inference with vLLM
-(or, on a CPU, the transformers fallback) behind one OpenAI-compatible API.
-
-Clients (``SelfHosted`` agents) need only :mod:`nip.backends.self_hosted` (re-exported here and
-in :mod:`nip.server.client`); the server parts load FastAPI when first used.
-"""
+"""The language-model server (``nip serve``): LoRA fine-tuning jobs and inference with vLLM (or,
+on a CPU, transformers) behind one OpenAI-compatible API. Clients need only
+:mod:`nip.backends.self_hosted` (re-exported here); the server parts load FastAPI on first use."""
 
 from nip.utils.lazy import lazy_attributes
 

@@ -1,11 +1,9 @@
 """The child side of :func:`nip.server.background.serve_in_background`: ``nip serve`` that ends
 when the process that owns it is gone.
 
-``python -m nip.server._owned CONFIG --parent-pid PID`` serves ``CONFIG`` (a saved
-:class:`~nip.server.config.ServerConfig`) exactly as ``nip serve --config CONFIG`` does, and a
-watchdog thread sends the server SIGTERM as soon as ``PID`` is no longer its parent (the
-parent exited, or was killed with SIGKILL as a Jupyter kernel can be). SIGTERM is the graceful
-path: uvicorn shuts down, and the engine ends vLLM's process group on the way.
+``python -m nip.server._owned CONFIG --parent-pid PID`` serves ``CONFIG`` as ``nip serve
+--config CONFIG`` does, and a watchdog thread sends it SIGTERM (uvicorn's graceful shutdown,
+which ends vLLM) once ``PID`` is no longer its parent (exited, or killed with SIGKILL).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The language-model server of ``nip serve``: inference, fine-tuning and their hand-over.
 
-One FastAPI app on one port holds everything a client needs:
-
-* ``GET /version`` and ``GET /health`` (server, engine and queue state);
-* ``/v1/models``, ``/v1/chat/completions`` and ``/v1/completions``, answered by the inference
-  engine (vLLM, forwarded; or the transformers fallback);
-* OpenAI-compatible ``/v1/files`` and ``/v1/fine_tuning/jobs``, trained as LoRA adapters by
-  TRL + PEFT processes. When a job succeeds its adapter is loaded into the engine under the
-  job's ``fine_tuned_model`` (``verifier-it3``), without a restart and without a model hub.
-
-With an API key every request needs ``Authorization: Bearer <key>``.
+One FastAPI app on one port: ``GET /version`` and ``GET /health``; ``/v1/models``,
+``/v1/chat/completions`` and ``/v1/completions`` from the inference engine; OpenAI-compatible
+``/v1/files`` and ``/v1/fine_tuning/jobs``, trained as LoRA adapters and loaded into the engine
+under the job's ``fine_tuned_model`` without a restart. With an API key every request needs
+``Authorization: Bearer <key>``.
 """
 
 from __future__ import annotations
@@ -99,11 +94,8 @@ class _Models:
         self.store = store
 
     def resolve(self, name: str) -> tuple[str, str | None]:
-        """(base model folder, adapter to continue from) for a job's ``model``.
-
-        Raises:
-            RequestError: No base model or succeeded job has that name.
-        """
+        """(base model folder, adapter to continue from) for a job's ``model``; a
+        :class:`RequestError` when no base model or succeeded job has that name."""
         if name in self.base_aliases:
             return str(self.folder), None
         for job in self.store.list_jobs("succeeded"):
@@ -129,14 +121,8 @@ def create_server_app(
     engine: InferenceEngine | None = None,
     fine_tune_backend: FineTuneBackend | None = None,
 ) -> FastAPI:
-    """The server's app (its engine and job queue run while the app does).
-
-    Args:
-        config: The settings.
-        api_key: Bearer token every request must carry (None: no authentication).
-        engine: The inference engine (default: the one ``config.engine`` names).
-        fine_tune_backend: What trains (default: LoRA training processes).
-    """
+    """The server's app (its engine and job queue run while the app does): ``api_key`` every request
+    must carry (None: none), ``engine`` and ``fine_tune_backend`` defaulting to ``config``'s."""
     root = config.storage_path
     store = ServerStore(root)
     kind = engine_kind(config) if engine is None else None  # decided once: auto asks vLLM's Python
@@ -258,11 +244,8 @@ def create_server_app(
 
 
 def run_server(config: ServerConfig, api_key: str | None = None) -> None:
-    """Serve until interrupted (Ctrl-C or SIGTERM), then stop vLLM and the queue.
-
-    Raises:
-        InsecureServerError: ``config.host`` is not loopback and there is no ``api_key``.
-    """
+    """Serve until interrupted (Ctrl-C or SIGTERM), then stop vLLM and the queue
+    (:class:`InsecureServerError` beyond loopback without ``api_key``)."""
     import uvicorn
 
     check_exposure(config.host, api_key)

@@ -20,12 +20,8 @@ _UNAUTHORIZED = json.dumps(
 
 
 class BearerTokenMiddleware:
-    """Answers 401 to any HTTP request without ``Authorization: Bearer <token>``.
-
-    Args:
-        app: The ASGI app to protect.
-        token: The expected token (compared in constant time, as digests).
-    """
+    """Answers 401 to any HTTP request to ``app`` without ``Authorization: Bearer <token>``
+    (compared in constant time, as digests)."""
 
     def __init__(self, app: Any, token: str):
         if not token:

@@ -2,19 +2,12 @@
 
 ::
 
-    from nip import serve_in_background
-
     with serve_in_background(model="/models/tiny-chat", engine="transformers") as server:
-        server                               # a status card with the end of the server's log
         verifier = server.agent_params(lora_rank=8)   # SelfHosted, pointed at this server
-        ...
-    # the server (and vLLM under it) is gone here
 
-The server runs as a child process in a session of its own (``python -m nip.server._owned``,
-which is ``nip serve --config`` plus a watchdog). It is stopped by the ``with`` block (also when
-a cell fails inside it), by :meth:`ServerHandle.stop`, when the handle is garbage-collected,
-when the interpreter or kernel exits, and, because its watchdog sees its parent go, when the
-owning process is killed outright (``kill -9``, a kernel restart).
+The child (``python -m nip.server._owned``: ``nip serve --config`` plus a watchdog) is stopped by
+the ``with`` block, :meth:`ServerHandle.stop`, garbage collection, interpreter exit, and, through
+its watchdog, when the owner is killed outright (``kill -9``, a kernel restart).
 """
 
 from __future__ import annotations
@@ -53,9 +46,8 @@ class ServerStartError(NipError):
 
 
 def _end_server(process: subprocess.Popen, grace_s: float, temporary: str | None) -> None:
-    """SIGTERM (uvicorn's graceful shutdown, which stops vLLM), then SIGKILL of the whole
-    group after ``grace_s`` (and of any worker left behind); removes a temporary storage
-    folder. Safe to call twice."""
+    """SIGTERM (graceful: it stops vLLM), SIGKILL of the group after ``grace_s``; removes a
+    temporary storage folder. Safe to call twice."""
     stop_process_group(process, grace_s)
     if temporary is not None:
         shutil.rmtree(temporary, ignore_errors=True)
@@ -83,8 +75,7 @@ class ServerHandle:
     Attributes:
         config: The server's settings (``port`` and ``vllm_port`` as chosen).
         process: The server process (its own process group).
-        engine: The engine asked for: "vllm" or "transformers" (``auto`` resolved);
-            :attr:`engine_kind` is the one ``/health`` reports.
+        engine: The engine asked for, ``auto`` resolved (:attr:`engine_kind`: ``/health``'s).
         log_path: The server's log (stdout and stderr).
     """
 
@@ -155,12 +146,8 @@ class ServerHandle:
         return self._health.get("engine", {}).get("kind")
 
     def agent_params(self, **overrides: Any) -> PureTextAgentParameters:
-        """``SelfHosted`` agent parameters that talk to this server's base model.
-
-        Args:
-            overrides: Any other :class:`~nip.parameters.PureTextAgentParameters` field
-                (``lora_rank``, ``max_response_words``, ...).
-        """
+        """``SelfHosted`` agent parameters that talk to this server's base model (``overrides``: any
+        other :class:`~nip.parameters.PureTextAgentParameters` field)."""
         from nip.parameters import PureTextAgentParameters
 
         settings: dict[str, Any] = {
@@ -173,11 +160,8 @@ class ServerHandle:
 
     # ------------------------------------------------------------------ state
     def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
-        """The server's ``GET /health`` answer (engine state, adapters, jobs).
-
-        Raises:
-            httpx.HTTPError: The server does not answer.
-        """
+        """The server's ``GET /health`` answer (engine state, adapters, jobs); raises
+        ``httpx.HTTPError`` when it does not answer."""
         import httpx
 
         key = os.environ.get(API_KEY_ENV)
@@ -192,17 +176,15 @@ class ServerHandle:
         return self._health
 
     def log_tail(self, lines: int = 20, *, vllm: bool = False) -> str:
-        """The last ``lines`` lines of the server's log (of vLLM's, with ``vllm=True``),
-        without the access-log lines of ``/health`` polls."""
+        """The last ``lines`` lines of the server's (or vLLM's) log, without ``/health`` polls."""
         return _tail(self.storage / "logs" / "vllm.log" if vllm else self.log_path, lines)
 
     def wait_until_ready(self, timeout_s: float = 900.0, *, show_progress: bool = True) -> None:
-        """Block until the engine is ready, showing the phase and the log's last line
-        (a progress bar: tqdm in a terminal, a widget in a notebook).
+        """Block until the engine is ready, with a progress bar of the phase and the last log line.
 
         Raises:
-            ServerStartError: The process exited or the engine failed (the message holds
-                the end of the log); the server is stopped. Also after ``timeout_s``.
+            ServerStartError: The process exited, the engine failed or ``timeout_s`` passed (the
+                message holds the end of the log); the server is stopped.
         """
         from tqdm.auto import tqdm
 
@@ -319,25 +301,22 @@ def serve_in_background(
 
     Args:
         model: The base model: a Hugging Face model folder or an embedded model name.
-        engine: "vllm", "transformers", or "auto": vLLM where an interpreter with it is
-            found (see :func:`find_vllm_python`; vLLM's CPU build counts), else transformers.
+        engine: "vllm", "transformers", or "auto": vLLM where :func:`find_vllm_python` finds it
+            (its CPU build counts), else transformers.
         port: The server's port (None: a free one).
-        storage_dir: Files, jobs, adapters and logs (None: a temporary folder, removed when
-            the server stops).
+        storage_dir: Files, jobs, adapters and logs (None: a temporary folder, removed with it).
         ready_timeout_s: Give up (and stop the server) when it is not ready by then.
-        show_progress: Show a progress bar while waiting.
-        settings: Any other :class:`~nip.server.config.ServerConfig` field (``dtype``,
-            ``max_model_len``, ``enforce_eager``, ``vllm_python``, ...). ``vllm_port``
-            defaults to a free port.
+        settings: Any other :class:`~nip.server.config.ServerConfig` field (``vllm_port``
+            defaults to a free port).
 
     Returns:
         The ready server's handle; use it as a context manager, or call ``stop()``.
 
     Raises:
         InvalidParameterError: A setting is not allowed.
-        ServerStartError: ``engine="vllm"`` and no vLLM is found, or the server did not
-            get ready (the message holds the end of its log).
-        MissingExtraError: The server's extra (``nip[server]``) is not installed here.
+        ServerStartError: ``engine="vllm"`` and no vLLM is found, or the server did not get
+            ready (the message holds the end of its log).
+        MissingExtraError: ``nip[server]`` is not installed here.
     """
     from nip.errors import InvalidParameterError
 

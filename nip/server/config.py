@@ -1,8 +1,6 @@
 """Settings of ``nip serve``: where it listens, which engine serves the model, how GPUs are shared.
-
-The bearer token is deliberately not a field: it comes from ``--api-key`` or
-``$NIP_SERVER_API_KEY`` only, so a saved configuration never holds a secret.
-"""
+The bearer token is not a field (``--api-key`` or ``$NIP_SERVER_API_KEY`` only), so a saved
+configuration never holds a secret."""
 
 from __future__ import annotations
 
@@ -165,11 +163,8 @@ class ServerConfig(BaseParameters):
         return 0.9 if self.gpu_sharing == "pause" else 0.5
 
     def model_folder(self) -> Path:
-        """The base model's folder (an embedded model is converted once, offline).
-
-        Raises:
-            ModelNotFoundError: ``model`` is neither a folder nor an embedded model.
-        """
+        """The base model's folder, an embedded model converted once, offline
+        (:class:`ModelNotFoundError` for neither)."""
         from nip.backends.local.model_store import ensure_local_model
 
         return ensure_local_model(self.model)
@@ -191,11 +186,7 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(host: str, api_key: str | None) -> None:
-    """Refuse to serve beyond loopback without a bearer token.
-
-    Raises:
-        InsecureServerError: ``host`` is not a loopback address and ``api_key`` is empty.
-    """
+    """Refuse (:class:`InsecureServerError`) to serve beyond loopback without a bearer token."""
     if not is_loopback(host) and not api_key:
         raise InsecureServerError(
             f"refusing to listen on {host!r} without a bearer token: anyone who can reach it "

@@ -1,10 +1,9 @@
 """The inference engine behind the server: one small Protocol, two implementations.
 
 :class:`~nip.server.vllm_engine.VllmEngine` supervises a vLLM process (the GPU path);
-:class:`~nip.server.local_engine.TransformersEngine` generates in-process with the project's
-transformers backend (the CPU fallback). Fine-tuning does not care which one runs: when a job
-succeeds the server calls :meth:`InferenceEngine.load_adapter`, and around training it calls
-:meth:`~InferenceEngine.pause` / :meth:`~InferenceEngine.resume`.
+:class:`~nip.server.local_engine.TransformersEngine` generates in-process (the CPU fallback).
+The server calls :meth:`InferenceEngine.load_adapter` when a job succeeds, and
+:meth:`~InferenceEngine.pause` / :meth:`~InferenceEngine.resume` around training.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ class EngineStatus:
         kind: "vllm", "transformers" or "none".
         state: stopped, starting, ready, paused (training holds the GPU), crashed (being
             restarted) or failed (given up; ``error`` says why).
-        base_model: The name of the base model.
         adapters: Adapter names the engine serves (loaded or loading).
         restarts: How often the engine was restarted after a crash.
         error: The last failure, with the end of the engine's log.
@@ -90,9 +88,8 @@ class InferenceEngine(Protocol):
         ...
 
     async def load_adapter(self, name: str, path: str) -> None:
-        """Serve the PEFT adapter in ``path`` as model ``name``, without a restart.
-
-        An engine that is not ready yet loads it as soon as it is.
+        """Serve the PEFT adapter in ``path`` as model ``name``, without a restart (an engine not
+        ready yet loads it once it is).
 
         Raises:
             EngineError: The engine refused the adapter.

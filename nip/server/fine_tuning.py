@@ -1,9 +1,8 @@
 """OpenAI-compatible ``/v1/files`` and ``/v1/fine_tuning/jobs`` over any fine-tune backend.
 
-The same group code that talks to OpenAI talks to this server by changing the base URL.
-Malformed JSONL, unknown models and bad hyper-parameters are refused with a 4xx naming the
-problem before anything is queued. Jobs wait in a queue and run ``max_concurrent`` at a time
-(one by default: one GPU); the queue picks up where it was after a restart.
+The group code that talks to OpenAI talks to this server by its base URL. Malformed JSONL,
+unknown models and bad hyper-parameters are refused with a 4xx before anything is queued; jobs
+run ``max_concurrent`` at a time and the queue picks up where it was after a restart.
 """
 
 from __future__ import annotations
@@ -64,17 +63,8 @@ def _format_of(row: dict[str, Any]) -> str | None:
 
 
 def parse_training_file(content: bytes, method: str | None) -> list[dict[str, Any]]:
-    """Check a JSONL training file for ``method`` and return its lines.
-
-    Args:
-        content: The file.
-        method: ``"supervised"`` or ``"dpo"``; None: the format its first line is written in
-            (an upload, before a job says which it needs), so a malformed line is refused with
-            its own format's message.
-
-    Raises:
-        RequestError: The file is not UTF-8 JSONL of the method's format (names the line).
-    """
+    """Check a JSONL training file for ``method`` (``"supervised"``, ``"dpo"``; None for an upload:
+    its first line's format) and return its lines; a :class:`RequestError` names a bad line."""
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
@@ -151,11 +141,7 @@ def build_spec(job: JobRow, examples: list[dict[str, Any]]) -> FineTuneSpec:
 
 
 def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Check a job-creation body; returns (method, extra).
-
-    Raises:
-        RequestError: A field is missing or out of range.
-    """
+    """Check a job-creation body; returns (method, extra), or raises :class:`RequestError`."""
     for name in ("model", "training_file"):
         if not isinstance(body.get(name), str) or not body[name]:
             raise RequestError(f"{name} is required", param=name)
@@ -194,23 +180,20 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
 
 
 class FineTuneQueue:
-    """Runs queued jobs on a :class:`FineTuneBackend`, ``max_concurrent`` at a time.
+    """Runs queued jobs from ``store`` on ``backend``, ``max_concurrent`` at a time (1: one GPU).
 
-    Each job gets a fresh model name: its suffix (``verifier-it3``), or the suffix with a
-    number added when another job already has that name; a restarted server reuses it.
+    Each job gets a fresh model name, its suffix (``verifier-it3``) with a number added when taken;
+    a restarted server reuses it.
 
     Args:
-        store: Where jobs live.
-        backend: What trains.
-        max_concurrent: Jobs running at once (1: one GPU).
         poll_interval_s: How often running jobs are polled.
         on_succeeded: Called with each job that succeeds, after ``after_training`` (e.g. to
-            load its adapter into the inference engine).
-        resolve_model: Maps a job's ``model`` to (base model to train, adapter to continue
-            from); None trains the name as given.
+            load its adapter into the engine).
+        resolve_model: Maps a job's ``model`` to (base model, adapter to continue from); None
+            trains the name as given.
         reserved_names: Names no job may take (the base model's).
-        before_training / after_training: Called when training starts while no job was
-            training, and when the last running job ends (to pause and resume inference).
+        before_training / after_training: Called when the first job starts training and when
+            the last one ends (to pause and resume inference).
     """
 
     def __init__(

@@ -1,9 +1,6 @@
-"""The CPU fallback engine: the project's transformers backend, in the server's process.
-
-It serves chat completions (not streamed) for the base model and every adapter loaded with
-:meth:`TransformersEngine.load_adapter`, batching concurrent requests like the ``Local``
-provider does. It has nothing to free for training, so pause and resume do nothing.
-"""
+"""The CPU fallback engine: the transformers backend in the server's process, serving chat
+completions (not streamed) for the base model and every loaded adapter, batched like the
+``Local`` provider; pause and resume do nothing."""
 
 from __future__ import annotations
 
@@ -27,13 +24,8 @@ log = logging.getLogger(__name__)
 
 
 class TransformersEngine(InferenceEngine):
-    """Inference with :class:`~nip.backends.local.LocalBackend` (the model loads on first use).
-
-    Args:
-        model: The base model's folder (or an embedded model's name).
-        base_model: The name clients use for it.
-        device: ``"auto"``, ``"cpu"`` or ``"cuda"``.
-    """
+    """Inference with :class:`~nip.backends.local.LocalBackend` on ``device`` (loaded on first use):
+    ``model`` is the folder or embedded model, ``base_model`` the name clients use."""
 
     kind = "transformers"
 

@@ -1,8 +1,5 @@
-"""FastAPI routes for files and fine-tuning jobs (see :mod:`nip.server.fine_tuning`).
-
-FastAPI reads the route functions' annotations at run time, so this module imports FastAPI's
-names at the top (it is only imported by the server, never by ``import nip``).
-"""
+"""FastAPI routes for files and fine-tuning jobs (see :mod:`nip.server.fine_tuning`); FastAPI's
+names are imported at the top because it reads the routes' annotations at run time."""
 
 import json
 from collections.abc import Callable
@@ -45,12 +42,9 @@ def add_fine_tuning_routes(
     *,
     check_job: Callable[[dict[str, Any]], None],
 ) -> None:
-    """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``.
-
-    ``check_job`` may refuse a job-creation body (a model not served here, settings the
-    server cannot train) with a :class:`RequestError`; every RequestError a route raises is
-    answered with its status and message.
-    """
+    """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``; ``check_job`` may refuse a
+    job-creation body with a :class:`RequestError`, answered (as any a route raises) with its
+    status and message."""
     app.add_exception_handler(RequestError, _refuse)
 
     @app.post("/v1/files")

@@ -2,20 +2,14 @@
 
 ::
 
-    from nip.server import serving
-
     with serving([hyper_params], settings, storage=run_dir / "serve") as settings:
         build_trainer(hyper_params, settings).train()   # SelfHosted agents talk to it
-    # every server it started is gone here
 
-One server per base model of the configurations' ``SelfHosted`` agents, on this machine, each
-a :func:`~nip.server.background.serve_in_background` child: ready (with progress) before the
-block runs, stopped when the block ends or raises, when the interpreter exits, and, because
-its watchdog sees its owner go, when the owner is killed outright (``kill -9``). Its storage
-(jobs, adapters, logs) is a folder the caller names, so a resumed run or sweep starts it again
-on the same storage and every adapter trained before is served again. The agents are pointed
-at it through ``settings.servers`` (:func:`nip.backends.self_hosted.served_params`), not
-through their saved parameters: a server's port is how a run runs, not what it studies.
+One :func:`~nip.server.background.serve_in_background` child per base model of the ``SelfHosted``
+agents, ready before the block runs and stopped when it ends. Its storage is a folder the caller
+names, so a resumed run serves every adapter trained before again. Agents are pointed at it
+through ``settings.servers``, not their saved parameters (a port is how a run runs, not what it
+studies).
 """
 
 from __future__ import annotations
@@ -45,8 +39,7 @@ PER_SERVER_FIELDS = ("model", "served_model_name", "port", "storage_dir", "host"
 
 
 def served_models(configs: Iterable[HyperParameters]) -> list[str]:
-    """The base models the configurations' ``SelfHosted`` agents need a server for, sorted
-    (agents on the dummy API need none)."""
+    """The base models the configurations' ``SelfHosted`` agents need a server for, sorted."""
     return sorted(
         {
             agent.model_name
@@ -63,12 +56,8 @@ def storage_name(model: str) -> str:
 
 
 def server_settings(settings: ExperimentSettings) -> dict[str, Any]:
-    """The ServerConfig fields every server starts with: ``settings.serve_config``'s, less the
-    ones set per server (:data:`PER_SERVER_FIELDS`).
-
-    Raises:
-        ConfigFileError: The file is missing or not a ServerConfig.
-    """
+    """The ServerConfig fields every server starts with: ``settings.serve_config``'s, less
+    :data:`PER_SERVER_FIELDS` (:class:`ConfigFileError` for a missing or bad file)."""
     if settings.serve_config is None:
         return {}
     import yaml
@@ -84,13 +73,8 @@ def server_settings(settings: ExperimentSettings) -> dict[str, Any]:
 
 
 def model_source(name: str) -> str:
-    """What ``nip serve --model`` is given for a base model the agents call ``name``: a model
-    folder as it is, an embedded model by name, else a Hugging Face model id fetched into the
-    Hub cache (only looked up there with ``HF_HUB_OFFLINE=1``).
-
-    Raises:
-        ModelNotFoundError: None of these.
-    """
+    """What ``nip serve --model`` is given for ``name``: a model folder or embedded model as it is,
+    else a Hugging Face id fetched into the Hub cache (else :class:`ModelNotFoundError`)."""
     from nip.backends.local.model_store import canonical_model_name
 
     if Path(name).expanduser().is_dir() or canonical_model_name(name) is not None:
@@ -115,16 +99,10 @@ def serving(
     *,
     echo: bool = True,
 ) -> Iterator[ExperimentSettings]:
-    """Start the ``nip serve`` of each base model the configurations' ``SelfHosted`` agents
-    use, wait until each is ready, and yield ``settings`` pointing those agents at them.
-
-    Args:
-        configs: The run's parameters, or a sweep's cells'.
-        settings: The run's settings; ``serve_config``, ``server_ready_timeout_s`` and
-            ``show_progress`` shape the servers. With ``serve`` off, nothing is started and
-            ``settings`` is yielded as given.
-        storage: The servers' storage root: one folder per model under it.
-        echo: Say which server starts where.
+    """Start a ``nip serve`` per base model of the ``SelfHosted`` agents of ``configs`` (a run's, or
+    a sweep's cells'), each in a folder under ``storage``, wait until each is ready, and yield
+    ``settings`` pointing those agents at them. ``settings.serve_config``,
+    ``server_ready_timeout_s`` and ``show_progress`` shape them; with ``serve`` off nothing starts.
 
     Raises:
         ServerStartError: A server did not get ready (the others are stopped).

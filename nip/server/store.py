@@ -1,9 +1,6 @@
-"""The server's persistent state: uploaded files and fine-tuning jobs, in SQLite.
-
-A restarted server still knows every file, every job, its status, its adapter and its error.
-Uploaded files are stored under the storage directory by their generated id only, so a
-client-chosen file name can never escape it.
-"""
+"""The server's persistent state, in SQLite: uploaded files and fine-tuning jobs (status,
+adapter, error), kept across restarts. Files are stored by generated id only, so a
+client-chosen file name can never escape the storage directory."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """The GPU engine: a supervised vLLM process serving the base model and LoRA adapters.
 
-vLLM listens on loopback only, behind the nip server: the server holds the only key to it (a
-random token in ``VLLM_API_KEY``), forwards chat requests, and is the only caller of its
-administrative endpoints (``/v1/load_lora_adapter``, and ``/sleep`` / ``/wake_up``, which vLLM
-exposes only with ``VLLM_SERVER_DEV_MODE=1`` and does not protect with its key).
-
-The supervisor starts vLLM (a :class:`~nip.backends.local.vllm_process.VllmProcess`, as the
-``Local`` provider's vLLM engine does), waits for ``/health`` with a time-out, loads every
-registered adapter, and restarts vLLM (up to ``vllm_max_restarts`` times) if it dies; each
-start loads the adapters again, since vLLM forgets adapters loaded at run time. Stopping it
-ends its whole process group, workers that outlived vLLM included.
+vLLM listens on loopback behind the nip server, which holds its only key and is the only caller
+of its admin endpoints (``/v1/load_lora_adapter``; ``/sleep`` and ``/wake_up``, exposed only with
+``VLLM_SERVER_DEV_MODE=1`` and not protected by its key). The supervisor starts a
+:class:`~nip.backends.local.vllm_process.VllmProcess`, loads every registered adapter, and
+restarts vLLM (up to ``vllm_max_restarts`` times) if it dies, loading the adapters again.
 """
 
 from __future__ import annotations
@@ -40,13 +35,9 @@ log = logging.getLogger(__name__)
 
 
 def vllm_dtype(config: ServerConfig) -> str:
-    """vLLM's ``--dtype`` for ``config``: its ``dtype``, except that "auto" on a CPU is
-    bfloat16 where the CPU has it natively and float32 elsewhere, or what ``NIP_CPU_DTYPE``
-    says (:func:`~nip.utils.precision.cpu_dtype`).
-
-    vLLM's own "auto" picks bfloat16 on every x86 CPU; without AVX512-BF16 or AMX it is
-    emulated there, and SmolLM2-135M read a 645-token prompt in 17 s instead of 4 s.
-    """
+    """vLLM's ``--dtype`` for ``config``: on a CPU, "auto" is
+    :func:`~nip.utils.precision.cpu_dtype` (vLLM's own "auto" picks bfloat16, emulated and
+    several times slower without AVX512-BF16 or AMX)."""
     if config.dtype != "auto" or config.resolved_device == "cuda":
         return config.dtype
     return cpu_dtype(fast=True)
@@ -88,16 +79,10 @@ def vllm_launch(config: ServerConfig, model: Path, python: str) -> VllmLaunch:
 
 
 class VllmEngine:
-    """Runs and supervises ``python -m vllm.entrypoints.openai.api_server``.
-
-    Args:
-        config: The server's settings (model, LoRA limits, GPU sharing, ports...).
-        model: The base model's folder.
-        log_dir: Where ``vllm.log`` and ``vllm.pid`` go.
-        paused_wait_s: How long a request waits for a paused or starting engine before a 503.
-        restart_backoff_s: The wait before the first restart after a crash; it doubles with
-            each restart, up to 30 s.
-    """
+    """Runs and supervises ``python -m vllm.entrypoints.openai.api_server`` for ``config``, logging
+    to ``log_dir`` (``vllm.log``, ``vllm.pid``). A request waits ``paused_wait_s`` for a paused or
+    starting engine before a 503; restarts wait ``restart_backoff_s``, doubled each time, up to
+    30 s."""
 
     kind = "vllm"
 
@@ -222,9 +207,8 @@ class VllmEngine:
         return await process.wait_for_exit()
 
     async def _terminate(self, grace_s: float = 30.0) -> None:
-        """End vLLM's process group, workers that outlived it included (SIGTERM, then
-        SIGKILL after ``grace_s``); the pid file goes too, even when this is cancelled
-        half-way (then the group is killed at once)."""
+        """End vLLM's process group (SIGKILL after ``grace_s``) and its pid file, even if
+        cancelled half-way (then at once)."""
         process, self._process = self._process, None
         if process is not None:
             await process.astop(grace_s)
@@ -239,13 +223,12 @@ class VllmEngine:
 
     # ------------------------------------------------------------------ adapters
     async def load_adapter(self, name: str, path: str) -> None:
-        """Serve the adapter in ``path`` as ``name``. A stacked adapter is served as the one
-        adapter equal to its whole stack (:mod:`nip.server.stacked_adapters`), written next
-        to it, since vLLM applies a single adapter per request.
+        """Serve the adapter in ``path`` as ``name``; a stack is served as the one adapter
+        equal to it (vLLM applies one adapter per request).
 
         Raises:
-            EngineError: The stack cannot be expressed as one adapter vLLM serves (for
-                example its ranks add up to more than ``--max-lora-rank``).
+            EngineError: The stack cannot be one adapter vLLM serves (its ranks add up to more
+                than ``--max-lora-rank``).
         """
         path = await asyncio.to_thread(self._servable_path, Path(path))
         self._adapters[name] = path

@@ -8,16 +8,9 @@
     await sweep.run_async(max_parallel=4)    # nip sweep paper-ei (sweep.run() in a script)
     figure, table = sweep.compare()          # nip compare runs/sweeps/paper-ei
 
-A :class:`Sweep` is a :class:`~nip.sweeps.grid.GridSpec` (what a grid file holds)
-and the directory its cells run in: ``nip sweep GRID.yaml`` builds the same two, so a grid file,
-the command line and this API expand to the same cells and share one sweep directory (a sweep
-started in a shell can be watched, resumed and compared here, and the other way round).
-
-The package: :mod:`~nip.sweeps.grid` (a grid file into cells, and their dry run),
-:mod:`~nip.sweeps.run` (the cells as concurrent runs on this machine), :mod:`~nip.sweeps.ray`
-(the cells as Ray tasks), :mod:`~nip.sweeps.ray_servers` (a server per Ray node for them) and
-:mod:`~nip.sweeps.ray_cluster` (a Ray cluster of this machine's own). The sweep directory's
-layout and readers are :mod:`nip.runs.sweep_dir`, which the plots and dashboards read too.
+A :class:`Sweep` is a :class:`~nip.sweeps.grid.GridSpec` and the directory its cells run in, as
+``nip sweep GRID.yaml`` builds them: a sweep started in a shell can be watched, resumed and
+compared here, and the other way round. The directory's layout is :mod:`nip.runs.sweep_dir`.
 """
 
 from __future__ import annotations
@@ -46,12 +39,8 @@ __all__ = ["Sweep", "sweep"]
 
 @dataclass
 class Sweep:
-    """A grid of runs and the directory its cells run in (:func:`sweep` makes one).
-
-    Attributes:
-        spec: The grid: a base configuration, shared overrides and axes.
-        directory: The sweep directory (``sweep.json``, ``events.jsonl``, ``cells/<name>/``).
-        settings: How the cells run (cache, concurrency, W&B); defaults otherwise.
+    """A grid of runs (``spec``) and the directory its cells run in (``sweep.json``,
+    ``events.jsonl``, ``cells/<name>/``), with how they run (``settings``); :func:`sweep` makes one.
     """
 
     spec: GridSpec
@@ -71,11 +60,8 @@ class Sweep:
         return self.spec.cells()
 
     def run_dir(self, cell: str) -> Path:
-        """A cell's run directory (``nip resume``, ``RunMonitor`` and ``load_run`` take it).
-
-        Raises:
-            KeyError: The grid has no cell of that name.
-        """
+        """A cell's run directory (``nip resume``, ``RunMonitor`` and ``load_run`` take it);
+        KeyError for a name the grid lacks."""
         names = [c.name for c in self.cells]
         if cell not in names:
             raise KeyError(f"sweep {self.name!r} has no cell {cell!r}; its cells: {names}")
@@ -83,21 +69,16 @@ class Sweep:
 
     # ------------------------------------------------------------------ stages
     def dry_run(self, *, sample_items: int = 4) -> SweepEstimate:
-        """Every cell's dry run and their total: nothing is called and nothing is written.
-
-        Shown in a notebook as a table (``.to_dataframe()``: one row per cell; ``.total_usd``).
-        """
+        """Every cell's dry run and their total (``.to_dataframe()``, ``.total_usd``); nothing
+        is called and nothing is written."""
         from nip.sweeps.grid import estimate_sweep
 
         return estimate_sweep(self.spec, self.settings, sample_items=sample_items)
 
     async def run_async(self, *, max_parallel: int | None = None, echo: bool = True):
-        """Run (or resume) every unfinished cell, at most ``max_parallel`` at once (the grid's
-        ``max_parallel`` by default); see :func:`~nip.sweeps.run.run_sweep_async`.
-
-        Returns:
-            Each cell's outcome by name: ``done``, ``stopped``, or the error that ended it.
-        """
+        """Run (or resume) every unfinished cell, at most ``max_parallel`` at once
+        (:func:`run_sweep_async`); returns each cell's outcome: ``done``, ``stopped``, or the error
+        that ended it."""
         from nip.sweeps.run import run_sweep_async
 
         return await run_sweep_async(
@@ -172,22 +153,19 @@ def sweep(
     """A sweep, as ``nip sweep`` makes it: a grid and the directory its cells run in.
 
     Args:
-        grid: A shipped grid (``"paper-ei"``), a grid file, a grid as a dict (the file's keys:
-            ``base``, ``set``, ``axes``, ``zip``...), a :class:`GridSpec`, or the directory of
-            an earlier sweep (to watch, resume or compare it).
-        set: Overrides every cell shares, added to the grid's ``set:`` (dotted paths, as
+        grid: A shipped grid (``"paper-ei"``), a grid file, a grid as a dict (the file's keys), a
+            :class:`GridSpec`, or an earlier sweep's directory (to watch, resume or compare it).
+        set: Overrides every cell shares, added to the grid's ``set:`` (dotted paths as
             ``--set``; ``agents.*.FIELD`` sets every agent's).
         seeds: The ``seed`` axis (replacing the grid's).
-        axes: More axes, or other values for the grid's (``{"interaction_protocol":
-            ["nip", "debate"]}``).
-        name: The sweep's name (and so its default directory).
-        sweep_dir: Where the cells go (default: ``runs/sweeps/<name>``, as ``nip sweep``).
+        axes: More axes, or other values for the grid's (``{"interaction_protocol": ["nip"]}``).
+        name: The sweep's name (and so its default directory, ``runs/sweeps/<name>``).
+        sweep_dir: Where the cells go.
         settings: How the cells run.
 
     Raises:
         ConfigFileError: No such grid.
-        InvalidParameterError: A cell's configuration is not allowed (the error names the
-            cell and the field).
+        InvalidParameterError: A cell's configuration is not allowed (naming cell and field).
     """
     if isinstance(grid, GridSpec):
         spec = GridSpec.from_dict(grid.to_dict(), folder=grid.folder)

@@ -16,8 +16,7 @@ A grid file (YAML)::
     serve: true                    # optional: the sweep owns its nip serve (--serve/--no-serve win)
 
 An axis is any dotted path :meth:`HyperParameters.with_overrides` takes, or ``base`` itself
-(a list of presets or files: ``base: [paper/nip-ei, paper/debate-ei]`` compares the paper's
-presets, each with its own protocol options). Each cell is named from its axis values
+(``base: [paper/nip-ei, paper/debate-ei]``). Each cell is named from its axis values
 (``nip-ei_seed0``) and is an ordinary run directory under the sweep's directory.
 """
 
@@ -95,13 +94,8 @@ def _label(path: str, value: Any) -> str:
 
 @dataclass
 class SweepCell:
-    """One configuration of the grid.
-
-    Attributes:
-        name: The cell's name (its run directory's name).
-        values: Its axis values by path (``{"base": "paper/nip-ei", "seed": 0}``).
-        hyper_params: Its whole configuration.
-    """
+    """One configuration of the grid: its ``name`` (its run directory's), its axis ``values`` by
+    path (``{"base": "paper/nip-ei", "seed": 0}``) and its whole ``hyper_params``."""
 
     name: str
     values: dict[str, Any]
@@ -176,12 +170,8 @@ class GridSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> GridSpec:
-        """Read a grid file (YAML or JSON), or a shipped grid by name (``paper-ei``: the
-        files of ``nip/configs/sweeps``).
-
-        Raises:
-            ConfigFileError: No such file or shipped grid, or not valid YAML.
-        """
+        """Read a grid file (YAML or JSON), or a shipped grid by name (``paper-ei``); raises
+        :class:`ConfigFileError` for no such grid or bad YAML."""
         import yaml
 
         path = Path(path)
@@ -218,12 +208,8 @@ class GridSpec:
         return dims
 
     def cells(self) -> list[SweepCell]:
-        """Every cell of the grid, configured and validated, in grid order.
-
-        Raises:
-            InvalidParameterError: A cell's configuration is not allowed (the error names it),
-                or two cells would have the same name.
-        """
+        """Every cell of the grid, configured and validated, in grid order (an
+        :class:`InvalidParameterError` names a bad cell, or two cells of one name)."""
         cells, bases = [], {}
         for combination in itertools.product(*self._dimensions()):
             values: dict[str, Any] = {}
@@ -279,7 +265,7 @@ class SweepEstimate:
             rows.append(
                 {
                     "cell": cell.name,
-                    **{path: value for path, value in cell.values.items()},
+                    **cell.values,
                     "protocol": hp.interaction_protocol,
                     "iterations": hp.rl.num_iterations,
                     "dialogues": sum(row["dialogues"] for row in estimate.by_stage()),
@@ -360,11 +346,7 @@ def default_sweep_dir(name: str) -> Path:
 
 
 def load_sweep_spec(sweep_dir: str | Path) -> GridSpec:
-    """The grid a sweep directory was made from (``nip sweep resume DIR``).
-
-    Raises:
-        NotASweepDirectoryError: ``sweep_dir`` is missing, a file, or holds no sweep.
-    """
+    """The grid a sweep directory was made from (:class:`NotASweepDirectoryError` where none)."""
     manifest = read_manifest(sweep_dir)
     folder = manifest.get("folder")
     return GridSpec.from_dict(manifest["grid"], folder=Path(folder) if folder else None)

@@ -5,12 +5,9 @@
     run_sweep_ray(GridSpec.load("grid.yaml"), "/shared/sweeps/ei", address="auto",
                   resources="cpu=1,gpu=1")
 
-Each cell runs as one task (``max_retries``) that opens the cell's run directory and trains
-it: a task whose worker or node dies is retried by Ray and resumes from the run directory
-like ``nip resume``. Every node must see the sweep directory at the same path (shared
-storage: NFS, a cluster file system), since each cell's state, rollouts and metrics are
-written there; the grid's config files must be readable on the nodes too. Ray is the optional
-extra ``nip[ray]``.
+A task whose worker or node dies is retried (``max_retries``) and resumes from the cell's run
+directory like ``nip resume``. Every node must see the sweep directory (and the grid's config
+files) at the same path. Ray is the optional extra ``nip[ray]``.
 """
 
 from __future__ import annotations
@@ -59,12 +56,8 @@ def _ray():
 def parse_resources(
     text: str | dict[str, float] | None, option: str = "--cell-resources"
 ) -> dict[str, Any]:
-    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (``option``: the
-    command-line option an error names).
-
-    Raises:
-        InvalidParameterError: An entry is not ``NAME=NUMBER``.
-    """
+    """``"cpu=1,gpu=1,memory_gb=8,custom=2"`` as Ray task options (an :class:`InvalidParameterError`
+    naming ``option`` for an entry not ``NAME=NUMBER``)."""
     if isinstance(text, dict):
         items = text.items()
     else:
@@ -122,9 +115,8 @@ def _run_cell(
 
 @contextmanager
 def joined_cluster(address: str | None) -> Iterator[Any]:
-    """Ray, with this process in the cluster at ``address`` for the block (``auto``; ``local``:
-    a new one on this machine, stopped when the block ends; ``ray://host:10001``; None: the
-    one already initialised).
+    """Ray, with this process in the cluster at ``address`` for the block (``auto``; ``local``: a
+    new one here, stopped when the block ends; ``ray://host:10001``; None: the one initialised).
 
     Raises:
         RayNotInstalledError: Ray is not installed.
@@ -160,17 +152,10 @@ def run_sweep_ray(
     max_retries: int = 3,
     echo: bool = True,
 ) -> dict[str, str]:
-    """Run every unfinished cell as a Ray task; returns each cell's outcome.
-
-    Args:
-        spec: The grid.
-        sweep_dir: The sweep's directory, on storage every node sees at this path.
-        settings: Runtime settings for every cell (``run_dir`` is the cell's).
-        address: The cluster (``auto``: the one this machine is part of; ``local``: a new
-            one on this machine, stopped when the sweep ends; or ``ray://host:10001``);
-            None: the already initialised one.
-        resources: Each task's resources (``cpu=1,gpu=1``).
-        max_retries: How often a cell whose worker or node died is run again (it resumes).
+    """Run every unfinished cell as a Ray task (``resources``: each task's, ``cpu=1,gpu=1``) on the
+    cluster at ``address`` (:func:`joined_cluster`); a cell whose worker or node died runs again,
+    resuming, up to ``max_retries`` times. Returns each cell's outcome. ``sweep_dir`` must be on
+    storage every node sees at this path.
 
     Raises:
         RayNotInstalledError: Ray is not installed (``pip install 'nip[ray]'``).

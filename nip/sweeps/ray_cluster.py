@@ -1,11 +1,8 @@
 """A Ray cluster of this machine's own for the length of a block (``nip sweep --ray local``).
 
-``ray.init()`` starts a node whose raylet waits a fixed 15 s (Ray 2.60) for its dashboard
-agent, a Python process importing Ray, to write down the ports it chose, and aborts past that:
-on a busy 2-core machine the agent took 15-20 s, and the node "timed out during startup".
-Started with ``ray start --head`` and the agents' ports chosen here, the raylet waits only for
-the dashboard agent's HTTP port (which Ray 2.60 does not pass on), and its wait for the
-runtime-env agent is raised to the cluster's start time-out.
+Started with ``ray start --head`` and the agents' ports chosen here, rather than ``ray.init()``,
+whose raylet aborts when its dashboard agent takes over 15 s to start (as on a busy 2-core
+machine).
 """
 
 from __future__ import annotations
@@ -40,22 +37,11 @@ _PORT_OPTIONS = (
 def local_ray_cluster(
     *, num_cpus: int | None = None, start_timeout_s: float = START_TIMEOUT_S
 ) -> Iterator[None]:
-    """This process joined to a new Ray cluster on this machine; stopped when the block ends.
-
-    The cluster (``ray start --head --block``; no dashboard, log monitor or autoscaler) keeps
-    its files in a folder of its own, so no other ``ray.init()`` on the machine finds and
-    joins it, and uses token authentication as ``ray.init()`` does (unless ``RAY_AUTH_MODE``
-    says otherwise). Only its own processes are stopped at the end (never ``ray stop``, which
-    stops every cluster of the machine). ``RAY_ADDRESS``, where set, still wins: Ray joins
-    that cluster instead.
-
-    Args:
-        num_cpus: The CPUs the node offers (None: Ray counts them).
-        start_timeout_s: How long the node may take to come up.
-
-    Raises:
-        RuntimeError: The node did not come up (with the end of Ray's logs).
-    """
+    """This process joined to a new Ray cluster on this machine (``num_cpus``: None, Ray counts), up
+    within ``start_timeout_s`` (else RuntimeError with the end of Ray's logs) and stopped when the
+    block ends. Its files are in a folder of its own (no other ``ray.init()`` joins it), it uses
+    token authentication unless ``RAY_AUTH_MODE`` says otherwise, and only its own processes are
+    stopped (never ``ray stop``). ``RAY_ADDRESS``, where set, still wins."""
     import ray
 
     # Short: Ray's socket paths under it must stay within 107 bytes.

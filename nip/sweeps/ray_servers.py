@@ -6,19 +6,11 @@
                          ExperimentSettings(serve=True), address="auto",
                          server_resources="gpu=1")
 
-One server slot per Ray node that has the server's resources (``gpu=1``): a Ray actor
-(:class:`NodeServers`) placed on its node, holding those resources, which starts the
-``nip serve`` of every base model its cells use (:func:`~nip.server.run_servers.serving_models`)
-and stops them when it goes. Each cell belongs to a slot (:func:`place_cells`: spread evenly,
-one base model per node where the grid allows) and runs as a Ray task pinned to the node its
-slot's actor is on, talking to its servers on loopback. A slot's storage (jobs, adapters,
-logs) is on the sweep directory, which every node sees: when a node dies it takes its actor
-and servers with it, Ray starts the actor again on another node with the same storage (every
-adapter trained before is served again), and the slot's cells resume there from their run
-directories. The cells' slots are saved (``serve/placement.json``), so a resumed sweep puts
-each cell beside the storage of its adapters again. When the sweep ends, fails or its driver
-is killed, the actors go and their servers with them (each server's watchdog sees its actor's
-process go).
+One server slot per node with ``server_resources``: a Ray actor (:class:`NodeServers`) running
+the ``nip serve`` of each base model its cells use. Each cell (placed by :func:`place_cells`,
+saved in ``serve/placement.json``) runs as a task pinned to its slot's node. Slot storage is on
+the sweep directory, so when a node dies Ray restarts the actor elsewhere, every adapter is
+served again and the cells resume; when the sweep ends or its driver dies, the servers go too.
 """
 
 from __future__ import annotations
@@ -46,12 +38,8 @@ NODE_FILE = "node.json"
 
 @dataclass
 class Placement:
-    """Which server slot each cell runs beside, and which base models each slot serves.
-
-    Attributes:
-        slots: Each slot's cells (``slot-0``: ``["nip-ei_seed0", ...]``).
-        models: Each slot's base models (one server each).
-    """
+    """Which server slot each cell runs beside (``slots``: ``slot-0``: ``["nip-ei_seed0", ...]``),
+    and which base models each slot serves (``models``, one server each)."""
 
     slots: dict[str, list[str]] = field(default_factory=dict)
     models: dict[str, list[str]] = field(default_factory=dict)
@@ -68,17 +56,9 @@ def place_cells(
 ) -> Placement:
     """Spread the cells over one slot per node (``slot-0`` ... ``slot-{nodes-1}``).
 
-    A cell keeps the slot ``saved`` gives it (its adapters are in that slot's storage); each
-    other cell goes, in order, to a slot with room (at most ``ceil(cells / slots)`` each),
-    preferring one that would not need a second base model's server (a slot serving nothing
-    yet, or already its models), then the one with the fewest cells: the grid is spread
-    evenly, and a node serves one base model where the order of the cells allows. A cell
-    without self-hosted agents gets no slot.
-
-    Args:
-        cell_models: Each cell's base models (empty: none needs a server).
-        nodes: The nodes that can hold a server slot (>= 1).
-        saved: Cells' slots from an earlier run of the sweep.
+    A cell keeps its ``saved`` slot; each other goes, in order, to a slot with room (at most
+    ``ceil(cells / slots)``), preferring one that needs no second base model, then the emptiest.
+    A cell without base models in ``cell_models`` (no self-hosted agents) gets no slot.
     """
     saved = dict(saved or {})
     names = [f"slot-{i}" for i in range(max(1, nodes))]
@@ -116,16 +96,9 @@ def _slot_number(slot: str) -> int:
 
 
 class NodeServers:
-    """The Ray actor of one server slot: the ``nip serve`` of each of its base models, on the
-    node it is placed on, until :meth:`stop` or the actor's end. Each start writes the node
-    and the servers' URLs to ``node.json`` in the slot's storage.
-
-    Args:
-        models: The base models to serve.
-        storage: The slot's storage root (a folder per model under it), on shared storage.
-        settings: :class:`~nip.settings.ExperimentSettings` as a dict (``serve_config``,
-            ``server_ready_timeout_s``).
-    """
+    """The Ray actor of one server slot: the ``nip serve`` of each of ``models`` on its node, with
+    storage under ``storage`` (shared), until :meth:`stop`; each start writes the node and URLs to
+    the slot's ``node.json``. ``settings``: :class:`~nip.settings.ExperimentSettings` as a dict."""
 
     def __init__(self, models: list[str], storage: str, settings: dict[str, Any]):
         import ray
@@ -182,15 +155,9 @@ def run_sweep_ray_served(
     """Run every unfinished cell as a Ray task beside a server of its base model; returns
     each cell's outcome (``done``, ``stopped``, or the error that ended it).
 
-    Args:
-        spec: The grid.
-        sweep_dir: The sweep's directory, on storage every node sees at this path.
-        settings: Runtime settings for every cell and server (``serve_config``...).
-        address: The cluster (see :func:`~nip.sweeps.ray.joined_cluster`).
-        resources: Each cell task's resources (``cpu=1``); its server holds the GPUs.
-        server_resources: Each server slot's resources (``gpu=1``; ``cpu=1`` on a CPU
-            cluster): one slot per node that has them.
-        max_retries: How often a cell whose node (or worker) died is resumed elsewhere.
+    Args as :func:`~nip.sweeps.ray.run_sweep_ray` (``resources``: each cell task's, its server
+    holding the GPUs), and ``server_resources``: each server slot's (``gpu=1``; ``cpu=1`` on a CPU
+    cluster), one slot per node that has them.
 
     Raises:
         InvalidParameterError: A resources string is not ``NAME=NUMBER,...``.

@@ -6,20 +6,11 @@
     print(estimate_sweep(spec))                     # nip sweep grid.yaml --dry-run
     run_sweep(spec, "runs/sweeps/ei", max_parallel=4)
 
-The sweep's directory holds ``sweep.json`` (the grid and its cells), ``events.jsonl`` (when
-each cell started and ended) and ``cells/<name>/``, each an ordinary run directory: ``nip
-resume``, ``nip control`` and ``nip compare`` work on a cell as on any run. Running the same
-grid again into the same directory resumes every unfinished cell from its own state and skips
-the finished ones, so a sweep killed at any point (even ``kill -9``) loses nothing. Every cell
-is checked before any starts (:func:`check_cells`), and a sweep owns its directory while it
-runs (:mod:`nip.runs.ownership`): a second copy on the same directory is refused, naming the
-first, and a dead one's place is taken.
-
-Cells run as asyncio tasks in one process, at most ``max_parallel`` at once, and share one
-:class:`~nip.providers.pool.BackendPool`: agents of every cell that use the same endpoint share
-one backend, so one concurrency limit per provider (``max_concurrency``) holds for the whole
-grid, and its retries back off together. The cells' W&B runs share a group named after the
-sweep.
+Each cell is an ordinary run directory under ``cells/``; running the grid again resumes the
+unfinished cells and skips the finished, so a killed sweep loses nothing. Every cell is checked
+before any starts, and a sweep owns its directory while it runs (:mod:`nip.runs.ownership`).
+Cells run as asyncio tasks sharing one :class:`~nip.providers.pool.BackendPool`, so one
+concurrency limit per provider holds for the whole grid; their W&B runs share a group.
 """
 
 from __future__ import annotations
@@ -57,13 +48,8 @@ class SweepMismatchError(IncompatibleParametersError):
 
 
 def check_cells(cells: list[SweepCell], settings: ExperimentSettings | None = None) -> None:
-    """Build every cell's session as its run would (protocol, agents, prompts, dataset
-    choice), with backends that call nothing: a cell that cannot start is refused before any
-    cell starts.
-
-    Raises:
-        NipError: A cell cannot start (the message names it).
-    """
+    """Build every cell's session as its run would, with backends that call nothing, so a cell
+    that cannot start is refused (a :class:`NipError` naming it) before any starts."""
     from nip.experiments.dialogue_sizes import dry_run_session
 
     settings = replace(settings or ExperimentSettings(), show_progress=False)
@@ -75,8 +61,8 @@ def check_cells(cells: list[SweepCell], settings: ExperimentSettings | None = No
 def prepare_sweep(
     spec: GridSpec, sweep_dir: str | Path, settings: ExperimentSettings | None = None
 ) -> list[SweepCell]:
-    """Expand the grid, check every cell (:func:`check_cells`), and write (or check) the
-    manifest; returns the cells. Nothing is written when a cell is refused.
+    """Expand the grid, check every cell, and write (or check) the manifest; returns the cells.
+    Nothing is written when a cell is refused.
 
     Raises:
         NipError: A cell cannot start (the message names it).
@@ -173,12 +159,9 @@ async def run_sweep_async(
     max_parallel: int | None = None,
     echo: bool = True,
 ) -> dict[str, str]:
-    """Run (or resume) every unfinished cell, at most ``max_parallel`` at once.
-
-    Returns:
-        Each cell's outcome by name: ``done`` (this call or before), ``stopped`` (a
-        ``nip control ... stop``), or the error that ended it. One cell's error does not
-        stop the others.
+    """Run (or resume) every unfinished cell, at most ``max_parallel`` at once; returns each
+    cell's outcome: ``done``, ``stopped`` (``nip control ... stop``) or the error that ended it
+    (one cell's error does not stop the others).
 
     Raises:
         InvalidParameterError: ``max_parallel`` < 1.

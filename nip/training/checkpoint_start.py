@@ -1,13 +1,9 @@
 """Start agents from the model an earlier run trained (``load_checkpoint_and_parameters``).
 
-``checkpoint_run_id`` names the earlier run: its nip run directory, or, when W&B is online,
-the id of a W&B run whose ``nip-run-<id>`` artifact holds that directory's state (saved by
-:meth:`~nip.training.logging.WandbLogger.save_run_artifact` after every iteration). The
-agent's shared model group starts from the model the earlier run's group of the same agent
-generated with last: a hosted model id (OpenAI, ``nip serve``), or a local LoRA adapter.
-That model replaces the base model: fine-tuning "from scratch" starts again from it.
-
-Only the model is taken from the earlier run; the new run's parameters are its own.
+``checkpoint_run_id`` names the earlier run: its run directory or, with W&B online, a W&B run
+whose ``nip-run-<id>`` artifact holds its state. The agent's group starts from the model the
+earlier run's group of that agent generated with last (a hosted id or a local LoRA adapter),
+which replaces the base model. Only the model is taken; the parameters are the new run's.
 """
 
 from __future__ import annotations
@@ -34,13 +30,8 @@ class CheckpointError(NipError):
 
 @dataclass(frozen=True)
 class StartingModel:
-    """The model an agent starts from.
-
-    Attributes:
-        model: The model name to generate with (a hosted id, or the adapter's name).
-        adapter_path: The LoRA adapter's folder, for local models.
-        source: Where it came from, for messages (run and group).
-    """
+    """The model an agent starts from: the name to generate with (a hosted id, or the adapter's),
+    the local LoRA adapter's folder, and its ``source`` (run and group) for messages."""
 
     model: str
     adapter_path: str | None
@@ -55,17 +46,11 @@ def artifact_name(run_id: str) -> str:
 def model_in_run_directory(
     run_dir: str | Path, agent_name: str, *, base_model: str | None = None
 ) -> StartingModel:
-    """The latest model of ``agent_name``'s group in the nip run saved in ``run_dir``.
-
-    Args:
-        run_dir: The earlier run's directory (or a downloaded W&B artifact of it).
-        agent_name: The agent whose group's model to take.
-        base_model: The new agent's ``model_name``; refused when the earlier model was
-            trained from another base model.
+    """The latest model of ``agent_name``'s group in the run saved in ``run_dir`` (or a downloaded
+    W&B artifact of it), refused when trained from another base model than ``base_model``.
 
     Raises:
-        CheckpointError: The directory holds no run, the run has no such agent, or its
-            group was never fine-tuned.
+        CheckpointError: No run there, no such agent, or its group was never fine-tuned.
     """
     path = Path(run_dir)
     where = f"checkpoint_run_id={str(run_dir)!r}"
@@ -110,17 +95,9 @@ def _find_adapter(run_dir: Path, group: str, saved_path: str, where: str) -> str
 def download_run_artifact(
     params: PureTextAgentParameters, destination: Path, *, api: Any = None
 ) -> Path:
-    """Download the W&B artifact of ``params.checkpoint_run_id`` into ``destination``.
-
-    Args:
-        params: The agent's parameters (``checkpoint_entity``, ``checkpoint_project``,
-            ``checkpoint_run_id``, ``checkpoint_version``).
-        destination: Where the run directory's files go.
-        api: A ``wandb.Api`` (default: a new one, which needs ``WANDB_API_KEY``).
-
-    Raises:
-        CheckpointError: W&B could not give the artifact.
-    """
+    """Download the W&B artifact of ``params.checkpoint_run_id`` (and ``checkpoint_entity``,
+    ``_project``, ``_version``) into ``destination``; ``api``: a ``wandb.Api`` (default: a new one,
+    which needs ``WANDB_API_KEY``). Raises :class:`CheckpointError` when W&B cannot give it."""
     address = (
         f"{params.checkpoint_entity}/{params.checkpoint_project}/"
         f"{artifact_name(str(params.checkpoint_run_id))}:{params.checkpoint_version}"
@@ -148,11 +125,8 @@ def starting_model(
     wandb_online: bool,
     api: Any = None,
 ) -> StartingModel:
-    """Where ``agent_name`` starts: a run directory, or a W&B artifact when W&B is online.
-
-    Raises:
-        CheckpointError: Neither is available, or the run has no model for the agent.
-    """
+    """Where ``agent_name`` starts: a run directory, or a W&B artifact when W&B is online
+    (:class:`CheckpointError` for neither, or no model for the agent)."""
     run = str(params.checkpoint_run_id)
     if Path(run).expanduser().is_dir():
         return model_in_run_directory(
@@ -174,11 +148,8 @@ def apply_starting_models(
     wandb_online: bool,
     api: Any = None,
 ) -> dict[str, StartingModel]:
-    """Start every group whose agents ask for it from its earlier run's model.
-
-    Returns:
-        The starting model of each group that has one, by group name.
-    """
+    """Start every group whose agents ask for it from its earlier run's model; returns each
+    such group's starting model by name."""
     started = {}
     for name, group in groups.items():
         if not group.params.load_checkpoint_and_parameters:

@@ -41,18 +41,9 @@ class ModelGroup(Protocol):
 
 @dataclass
 class RunContext:
-    """A run as its algorithms, callbacks and reporter see it.
-
-    Attributes:
-        hyper_params: The experiment.
-        settings: How it runs.
-        session: Its protocol, agents and backends.
-        run_dir: Where it is saved.
-        plan: Its plan, iteration by iteration (a :class:`~nip.training.plan.RunPlan`).
-        state: Where it stands (the trainer saves it after every stage).
-        groups: Its shared model groups, by name.
-        poll_interval_s: How often jobs and the control file are polled.
-    """
+    """A run as its algorithms, callbacks and reporter see it: its parameters, settings, session
+    (protocol, agents, backends), folder, :class:`~nip.training.plan.RunPlan`, state (saved after
+    every stage), groups by name, and how often jobs and the control file are polled."""
 
     hyper_params: HyperParameters
     settings: ExperimentSettings

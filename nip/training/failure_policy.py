@@ -1,15 +1,13 @@
 """What a run does when a group's fine-tuning job fails (``text_rl.on_fine_tune_failure``).
 
-* ``retry`` (default): resubmit the same dataset up to ``max_fine_tune_retries`` times, waiting
-  ``fine_tune_retry_backoff_s`` (doubled each time) before each resubmission; after that, the
-  group keeps its previous model for this iteration and the run goes on.
+* ``retry`` (default): resubmit up to ``max_fine_tune_retries`` times, waiting
+  ``fine_tune_retry_backoff_s`` (doubled each time); then keep the previous model.
 * ``keep_previous``: no resubmission; the group keeps its previous model for this iteration.
 * ``stop``: end the run with :class:`~nip.errors.FineTuneStoppedError`; ``nip resume``
   resubmits the job.
 
-Every failure is recorded in the group's state (``fine_tune_failures``: iteration, job id,
-error) and saved before anything else happens, so a run killed between a failure and the
-resubmission resumes by resubmitting: a resume never waits on a job known to have failed.
+Every failure is saved in the group's state (``fine_tune_failures``) before anything else, so a
+resume never waits on a job known to have failed.
 """
 
 from __future__ import annotations
@@ -59,21 +57,15 @@ async def settle_fine_tune_job(
 ) -> Settled:
     """Wait for ``group``'s job of ``iteration`` to succeed, applying ``policy`` on failure.
 
-    Args:
-        group: A group whose latest job was submitted this iteration.
-        iteration: The training iteration (recorded with each failure).
-        policy: What to do when the job fails.
-        resubmit: Submits the iteration's dataset again (a new job id in the group's state).
-        save: Saves the run's state (called after each failure and each resubmission).
-        poll_interval_s: How often a running job is polled.
+    ``resubmit`` submits the iteration's dataset again (a new job id in the group's state);
+    ``save`` saves the run's state after each failure and resubmission.
 
     Returns:
-        "succeeded", or "kept_previous" when the group keeps its model this iteration
-        (``state.last_job_outcome`` is then "failed").
+        "succeeded", or "kept_previous" (``state.last_job_outcome`` is then "failed").
 
     Raises:
-        FineTuneStoppedError: The job failed and the policy is ``stop`` (not raised for a
-            job that had already failed before this call: resuming a stopped run resubmits).
+        FineTuneStoppedError: The job failed under ``stop`` (not for a job that had failed
+            before this call: resuming a stopped run resubmits).
     """
     given_back = False  # the backend answered a resubmission with the failed job
     while True:

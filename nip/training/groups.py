@@ -1,10 +1,8 @@
 """Shared model groups (seed: ``PureTextSharedModelGroup`` / ``OpenAiSharedModelGroup``).
 
-Agents with the same ``shared_model_group`` share one model, and it is fine-tuned on the union
-of their examples. The group owns the fine-tuning job and, once it succeeds, switches its
-agents to the new model (for the local backend: loads the new LoRA adapter). It is the only
-writer of its job state: trainers and the failure policy say what happened through its methods
-(``submit_fine_tune_job``, ``skip``, ``keep_previous_model``, ``end_iteration``).
+Agents with the same ``shared_model_group`` share one model, fine-tuned on the union of their
+examples. The group owns the job and, once it succeeds, switches its agents to the new model. It
+is the only writer of its job state: trainers and the failure policy go through its methods.
 """
 
 from __future__ import annotations
@@ -65,15 +63,13 @@ class PureTextSharedModelGroupState:
         fine_tune_job_id: The latest job (None when none was submitted).
         fine_tuned_model_name: The model the group generates with (None: the base model).
         adapter_path: The latest local LoRA adapter, if any.
-        last_job_outcome: What happened at the last fine-tuning step: "submitted",
-            "frozen" (the group is never trained), "insufficient_data" (too few examples),
-            "not_scheduled" (its update schedule skipped the iteration), "failed" (the job
-            failed and the group keeps its previous model, see
-            :mod:`nip.training.failure_policy`), or "none".
+        last_job_outcome: What happened at the last fine-tuning step: "submitted", "frozen",
+            "insufficient_data", "not_scheduled" (:data:`SKIP_REASONS`), "failed" (it keeps its
+            previous model: :mod:`nip.training.failure_policy`), or "none".
         model_history: Every model the group has generated with, oldest first.
         fine_tune_failures: Every failed job: ``{"iteration", "job_id", "error"}``.
-        start_model / start_adapter_path: The model of an earlier run the group started
-            from (``load_checkpoint_and_parameters``); it replaces the base model.
+        start_model / start_adapter_path: An earlier run's model the group started from
+            (``load_checkpoint_and_parameters``), replacing the base model.
     """
 
     fine_tune_job_id: str | None = None
@@ -87,16 +83,8 @@ class PureTextSharedModelGroupState:
 
 
 class PureTextSharedModelGroup:
-    """A group of agents sharing one model, and that model's fine-tuning.
-
-    Args:
-        hyper_params: The experiment's parameters.
-        settings: Runtime settings.
-        protocol_handler: The protocol.
-        agent_wholes: The member agents, by name.
-        group_name: The group's name.
-        fine_tune_backend: Where jobs run (chosen from the members' provider when omitted).
-    """
+    """A group of agents sharing one model, and that model's fine-tuning (``fine_tune_backend``:
+    where jobs run; chosen from the members' provider when omitted)."""
 
     def __init__(
         self,
@@ -229,13 +217,9 @@ class PureTextSharedModelGroup:
         *,
         continues: bool | None = None,
     ) -> str | None:
-        """Submit a job on ``examples`` as built (``method``: "supervised" or "dpo";
-        ``continues``: from the group's latest model, as the run plan's step says).
-
-        Returns:
-            The job id, or None when the group is frozen or has too few examples (see
-            ``state.last_job_outcome``; a warning says why).
-        """
+        """Submit a job on ``examples`` (``method``: "supervised" or "dpo"; ``continues``: from the
+        group's latest model, as the run plan says); the job id, or None when the group is frozen or
+        has too few examples (``state.last_job_outcome`` and a warning say why)."""
         if not self.is_trainable:
             warn(
                 f"group {self.group_name!r} is frozen (freeze_agent=True); its model is "
@@ -260,18 +244,9 @@ class PureTextSharedModelGroup:
         guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
         job_name: str | None = None,
     ) -> str | None:
-        """Submit an SFT job on the members' selected dialogues.
-
-        Args:
-            rollouts_per_agent: Dialogues to learn from, by agent name.
-            guess_replaced_rollouts: Verifier dialogues whose final decision is replaced by
-                the true label.
-            job_name: A readable name for the job.
-
-        Returns:
-            The job id, or None when the group is frozen or has too few examples (see
-            ``state.last_job_outcome``; a warning says why).
-        """
+        """Submit an SFT job on the members' selected dialogues (``rollouts_per_agent``, and the
+        verifier dialogues whose decision becomes the true label); the job id, or None when the
+        group is frozen or has too few examples."""
         examples = sft_dataset(self.agent_wholes, rollouts_per_agent, guess_replaced_rollouts)
         return await self.submit_fine_tune_job("supervised", examples, job_name)
 
@@ -281,15 +256,9 @@ class PureTextSharedModelGroup:
         negative_examples_per_agent: Mapping[str, Sequence[Any]] | None = None,
         job_name: str | None = None,
     ) -> str | None:
-        """Submit a DPO job on the members' preference pairs.
-
-        Args:
-            positive_examples_per_agent: :class:`~nip.training.algorithms.malt.DpoExample` pairs by
-                agent name; each pair carries its preferred and non-preferred message.
-            negative_examples_per_agent: Kept for the original's signature, where the two
-                halves of a pair came separately; leave it None.
-            job_name: A readable name for the job.
-        """
+        """Submit a DPO job on the members' :class:`~nip.training.algorithms.malt.DpoExample` pairs
+        by agent name (``negative_examples_per_agent``: the original's signature only; leave it
+        None)."""
         if negative_examples_per_agent:
             raise FineTuneError(
                 "pass DpoExample pairs in positive_examples_per_agent; each holds both sides"
@@ -361,12 +330,8 @@ class PureTextSharedModelGroup:
     async def wait_for_fine_tune_job(
         self, poll_interval_s: float = 2.0, timeout_s: float | None = None
     ) -> FineTuneJob:
-        """Poll until the job ends (never blocking the event loop).
-
-        Raises:
-            FineTuneJobFailed: The job failed, was cancelled, or the backend lost it.
-            TimeoutError: ``timeout_s`` passed first.
-        """
+        """Poll until the job ends, without blocking the loop; :class:`FineTuneJobFailed` when it
+        failed, was cancelled or lost, TimeoutError after ``timeout_s``."""
         started = time.monotonic()
         while True:
             job = await self.fine_tune_job()
@@ -381,11 +346,7 @@ class PureTextSharedModelGroup:
             await asyncio.sleep(poll_interval_s)
 
     async def switch_to_next_model(self, job: FineTuneJob | None = None) -> str:
-        """Generate with the model the (succeeded) job produced; returns its name.
-
-        Args:
-            job: The latest job as already fetched (by default it is fetched now).
-        """
+        """Generate with the model the succeeded job (``job``: else fetched) produced; its name."""
         if job is None:
             job = await self.fine_tune_job()
         if job is None or job.status != "succeeded" or not job.fine_tuned_model:
@@ -410,17 +371,12 @@ class PureTextSharedModelGroup:
             agent.model_name = self.model_name
 
     async def wait_for_ready(self, timeout: float = 300.0, *, will_train: bool = False) -> None:
-        """Wait until the members' backends can generate (e.g. a server has started), and
-        build the fine-tuning backend of a group that ``will_train`` (the run plan says).
-
-        Raises:
-            TimeoutError: Not ready within ``timeout`` seconds.
-            MissingExtraError: The fine-tuning backend needs an extra that is not installed.
-        """
+        """Wait until the members' backends can generate (TimeoutError after ``timeout`` s), and
+        build the fine-tuning backend of a group that ``will_train`` (MissingExtraError for an
+        extra)."""
         # Built now: a missing extra is refused before the first dialogue, and the embedded
         # model's imports the training libraries while dialogues are sampled. A backend that
-        # can check the job (Together: its model's limits) does so now, before any dialogue
-        # is paid for.
+        # can check the job (Together: its model's limits) does so before any dialogue is paid.
         if will_train and isinstance(backend := self.fine_tune_backend, ChecksJobs):
             await backend.check_job(self._spec("supervised", [], None))
         backends = {id(a.backend): a.backend for a in self.agent_wholes.values() if a.backend}
@@ -474,13 +430,8 @@ class OpenAiSharedModelGroup(PureTextSharedModelGroup):
 async def wait_for_groups(
     groups: Mapping[str, PureTextSharedModelGroup], timeout: float, training: Iterable[str] = ()
 ) -> None:
-    """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is still
-    loading, say), instead of failing the first requests; the ``training`` groups' fine-tuning
-    backends are built meanwhile.
-
-    Raises:
-        BackendUnavailableError: A group's server was not ready within ``timeout`` seconds.
-    """
+    """Wait until every group's backends can generate, building the ``training`` groups'
+    fine-tuning backends meanwhile (:class:`BackendUnavailableError` after ``timeout`` s)."""
     for name, group in groups.items():
         try:
             await group.wait_for_ready(timeout, will_train=name in training)

@@ -6,15 +6,11 @@
     plan                  # a table in Jupyter; print(plan) in a terminal (nip plan CONFIG)
     plan.iterations[0].groups[0].method, plan.to_dict()
 
-Every schedule rule lives here, once: which items each iteration samples (``nip.data.order``),
-which iterations test, on which items and how many passes, which algorithm an iteration runs
-(:func:`nip.training.algorithms.algorithm_of`), which stages it runs, which groups train with
-which method on which iterations' data and from which model, why the others do not (frozen,
-not scheduled), and each job's settings as its provider's backend will send them
-(``nip.providers.job_settings``, the function the backends use). The trainer walks the
-plan, the dry run prices it, and the reporter and the dashboard show it; none of them decides
-any of it again. A run saves it as ``plan.json``; resuming compares the plan it would make now
-with the saved one and refuses a difference (:class:`PlanChangedError`).
+Every schedule rule lives here, once: which items each iteration samples and tests, which
+algorithm and stages it runs, which groups train with which method, data and starting model (and
+why the others do not), and each job's settings as its provider will send them. The trainer,
+the dry run, the reporter and the dashboard read it; none decides any of it again. A run saves
+it as ``plan.json``; a resume that would plan differently is refused (:class:`PlanChangedError`).
 """
 
 from __future__ import annotations
@@ -166,12 +162,9 @@ def tests_in(hyper_params: HyperParameters, iteration: int) -> bool:
 
 
 def test_item_ids(hyper_params: HyperParameters, test_ids: Sequence[str]) -> tuple[str, ...]:
-    """The items a test stage plays, each once, from the ids of the test split in its order:
-    the split in the order of one seeded shuffle (``nip.data.order``), whole with
-    ``text_rl.test_on_whole_dataset`` (every pass plays it), else its first
-    ``rl.rollouts_per_iteration x rl.num_test_iterations`` items (pass after pass, as the
-    original's test loader drew ``num_envs x num_test_iterations`` items in a row; all of it,
-    wrapped around, when the split is smaller)."""
+    """The items a test stage plays, from the test split's ids in its seeded order: all of them with
+    ``text_rl.test_on_whole_dataset``, else the first ``rollouts_per_iteration x
+    num_test_iterations`` (wrapped around when the split is smaller), as the original drew them."""
     order = [test_ids[i] for i in held_out_indices(len(test_ids), None, hyper_params.seed)]
     if hyper_params.text_rl.test_on_whole_dataset:
         return tuple(order)
@@ -213,14 +206,8 @@ def make_run_plan(
     train_ids: Sequence[str] | None = None,
     test_ids: Sequence[str] | None = None,
 ) -> RunPlan:
-    """The plan of a run of ``hyper_params``.
-
-    Args:
-        hyper_params: The run.
-        train_ids / test_ids: The ids of the items of the train and test splits, in the
-            split's order; None when the dataset is not at hand (the plan then counts items
-            without naming them).
-    """
+    """The plan of a run of ``hyper_params``; ``train_ids`` / ``test_ids``: the splits' item ids in
+    order, or None (the plan then counts items without naming them)."""
     rl, text_rl = hyper_params.rl, hyper_params.text_rl
     n, seed = rl.rollouts_per_iteration, hyper_params.seed
     test = _test_fields(hyper_params, test_ids)
@@ -371,11 +358,8 @@ def job_name(group: str, iteration: int) -> str:
 def plan_for_session(
     hyper_params: HyperParameters, session: Session, *, need_data: bool = True
 ) -> RunPlan:
-    """The plan of a run of ``hyper_params`` on ``session``'s dataset.
-
-    Args:
-        need_data: Raise when the dataset cannot be loaded; else plan without item ids.
-    """
+    """The plan of a run on ``session``'s dataset (``need_data``: raise when it cannot be loaded,
+    else plan without item ids)."""
     text_rl = hyper_params.text_rl
     try:
         train = [str(item.id) for item in session.dataset("train")]
@@ -393,16 +377,9 @@ def check_saved_plan(
     run_dir: RunDirectory, plan: RunPlan, state: TrainerState, *, accept: bool = False
 ) -> RunPlan:
     """Compare ``plan`` with the run's saved ``plan.json``; save and return the plan to run.
-
-    What has already run stays as it ran, in the plan compared, returned and saved
-    (:meth:`RunPlan.keeping_executed`): only what is still to run can differ, and a change
-    there applies from where ``state`` stands once accepted. (An extended run's executed
-    plan differs from its longer configuration's; it resumes as it is.)
-
-    Raises:
-        PlanChangedError: They differ and ``accept`` is False (the message lists the
-            differences, saved -> now).
-    """
+    What has already run stays as it ran (:meth:`RunPlan.keeping_executed`); an accepted change
+    applies from where ``state`` stands. :class:`PlanChangedError` (listing the differences) when
+    they differ and ``accept`` is False."""
     if run_dir.exists("plan.json"):
         recorded = run_dir.read_json("plan.json")
         plan = plan.keeping_executed(RunPlan.from_dict(recorded), state)

@@ -11,12 +11,9 @@ from nip.training.context import RunContext
 async def analyse_run(
     run: RunContext, judge, logger: Any, *, analysers=None, split: str = "train"
 ) -> dict[str, float | None]:
-    """Judge every saved dialogue of ``split`` with the ``judge`` model's parameters
-    (:class:`~nip.parameters.PureTextAgentParameters`), store the judgements under
-    ``analysis/`` and return the last iteration's share of "yes" per analyser and agent.
-
-    Each iteration's summary also goes to ``logger`` (W&B), prefixed ``analysis_`` and
-    plotted against ``analysis_iteration``."""
+    """Judge every saved dialogue of ``split`` with the ``judge`` model's parameters, store the
+    judgements under ``analysis/`` and return the last iteration's share of "yes" per analyser and
+    agent; each iteration's summary also goes to ``logger`` (W&B) as ``analysis_*``."""
     from nip.analysis.judges import ANALYSERS, analyse_async, summarise
 
     backend = run.session.backends.backend_for(judge)

@@ -1,13 +1,6 @@
-"""The stages of the training loop: :data:`STAGES` holds the coroutine of each stage the run
-plan lists (:attr:`~nip.runs.plan_steps.IterationPlan.stages`, in the order of
-:data:`~nip.runs.state.ITERATION_STAGES`); the trainer runs them in turn, saving the state
-after each.
-
-A stage sees the run (:class:`~nip.training.context.RunContext`) and its callbacks, never the
-trainer, and can be repeated safely: what it already did is found on disk (rollouts, a job
-recorded the moment it is submitted), so a run killed at any point resumes without lost or
-duplicated rollouts or jobs.
-"""
+"""The stages of the training loop: :data:`STAGES` maps each stage the run plan lists to its
+coroutine. A stage sees the :class:`~nip.training.context.RunContext`, never the trainer, and can
+be repeated safely: what it already did is found on disk, so a killed run resumes cleanly."""
 
 from __future__ import annotations
 

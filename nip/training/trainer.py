@@ -1,17 +1,15 @@
 """The resumable training loop: a small loop over the run plan.
 
-The plan (:mod:`nip.training.plan`) lists the stages of each iteration; the trainer runs each
-stage's coroutine (:data:`nip.training.stages.STAGES`) in turn and saves its state after each::
+The trainer runs each planned stage's coroutine (:data:`nip.training.stages.STAGES`) in turn and
+saves its state after each::
 
     sample_rollouts -> log_stats -> test -> create_fine_tune_jobs -> await_fine_tune_jobs
     -> switch_models -> (next iteration)
 
-(an iteration that fine-tunes nothing, such as the last, ends after ``test``). The algorithms
-(:mod:`nip.training.algorithms`) say what an iteration collects and learns from; callbacks
-(:mod:`nip.training.callbacks`) watch the run; stages, algorithms and callbacks see a
-:class:`~nip.training.context.RunContext`, not the trainer. Every stage can be repeated
-safely, so a run killed at any point (even ``kill -9``) resumes with
-:meth:`~PureTextEiTrainer.resume`, without lost or duplicated rollouts or jobs.
+Algorithms (:mod:`nip.training.algorithms`) say what an iteration learns from; callbacks watch
+the run; all see a :class:`~nip.training.context.RunContext`, not the trainer. Every stage can be
+repeated safely, so a run killed at any point resumes (:meth:`~PureTextEiTrainer.resume`)
+without lost or duplicated rollouts or jobs.
 """
 
 from __future__ import annotations
@@ -57,23 +55,18 @@ from nip.utils.sync import run_sync
 
 
 class PureTextEiTrainer:
-    """Runs the plan of ``hyper_params``: Expert Iteration (``pure_text_ei``), or MALT after
-    its first Expert Iteration iterations (``pure_text_malt``): the algorithm is the plan's
-    (:data:`~nip.training.algorithms.ALGORITHMS`), so :class:`PureTextMaltTrainer` is the
+    """Runs the plan of ``hyper_params``: Expert Iteration (``pure_text_ei``), or MALT after its
+    first Expert Iteration iterations (``pure_text_malt``); :class:`PureTextMaltTrainer` is the
     same class under the original's name.
 
     Args:
-        hyper_params: The experiment.
         settings: Runtime settings; ``settings.run_dir`` is where the run is saved.
-        fine_tune_backends: Backends to use for given groups (by group name), e.g. a local
-            server's; by default chosen from each group's provider.
+        fine_tune_backends: Backends for given groups (by group name); by default chosen from
+            each group's provider.
         overwrite: Start afresh even if ``run_dir`` holds a run.
-        protocol: The class of a protocol defined in your own code, which
-            ``hyper_params.interaction_protocol`` names (shipped ones are found by name).
-        backends: A backend pool shared with other trainers (a sweep's cells share one, and
-            so one concurrency limit per endpoint); by default the run's own.
-        callbacks: More :class:`~nip.training.callbacks.TrainerCallback` s, after the
-            default ones (reporter, W&B, control file, progress file).
+        protocol: The class of your own protocol that ``interaction_protocol`` names.
+        backends: A backend pool shared with other trainers (a sweep's cells share one).
+        callbacks: More :class:`~nip.training.callbacks.TrainerCallback` s, after the defaults.
     """
 
     def __init__(
@@ -192,19 +185,14 @@ class PureTextEiTrainer:
         backends: BackendPool | None = None,
         accept_plan_change: bool = False,
     ) -> PureTextEiTrainer:
-        """Continue the run saved in ``run_dir`` from the stage it had reached.
-
-        A run of a protocol defined in your own code needs its class again (``protocol``);
-        the saved parameters hold only its name.
+        """Continue the run saved in ``run_dir`` from the stage it had reached (your own protocol
+        needs its class again: ``protocol``).
 
         Raises:
             NotARunDirectoryError: ``run_dir`` is missing, a file, or holds no run.
             DirectoryInUseError: Another process is writing the run directory.
-            IncompatibleParametersError: The run was saved by an incompatible nip (pass
-                ``force=True`` to try anyway).
-            PlanChangedError: The plan this nip makes from the saved parameters and data
-                differs from the run's ``plan.json`` (pass ``accept_plan_change=True`` to go
-                on with the new plan).
+            IncompatibleParametersError: Saved by an incompatible nip (``force=True`` tries anyway).
+            PlanChangedError: The plan made now differs from ``plan.json`` (``accept_plan_change``).
         """
         directory = RunDirectory.of_run(run_dir)
         hyper_params = directory.load_hyper_params(force=force)
@@ -242,12 +230,9 @@ class PureTextEiTrainer:
         await self.callbacks.call(hook, self.context, *args, **kwargs)
 
     async def train_async(self, max_stages: int | None = None) -> TrainerState:
-        """Run stages until the run is finished, ``max_stages`` stages were run, or a
-        callback stopped it (``nip control RUN_DIR stop``; a pause waits between stages).
-
-        Raises:
-            DirectoryInUseError: Another process (or task) is writing the run directory.
-        """
+        """Run stages until the run is finished, ``max_stages`` stages ran, or a callback stopped it
+        (``nip control RUN_DIR stop``; a pause waits between stages). :class:`DirectoryInUseError`
+        when another process (or task) is writing the run directory."""
         with owning(self.run_dir.path, "training"):
             return await self._train(max_stages)
 

@@ -1,5 +1,4 @@
-"""Notebook widgets (ipywidgets 8): configuration forms, the prompt inspector, the dialogue
-step-through controller and the fine-tuning launcher.
+"""Notebook widgets (ipywidgets 8): forms, prompt inspector, step-through, launcher, monitors.
 
 ::
 
@@ -7,10 +6,8 @@ step-through controller and the fine-tuning launcher.
     PromptInspector(dialogue)                      # the exact messages an agent is sent
     DialogueController(dialogue)                   # Next round / Regenerate / Branch / Run
     FineTuneLauncher(group, transcripts)           # preview, launch, watch, switch
-    RunMonitor(trainer)                            # live dashboard: stage, metrics, jobs,
-                                                   # pause / stop (or RunMonitor(run_dir))
-    SweepMonitor(sweep)                            # a sweep: its cells, the comparison so far,
-                                                   # each cell's RunMonitor (or SweepMonitor(dir))
+    RunMonitor(trainer)                            # live dashboard (or RunMonitor(run_dir))
+    SweepMonitor(sweep)                            # a sweep's cells (or SweepMonitor(dir))
 
 Needs the ``notebook`` extra (``pip install 'nip[notebook]'``); ``import nip`` never loads it.
 """

@@ -57,10 +57,8 @@ class Look:
 
 
 class OptionalControl(ipywidgets.HBox):
-    """A control for an optional field: a "set" checkbox, then the control of the value.
-
-    ``value`` is None while the box is unticked, else the inner control's value.
-    """
+    """A control for an optional field: a "set" checkbox, then the value's control (``value``:
+    None while unticked)."""
 
     value = traitlets.Any(None, allow_none=True)
 

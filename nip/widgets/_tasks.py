@@ -1,10 +1,5 @@
-"""Running a button's coroutine: on Jupyter's loop when there is one, else to completion.
-
-In a notebook, widget callbacks run on the kernel's event-loop thread, with the loop running:
-blocking there would freeze the kernel, so the coroutine becomes a task on that loop and the
-callback returns at once. From a plain script (no running loop) the coroutine simply runs to
-completion before ``click()`` returns.
-"""
+"""Running a button's coroutine: as a task on Jupyter's running loop (blocking there would freeze
+the kernel), else to completion before ``click()`` returns."""
 
 from __future__ import annotations
 

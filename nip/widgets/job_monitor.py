@@ -61,23 +61,21 @@ def job_loss(job: FineTuneJob, events: Sequence[FineTuneEvent]) -> float | None:
 
 
 class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
-    """Build a group's fine-tuning dataset, preview it, launch the job, watch it until it
-    ends (status, progress, loss, events) and switch the group to the new model.
+    """Build a group's fine-tuning dataset, preview it, launch the job, watch it (status,
+    progress, loss, events) and switch the group to the new model.
 
-    Launch is enabled when the group is trainable and has at least
-    ``text_rl.min_fine_tune_examples`` examples; "Switch to new model" once the job has
-    succeeded. Clicks run on Jupyter's event loop (polling never blocks it) or, from a script,
-    before ``click()`` returns; errors appear in :attr:`errors`.
+    Launch is enabled when the group is trainable with at least
+    ``text_rl.min_fine_tune_examples`` examples; "Switch to new model" once the job succeeded.
+    Clicks run on Jupyter's loop or, from a script, before ``click()`` returns; errors appear in
+    :attr:`errors`.
 
     Args:
         group: The group to fine-tune.
-        data: For SFT, the dialogues to learn from: transcripts (a list or a rollout batch,
-            used for every member) or transcripts by agent name. For DPO,
-            :class:`~nip.training.algorithms.malt.DpoExample` pairs: a list, or pairs by agent name.
+        data: SFT: transcripts (for every member) or transcripts by agent name. DPO:
+            :class:`~nip.training.algorithms.malt.DpoExample` pairs, or pairs by agent name.
         method: "supervised" or "dpo".
-        select: SFT: keep, per agent, the dialogues Expert Iteration would choose (the
-            group's ``pure_text_ei`` and ``text_rl`` settings); else every dialogue in which
-            the agent spoke. A checkbox changes it.
+        select: SFT: keep the dialogues Expert Iteration would choose, else every dialogue in
+            which the agent spoke (a checkbox changes it).
         iteration: The iteration the selection draws its seed (and guess replacement) for.
         job_name: The job's readable name (None: the backend's default).
         poll_interval_s: Seconds between polls of the job.
@@ -292,13 +290,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         return self.job
 
     async def watch(self, job_id: str | None = None) -> FineTuneJob:
-        """Poll until the job ends (sleeping between polls without blocking the loop).
-
-        Args:
-            job_id: Follow this job of the group's fine-tuning backend instead of the one
-                launched here, e.g. the job a trainer submitted
-                (``group.state.fine_tune_job_id``).
-        """
+        """Poll until the job ends, without blocking the loop (``job_id``: follow that job instead,
+        e.g. a trainer's ``group.state.fine_tune_job_id``)."""
         if job_id is not None:
             self._follow(job_id)
         while not (await self.poll()).done:

@@ -50,14 +50,12 @@ def _turn_note(turn: AgentTurn) -> str:
 
 
 class PromptInspector(PlainTextRepr, ipywidgets.VBox):
-    """Shows what one agent is sent in one round: every message (system prompt first), the
-    completion it wrote if the round has been played, and the messages as JSON to copy.
-
-    The rounds offered are those the agent spoke in, and the next round if it speaks then
-    (its prompt before it generates). Call :meth:`refresh` after the dialogue moves on.
+    """Shows what one agent is sent in one round: every message, the completion it wrote if played,
+    and the messages as JSON. The rounds offered are those it spoke in, and the next round if it
+    speaks then; call :meth:`refresh` after the dialogue moves on.
 
     Args:
-        dialogue: The dialogue to inspect (read live: steps and undos show on refresh).
+        dialogue: The dialogue to inspect (read live).
         agent: The agent to show first (default: the next speaker, else the first agent).
     """
 

@@ -27,16 +27,11 @@ if TYPE_CHECKING:
 class DialogueController(PlainTextRepr, ipywidgets.VBox):
     """Step through a :class:`~nip.rollouts.dialogue.Dialogue` with buttons.
 
-    "Next round" plays one round, "Regenerate last round" replays the last round with a new
-    sample, "Run to end" plays until the dialogue is over (showing each round as it comes),
-    and "Branch" adds a controller for an independent copy of the dialogue as it stands.
-    The transcript and the prompt inspector follow every step. Buttons are disabled while
-    an action runs and when it cannot apply; an error appears, with its traceback, in
-    :attr:`errors`.
-
-    In Jupyter a click schedules the action on the kernel's running event loop (the
-    notebook stays responsive; the task is :attr:`task`); from a script it runs before
-    ``click()`` returns. The actions are also coroutines to ``await`` directly.
+    "Next round" plays one round, "Regenerate last round" replays it with a new sample, "Run to
+    end" plays until the dialogue is over, and "Branch" adds a controller for an independent copy.
+    The transcript and prompt inspector follow every step; errors appear in :attr:`errors`. In
+    Jupyter a click schedules the action on the kernel's loop (:attr:`task`); from a script it runs
+    before ``click()`` returns. The actions are also coroutines to ``await``.
 
     Args:
         dialogue: The dialogue to play (changed in place).

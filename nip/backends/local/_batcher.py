@@ -23,16 +23,9 @@ BatchFunction = Callable[[list[Item]], Awaitable[Sequence[Result | BaseException
 
 
 class MicroBatcher(Generic[Item, Result]):
-    """Collects concurrent items into batches for ``run_batch``.
-
-    The background task belongs to the event loop of the first ``submit``; a call from
-    another loop (e.g. a new ``asyncio.run``) starts a fresh task there. Use one loop at a time.
-
-    Args:
-        run_batch: Handles a batch; returns one result or exception per item, in order.
-        max_batch_size: Most items per batch.
-        max_wait_s: How long to wait for more items once a first one is queued.
-    """
+    """Collects concurrent items into batches for ``run_batch`` (one result or exception per item,
+    in order), at most ``max_batch_size`` each, waiting up to ``max_wait_s`` for more once one is
+    queued. Its task belongs to the first ``submit``'s loop (another loop starts a fresh one)."""
 
     def __init__(
         self,

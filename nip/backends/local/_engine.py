@@ -1,13 +1,9 @@
 """The model side of :class:`~nip.backends.local.LocalBackend`; runs only in its worker thread.
 
-Everything that touches torch, the tokenizer or the (PEFT-wrapped) model lives here and is
-called from a single thread, so adapter switching never races with generation.
-
-Every adapter folder is loaded once into one PEFT model, keyed by the hash of its files. A
-stacked adapter is served by making its predecessors active together with it: LoRA updates
-add up, so on every linear layer that is ``W + delta_1 + ... + delta_k``, the same model as
-merging the predecessors into the weights and applying the top adapter, without a copy of
-the base model per stack. One ``model.generate`` still serves all requests for a name.
+Everything that touches torch, the tokenizer or the PEFT model is called from one thread, so
+adapter switching never races with generation. Every adapter folder is loaded once into one
+PEFT model, keyed by the hash of its files; a stack is served by activating its predecessors
+with it (LoRA updates add up: ``W + delta_1 + ... + delta_k``), without a base-model copy.
 """
 
 from __future__ import annotations
@@ -40,17 +36,9 @@ from nip.utils.seeding import derive_seed
 
 @dataclass(frozen=True)
 class BatchReport:
-    """What one call of :meth:`Engine.run` did.
-
-    Attributes:
-        results: One result, or the error to raise, per request, in request order.
-        generate_calls: Sub-batches run (one ``model.generate`` each).
-        completion_tokens: Tokens generated, summed over all completions.
-        seconds: Time spent in ``model.generate``.
-        prompt_tokens: Prompt tokens of the batch's rows.
-        reused_prompt_tokens: Of those, tokens whose keys and values came from the prefix
-            cache instead of a forward pass.
-    """
+    """What one call of :meth:`Engine.run` did: one result (or the error to raise) per request, in
+    order; ``model.generate`` calls; completion tokens; seconds in ``generate``; prompt tokens, and
+    of those the ones whose keys and values came from the prefix cache."""
 
     results: list[GenerationResult | BaseException]
     generate_calls: int
@@ -106,8 +94,7 @@ class Engine:
         cache_dir: Cache root for converted models.
         default_max_tokens: Token limit of requests that set none.
         stop: When set (from any thread), running generation ends at the next token.
-        prefix_cache_mb: Memory for the keys and values of earlier prompts and completions,
-            reused when a later prompt starts with the same tokens (0: no reuse; see
+        prefix_cache_mb: Memory for reusable prompt keys and values (0: none;
             :mod:`nip.backends.local._prefix_cache`).
     """
 
@@ -165,15 +152,9 @@ class Engine:
     def run(
         self, requests: list[GenerationRequest], adapters: Mapping[str, AdapterStack]
     ) -> BatchReport:
-        """Generate every request, one ``model.generate`` per model or adapter.
-
-        Args:
-            requests: The batch; every ``model`` is a base name or a key of ``adapters``.
-            adapters: LoRA adapters (with the adapters they are stacked on) by model name.
-
-        Returns:
-            The results in request order, with counts for the backend's statistics.
-        """
+        """Generate every request, one ``model.generate`` per model or adapter; the results in
+        request order, with counts. ``adapters``: the LoRA stacks by model name (every other
+        ``model`` is a base name)."""
         groups: dict[str | None, list[int]] = {}
         for index, request in enumerate(requests):
             groups.setdefault(request.model if request.model in adapters else None, []).append(
@@ -313,11 +294,8 @@ class Engine:
     def _prefill(
         self, model, model_key: str, prompts: list[list[int]], pad_lengths: list[int]
     ) -> DynamicCache:
-        """The batch's keys and values for every prompt token but the last, left-padded.
-
-        Each row reuses the longest cached prefix of its prompt and runs only the rest
-        through the model, unpadded; ``generate`` then starts from the last prompt token.
-        """
+        """The batch's keys and values for every prompt token but the last, left-padded: each row
+        reuses its longest cached prefix and runs only the rest, unpadded."""
         rows: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
         for ids in prompts:
             hit = self.prefix_cache.lookup(model_key, ids)

@@ -1,12 +1,8 @@
 """Reading a GGUF file once while transformers converts it, instead of three times.
 
-transformers loads a GGUF's config, tokenizer and weights in three steps, and each builds a new
-``gguf.GGUFReader`` of the file (parsing its metadata, the 49,152-token vocabulary field by
-field, every time); its tensor-name mapping also builds gguf-py's ``TensorNameMap`` once per
-module of the model (397 times for SmolLM2). Inside :func:`gguf_read_once` both are built once:
-the same reader (read-only after it is built) and the same map serve every step. The converted
-folder is the same; only the time changes (measured in bench/README.md). Where either library
-no longer has these names, nothing is changed and the conversion takes its usual time.
+transformers builds a new ``gguf.GGUFReader`` for the config, the tokenizer and the weights, and
+a ``TensorNameMap`` per module; inside :func:`gguf_read_once` one of each serves every step.
+The converted folder is the same; where either library lacks these names, nothing is changed.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Reusing the keys and values of prompts already seen: a bounded, least-recently-used cache.
 
-Every round of a dialogue sends its whole history again, and an agent's system prompt (the
-problem and the solution) is the same in every round. The attention keys and values of a
-token depend only on the tokens before it, so the cache of an earlier prompt (and of the
-completion generated from it) serves any later prompt that starts with the same tokens: only
-the new tokens need a forward pass. Entries are keyed by the model (base or adapter stack),
-since another adapter gives other keys and values, and looked up by the longest common token
-prefix, so a prompt that shares only the system prompt with an entry still reuses that part.
-
-Memory is bounded in bytes; the least recently used entries go first.
+A dialogue's every round resends its history, and a token's keys and values depend only on the
+tokens before it, so an earlier sequence's cache serves any later prompt starting with the same
+tokens. Entries are keyed by model (base or adapter stack) and found by the longest common
+prefix; memory is bounded in bytes, least recently used first out.
 """
 
 from __future__ import annotations
@@ -39,12 +34,8 @@ class _Entry:
 
 
 class PrefixCache:
-    """Keys and values of earlier sequences, by model, for reuse as prompt prefixes.
-
-    Args:
-        max_bytes: Most memory the cached tensors may take; 0 caches nothing.
-        min_tokens: Shorter common prefixes are not worth a lookup's copy.
-    """
+    """Keys and values of earlier sequences, by model, for reuse as prompt prefixes, in at most
+    ``max_bytes`` (0: none); common prefixes under ``min_tokens`` are not worth a copy."""
 
     def __init__(self, max_bytes: int, min_tokens: int = 16):
         self.max_bytes = max_bytes

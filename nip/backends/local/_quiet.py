@@ -11,11 +11,8 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def quiet_libraries() -> Iterator[None]:
-    """Silence transformers (and datasets, if installed) for the duration, then restore them.
-
-    The libraries' settings are process-wide: meant for loading and training, while the
-    rest of the process is not printing through them.
-    """
+    """Silence transformers (and datasets) for the duration, then restore them; the settings are
+    process-wide, so this is for loading and training."""
     import transformers
 
     logging = transformers.utils.logging

@@ -1,11 +1,9 @@
 """Per-row decoding for a batch whose rows have different settings (torch; worker thread only).
 
-``model.generate`` applies one set of sampling settings to a whole batch and draws from torch's
-global random generator, so a row's sample would depend on the rows it happens to share a batch
-with. Instead, every row here carries its own temperature, top-p, repetition penalty, token
-limit and :class:`torch.Generator`. :class:`RowSampler` picks each row's next token itself and
-hands ``generate`` a one-hot score row, which ``generate`` then decodes greedily. A seeded
-request therefore draws the same numbers whichever batch it lands in.
+``model.generate`` applies one set of settings to a batch and draws from torch's global
+generator, so a row's sample would depend on its batch-mates. Here each row has its own
+settings and :class:`torch.Generator`: :class:`RowSampler` picks its next token and hands
+``generate`` a one-hot score row, decoded greedily.
 """
 
 from __future__ import annotations
@@ -19,16 +17,9 @@ from transformers import LogitsProcessor, StoppingCriteria
 
 @dataclass(frozen=True)
 class RowSettings:
-    """How one generated sequence is decoded.
-
-    Attributes:
-        greedy: Take the most likely token (temperature and top-p are then ignored).
-        temperature: Divides the logits before sampling.
-        top_p: Nucleus sampling mass (1.0: off).
-        repetition_penalty: CTRL-style penalty on tokens already in the row (1.0: off).
-        max_new_tokens: The row stops after this many tokens.
-        seed: Seeds the row's own random generator (unused when greedy).
-    """
+    """How one generated sequence is decoded: ``greedy`` (temperature and top-p then ignored),
+    ``temperature``, ``top_p`` (1.0: off), a CTRL-style ``repetition_penalty`` (1.0: off), its token
+    limit, and the ``seed`` of its own generator."""
 
     greedy: bool
     temperature: float
@@ -39,13 +30,8 @@ class RowSettings:
 
 
 class RowSampler(LogitsProcessor):
-    """Chooses each row's next token with that row's settings and generator.
-
-    Args:
-        rows: One entry per row of the batch.
-        pad_lengths: Left-padding of each row; padding never counts for the repetition penalty.
-        device: Where the batch lives.
-    """
+    """Chooses each row's next token with that row's settings and generator (``pad_lengths``: each
+    row's left-padding, never counted for the repetition penalty)."""
 
     def __init__(self, rows: list[RowSettings], pad_lengths: list[int], device: torch.device):
         self.device = device
@@ -106,13 +92,7 @@ class RowSampler(LogitsProcessor):
 
 
 class RowTokenLimit(StoppingCriteria):
-    """Stops each row after its own ``max_new_tokens``.
-
-    Args:
-        limits: Token limit of each row.
-        prompt_length: Length of the (padded) prompt, where generation starts.
-        device: Where the batch lives.
-    """
+    """Stops each row after its own token limit (``prompt_length``: where generation starts)."""
 
     def __init__(self, limits: list[int], prompt_length: int, device: torch.device):
         self.limits = torch.tensor(limits, device=device)
@@ -125,11 +105,7 @@ class RowTokenLimit(StoppingCriteria):
 
 
 class StopWhenSet(StoppingCriteria):
-    """Stops every row once ``event`` is set (the backend is closing).
-
-    Args:
-        event: Set from another thread to end generation at the next token.
-    """
+    """Stops every row once ``event`` is set, from any thread (the backend is closing)."""
 
     def __init__(self, event: threading.Event):
         self.event = event

@@ -1,14 +1,10 @@
 """What a LoRA adapter folder stands for: its own weights, plus the adapters it was stacked on.
 
-A stacked adapter (``stack_lora_adapters=True``) is trained on the base model with its
-predecessors merged in, so it means nothing on the bare base model. Its folder therefore lists
-those predecessors, oldest first, in :data:`STACK_FILE` next to ``adapter_config.json`` (paths
-relative to the folder, so a moved run directory still works). A folder without the file is a
-plain adapter on the base model.
-
-A :class:`AdapterStack` also carries a content hash of every layer, so that a model name
-(``verifier-it0`` is reused by every run) can be told apart from the same name with other
-weights, e.g. in the response cache.
+A stacked adapter (``stack_lora_adapters=True``) was trained with its predecessors merged in,
+so its folder lists them, oldest first and relative to it, in :data:`STACK_FILE`; a folder
+without the file is a plain adapter. An :class:`AdapterStack` carries a content hash of every
+layer, so a reused name (``verifier-it0``) with other weights can be told apart (e.g. by the
+response cache).
 """
 
 from __future__ import annotations
@@ -75,11 +71,8 @@ def write_predecessors(folder: str | os.PathLike[str], stack: Sequence[Path]) ->
 
 
 def read_adapter_stack(folder: str | os.PathLike[str]) -> AdapterStack:
-    """Hash the adapter in ``folder`` and its predecessors.
-
-    Raises:
-        ModelNotFoundError: The folder, or one of its predecessors, is not a PEFT adapter.
-    """
+    """Hash the adapter in ``folder`` and its predecessors (:class:`ModelNotFoundError` where one
+    is not a PEFT adapter)."""
     top = Path(folder).expanduser().resolve()
     return AdapterStack(tuple(_layer(path) for path in [*predecessors(top), top]))
 
@@ -130,11 +123,8 @@ class ServedModels:
         return sorted(self._base_names) + sorted(self._adapters)
 
     def model_fingerprint(self, model: str) -> str | None:
-        """A hash of the weights behind an adapter name; None for the base model.
-
-        Adapter names such as ``verifier-it0`` recur in every run, so the response cache adds
-        this to its key: a name with other weights never gets another model's answers.
-        """
+        """A hash of the weights behind an adapter name; None for the base model (the response cache
+        keys on it, since names like ``verifier-it0`` recur in every run)."""
         adapter = self._adapters.get(model)
         return adapter.fingerprint if adapter is not None else None
 

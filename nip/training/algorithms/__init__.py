@@ -1,16 +1,10 @@
 """The training algorithms, each a small object behind one protocol, and their table.
 
-An algorithm owns its facts, and the trainer's loop (:mod:`nip.training.trainer`) does the
-rest: what an iteration collects (``collect``: dialogues, or MALT's response trees), what a
-group's dataset is built from (``training_data``, over the iterations the run plan names) and
-how (``dataset``), which fine-tuning ``method`` its jobs use, its own ``metrics``, how the dry
-run sizes an iteration of it (``estimate``) and how the plan shows it (``label``, ``unit``).
-Nothing else in nip branches on an algorithm's name.
-
-Adding one (docs/design.md, "Adding an algorithm"): a module in this folder holding its
-selection, dataset and an object implementing :class:`TrainingAlgorithm` (as
-:mod:`.expert_iteration` and :mod:`.malt`), and its entry in :data:`ALGORITHMS` under the
-``HyperParameters.trainer`` name that runs it.
+An algorithm says what an iteration collects (``collect``), what and how a group's dataset is
+built (``training_data``, ``dataset``), its jobs' ``method``, its ``metrics``, how the dry run
+sizes it (``estimate``) and how the plan shows it (``label``, ``unit``); nothing else branches on
+its name. Adding one (docs/design.md): a module here implementing :class:`TrainingAlgorithm`,
+and its entry in :data:`ALGORITHMS` under its ``HyperParameters.trainer`` name.
 """
 
 from __future__ import annotations

@@ -2,23 +2,16 @@
 
 Selection, per agent:
 
-* ``threshold``: keep the dialogues in which the agent's episode reward is at least
-  ``reward_threshold`` (by default: the dialogues it won).
-* ``weighted_sampling``: draw dialogues with probability growing with the agent's reward.
-  When every reward is equal the draw is uniform (the original divided 0 by 0 and crashed).
-* Verifier guess replacement: a share of the verifier's examples, chosen at random, have its
-  final message replaced by the true decision ("stabilised EI"); the share can decay over
-  iterations.
+* ``threshold``: the dialogues whose episode reward for the agent is at least
+  ``reward_threshold`` (by default: the ones it won).
+* ``weighted_sampling``: draws with probability growing with the reward (uniform when all
+  rewards are equal).
+* Verifier guess replacement: a (possibly decaying) random share of the verifier's examples
+  have the final message replaced by the true decision ("stabilised EI").
 
-All randomness comes from a generator seeded by (run seed, iteration, agent), derived with
-SHA-256, so the same run selects the same examples in every process (the original mixed in
-Python's salted ``hash`` of the agent name).
-
-The SFT dataset of a shared model group (:func:`sft_dataset`) is every member's view of its
-selected dialogues, plus the verifier's guess-replaced ones, one ``{"messages": [...]}`` line
-each (the format of the OpenAI fine-tuning API and of TRL's conversational SFT). The trainer
-(through :class:`ExpertIteration`) and the notebook job launcher both select with
-:func:`select_group_rollouts` and build with :func:`sft_dataset`.
+Randomness comes from a generator seeded by SHA-256 of (run seed, iteration, agent), the same in
+every process. :func:`sft_dataset` writes one ``{"messages": [...]}`` line per member's view of
+each selected dialogue (the OpenAI fine-tuning and TRL conversational format).
 """
 
 from __future__ import annotations
@@ -38,12 +31,8 @@ from nip.utils.seeding import derive_seed
 
 @dataclass(frozen=True)
 class Selection:
-    """The dialogues chosen to fine-tune one agent.
-
-    Attributes:
-        selected: Dialogues used as they are.
-        guess_replaced: Verifier dialogues whose final decision is replaced by the label.
-    """
+    """The dialogues chosen to fine-tune one agent: used as they are, and ``guess_replaced``
+    (verifier dialogues whose final decision is replaced by the label)."""
 
     selected: tuple[Transcript, ...]
     guess_replaced: tuple[Transcript, ...] = ()
@@ -98,10 +87,7 @@ def select_rollouts(
     iteration: int,
     seed: int,
 ) -> Selection:
-    """Choose ``agent_name``'s fine-tuning dialogues from ``transcripts``.
-
-    Only dialogues in which the agent wrote a valid message are candidates.
-    """
+    """Choose ``agent_name``'s fine-tuning dialogues from those where it wrote a valid message."""
     import numpy as np
 
     candidates = [t for t in transcripts if any(x.valid for x in t.turns_of(agent_name))]
@@ -130,14 +116,8 @@ def select_group_rollouts(
     hyper_params: HyperParameters,
     iteration: int,
 ) -> tuple[dict[str, list[Transcript]], dict[str, list[Transcript]]]:
-    """Each member's selection: (dialogues used as they are, guess-replaced ones), by agent.
-
-    Args:
-        transcripts: The dialogues to choose from.
-        agents: The members of a shared model group, by name.
-        hyper_params: The experiment (``pure_text_ei``, ``text_rl`` and ``seed`` are read).
-        iteration: The training iteration (it seeds the draw and anneals guess replacement).
-    """
+    """Each member's selection, by agent: (dialogues used as they are, guess-replaced ones); the
+    ``iteration`` seeds the draw and anneals guess replacement."""
     selected: dict[str, list[Transcript]] = {}
     replaced: dict[str, list[Transcript]] = {}
     for name, agent in agents.items():
@@ -160,14 +140,8 @@ def sft_dataset(
     rollouts_per_agent: Mapping[str, Sequence[Transcript]],
     guess_replaced_rollouts: Mapping[str, Sequence[Transcript]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The SFT lines of a group: each member's view of its dialogues, members in order.
-
-    Args:
-        agents: The members, by name.
-        rollouts_per_agent: Dialogues each member learns from as they are.
-        guess_replaced_rollouts: Verifier dialogues whose final decision is rewritten as the
-            true label.
-    """
+    """The SFT lines of a group: each member's view of its dialogues (and of the guess-replaced
+    ones, rewritten with the true label), members in order."""
     examples: list[dict[str, Any]] = []
     for name, agent in agents.items():
         examples += agent.build_fine_tune_dataset(rollouts_per_agent.get(name, ()))

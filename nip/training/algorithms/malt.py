@@ -1,9 +1,8 @@
 """MALT: grow response trees, score their nodes, pick preference pairs, and the DPO dataset.
 
-Trees for all datapoints grow together: every open node of every tree asks, for each agent
-acting in the next round, for ``num_responses_per_timestep`` samples in **one** request
-(``n``-sampling), as soon as its own parent has been sampled, so all independent requests
-are in flight at once. The original grew each tree's nodes one after another.
+All trees grow together: each open node asks, per agent acting next, for
+``num_responses_per_timestep`` samples in one ``n``-sampled request as soon as its parent is
+sampled, so all independent requests are in flight at once.
 """
 
 from __future__ import annotations
@@ -29,12 +28,8 @@ from nip.utils.seeding import derive_seed
 
 @dataclass(frozen=True)
 class DpoExample:
-    """One preference pair as training data.
-
-    Attributes:
-        prompt: The agent's chat prompt at the branch point.
-        chosen / rejected: The preferred and non-preferred assistant messages.
-    """
+    """One preference pair as training data: the agent's chat ``prompt`` at the branch point, and
+    the preferred (``chosen``) and non-preferred (``rejected``) assistant messages."""
 
     prompt: tuple[ChatMessage, ...]
     chosen: str
@@ -139,12 +134,8 @@ async def _grow(
     malt: PureTextMaltParameters,
     frozen: frozenset[str],
 ) -> None:
-    """Expand every open node as soon as its parent's samples arrive.
-
-    No level waits for the slowest node of the level before it (a per-level barrier cost
-    about 0.3 s of 1.0 s ideal for 32 trees, k = 2). Nodes are then put back in
-    breadth-first order, so saved trees do not depend on the order responses arrived in.
-    """
+    """Expand every open node as soon as its parent's samples arrive (no per-level barrier);
+    nodes are then put back in breadth-first order, so saved trees do not depend on timing."""
 
     async def expand(tree: ResponseTree, node: TreeNode) -> None:
         for child in await _expand(tree, node, handler, agents, malt, frozen):
@@ -169,17 +160,11 @@ def _bfs_key(tree: ResponseTree, node_id: str) -> tuple[int, tuple[int, ...]]:
 def select_pairs(
     tree: ResponseTree, handler: ProtocolHandler, malt: PureTextMaltParameters, *, seed: int
 ) -> list[PreferencePair]:
-    """Choose, for each node and agent, at most one preference pair among its children.
-
-    * ``positive_negative``: a child whose expected reward (for that agent) is at least the
-      agent's reward mid-point against one below it, drawn at random among such children.
-    * ``interval``: a pair whose expected rewards differ by more than
-      ``interval_threshold_proportion`` of the agent's reward range, drawn at random; the
-      higher one is preferred.
-
-    Only children in which the agent acted count. Pairs are stored on the tree and their
-    nodes are marked (``pair_role``).
-    """
+    """Choose, for each node and agent, at most one preference pair among the children it acted in,
+    at random: ``positive_negative``, one at or above the agent's reward mid-point against one
+    below; ``interval``, two whose expected rewards differ by more than
+    ``interval_threshold_proportion`` of its reward range. Pairs are stored on the tree and their
+    nodes marked (``pair_role``)."""
     import numpy as np
 
     tree.pairs = []

@@ -1,23 +1,16 @@
 """MALT response trees as plain records: nodes, expected rewards and preference pairs.
 
-A tree's root is a dialogue before its first round; each child of a node is one sample of
-the next round. A node stores only its own round (turns, messages, rewards), so a tree's
-memory is linear in its number of nodes; the transcript at any node is rebuilt by walking
+A root is a dialogue before its first round; each child is one sample of the next round. A node
+stores only its own round, so memory is linear in nodes; a node's transcript is rebuilt from
 the path from the root.
 
-Expected reward (``pure_text_malt.expected_reward_estimator``), for each agent and node:
+Expected reward (``pure_text_malt.expected_reward_estimator``), per agent and node:
 
-* ``recursive_mean`` (default): the expected return under the policy that sampled the tree,
-  ``V(node) = r(node) + mean of V(child)`` over its children (each sampled child is equally
-  likely), and ``V(leaf) = r(leaf)``. A child that ends the dialogue early weighs as much as
-  one that goes on and branches again.
-* ``leaf_mean``: the mean, over the leaves below the node, of the return from the node to the
-  leaf, as in the original. When children end at different depths (the verifier decides
-  early in one branch and not in another) this over-weights the longer, more branched
-  child. Computed exactly as ``(r(node) * leaves(node) + sum of children's totals) /
-  leaves(node)``, so it is right when intermediate rewards are not zero (the original added
-  a node's own reward once and then divided by the number of leaves). Use it to reproduce
-  the original's old runs exactly.
+* ``recursive_mean`` (default): the expected return under the sampling policy,
+  ``V(node) = r(node) + mean of V(child)``, ``V(leaf) = r(leaf)``.
+* ``leaf_mean``: the original's mean, over the leaves below, of the return from the node to
+  the leaf, ``(r(node) * leaves(node) + sum of children's totals) / leaves(node)``; it
+  over-weights longer, more branched children. Use it to reproduce the original's runs.
 
 The two agree whenever every child of a node has the same number of leaves below it.
 """
@@ -155,13 +148,9 @@ class ResponseTree:
         agents: tuple[str, ...],
         estimator: ExpectedRewardEstimator = "recursive_mean",
     ) -> None:
-        """Fill ``num_leaves`` and ``expected_reward`` for every node (leaves first).
-
-        Args:
-            agents: The agents to score.
-            estimator: ``recursive_mean`` (the policy's expected return, the default) or
-                ``leaf_mean`` (the original's mean over leaves); see the module docstring.
-        """
+        """Fill ``num_leaves`` and ``expected_reward`` for every node (leaves first), for
+        ``agents``, by ``estimator``: ``recursive_mean`` (default) or ``leaf_mean`` (see the module
+        docstring)."""
         if estimator not in get_args(ExpectedRewardEstimator):
             raise ValueError(f"unknown expected-reward estimator {estimator!r}")
         totals: dict[str, dict[str, float]] = {}
