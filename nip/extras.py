@@ -72,6 +72,7 @@ FEATURES: Mapping[str, Feature] = MappingProxyType(
         ),
         "parquet": Feature("reading parquet files", "data", ("pandas", "pyarrow")),
         "ray": Feature("nip sweep --ray (a grid's cells as Ray tasks)", "ray", ("ray",)),
+        "tinker": Feature("Tinker (model_provider='Tinker')", "tinker", ("tinker",)),
     }
 )
 """Each optional feature, by the name :func:`require` takes."""

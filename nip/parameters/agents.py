@@ -59,7 +59,7 @@ class PureTextAgentParameters(BaseParameters):
     model_provider: ModelProvider = param(
         "OpenAI",
         doc="Who serves the model: OpenAI, SelfHosted (nip serve), OpenRouter, Local "
-        "(embedded) or TogetherAI.",
+        "(embedded), TogetherAI or Tinker.",
     )
     model_name: str = param("gpt-4o-mini-2024-07-18", doc="The model to use.")
     language_model_server_scheme_host: str = param(
