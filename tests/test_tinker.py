@@ -110,6 +110,24 @@ def test_an_expert_iteration_run_trains_the_verifier_on_tinker_and_samples_from_
     events = (tmp_path / "run" / "jobs" / "verifier-it0" / "events.jsonl").read_text()
     losses = [json.loads(e)["data"]["loss"] for e in events.splitlines()]
     assert losses and all(loss > 0 for loss in losses)
+    status = json.loads((tmp_path / "run" / "jobs" / "verifier-it0" / "status.json").read_text())
+    assert status["trained_tokens"] > 0  # what the steps sent, for the run's training cost
+    assert adapter_logprobs(sampler) != adapter_logprobs(None)  # the trained weights sample
+
+
+def adapter_logprobs(path: str | None) -> list[float | None]:
+    """What the stand-in's sampling client of ``path`` (None: the base model) gives a reply."""
+    from doubles.tinker_standin import clients, tokenizer
+    from tinker import types
+
+    service, _ = clients()
+    sampler = (
+        service.create_sampling_client(model_path=path)
+        if path
+        else service.create_sampling_client(base_model=MODEL)
+    ).result()
+    tokens = tokenizer()("<|im_start|>assistant\nDecision: accept<|im_end|>")["input_ids"]
+    return sampler.compute_logprobs(types.ModelInput.from_ints(tokens)).result()
 
 
 def test_a_malt_run_trains_the_verifier_with_dpo_against_the_model_that_sampled_the_pairs(
@@ -279,12 +297,23 @@ async def test_a_transient_sampling_failure_is_retried_and_a_refusal_is_not(stan
 
 
 # ----------------------------------------------------------------- refused at once
-def test_a_model_tinker_does_not_offer_is_refused_before_any_dialogue(standin, dataset, tmp_path):
+def test_a_model_tinker_does_not_offer_is_refused_before_any_dialogue(
+    standin, dataset, tmp_path, capsys
+):
     code = run(config(tmp_path, dataset), tmp_path / "run", "agents.*.model_name=Qwen/Qwen9-1T")
     assert code != 0
-    assert not (tmp_path / "run" / "rollouts").exists() or not list(
-        (tmp_path / "run" / "rollouts").iterdir()
-    )
+    error = capsys.readouterr().err
+    assert "'Qwen/Qwen9-1T' is not a Tinker model" in error and "Traceback" not in error
+    assert not list((tmp_path / "run").glob("rollouts/*.jsonl"))
+
+
+def test_a_model_tinker_samples_but_cannot_train_is_refused_before_training(
+    standin, dataset, tmp_path, capsys
+):
+    code = run(config(tmp_path, dataset), tmp_path / "run", "agents.*.model_name=tiny/sample-only")
+    assert code != 0
+    assert "Tinker samples it but cannot train it" in capsys.readouterr().err
+    assert not list(standin.glob("run-*"))  # no training run was opened
 
 
 def test_without_the_key_the_run_says_which_variable_to_set(monkeypatch, dataset, tmp_path, capsys):

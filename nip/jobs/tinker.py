@@ -268,9 +268,12 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         try:
             if spec.previous_adapter:  # training on from the previous job's state
                 return await service.create_training_client_from_state(spec.previous_adapter)
+            await check_model(self.clients, spec.base_model, train=True)
             return await service.create_lora_training_client(
                 base_model=spec.base_model, rank=spec.lora_rank, seed=spec.seed
             )
+        except ModelNotFoundError as error:
+            raise FineTuneError(str(error)) from error
         except Exception as error:
             if _is_refusal(error):
                 raise FineTuneError(
