@@ -154,7 +154,7 @@ def tokens_weighted(tokenizer, tokens, weights, weight: float) -> str:
 def test_the_sft_loss_covers_exactly_the_agents_own_turns_and_their_end_tokens():
     from doubles.tinker_standin import tokenizer
 
-    from nip.jobs.tinker import render_supervised
+    from nip.jobs.tinker_data import render_supervised
 
     messages = [
         {"role": "system", "content": "You are the verifier."},
@@ -192,7 +192,7 @@ async def test_nips_dpo_loss_equals_trls_on_the_same_pairs_and_model(standin, tm
     from tinker import types
     from trl import DPOConfig, DPOTrainer
 
-    from nip.jobs.tinker import datum, dpo_loss, reference_logprobs, render_preference
+    from nip.jobs.tinker_data import datum, dpo_loss, reference_logprobs, render_preference
 
     service, _ = clients()
     training = await service.create_lora_training_client(base_model=MODEL, rank=4, seed=0)
@@ -237,7 +237,7 @@ async def test_nips_dpo_loss_equals_trls_on_the_same_pairs_and_model(standin, tm
 # ------------------------------------------------------------------------ generation
 async def test_sampling_settings_act_and_the_tokens_are_counted(standin):
     from nip.backends import GenerationRequest
-    from nip.jobs.tinker import chat_tokens
+    from nip.jobs.tinker_data import chat_tokens
     from nip.providers.tinker import TinkerChatBackend
 
     backend = TinkerChatBackend(MODEL)

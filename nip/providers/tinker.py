@@ -33,6 +33,7 @@ from nip.backends._types import Completion, GenerationRequest, GenerationResult,
 from nip.errors import InvalidParameterError
 from nip.jobs._types import FineTuneSpec
 from nip.jobs.tinker import TinkerClients, TinkerFineTuneBackend, check_model, connect
+from nip.jobs.tinker_data import chat_tokens
 from nip.parameters import PROVIDER_FACTS
 from nip.providers._provider import Prices, Provider
 
@@ -93,8 +94,6 @@ class TinkerChatBackend:
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         from tinker import types
-
-        from nip.jobs.tinker import chat_tokens
 
         started = time.monotonic()
         sampler = await self.sampler(request.model)
