@@ -307,13 +307,20 @@ def test_a_model_tinker_does_not_offer_is_refused_before_any_dialogue(
     assert not list((tmp_path / "run").glob("rollouts/*.jsonl"))
 
 
-def test_a_model_tinker_samples_but_cannot_train_is_refused_before_training(
+def test_a_model_tinker_samples_but_cannot_train_is_refused_for_trained_agents_before_sampling(
     standin, dataset, tmp_path, capsys
 ):
     code = run(config(tmp_path, dataset), tmp_path / "run", "agents.*.model_name=tiny/sample-only")
     assert code != 0
     assert "Tinker samples it but cannot train it" in capsys.readouterr().err
-    assert not list(standin.glob("run-*"))  # no training run was opened
+    assert not list((tmp_path / "run").glob("rollouts/*.jsonl"))
+    # Frozen agents only sample it.
+    sets = (
+        "agents.*.model_name=tiny/sample-only",
+        "agents.verifier.freeze_agent=true",
+        "rl.lr=0.0001",
+    )
+    assert run(config(tmp_path, dataset), tmp_path / "frozen", *sets) == 0
 
 
 def test_without_the_key_the_run_says_which_variable_to_set(monkeypatch, dataset, tmp_path, capsys):

@@ -44,6 +44,7 @@ class TinkerChatBackend:
     Args:
         base_model: The agents' base model (checked before the first dialogue).
         clients: Tinker's clients (default: :func:`~nip.jobs.tinker.connect`).
+        train: Its agents are trained: the model must be one Tinker trains, too.
         retry_policy: How transient failures are retried.
     """
 
@@ -54,9 +55,11 @@ class TinkerChatBackend:
         base_model: str,
         clients: TinkerClients | None = None,
         *,
+        train: bool = False,
         retry_policy: RetryPolicy | None = None,
     ):
         self.base_model = base_model
+        self.train = train
         self._clients = clients
         self._policy = retry_policy or RetryPolicy()
         self._rng = random.Random()  # jitter only
@@ -71,9 +74,10 @@ class TinkerChatBackend:
         return self._clients
 
     async def wait_for_ready(self, timeout_s: float | None = None) -> None:
-        """Refuse a model Tinker does not offer, before anything is sampled."""
+        """Refuse a model Tinker does not offer (or cannot train, for trained agents) before
+        anything is sampled."""
         if not self._checked:
-            await check_model(self.clients, self.base_model)
+            await check_model(self.clients, self.base_model, train=self.train)
             self._checked = True
 
     async def sampler(self, model: str) -> Any:
@@ -162,7 +166,7 @@ def _chat(params, settings) -> TinkerChatBackend:
             "None for a Tinker agent",
             reason="Tinker's SamplingParams have no repetition penalty",
         )
-    return TinkerChatBackend(params.model_name)
+    return TinkerChatBackend(params.model_name, train=not params.freeze_agent)
 
 
 def _fine_tune(params, settings, chat) -> TinkerFineTuneBackend:
@@ -244,7 +248,10 @@ PRICES = Prices(
 PROVIDER = Provider(
     "Tinker",
     PROVIDER_FACTS["Tinker"],
-    endpoint_key=lambda params: f"tinker:{params.model_name}",
+    # Trained agents' backend checks that Tinker trains the model; frozen agents' does not.
+    endpoint_key=lambda params: (
+        f"tinker:{params.model_name}" + ("" if params.freeze_agent else ":trained")
+    ),
     chat=_chat,
     fine_tune=_fine_tune,
     job_settings=job_settings,
