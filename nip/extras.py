@@ -76,6 +76,7 @@ FEATURES: Mapping[str, Feature] = MappingProxyType(
         "inspect": Feature(
             "nip export inspect (dialogues as Inspect logs)", "inspect", ("inspect_ai",)
         ),
+        "tinker": Feature("Tinker (model_provider='Tinker')", "tinker", ("tinker",)),
     }
 )
 """Each optional feature, by the name :func:`require` takes."""

@@ -21,6 +21,7 @@ from nip.jobs import DummyFineTuneBackend
 from nip.jobs.local_lora import LocalLoraFineTuneBackend
 from nip.jobs.openai_api import OpenAIFineTuneBackend
 from nip.jobs.self_hosted import SelfHostedFineTuneBackend
+from nip.jobs.tinker import TinkerFineTuneBackend
 from nip.parameters import (
     PROTOCOL_AGENT_NAMES,
     PROVIDER_FACTS,
@@ -40,6 +41,7 @@ from nip.providers import (
     provider_for,
 )
 from nip.providers.pool import BackendPool, endpoint_key
+from nip.providers.tinker import TinkerChatBackend
 from nip.providers.together import TogetherFineTuneBackend
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import ALGORITHMS
@@ -112,6 +114,7 @@ SERVED_BY = {
     ),
     "Local": ("local:SmolLM2-135M-Instruct", LocalBackend, LocalLoraFineTuneBackend, False),
     "TogetherAI": ("together", OpenAIBackend, TogetherFineTuneBackend, True),
+    "Tinker": ("tinker:gpt-4o-mini", TinkerChatBackend, TinkerFineTuneBackend, True),
     DUMMY: ("dummy", DummyBackend, DummyFineTuneBackend, False),
 }
 

@@ -33,6 +33,8 @@ class FineTuneSpec:
         use_lora / lora_rank / lora_alpha / lora_dropout: The adapter (local backends).
         previous_adapter: An adapter to continue from or stack on (local backends).
         stack_lora_adapters: Stack a new adapter on ``previous_adapter`` rather than train it.
+        reference_model: The model that sampled a DPO job's pairs, its reference where the
+            backend computes one itself (Tinker; None: ``base_model``).
         seed: Training seed.
         quantization: "bitsandbytes" trains on 4-bit base weights (QLoRA; CUDA only).
         openai_n_epochs / openai_batch_size / openai_learning_rate_multiplier: What OpenAI's
@@ -54,6 +56,7 @@ class FineTuneSpec:
     lora_dropout: float = 0.05
     previous_adapter: str | None = None
     stack_lora_adapters: bool = False
+    reference_model: str | None = None
     seed: int = 0
     quantization: str = "none"
     openai_n_epochs: int | None = None

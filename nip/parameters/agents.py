@@ -60,7 +60,7 @@ class PureTextAgentParameters(BaseParameters):
     model_provider: ModelProvider = Field(
         "OpenAI",
         description="Who serves the model: OpenAI, SelfHosted (nip serve), OpenRouter, Local "
-        "(embedded) or TogetherAI.",
+        "(embedded), TogetherAI or Tinker.",
     )
     model_name: str = Field("gpt-4o-mini-2024-07-18", description="The model to use.")
     language_model_server_scheme_host: str = Field(

@@ -142,6 +142,25 @@ PROVIDER_FACTS: Mapping[str, ProviderFacts] = MappingProxyType(
             "does not yet continue a job from an earlier one's checkpoint) and serves its own "
             "weights",
         ),
+        "Tinker": ProviderFacts(
+            bills_tokens=True,
+            can_fine_tune=True,
+            lora_only=True,
+            where="on Tinker",
+            settings=frozenset(
+                {
+                    "num_epochs",
+                    "per_device_train_batch_size",
+                    "use_lora",
+                    "lora_rank",
+                    "fine_tune_from_scratch",
+                    "dpo_beta",
+                    "rl.lr",
+                }
+            ),
+            why_not="Tinker trains one LoRA adapter of lora_rank at a time (its own alpha, no "
+            "dropout, no stacking) on its GPUs, from nip's loop",
+        ),
     }
 )
 

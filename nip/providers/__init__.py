@@ -17,7 +17,7 @@ from typing import Any
 from nip.backends._types import ChatBackend
 from nip.jobs._types import FineTuneBackend, FineTuneSpec
 from nip.parameters import PureTextAgentParameters
-from nip.providers import dummy, local, openai, openrouter, self_hosted, together
+from nip.providers import dummy, local, openai, openrouter, self_hosted, tinker, together
 from nip.providers._provider import NotFineTunableBackend, Prices, Provider, openai_compatible
 from nip.providers.dummy import DUMMY
 from nip.providers.openai import price_key
@@ -31,6 +31,7 @@ PROVIDERS: Mapping[str, Provider] = MappingProxyType(
         "SelfHosted": self_hosted.PROVIDER,
         "Local": local.PROVIDER,
         "TogetherAI": together.PROVIDER,
+        "Tinker": tinker.PROVIDER,
     }
 )
 
@@ -84,6 +85,8 @@ def inference_price(
     key = price_key(model)
     if key in corrections:
         return corrections[key]
+    if prices.adapter_prefix and key.startswith(prices.adapter_prefix):
+        key = price_key(params.model_name)
     key = prices.priced_as(key) or key
     return corrections.get(key) or prices.inference(key)
 

@@ -37,6 +37,8 @@ class Prices:
         priced_as: The model a fine-tuned model's tokens are priced as, where the provider
             bills them at another model's price (Together: a LoRA adapter served serverless
             at its base model's), or None: at its own.
+        adapter_prefix: How the provider's fine-tuned adapters are named (Tinker:
+            ``tinker://``); such a model is priced as its agent's base model.
     """
 
     source: str
@@ -45,6 +47,7 @@ class Prices:
     training: Callable[[str, str, bool], float | None] = lambda model, method, lora: None
     notes: Callable[[str], list[str]] = field(default=lambda model: [])
     priced_as: Callable[[str], str | None] = lambda model: None
+    adapter_prefix: str | None = None
 
 
 @dataclass(frozen=True)

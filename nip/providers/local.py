@@ -15,6 +15,7 @@ def spec_settings(spec: FineTuneSpec) -> dict[str, Any]:
     """A job trained here (local LoRA, the dummy): the spec itself, less its examples."""
     settings = spec.to_dict()
     settings.pop("examples")
+    settings.pop("reference_model")  # TRL's reference is the model it starts from
     return settings
 
 

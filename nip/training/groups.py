@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -189,7 +189,7 @@ class PureTextSharedModelGroup:
         # run's starting point: the base model, or the adapter of an earlier run.
         by_name = continues and self.state.adapter_path is None
         base = self.params.model_name if self.state.start_adapter_path else self.base_model_name
-        return fine_tune_spec(
+        spec = fine_tune_spec(
             self.hyper_params,
             self.params,
             method,
@@ -200,6 +200,8 @@ class PureTextSharedModelGroup:
             if continues
             else self.state.start_adapter_path,
         )
+        # DPO's pairs were sampled by the model generating now: a hosted trainer's reference.
+        return replace(spec, reference_model=self.model_name) if method == "dpo" else spec
 
     def supervised_examples(
         self,
