@@ -119,7 +119,6 @@ class LocalVllmBackend(ServedModels):
         self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Lock] | None = None
         self._closed = False
 
-    # ------------------------------------------------------------------ public API
     @property
     def running(self) -> bool:
         """Whether the vLLM process is up (it starts with the first request)."""
@@ -201,7 +200,6 @@ class LocalVllmBackend(ServedModels):
             self._client = None
         await asyncio.get_running_loop().run_in_executor(None, self._stop)
 
-    # ------------------------------------------------------------------ the process
     def launch(self, model_folder: Path) -> VllmLaunch:
         """What this backend starts vLLM with."""
         options = [
@@ -272,7 +270,6 @@ class LocalVllmBackend(ServedModels):
         if process is not None and folder is not None:
             _stop_process(process, folder)
 
-    # ------------------------------------------------------------------ adapters
     async def _load(self, name: str) -> str:
         """The name vLLM serves adapter ``name`` under, loading it (again) if needed."""
         stack = self._adapters[name]
@@ -303,7 +300,6 @@ class LocalVllmBackend(ServedModels):
         allowed = vllm_ranks_up_to(self.max_lora_rank)
         write_concatenated_adapter(stack, path, allowed_ranks=allowed)
 
-    # ------------------------------------------------------------------ display
     def _describe(self) -> dict[str, str]:
         state = "running" if self.running else "stopped (starts with the first request)"
         return {
