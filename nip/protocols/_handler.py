@@ -103,7 +103,6 @@ class ProtocolHandler(ABC):
                 f"{name}.system_prompts names no agent of the protocol: {sorted(unknown)}"
             )
 
-    # ------------------------------------------------------------------ structure
     @abstractmethod
     def _build_agents(self) -> tuple[AgentSpec, ...]: ...
 
@@ -146,7 +145,6 @@ class ProtocolHandler(ABC):
         """The order in which ``agent_name`` reads its visible channels in ``round_id``."""
         return self.visible_channels(agent_name)
 
-    # -------------------------------------------------------------------- prompts
     def system_prompt_template(self, agent_name: str) -> PromptTemplate:
         """``agent_name``'s system prompt template (raises ``PromptTemplateError``)."""
         self.agent(agent_name)
@@ -192,7 +190,6 @@ class ProtocolHandler(ABC):
         cls.check_verifier_first(params.protocol_common)
         return params
 
-    # ----------------------------------------------------------------- decisions
     @cached_property
     def _verifier_rounds(self) -> tuple[int, ...]:
         return tuple(
@@ -228,7 +225,6 @@ class ProtocolHandler(ABC):
         """The verifier's turns in a full episode; prompts offer one fewer questions."""
         return len(self._verifier_rounds)
 
-    # -------------------------------------------------------------------- stance
     def prover_stance(self, agent_name: str, datapoint_stance: int | None = None) -> int:
         """The decision prover ``agent_name`` argues for (0 reject, 1 accept) on a datapoint:
         ``datapoint_stance`` where stances are randomised, else its default."""
@@ -243,7 +239,6 @@ class ProtocolHandler(ABC):
             return int(datapoint_stance)
         return spec.default_stance
 
-    # -------------------------------------------------------------------- rewards
     @cached_property
     def decision_scale(self) -> DecisionScale:
         """What the verifier writes after ``Decision:`` (``verifier_decision_scale``)."""
@@ -369,7 +364,6 @@ class ProtocolHandler(ABC):
         """Half-way between the lowest and highest episode reward (MALT's threshold)."""
         return (self.min_reward(agent_name) + self.max_reward(agent_name)) / 2
 
-    # -------------------------------------------------------------------- display
     def schedule(self, seed: int = 0) -> list[dict[str, str]]:
         """One row per round: what each agent does (channels written, or 'decide')."""
         rows = []

@@ -139,7 +139,6 @@ class ServerConfig(BaseParameters):
         if self.storage_dir is not None and Path(self.storage_dir).expanduser().is_file():
             raise InvalidParameterError("storage_dir", self.storage_dir, "a folder, not a file")
 
-    # ------------------------------------------------------------- derived values
     @property
     def storage_path(self) -> Path:
         """``storage_dir``, or ``<user data dir>/nip/server``."""

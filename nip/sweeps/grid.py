@@ -196,7 +196,6 @@ class GridSpec:
         out |= {"axes": self.axes, "zip": self.zipped, "max_parallel": self.max_parallel}
         return out | {"serve": self.serve}
 
-    # ------------------------------------------------------------- expansion
     def _dimensions(self) -> list[list[dict[str, Any]]]:
         """Each dimension of the product as its list of ``{path: value}`` steps."""
         dims = [[{path: v} for v in values] for path, values in self.axes.items()]

@@ -148,7 +148,6 @@ class Engine:
         self._entropy = random.SystemRandom()
         release_free_memory(generation=None)  # what converting and loading freed
 
-    # ------------------------------------------------------------------ generation
     def run(
         self, requests: list[GenerationRequest], adapters: Mapping[str, AdapterStack]
     ) -> BatchReport:
@@ -371,7 +370,6 @@ class Engine:
             raise GenerationError(f"The model in {self.folder} defines no end-of-turn token.")
         return ids
 
-    # ------------------------------------------------------------------ adapters
     @contextlib.contextmanager
     def _activate(self, adapter: str | None, stack: AdapterStack | None) -> Iterator[None]:
         """Make the base model (``adapter`` None) or the named adapter (stack) generate."""
