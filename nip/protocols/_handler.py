@@ -124,9 +124,9 @@ class ProtocolHandler(ABC):
 
     def agent(self, name: str) -> AgentSpec:
         """The spec of the agent called ``name``."""
-        for spec in self.agents:
-            if spec.name == name:
-                return spec
+        spec = next((spec for spec in self.agents if spec.name == name), None)
+        if spec is not None:
+            return spec
         raise ProtocolUsageError(
             f"{self.name} has no agent {name!r}; its agents are {self.agent_names}"
         )
@@ -280,13 +280,10 @@ class ProtocolHandler(ABC):
         decision = Decision(decision)
         common = self.common
         penalty = common.prover_invalid_response_penalty
+        rewards = dict.fromkeys(self.agent_names, 0.0)
         if penalty is not None and invalid_provers:
-            rewards = {name: 0.0 for name in self.agent_names}
-            for prover in invalid_provers:
-                rewards[prover] = penalty
+            rewards |= dict.fromkeys(invalid_provers, penalty)
             return StepOutcome(True, True, Decision.NONE, rewards)
-        verifier_speaks = VERIFIER in self.speakers(round_id, seed)
-        rewards = {name: 0.0 for name in self.agent_names}
         done = terminated = False
         if decision is not Decision.NONE:
             if not self.can_decide(round_id, seed):
@@ -307,11 +304,10 @@ class ProtocolHandler(ABC):
         elif round_id >= self.last_decision_round:
             done = terminated = True
             rewards[VERIFIER] = common.verifier_terminated_penalty
-        elif verifier_speaks:
+        elif VERIFIER in self.speakers(round_id, seed):
             rewards[VERIFIER] = common.verifier_no_guess_reward
         if common.shared_reward:
-            for prover in self.prover_names:
-                rewards[prover] = rewards[VERIFIER]
+            rewards |= dict.fromkeys(self.prover_names, rewards[VERIFIER])
         return StepOutcome(
             done=done,
             terminated=terminated,
@@ -344,10 +340,10 @@ class ProtocolHandler(ABC):
                 # Cut short by a prover after any number of verifier turns without a decision.
                 returns |= {i * common.verifier_no_guess_reward for i in range(len(turns))}
         else:
-            returns = {0.0}
-            for point in self.decision_scale.points:
-                for stance in (0, 1):
-                    returns.add(self.prover_decision_reward(stance, point.score))
+            points = self.decision_scale.points
+            returns = {0.0} | {
+                self.prover_decision_reward(stance, p.score) for p in points for stance in (0, 1)
+            }
         if agent_name != VERIFIER and common.prover_invalid_response_penalty is not None:
             returns.add(common.prover_invalid_response_penalty)
         return tuple(sorted(returns))
