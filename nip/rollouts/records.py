@@ -162,10 +162,7 @@ class Transcript:
 
     def turn(self, agent: str, round_id: int) -> AgentTurn | None:
         """``agent``'s turn in ``round_id``, if it spoke."""
-        for t in self.turns:
-            if t.agent == agent and t.round == round_id:
-                return t
-        return None
+        return next((t for t in self.turns if t.agent == agent and t.round == round_id), None)
 
     def messages_in(self, round_id: int, channel: str) -> list[ChannelMessage]:
         return [m for m in self.messages if m.round == round_id and m.channel == channel]
