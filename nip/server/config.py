@@ -22,8 +22,6 @@ GpuSharing = Literal["fraction", "pause"]
 Device = Literal["auto", "cuda", "cpu"]
 Quantization = Literal["none", "bitsandbytes"]
 
-#: Environment variable holding the server's bearer token (read by server and clients).
-
 
 class InsecureServerError(NipError):
     """The server would listen beyond this machine without a bearer token."""
