@@ -354,12 +354,8 @@ class Engine:
         return Completion(text=text, finish_reason="stop"), stop + 1
 
     def _stop_token_ids(self) -> set[int]:
-        ids: set[int] = set()
         configured = self.base.generation_config.eos_token_id
-        if isinstance(configured, int):
-            ids.add(configured)
-        elif configured:
-            ids.update(configured)
+        ids = {configured} if isinstance(configured, int) else set(configured or ())
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         # ChatML models end a turn with <|im_end|> even when their eos token is another one.
