@@ -262,13 +262,10 @@ class LocalVllmBackend(ServedModels):
         )
 
     def _stop(self) -> None:
-        process, folder, self._process, self._folder = self._process, self._folder, None, None
+        self._process = self._folder = None
         self._loaded.clear()
         if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        if process is not None and folder is not None:
-            _stop_process(process, folder)
+            self._finalizer()  # stops vLLM and removes its folder, once
 
     async def _load(self, name: str) -> str:
         """The name vLLM serves adapter ``name`` under, loading it (again) if needed."""
