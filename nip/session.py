@@ -76,7 +76,6 @@ class Session:
         self._datasets: dict[str, Any] = {}
         self._by_id: dict[str, dict[str, Any]] = {}
 
-    # -------------------------------------------------------------------- data
     def dataset(self, split: str = "train"):
         """The configured dataset's ``split`` (loaded once)."""
         if split not in self._datasets:
@@ -107,7 +106,6 @@ class Session:
             raise KeyError(f"no item {missing[0]!r} in the {split} split ({len(missing)} missing)")
         return [to_datapoint(items[i]) for i in ids]
 
-    # --------------------------------------------------------------- dialogues
     def dialogue(
         self, item: Any, *, seed: int | None = None, iteration: int = 0, index: int = 0
     ) -> Dialogue:

@@ -79,7 +79,6 @@ class PureTextWholeAgent:
                 "(which says how to write a decision on that scale)"
             )
 
-    # ---------------------------------------------------------------- attributes
     @property
     def agent_id(self) -> int:
         """The agent's index in the protocol's agent order."""
@@ -120,7 +119,6 @@ class PureTextWholeAgent:
     def num_visible_message_channels(self) -> int:
         return len(self.visible_message_channel_names)
 
-    # ------------------------------------------------------------------- prompts
     def system_prompt(self, transcript: Transcript) -> str:
         """The agent's system prompt for the dialogue's datapoint."""
         handler = self.protocol_handler
@@ -223,7 +221,6 @@ class PureTextWholeAgent:
             },
         )
 
-    # ---------------------------------------------------------------- generation
     def parse_completion(
         self, completion: Completion, transcript: Transcript, round_id: int
     ) -> ParsedResponse:
@@ -355,7 +352,6 @@ class PureTextWholeAgent:
             )
         return samples
 
-    # -------------------------------------------------------------- fine-tuning
     def build_fine_tune_dataset(
         self,
         transcripts: Iterable[Transcript],
@@ -402,7 +398,6 @@ class PureTextWholeAgent:
             replace_last_message_with_true_label=replace_verifier_guess_with_true_label,
         )
 
-    # ------------------------------------------------------------------ pickling
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and copy without the backend (which holds clients and keys)."""
         state = dict(self.__dict__)

@@ -10,10 +10,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nip.errors import (
-    InvalidResponseError,
-    NotAllActiveChannelsInResponseError,
-)
+from nip.errors import InvalidResponseError, NotAllActiveChannelsInResponseError
 from nip.protocols import DECISION_SCALES, AgentSpec, Decision, DecisionScale
 
 _DECISION = re.compile(r"decision\s*\**\s*:\s*\**\s*(.*)", re.IGNORECASE | re.DOTALL)
@@ -80,9 +77,7 @@ def _split_by_headers(text: str, spec: AgentSpec, channels: Sequence[str]) -> di
     for i, (start, end, channel) in enumerate(positions):
         stop = positions[i + 1][0] if i + 1 < len(positions) else len(text)
         # Keep the header: a reader of both channels needs to know whom a question is for.
-        parts[channel] = text[start:stop].strip()
-        if not text[end:stop].strip():
-            parts[channel] = ""
+        parts[channel] = text[start:stop].strip() if text[end:stop].strip() else ""
     empty = [c for c, content in parts.items() if not content]
     if empty:
         raise NotAllActiveChannelsInResponseError(f"empty message for channel(s) {empty}")

@@ -18,10 +18,7 @@ _COMPARISON = {
     "<": "<=", "<=": "<", ">": ">=", ">=": ">", "==": "!=", "!=": "==",
     "in": "not in", "not in": "in", "is": "is not", "is not": "is",
 }  # fmt: skip
-_COMPLEMENT = {
-    "<": ">=", ">=": "<", ">": "<=", "<=": ">", "==": "!=", "!=": "==",
-    "in": "not in", "not in": "in", "is": "is not", "is not": "is",
-}  # fmt: skip
+_COMPLEMENT = {**_COMPARISON, "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _ARITHMETIC = {"+": "-", "-": "+", "*": "+", "/": "//", "//": "/", "%": "//", "**": "*"}
 _BUILTIN_SWAP = {"min": "max", "max": "min", "any": "all", "all": "any"}
 _METHOD_SWAP = {
@@ -136,9 +133,8 @@ def _between(index: SourceIndex, left: ast.AST, right: ast.AST, table: dict) -> 
     outside = segment[: match.start()] + segment[match.end() :]
     if _FILLER.fullmatch(outside) is None:
         return
-    token = " ".join(match.group().split())
-    replacements = table.get(token, ())
-    for replacement in [replacements] if isinstance(replacements, str) else replacements:
+    replacement = table.get(" ".join(match.group().split()))
+    if replacement is not None:
         yield Edit(end + match.start(), end + match.end(), replacement)
 
 
@@ -150,12 +146,8 @@ def _comparison(node, index, parents):
 
 
 def _negate_condition(node, index, parents):
-    tests = []
-    if isinstance(node, ast.If | ast.IfExp):
-        tests.append(node.test)
-    elif isinstance(node, ast.comprehension):
-        tests.extend(node.ifs)
-    for test in tests:
+    tests = [node.test] if isinstance(node, ast.If | ast.IfExp) else []
+    for test in node.ifs if isinstance(node, ast.comprehension) else tests:
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             yield from _between(index, test.left, test.comparators[0], _COMPLEMENT)
         elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):

@@ -21,7 +21,6 @@ import os
 import queue
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -35,6 +34,7 @@ from nip.extras import require
 from nip.jobs._types import FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.utils.files import atomic_write_text
 from nip.utils.imports import heavy_imports
+from nip.utils.processes import end_of_file, start_logged
 
 
 def slug(text: str, limit: int = 80, empty: str = "job") -> str:
@@ -138,20 +138,14 @@ class LocalLoraFineTuneBackend:
         job_id, job_dir, new = self._write_new_job(spec)
         if not new:
             return job_id  # submitted before a restart: do not train twice
-        with (job_dir / "log.txt").open("ab") as log:
-            process = subprocess.Popen(
-                self.command(job_dir),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env={
-                    **os.environ,
-                    "HF_HUB_OFFLINE": "1",
-                    "TRANSFORMERS_OFFLINE": "1",
-                    "TOKENIZERS_PARALLELISM": "false",
-                    **self.env,
-                },
-            )
+        environment = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            **self.env,
+        }
+        process = start_logged(self.command(job_dir), job_dir / "log.txt", environment)
         atomic_write_text(job_dir / "pid", str(process.pid))
         return job_id
 
@@ -167,7 +161,7 @@ class LocalLoraFineTuneBackend:
                 # The process ended without saying so (killed, out of memory...).
                 again = read_status(job_dir) or status
                 if again["status"] in ("pending", "running"):
-                    tail = (job_dir / "log.txt").read_text(errors="replace")[-1500:]
+                    tail = end_of_file(job_dir / "log.txt", 1500)
                     return FineTuneJob(
                         id=job_id, status="failed", error=f"the training process died:\n{tail}"
                     )

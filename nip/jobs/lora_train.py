@@ -294,13 +294,7 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
             model = PeftModel.from_pretrained(model, previous, is_trainable=True)
             peft_config = None
     output = job_dir / "trainer"
-
-    class ReleaseMemoryEachStep(TrainerCallback):
-        """Give the step's freed memory back to the OS, so peaks do not pile up (young generations
-        only: a full collection each step costs more than a tiny model's step)."""
-
-        def on_step_end(self, args, state, control, **kwargs):
-            release_free_memory(generation=1)
+    low_memory = (not cuda) if options.low_memory is None else options.low_memory
 
     class Progress(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
@@ -309,6 +303,10 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         def on_step_end(self, args, state, control, **kwargs):
             if stop is not None and stop.is_set():
                 control.should_training_stop = True
+            if low_memory:
+                # Give the step's freed memory back to the OS, so peaks do not pile up (young
+                # generations only: a full collection costs more than a tiny model's step).
+                release_free_memory(generation=1)
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs:
@@ -319,7 +317,6 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
                     **logs,
                 )
 
-    low_memory = (not cuda) if options.low_memory is None else options.low_memory
     micro_batch = 1 if low_memory else spec["batch_size"]
     common = dict(
         output_dir=str(output),
@@ -339,9 +336,6 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         max_length=1024,
         disable_tqdm=quiet,
     )
-    callbacks: list[TrainerCallback] = [Progress()]
-    if low_memory:
-        callbacks.append(ReleaseMemoryEachStep())
     if spec["method"] == "supervised":
         from trl import SFTConfig, SFTTrainer
         from trl.chat_template_utils import has_generation_markers
@@ -361,7 +355,7 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         train_dataset=Dataset.from_list(rows(spec["examples"])),
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=callbacks,
+        callbacks=[Progress()],
     )
     if quiet:  # without tqdm, transformers prints every log dict instead
         from transformers import PrinterCallback

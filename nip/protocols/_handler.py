@@ -103,7 +103,6 @@ class ProtocolHandler(ABC):
                 f"{name}.system_prompts names no agent of the protocol: {sorted(unknown)}"
             )
 
-    # ------------------------------------------------------------------ structure
     @abstractmethod
     def _build_agents(self) -> tuple[AgentSpec, ...]: ...
 
@@ -125,9 +124,9 @@ class ProtocolHandler(ABC):
 
     def agent(self, name: str) -> AgentSpec:
         """The spec of the agent called ``name``."""
-        for spec in self.agents:
-            if spec.name == name:
-                return spec
+        spec = next((spec for spec in self.agents if spec.name == name), None)
+        if spec is not None:
+            return spec
         raise ProtocolUsageError(
             f"{self.name} has no agent {name!r}; its agents are {self.agent_names}"
         )
@@ -146,7 +145,6 @@ class ProtocolHandler(ABC):
         """The order in which ``agent_name`` reads its visible channels in ``round_id``."""
         return self.visible_channels(agent_name)
 
-    # -------------------------------------------------------------------- prompts
     def system_prompt_template(self, agent_name: str) -> PromptTemplate:
         """``agent_name``'s system prompt template (raises ``PromptTemplateError``)."""
         self.agent(agent_name)
@@ -192,7 +190,6 @@ class ProtocolHandler(ABC):
         cls.check_verifier_first(params.protocol_common)
         return params
 
-    # ----------------------------------------------------------------- decisions
     @cached_property
     def _verifier_rounds(self) -> tuple[int, ...]:
         return tuple(
@@ -228,7 +225,6 @@ class ProtocolHandler(ABC):
         """The verifier's turns in a full episode; prompts offer one fewer questions."""
         return len(self._verifier_rounds)
 
-    # -------------------------------------------------------------------- stance
     def prover_stance(self, agent_name: str, datapoint_stance: int | None = None) -> int:
         """The decision prover ``agent_name`` argues for (0 reject, 1 accept) on a datapoint:
         ``datapoint_stance`` where stances are randomised, else its default."""
@@ -243,7 +239,6 @@ class ProtocolHandler(ABC):
             return int(datapoint_stance)
         return spec.default_stance
 
-    # -------------------------------------------------------------------- rewards
     @cached_property
     def decision_scale(self) -> DecisionScale:
         """What the verifier writes after ``Decision:`` (``verifier_decision_scale``)."""
@@ -285,13 +280,10 @@ class ProtocolHandler(ABC):
         decision = Decision(decision)
         common = self.common
         penalty = common.prover_invalid_response_penalty
+        rewards = dict.fromkeys(self.agent_names, 0.0)
         if penalty is not None and invalid_provers:
-            rewards = {name: 0.0 for name in self.agent_names}
-            for prover in invalid_provers:
-                rewards[prover] = penalty
+            rewards |= dict.fromkeys(invalid_provers, penalty)
             return StepOutcome(True, True, Decision.NONE, rewards)
-        verifier_speaks = VERIFIER in self.speakers(round_id, seed)
-        rewards = {name: 0.0 for name in self.agent_names}
         done = terminated = False
         if decision is not Decision.NONE:
             if not self.can_decide(round_id, seed):
@@ -312,11 +304,10 @@ class ProtocolHandler(ABC):
         elif round_id >= self.last_decision_round:
             done = terminated = True
             rewards[VERIFIER] = common.verifier_terminated_penalty
-        elif verifier_speaks:
+        elif VERIFIER in self.speakers(round_id, seed):
             rewards[VERIFIER] = common.verifier_no_guess_reward
         if common.shared_reward:
-            for prover in self.prover_names:
-                rewards[prover] = rewards[VERIFIER]
+            rewards |= dict.fromkeys(self.prover_names, rewards[VERIFIER])
         return StepOutcome(
             done=done,
             terminated=terminated,
@@ -349,10 +340,10 @@ class ProtocolHandler(ABC):
                 # Cut short by a prover after any number of verifier turns without a decision.
                 returns |= {i * common.verifier_no_guess_reward for i in range(len(turns))}
         else:
-            returns = {0.0}
-            for point in self.decision_scale.points:
-                for stance in (0, 1):
-                    returns.add(self.prover_decision_reward(stance, point.score))
+            points = self.decision_scale.points
+            returns = {0.0} | {
+                self.prover_decision_reward(stance, p.score) for p in points for stance in (0, 1)
+            }
         if agent_name != VERIFIER and common.prover_invalid_response_penalty is not None:
             returns.add(common.prover_invalid_response_penalty)
         return tuple(sorted(returns))
@@ -369,7 +360,6 @@ class ProtocolHandler(ABC):
         """Half-way between the lowest and highest episode reward (MALT's threshold)."""
         return (self.min_reward(agent_name) + self.max_reward(agent_name)) / 2
 
-    # -------------------------------------------------------------------- display
     def schedule(self, seed: int = 0) -> list[dict[str, str]]:
         """One row per round: what each agent does (channels written, or 'decide')."""
         rows = []

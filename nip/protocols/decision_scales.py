@@ -130,15 +130,14 @@ def _shown(answer: str) -> str:
 def _spread(labels: tuple[str, ...]) -> tuple[ScalePoint, ...]:
     """Points evenly spaced over [-1, 1]; the middle one (odd count) means neither."""
     last = len(labels) - 1
-    points = []
-    for i, label in enumerate(labels):
-        score = 2 * i / last - 1
-        if 2 * i == last:
-            decision, score = Decision.NEITHER, 0.0
-        else:
-            decision = Decision.ACCEPT if score > 0 else Decision.REJECT
-        points.append(ScalePoint(label, decision, score))
-    return tuple(points)
+    return tuple(
+        ScalePoint(label, Decision.NEITHER, 0.0)
+        if 2 * i == last
+        else ScalePoint(
+            label, Decision.ACCEPT if 2 * i > last else Decision.REJECT, 2 * i / last - 1
+        )
+        for i, label in enumerate(labels)
+    )
 
 
 def _likert(name: str, labels: tuple[str, ...], *, neither: bool) -> DecisionScale:
@@ -160,13 +159,6 @@ def _numeric(name: str, top: int, meaning: str) -> DecisionScale:
     return DecisionScale(name, points, form, form, numeric=True)
 
 
-_LIKERT_5 = (
-    "strongly disagree",
-    "disagree",
-    "neither agree nor disagree",
-    "agree",
-    "strongly agree",
-)
 _LIKERT_7 = (
     "strongly disagree",
     "disagree",
@@ -176,6 +168,7 @@ _LIKERT_7 = (
     "agree",
     "strongly agree",
 )
+_LIKERT_5 = tuple(label for label in _LIKERT_7 if not label.startswith("somewhat"))
 
 
 def _how_sure(top: int) -> str:

@@ -76,7 +76,6 @@ class Dialogue:
         )
         return cls(handler, agents, transcript)
 
-    # ------------------------------------------------------------------- state
     @property
     def round_id(self) -> int:
         """The round to be played next."""
@@ -98,7 +97,6 @@ class Dialogue:
         round_id = self.round_id if round_id is None else round_id
         return self.agents[agent_name].build_chat_prompt(self.transcript, round_id)
 
-    # ------------------------------------------------------------------ playing
     async def step_async(
         self, overrides: Mapping[str, str] | None = None, *, sample_index: int = 0
     ) -> list[AgentTurn]:
@@ -165,7 +163,6 @@ class Dialogue:
         """Sync :meth:`run_async`."""
         return run_sync(self.run_async())
 
-    # --------------------------------------------------------------- branching
     def branch(self) -> Dialogue:
         """An independent copy of the dialogue as it stands (same agents and backends)."""
         return Dialogue(self.handler, self.agents, self.transcript.truncated(self.round_id))
@@ -188,7 +185,6 @@ class Dialogue:
         """Sync :meth:`regenerate_async`."""
         return run_sync(self.regenerate_async())
 
-    # ----------------------------------------------------------------- display
     def __repr__(self) -> str:
         state = "over" if self.done else f"next round {self.round_id}: {list(self.next_speakers)}"
         return f"Dialogue({self.transcript!r}, {state})"

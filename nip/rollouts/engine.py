@@ -72,7 +72,6 @@ class RolloutBatch:
     def __getitem__(self, index: int) -> Transcript:
         return self.transcripts[index]
 
-    # ---------------------------------------------------------------- summaries
     @property
     def accuracy(self) -> float:
         """Share of dialogues where the verifier decided correctly (no decision is wrong)."""
@@ -106,7 +105,6 @@ class RolloutBatch:
             summary[f"{agent}.mean_episode_reward"] = self.mean_episode_reward(agent)
         return summary
 
-    # ------------------------------------------------------------------ exports
     def to_dataframe(self):
         """One row per dialogue (see :meth:`Transcript.summary`; decisions as words)."""
         with needs("dataframes"):
@@ -137,7 +135,6 @@ class RolloutBatch:
         text = candidate.read_text(encoding="utf-8") if candidate else str(path_or_text)
         return cls(transcripts_from_jsonl(text))
 
-    # ------------------------------------------------------------------ display
     def __repr__(self) -> str:
         return f"RolloutBatch({json.dumps(self.summary(), default=str)})"
 

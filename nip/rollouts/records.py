@@ -93,7 +93,6 @@ class AgentTurn:
         """One flat row for a DataFrame: :meth:`to_dict` with the decision as a word."""
         return self.to_dict() | {"decision": self.decision.word}
 
-    # ---------------------------------------------------------------------- display
     def __repr__(self) -> str:
         text = " ".join(self.raw_text.split())
         text = text if len(text) <= 60 else text[:57] + "..."
@@ -139,7 +138,6 @@ class Transcript:
     id: str = ""
     score: float | None = None
 
-    # ----------------------------------------------------------------------- queries
     @property
     def num_rounds(self) -> int:
         """Rounds played so far."""
@@ -164,10 +162,7 @@ class Transcript:
 
     def turn(self, agent: str, round_id: int) -> AgentTurn | None:
         """``agent``'s turn in ``round_id``, if it spoke."""
-        for t in self.turns:
-            if t.agent == agent and t.round == round_id:
-                return t
-        return None
+        return next((t for t in self.turns if t.agent == agent and t.round == round_id), None)
 
     def messages_in(self, round_id: int, channel: str) -> list[ChannelMessage]:
         return [m for m in self.messages if m.round == round_id and m.channel == channel]
@@ -189,7 +184,6 @@ class Transcript:
             score=self.score if whole else None,
         )
 
-    # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict; :meth:`from_dict` rebuilds an equal transcript."""
         return {
@@ -252,7 +246,6 @@ class Transcript:
             row[f"{agent}.reward"] = reward
         return row
 
-    # ---------------------------------------------------------------------- display
     def __repr__(self) -> str:
         verdict = self.decision.word
         label = "correct" if self.datapoint.y == 1 else "incorrect"

@@ -13,15 +13,14 @@ its watchdog, when the owner is killed outright (``kill -9``, a kernel restart).
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import weakref
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,7 @@ from nip.errors import NipError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
-from nip.utils.processes import free_port, stop_process_group
+from nip.utils.processes import free_port, start_logged, stop_at_exit
 
 if TYPE_CHECKING:
     from nip.parameters import PureTextAgentParameters
@@ -43,14 +42,6 @@ STOP_GRACE_S = 30.0
 
 class ServerStartError(NipError):
     """A background server exited, or its engine failed, before it was ready."""
-
-
-def _end_server(process: subprocess.Popen, grace_s: float, temporary: str | None) -> None:
-    """SIGTERM (graceful: it stops vLLM), SIGKILL of the group after ``grace_s``; removes a
-    temporary storage folder. Safe to call twice."""
-    stop_process_group(process, grace_s)
-    if temporary is not None:
-        shutil.rmtree(temporary, ignore_errors=True)
 
 
 #: Access-log lines of the handle's own readiness polls, left out of the log tail.
@@ -88,27 +79,16 @@ class ServerHandle:
         config_path = config.save(self.storage / "background-server.json")
         command = [sys.executable, "-m", "nip.server._owned", str(config_path)]
         command += ["--parent-pid", str(os.getpid())]
-        with self.log_path.open("ab") as log_file:
-            self.process = subprocess.Popen(
-                command,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                start_new_session=True,  # Ctrl-C in the notebook's terminal does not reach it
-            )
+        # Ctrl-C in the notebook's terminal does not reach it (a session of its own).
+        self.process = start_logged(command, self.log_path, {**os.environ, "PYTHONUNBUFFERED": "1"})
         self._health: dict[str, Any] = {}
         self._ssl_context: Any = None  # built once: each health check building one cost ~30 ms
         # Runs on stop(), on garbage collection and at interpreter exit (atexit), once.
-        self._finalizer = weakref.finalize(
-            self,
-            _end_server,
-            self.process,
-            STOP_GRACE_S,
-            str(self.storage) if temporary_storage else None,
+        remove = functools.partial(shutil.rmtree, self.storage, ignore_errors=True)
+        self._finalizer = stop_at_exit(
+            self, self.process, STOP_GRACE_S, then=remove if temporary_storage else None
         )
 
-    # --------------------------------------------------------------- addresses
     @property
     def host(self) -> str:
         """The host clients use (loopback when the server listens on every interface)."""
@@ -158,7 +138,6 @@ class ServerHandle:
         }
         return PureTextAgentParameters(**{**settings, **overrides})
 
-    # ------------------------------------------------------------------ state
     def health(self, timeout_s: float = 2.0) -> dict[str, Any]:
         """The server's ``GET /health`` answer (engine state, adapters, jobs); raises
         ``httpx.HTTPError`` when it does not answer."""
@@ -229,7 +208,6 @@ class ServerHandle:
             return f"has a failed engine: {engine.get('error')}"
         return None
 
-    # ------------------------------------------------------------------- stop
     def stop(self) -> None:
         """Stop the server (SIGTERM: it stops vLLM; SIGKILL after 30 s). Idempotent."""
         self._finalizer()
@@ -240,7 +218,6 @@ class ServerHandle:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    # ---------------------------------------------------------------- display
     def _state(self) -> str:
         if not self.running:
             return f"stopped (exit status {self.process.returncode})"

@@ -22,8 +22,6 @@ GpuSharing = Literal["fraction", "pause"]
 Device = Literal["auto", "cuda", "cpu"]
 Quantization = Literal["none", "bitsandbytes"]
 
-#: Environment variable holding the server's bearer token (read by server and clients).
-
 
 class InsecureServerError(NipError):
     """The server would listen beyond this machine without a bearer token."""
@@ -139,7 +137,6 @@ class ServerConfig(BaseParameters):
         if self.storage_dir is not None and Path(self.storage_dir).expanduser().is_file():
             raise InvalidParameterError("storage_dir", self.storage_dir, "a folder, not a file")
 
-    # ------------------------------------------------------------- derived values
     @property
     def storage_path(self) -> Path:
         """``storage_dir``, or ``<user data dir>/nip/server``."""

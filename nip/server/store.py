@@ -103,7 +103,6 @@ class ServerStore:
             self._db.execute(statement, values)
             self._db.commit()
 
-    # -------------------------------------------------------------------- files
     def add_file(self, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
         file_id = "file-" + secrets.token_hex(12)
         (self.files_dir / file_id).write_bytes(content)
@@ -142,7 +141,6 @@ class ServerStore:
         self._write("DELETE FROM files WHERE id = ?", (file_id,))
         return True
 
-    # --------------------------------------------------------------------- jobs
     def add_job(
         self,
         model: str,

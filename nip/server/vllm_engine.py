@@ -134,7 +134,6 @@ class VllmEngine:
             self._error,
         )
 
-    # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         import httpx
 
@@ -221,7 +220,6 @@ class VllmEngine:
     def _url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
-    # ------------------------------------------------------------------ adapters
     async def load_adapter(self, name: str, path: str) -> None:
         """Serve the adapter in ``path`` as ``name``; a stack is served as the one adapter
         equal to it (vLLM applies one adapter per request).
@@ -263,7 +261,6 @@ class VllmEngine:
                 raise EngineError(self._error) from None
             self._loaded.add(name)
 
-    # ------------------------------------------------------------------ GPU sharing
     async def pause(self) -> None:
         if not self._sleeps:  # fraction sharing, or vLLM on the CPU: nothing to free
             return
@@ -297,7 +294,6 @@ class VllmEngine:
             except httpx.HTTPError as error:  # the supervisor notices a dead vLLM
                 log.warning("vLLM %s failed: %s", path, error)
 
-    # ------------------------------------------------------------------ requests
     async def forward(self, endpoint: Endpoint, body: dict[str, Any]) -> EngineReply:
         import httpx
 

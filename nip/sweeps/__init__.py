@@ -67,7 +67,6 @@ class Sweep:
             raise KeyError(f"sweep {self.name!r} has no cell {cell!r}; its cells: {names}")
         return cell_run_dir(self.directory, cell)
 
-    # ------------------------------------------------------------------ stages
     def dry_run(self, *, sample_items: int = 4) -> SweepEstimate:
         """Every cell's dry run and their total (``.to_dataframe()``, ``.total_usd``); nothing
         is called and nothing is written."""

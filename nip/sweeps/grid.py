@@ -146,9 +146,7 @@ class GridSpec:
                     "zip", list(group), "lists of the same length in one zip group"
                 )
         base = data.get("base") if data.get("base") != "" else None  # "": saved with a base axis
-        if base is None and "base" not in axes:
-            raise InvalidParameterError("base", None, "a preset or config file (or a base axis)")
-        if not isinstance(base, str | None):
+        if (base is None and "base" not in axes) or not isinstance(base, str | None):
             raise InvalidParameterError("base", base, "a preset or config file (or a base axis)")
         max_parallel = require_count("max_parallel", data.get("max_parallel", 4))
         given = data.get("name")
@@ -196,7 +194,6 @@ class GridSpec:
         out |= {"axes": self.axes, "zip": self.zipped, "max_parallel": self.max_parallel}
         return out | {"serve": self.serve}
 
-    # ------------------------------------------------------------- expansion
     def _dimensions(self) -> list[list[dict[str, Any]]]:
         """Each dimension of the product as its list of ``{path: value}`` steps."""
         dims = [[{path: v} for v in values] for path, values in self.axes.items()]
@@ -212,9 +209,7 @@ class GridSpec:
         :class:`InvalidParameterError` names a bad cell, or two cells of one name)."""
         cells, bases = [], {}
         for combination in itertools.product(*self._dimensions()):
-            values: dict[str, Any] = {}
-            for step in combination:
-                values.update(step)
+            values = {path: value for step in combination for path, value in step.items()}
             base = str(values.get("base", self.base))
             if base not in bases:
                 bases[base] = load_base(base, self.folder)
@@ -259,21 +254,18 @@ class SweepEstimate:
     def rows(self) -> list[dict[str, Any]]:
         """One row per cell: its name, axis values, protocol, iterations, dialogues, model
         calls and USD (None: a model has no price)."""
-        rows = []
-        for cell, estimate in self.cells:
-            hp = cell.hyper_params
-            rows.append(
-                {
-                    "cell": cell.name,
-                    **cell.values,
-                    "protocol": hp.interaction_protocol,
-                    "iterations": hp.rl.num_iterations,
-                    "dialogues": sum(row["dialogues"] for row in estimate.by_stage()),
-                    "calls": estimate.total_calls,
-                    "usd": estimate.total_usd,
-                }
-            )
-        return rows
+        return [
+            {
+                "cell": cell.name,
+                **cell.values,
+                "protocol": cell.hyper_params.interaction_protocol,
+                "iterations": cell.hyper_params.rl.num_iterations,
+                "dialogues": sum(row["dialogues"] for row in estimate.by_stage()),
+                "calls": estimate.total_calls,
+                "usd": estimate.total_usd,
+            }
+            for cell, estimate in self.cells
+        ]
 
     def to_dataframe(self):
         """:meth:`rows` as a DataFrame (the total is :attr:`total_usd`)."""
@@ -285,9 +277,11 @@ class SweepEstimate:
     @property
     def total(self) -> str:
         """The total in words: model calls and USD."""
-        usd = "unknown (a model has no price)"
-        if self.total_usd is not None:
-            usd = f"${self.total_usd:,.2f}"
+        usd = (
+            "unknown (a model has no price)"
+            if self.total_usd is None
+            else f"${self.total_usd:,.2f}"
+        )
         return f"{self.total_calls:,} model calls at most, about {usd}"
 
     def __str__(self) -> str:

@@ -23,7 +23,7 @@ from nip.errors import InvalidParameterError, MissingExtraError, NipError
 from nip.extras import needs
 from nip.runs.ownership import owning
 from nip.settings import ExperimentSettings
-from nip.sweeps.grid import GridSpec, SweepCell
+from nip.sweeps.grid import GridSpec
 from nip.utils.notices import labelled
 
 __all__ = [
@@ -75,10 +75,8 @@ def parse_resources(
     options: dict[str, Any] = {}
     custom: dict[str, float] = {}
     for name, value in items:
-        if name == "cpu":
-            options["num_cpus"] = value
-        elif name == "gpu":
-            options["num_gpus"] = value
+        if name in ("cpu", "gpu"):
+            options[f"num_{name}s"] = value
         elif name == "memory_gb":
             options["memory"] = int(value * 2**30)
         else:
@@ -163,32 +161,13 @@ def run_sweep_ray(
         DirectoryInUseError: Another process runs a sweep in ``sweep_dir``.
     """
     ray = _ray()
-    from nip.sweeps.run import prepare_sweep
+    from nip.sweeps.run import cell_settings, prepare_sweep
 
     sweep_dir = Path(sweep_dir).resolve()
     cells = prepare_sweep(spec, sweep_dir, settings)  # every cell checked first
-    with owning(sweep_dir, "a sweep on Ray"):
-        return _run_cells_on_ray(
-            ray, spec, cells, sweep_dir, settings, address, resources, max_retries, echo
-        )
-
-
-def _run_cells_on_ray(
-    ray: Any,
-    spec: GridSpec,
-    cells: list[SweepCell],
-    sweep_dir: Path,
-    settings: ExperimentSettings | None,
-    address: str | None,
-    resources: str | dict[str, float] | None,
-    max_retries: int,
-    echo: bool,
-) -> dict[str, str]:
-    from nip.sweeps.run import cell_settings
-
     settings = cell_settings(spec, settings, parallel=2)
     plain = {k: v for k, v in asdict(settings).items() if k != "run_dir"}
-    with joined_cluster(address):
+    with owning(sweep_dir, "a sweep on Ray"), joined_cluster(address):
         task = ray.remote(max_retries=max_retries, retry_exceptions=False)(_run_cell)
         options = parse_resources(resources)
         folder = str(spec.folder) if spec.folder else None

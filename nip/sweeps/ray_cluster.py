@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nip.utils.processes import end_of_file, free_port, stop_process_group
+from nip.utils.processes import end_of_file, free_port, start_logged, stop_process_group
 
 #: How long the cluster may take to come up (several times a loaded 2-core machine's 20 s).
 START_TIMEOUT_S = 300.0
@@ -73,10 +73,7 @@ def local_ray_cluster(
             *([f"--num-cpus={num_cpus}"] if num_cpus is not None else []),
         ]
         log = folder / "start.log"
-        with log.open("wb") as output:
-            process = subprocess.Popen(
-                command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+        process = start_logged(command, log, env)
         deadline = time.monotonic() + start_timeout_s
         while _STARTED not in log.read_text(errors="replace"):
             if process.poll() is not None or time.monotonic() > deadline:

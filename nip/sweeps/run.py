@@ -201,29 +201,26 @@ async def _run_cells(
 
     async def run(cell: SweepCell) -> str:
         with labelled(cell.name):  # its warnings name it
-            return await run_cell(cell)
-
-    async def run_cell(cell: SweepCell) -> str:
-        async with limit:
-            try:
-                trainer = open_cell(cell, sweep_dir, settings, backends=pool)
-            except Exception as error:  # a cell that cannot start; the others go on
-                return failed(cell, error)
-            if trainer.finished:
-                return "done"
-            events.write(cell.name, "start", iteration=trainer.state.iteration)
-            say(
-                f"{cell.name}: running from iteration {trainer.state.iteration}, "
-                f"stage {trainer.state.stage}"
-            )
-            try:
-                state = await trainer.train_async()
-            except Exception as error:  # recorded; the other cells go on
-                return failed(cell, error)
-            outcome = "done" if state.stage == "done" else "stopped"
-            events.write(cell.name, "end", outcome=outcome)
-            say(f"{cell.name}: {outcome}")
-            return outcome
+            async with limit:
+                try:
+                    trainer = open_cell(cell, sweep_dir, settings, backends=pool)
+                except Exception as error:  # a cell that cannot start; the others go on
+                    return failed(cell, error)
+                if trainer.finished:
+                    return "done"
+                events.write(cell.name, "start", iteration=trainer.state.iteration)
+                say(
+                    f"{cell.name}: running from iteration {trainer.state.iteration}, "
+                    f"stage {trainer.state.stage}"
+                )
+                try:
+                    state = await trainer.train_async()
+                except Exception as error:  # recorded; the other cells go on
+                    return failed(cell, error)
+                outcome = "done" if state.stage == "done" else "stopped"
+                events.write(cell.name, "end", outcome=outcome)
+                say(f"{cell.name}: {outcome}")
+                return outcome
 
     try:
         outcomes = await asyncio.gather(*(run(cell) for cell in cells))

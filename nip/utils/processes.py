@@ -1,4 +1,6 @@
-"""Small helpers for the processes nip starts (vLLM, ``nip serve``): ports, logs, stopping."""
+"""The lifecycle of the processes nip starts (vLLM, ``nip serve``, training, Ray): a free port,
+a start in a session of its own with its output in a log, the end of that log, and a stop of its
+whole process group (when asked, or when its owner goes)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import os
 import signal
 import socket
 import subprocess
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -49,3 +53,45 @@ def stop_process_group(
             process.wait()
     with contextlib.suppress(ProcessLookupError, PermissionError):  # workers left behind
         os.killpg(process.pid, signal.SIGKILL)
+
+
+def start_logged(
+    command: Sequence[str], log_path: str | os.PathLike[str], env: Mapping[str, str] | None = None
+) -> subprocess.Popen:
+    """Start ``command`` in a session of its own (Ctrl-C in the owner's terminal does not reach
+    it; its workers join its group), stdout and stderr appended to ``log_path``, no stdin."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+
+
+def stop_at_exit(
+    owner: object,
+    process: subprocess.Popen,
+    grace_s: float,
+    *,
+    terminate_group: bool = False,
+    then: Callable[[], object] | None = None,
+) -> weakref.finalize:
+    """Stop ``process`` (:func:`stop_process_group`), then run ``then``, once: when the returned
+    finalizer is called, ``owner`` is garbage-collected, or the interpreter exits."""
+    return weakref.finalize(owner, _stop_then, process, grace_s, terminate_group, then)
+
+
+def _stop_then(
+    process: subprocess.Popen,
+    grace_s: float,
+    terminate_group: bool,
+    then: Callable[[], object] | None,
+) -> None:
+    stop_process_group(process, grace_s, terminate_group=terminate_group)
+    if then is not None:
+        then()

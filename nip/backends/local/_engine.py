@@ -148,7 +148,6 @@ class Engine:
         self._entropy = random.SystemRandom()
         release_free_memory(generation=None)  # what converting and loading freed
 
-    # ------------------------------------------------------------------ generation
     def run(
         self, requests: list[GenerationRequest], adapters: Mapping[str, AdapterStack]
     ) -> BatchReport:
@@ -355,12 +354,8 @@ class Engine:
         return Completion(text=text, finish_reason="stop"), stop + 1
 
     def _stop_token_ids(self) -> set[int]:
-        ids: set[int] = set()
         configured = self.base.generation_config.eos_token_id
-        if isinstance(configured, int):
-            ids.add(configured)
-        elif configured:
-            ids.update(configured)
+        ids = {configured} if isinstance(configured, int) else set(configured or ())
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         # ChatML models end a turn with <|im_end|> even when their eos token is another one.
@@ -371,7 +366,6 @@ class Engine:
             raise GenerationError(f"The model in {self.folder} defines no end-of-turn token.")
         return ids
 
-    # ------------------------------------------------------------------ adapters
     @contextlib.contextmanager
     def _activate(self, adapter: str | None, stack: AdapterStack | None) -> Iterator[None]:
         """Make the base model (``adapter`` None) or the named adapter (stack) generate."""

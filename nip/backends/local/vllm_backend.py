@@ -119,7 +119,6 @@ class LocalVllmBackend(ServedModels):
         self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Lock] | None = None
         self._closed = False
 
-    # ------------------------------------------------------------------ public API
     @property
     def running(self) -> bool:
         """Whether the vLLM process is up (it starts with the first request)."""
@@ -201,7 +200,6 @@ class LocalVllmBackend(ServedModels):
             self._client = None
         await asyncio.get_running_loop().run_in_executor(None, self._stop)
 
-    # ------------------------------------------------------------------ the process
     def launch(self, model_folder: Path) -> VllmLaunch:
         """What this backend starts vLLM with."""
         options = [
@@ -264,15 +262,11 @@ class LocalVllmBackend(ServedModels):
         )
 
     def _stop(self) -> None:
-        process, folder, self._process, self._folder = self._process, self._folder, None, None
+        self._process = self._folder = None
         self._loaded.clear()
         if self._finalizer is not None:
-            self._finalizer.detach()
-            self._finalizer = None
-        if process is not None and folder is not None:
-            _stop_process(process, folder)
+            self._finalizer()  # stops vLLM and removes its folder, once
 
-    # ------------------------------------------------------------------ adapters
     async def _load(self, name: str) -> str:
         """The name vLLM serves adapter ``name`` under, loading it (again) if needed."""
         stack = self._adapters[name]
@@ -303,7 +297,6 @@ class LocalVllmBackend(ServedModels):
         allowed = vllm_ranks_up_to(self.max_lora_rank)
         write_concatenated_adapter(stack, path, allowed_ranks=allowed)
 
-    # ------------------------------------------------------------------ display
     def _describe(self) -> dict[str, str]:
         state = "running" if self.running else "stopped (starts with the first request)"
         return {

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import signal
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import BackendUnavailableError, GenerationError
-from nip.utils.processes import end_of_file, stop_process_group
+from nip.utils.processes import end_of_file, start_logged, stop_at_exit, stop_process_group
 
 #: The module ``python -m`` runs: vLLM's OpenAI-compatible server.
 API_SERVER = "vllm.entrypoints.openai.api_server"
@@ -165,22 +166,15 @@ class VllmProcess:
     def log_tail(self, size: int = 3000) -> str:
         return end_of_file(self.log_path, size)
 
-    # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Start vLLM in a process group of its own (its workers join it: one kill ends all)."""
         if self._popen is not None:
             raise RuntimeError("this VllmProcess has been started already")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._popen = subprocess.Popen(
-                self.launch.command(self.port),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.launch.environment_for(self.token),
-                start_new_session=True,
-            )
-        self._finalizer = weakref.finalize(self, _stop, self._popen, 10.0, self.pid_path)
+        self._popen = start_logged(
+            self.launch.command(self.port), self.log_path, self.launch.environment_for(self.token)
+        )
+        forget = functools.partial(self.pid_path.unlink, missing_ok=True) if self.pid_path else None
+        self._finalizer = stop_at_exit(self, self._popen, 10.0, terminate_group=True, then=forget)
         if self.pid_path is not None:
             self.pid_path.write_text(str(self._popen.pid))
 
@@ -222,22 +216,23 @@ class VllmProcess:
     def stop(self, grace_s: float = 10.0) -> None:
         """SIGTERM its process group, SIGKILL after ``grace_s`` (workers too); removes the pid file.
         Blocks; safe to call twice."""
-        if self._finalizer is not None and self._finalizer.detach() is not None:
-            _stop(self._popen, grace_s, self.pid_path)  # once: never again at exit
+        if self._finalizer is not None and self._finalizer.alive:
+            assert self._popen is not None
+            stop_process_group(self._popen, grace_s, terminate_group=True)
+            self._finalizer()  # removes the pid file; never again at exit
 
     async def astop(self, grace_s: float = 10.0) -> None:
         """:meth:`stop` off the event loop; cancelled half-way, it kills the group at once."""
         if self._popen is None:
             return
         try:
-            await asyncio.to_thread(_stop, self._popen, grace_s, self.pid_path)
+            await asyncio.to_thread(stop_process_group, self._popen, grace_s, terminate_group=True)
         finally:
             if self._popen.poll() is None:  # cancelled while waiting: no more grace
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self._popen.pid, signal.SIGKILL)
             self.stop()
 
-    # ------------------------------------------------------------------ adapters
     async def admin(
         self, path: str, *, json: dict[str, Any] | None = None, params: dict[str, str] | None = None
     ) -> Any:
@@ -274,12 +269,6 @@ class VllmProcess:
     def __repr__(self) -> str:
         state = "running" if self.running else f"exited ({self.returncode})"
         return f"VllmProcess(pid={self.pid}, port={self.port}, {state})"
-
-
-def _stop(popen: subprocess.Popen, grace_s: float, pid_path: Path | None) -> None:
-    stop_process_group(popen, grace_s, terminate_group=True)
-    if pid_path is not None:
-        pid_path.unlink(missing_ok=True)
 
 
 def stop_stale_vllm(pid_path: Path) -> int | None:
