@@ -282,23 +282,26 @@ class OpenAIBackend:
             payload["repetition_penalty"] = request.repetition_penalty
         return payload
 
+    def _sdk(self) -> tuple[Any, type]:
+        """The SDK whose client and errors this backend uses, and its HTTP response class."""
+        import openai
+
+        return openai, sdk_httpx_module().Response
+
     async def _attempt(
         self, state: _LoopState, payload: dict[str, Any]
     ) -> tuple[list[Completion], TokenUsage, str | None]:
-        import openai
-
+        sdk, response = self._sdk()
         counters = self._counters
         async with state.semaphore:
             counters.requests_sent += 1
             counters.in_flight += 1
             counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
             try:
-                raw = await state.client.post(
-                    "/chat/completions", cast_to=sdk_httpx_module().Response, body=payload
-                )
+                raw = await state.client.post("/chat/completions", cast_to=response, body=payload)
             # Not chained: the SDK error's request object carries the key in a header.
-            except openai.APIError as error:
-                raise error_for_sdk_exception(error, self._redact) from None
+            except sdk.APIError as error:
+                raise error_for_sdk_exception(error, self._redact, sdk=sdk) from None
             finally:
                 counters.in_flight -= 1
         # Parsed here, not by the SDK's models (``chat.completions.create`` re-walks every
