@@ -308,11 +308,7 @@ class BaseParameters(BaseModel):
 
     @classmethod
     def from_json(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Parse JSON text (``options`` go to :meth:`from_dict`).
-
-        Raises:
-            ConfigFileError: The text is not JSON.
-        """
+        """Parse JSON text (``options`` go to :meth:`from_dict`); ConfigFileError if not JSON."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
@@ -321,11 +317,7 @@ class BaseParameters(BaseModel):
 
     @classmethod
     def from_yaml(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Parse YAML text (``options`` go to :meth:`from_dict`).
-
-        Raises:
-            ConfigFileError: The text is not YAML.
-        """
+        """Parse YAML text (``options`` go to :meth:`from_dict`); ConfigFileError if not YAML."""
         import yaml
 
         try:
@@ -363,11 +355,8 @@ class BaseParameters(BaseModel):
 
     # --------------------------------------------------------------------- lookup
     def get(self, address: str) -> Any:
-        """Get a value by dot-separated address, e.g. ``"agents.verifier.temperature"``.
-
-        Raises:
-            KeyError: A part of the address names no parameter (or follows a plain value).
-        """
+        """Get a value by dotted address (``"agents.verifier.temperature"``); KeyError if a
+        part names no parameter."""
         current: Any = self
         walked: list[str] = []
         for part in address.split("."):
