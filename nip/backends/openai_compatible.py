@@ -137,18 +137,9 @@ class OpenAIBackendConfig:
 
 @dataclass
 class BackendStats:
-    """Counters of one :class:`OpenAIBackend` since it was created (or copied).
-
-    Attributes:
-        requests_sent: HTTP attempts made (first tries and retries).
-        responses_ok: Attempts that returned usable completions.
-        retries_by_cause: Retries made, by :data:`~nip.backends._retry.RetryCause`.
-        failures: ``generate`` calls that raised.
-        in_flight: HTTP attempts running now.
-        max_in_flight: The most attempts ever running at once.
-        prompt_tokens / completion_tokens: Tokens used, as the server reported them.
-        retry_wait_s: Total time spent backing off (summed over concurrent requests).
-    """
+    """Counters of one :class:`OpenAIBackend` since it was created (or copied): HTTP attempts
+    sent and answered, retries by :data:`~nip.backends._retry.RetryCause`, ``generate`` calls
+    that raised, attempts in flight (and the most at once), tokens, and back-off time summed."""
 
     requests_sent: int = 0
     responses_ok: int = 0
@@ -200,15 +191,9 @@ class OpenAIBackend:
 
     # ---------------------------------------------------------------- generation
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        """Generate ``request.n`` completions, retrying transient failures.
-
-        Raises:
-            InsufficientCreditsError: HTTP 402, or an in-body error with code 402.
-            AuthenticationError: HTTP 401/403.
-            ModelNotFoundError: HTTP 404.
-            BackendUnavailableError: Every attempt failed (``attempts`` says how many).
-            GenerationError: Any other refusal (e.g. HTTP 400).
-        """
+        """Generate ``request.n`` completions, retrying transient failures; refusals raise
+        :func:`~nip.backends._retry.error_for_status`'s errors, and BackendUnavailableError
+        when every attempt failed."""
         started = time.perf_counter()
         state = self._loop_state()
         what = f"request for model {request.model!r} at {self.config.base_url}"

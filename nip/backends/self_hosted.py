@@ -34,14 +34,8 @@ class ServerVersionWarning(UserWarning):
 
 
 def check_server_version(info: dict[str, Any], url: str, client: str = API_VERSION) -> None:
-    """Check a server's ``/version`` answer against this client's API version.
-
-    Raises:
-        IncompatibleServerError: The major versions differ, or the server names none.
-
-    Warns:
-        ServerVersionWarning: Only the minor versions differ.
-    """
+    """Check a server's ``/version`` answer against this client's API version: a different
+    major (or none) raises IncompatibleServerError, a different minor warns."""
     server = info.get("api_version") if isinstance(info, dict) else None
     if not isinstance(server, str) or "." not in server:
         raise IncompatibleServerError(

@@ -169,12 +169,8 @@ class TogetherFineTuneBackend:
     async def _call(
         self, what: str, call: Callable[[Any], Awaitable[T]], *, missing_ok: bool = False
     ) -> T | None:
-        """One SDK call, transient failures retried; None for a 404 when ``missing_ok``.
-
-        Raises:
-            FineTuneError: A refusal (another 4xx, or the SDK refusing the arguments), or
-                every try failed.
-        """
+        """One SDK call, transient failures retried; None for a 404 when ``missing_ok``, else
+        FineTuneError for a refusal or when every try failed."""
         together = _sdk()
 
         async def attempt() -> T:
@@ -199,11 +195,7 @@ class TogetherFineTuneBackend:
 
     # ------------------------------------------------------------- the checks
     async def model_limits(self, model: str) -> Any:
-        """Together's fine-tuning limits of ``model`` (asked once).
-
-        Raises:
-            FineTuneError: Together does not fine-tune ``model``.
-        """
+        """Together's fine-tuning limits of ``model`` (asked once; FineTuneError if none)."""
         if model not in self._limits:
             limits = await self._call(
                 f"the fine-tuning limits of {model}",
@@ -216,11 +208,7 @@ class TogetherFineTuneBackend:
         return self._limits[model]
 
     async def check_job(self, spec: FineTuneSpec) -> None:
-        """Refuse, before anything is paid for, a job Together's limits of its model refuse.
-
-        Raises:
-            FineTuneError: The model cannot be fine-tuned, or a setting is out of its limits.
-        """
+        """Refuse (FineTuneError), before anything is paid for, a job its model's limits refuse."""
         limits = await self.model_limits(spec.base_model)
         if problems := limit_problems(spec, limits):
             raise FineTuneError(f"Together AI cannot train this job: {'; '.join(problems)}")
