@@ -38,12 +38,8 @@ _RETRYABLE_STATUS: dict[int, RetryCause] = {408: "timeout", 409: "server_error",
 
 
 class RetryableError(GenerationError):
-    """An attempt failed for a transient reason; the same request may succeed next time.
-
-    Attributes:
-        cause: The kind of failure, for the retry counters.
-        retry_after_s: How long the server asked us to wait, if it said.
-    """
+    """An attempt failed for a transient reason (``cause``, for the counters); the same request
+    may succeed next time, after ``retry_after_s`` if the server said."""
 
     def __init__(self, message: str, *, cause: RetryCause, retry_after_s: float | None = None):
         self.cause = cause
@@ -81,11 +77,8 @@ class RetryPolicy:
         return rng.uniform(0.0, bound)
 
     def delay_s(self, retry: int, error: RetryableError, rng: random.Random) -> float:
-        """How long to wait before retry ``retry``: the back-off, or longer if the server asked.
-
-        Raises:
-            BackendUnavailableError: The server asked for a wait above ``max_retry_after_s``.
-        """
+        """How long to wait before retry ``retry``: the back-off, or longer if the server asked
+        (BackendUnavailableError above ``max_retry_after_s``)."""
         delay = self.backoff_s(retry, rng)
         if error.retry_after_s is None:
             return delay

@@ -107,11 +107,8 @@ class OpenAIBackendConfig:
         )
 
     def resolve_api_key(self) -> str:
-        """The key to send: ``api_key``, else ``$api_key_env``, else ``"EMPTY"``.
-
-        Raises:
-            MissingAPIKeyError: ``api_key_env`` is named but not set.
-        """
+        """The key to send: ``api_key``, else ``$api_key_env`` (MissingAPIKeyError if unset),
+        else ``"EMPTY"``."""
         if self.api_key:
             return self.api_key
         if self.api_key_env is None:
@@ -173,11 +170,8 @@ class _LoopState:
 
 
 class OpenAIBackend:
-    """Chat completions from an OpenAI-compatible HTTP API.
-
-    Raises:
-        MissingAPIKeyError: ``config.api_key_env`` names an unset environment variable.
-    """
+    """Chat completions from an OpenAI-compatible HTTP API (MissingAPIKeyError at once if
+    ``config.api_key_env`` is unset)."""
 
     def __init__(self, config: OpenAIBackendConfig):
         config.resolve_api_key()  # fail now, naming the variable, not at the first request

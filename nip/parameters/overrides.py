@@ -42,11 +42,8 @@ def parse_value(text: str) -> Any:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"PATH=VALUE"`` as ``(path, value)``, the value read by :func:`parse_value`.
-
-    Raises:
-        InvalidParameterError: No ``=``, or an empty path.
-    """
+    """``"PATH=VALUE"`` as ``(path, value)``, the value read by :func:`parse_value`
+    (InvalidParameterError for no ``=`` or an empty path)."""
     path, sep, value = text.partition("=")
     path = path.strip()
     if not sep or not path:

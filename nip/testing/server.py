@@ -172,11 +172,8 @@ class RunningServer:
             self._thread.join(0.5)
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop serving and join the thread: gracefully, then forcibly after ``timeout_s``.
-
-        Raises:
-            TimeoutError: The thread still runs after the forced stop.
-        """
+        """Stop serving and join the thread: gracefully, then forcibly after ``timeout_s``
+        (TimeoutError if it still runs)."""
         self._server.should_exit = True
         self._thread.join(timeout_s)
         if self._thread.is_alive():
