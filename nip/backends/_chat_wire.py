@@ -1,8 +1,4 @@
-"""OpenAI chat-completions bodies on the server side: a request body in, a reply body out.
-
-Shared by ``nip serve``'s transformers engine and the test server, so that both read requests
-and shape replies the same way.
-"""
+"""OpenAI chat-completions bodies on the server side (``nip serve`` and the test server)."""
 
 from __future__ import annotations
 
@@ -17,10 +13,8 @@ MAX_N = 128
 
 
 def request_from_body(body: dict[str, Any]) -> GenerationRequest:
-    """The :class:`GenerationRequest` a chat-completions body asks for.
-
-    Multi-part message content keeps its text parts; ``max_completion_tokens`` wins over
-    ``max_tokens``.
+    """The :class:`GenerationRequest` a chat-completions body asks for (text parts of
+    multi-part content; ``max_completion_tokens`` over ``max_tokens``).
 
     Raises:
         ValueError: The model or the messages are missing, or ``n`` is outside 1..128.

@@ -1,11 +1,7 @@
-"""Telling failures from successes, which failures are retried, and the retry loop itself.
-
-Transient failures (rate limits, server errors, time-outs, dropped connections, malformed
-bodies, OpenRouter's in-body errors with such codes) become :class:`RetryableError` and are
-retried with exponential back-off and full jitter, waiting at least as long as the server's
-``Retry-After`` asks. Everything else maps to a final :mod:`nip.errors` type. Waiting is
-always ``asyncio.sleep``: a back-off never stalls the other requests on the event loop (the
-original slept with ``time.sleep`` inside coroutines).
+"""Which failures are retried, and the retry loop: transient ones (rate limits, 5xx,
+time-outs, lost connections, malformed bodies) become :class:`RetryableError`, retried with
+jittered exponential back-off (``asyncio.sleep``) and at least the server's ``Retry-After``;
+everything else maps to a final :mod:`nip.errors` type.
 """
 
 from __future__ import annotations
@@ -42,12 +38,8 @@ _RETRYABLE_STATUS: dict[int, RetryCause] = {408: "timeout", 409: "server_error",
 
 
 class RetryableError(GenerationError):
-    """An attempt failed for a transient reason; the same request may succeed next time.
-
-    Attributes:
-        cause: The kind of failure, for the retry counters.
-        retry_after_s: How long the server asked us to wait, if it said.
-    """
+    """An attempt failed for a transient reason (``cause``, for the counters); the same request
+    may succeed next time, after ``retry_after_s`` if the server said."""
 
     def __init__(self, message: str, *, cause: RetryCause, retry_after_s: float | None = None):
         self.cause = cause
@@ -63,9 +55,8 @@ class RetryPolicy:
         max_retries: Retries after the first attempt (so at most ``max_retries + 1`` attempts).
         initial_backoff_s: Upper bound of the first back-off.
         max_backoff_s: The back-off bound stops doubling here.
-        max_retry_after_s: A ``Retry-After`` longer than this is not waited for: the request
-            fails at once with :class:`~nip.errors.BackendUnavailableError` (a daily quota,
-            say, is better reported than slept through).
+        max_retry_after_s: A longer ``Retry-After`` fails at once
+            (:class:`~nip.errors.BackendUnavailableError`) instead of waiting.
     """
 
     max_retries: int = 8
@@ -86,11 +77,8 @@ class RetryPolicy:
         return rng.uniform(0.0, bound)
 
     def delay_s(self, retry: int, error: RetryableError, rng: random.Random) -> float:
-        """How long to wait before retry ``retry``: the back-off, or longer if the server asked.
-
-        Raises:
-            BackendUnavailableError: The server asked for a wait above ``max_retry_after_s``.
-        """
+        """How long to wait before retry ``retry``: the back-off, or longer if the server asked
+        (BackendUnavailableError above ``max_retry_after_s``)."""
         delay = self.backoff_s(retry, rng)
         if error.retry_after_s is None:
             return delay
@@ -104,15 +92,8 @@ class RetryPolicy:
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds to wait according to ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP date).
-
-    Args:
-        headers: Response headers (a case-insensitive mapping such as ``httpx.Headers``).
-        now: The current Unix time, for HTTP dates (default: ``time.time()``).
-
-    Returns:
-        A non-negative number of seconds, or None when no usable header is present.
-    """
+    """Seconds to wait according to ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP
+    date, against ``now``); None when no usable header is present."""
     milliseconds = headers.get("retry-after-ms")
     if milliseconds is not None:
         try:
@@ -136,13 +117,8 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 def error_for_status(
     status: int, message: str, *, retry_after_s: float | None = None
 ) -> GenerationError:
-    """The nip error for an HTTP error status (also used for in-body ``error.code`` values).
-
-    429, 408, 409 and 5xx are retryable; 402 is :class:`~nip.errors.InsufficientCreditsError`
-    (never retried); 401/403 :class:`~nip.errors.AuthenticationError`; 404
-    :class:`~nip.errors.ModelNotFoundError`; any other status a plain
-    :class:`~nip.errors.GenerationError` (a bad request will not get better by repeating it).
-    """
+    """The nip error for an HTTP error status or in-body ``error.code``: 408, 409, 429 and 5xx
+    retryable; 402, 401/403 and 404 their own types; any other a final GenerationError."""
     text = f"HTTP {status}: {message}"
     if status in _RETRYABLE_STATUS:
         return RetryableError(text, cause=_RETRYABLE_STATUS[status], retry_after_s=retry_after_s)
@@ -160,14 +136,8 @@ def error_for_status(
 def error_for_sdk_exception(
     error: openai.APIError, redact: Callable[[str], str] = str, *, sdk: Any = None
 ) -> GenerationError:
-    """The nip error for an exception of the OpenAI SDK (status, time-out or connection), or
-    of another SDK of the same make (``together``'s).
-
-    Args:
-        error: What the SDK raised.
-        redact: Applied to any server message quoted in the error (removes the API key).
-        sdk: The SDK's module (default: ``openai``).
-    """
+    """The nip error for an exception of the OpenAI SDK, or of ``sdk`` (one of the same make,
+    such as ``together``); ``redact`` removes the API key from quoted messages."""
     if sdk is None:
         import openai as sdk
 
@@ -196,15 +166,8 @@ async def call_with_retries(
 ) -> tuple[T, int]:
     """Await ``attempt()`` until it succeeds, retrying on :class:`RetryableError`.
 
-    Args:
-        attempt: Makes one attempt; raises :class:`RetryableError` on a transient failure.
-        policy: How often and how long to wait.
-        rng: Source of the jitter (a per-backend ``random.Random``, never the global one).
-        what: Names the request in the final error message.
-        on_retry: Called with the error and the chosen delay before each wait (for counters).
-
-    Returns:
-        The result and the number of attempts it took.
+    ``rng`` draws the jitter; ``what`` names the request in the final error; ``on_retry`` is
+    called with the error and the delay before each wait. Returns the result and the attempts.
 
     Raises:
         BackendUnavailableError: Every attempt failed; ``attempts`` says how many were made.
@@ -229,12 +192,8 @@ async def call_with_retries(
 def parse_chat_body(
     content: bytes, headers: Mapping[str, str], redact: Callable[[str], str] = str
 ) -> tuple[list[Completion], TokenUsage, str | None]:
-    """The completions, usage and model name of a chat-completion body with HTTP status 200.
-
-    Args:
-        content: The raw body.
-        headers: The response headers (for ``Retry-After`` on in-body errors).
-        redact: Applied to any server message quoted in an error (removes the API key).
+    """The completions, usage and model name of a chat-completion body with HTTP status 200
+    (``headers`` for an in-body error's ``Retry-After``; ``redact`` removes the key).
 
     Raises:
         RetryableError: The body is malformed, or reports a transient in-body error.

@@ -22,18 +22,9 @@ class ChatMessage(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """Everything that determines a completion.
-
-    Attributes:
-        model: The model (or LoRA adapter) name the backend should use.
-        messages: The chat prompt.
-        max_tokens: Token limit of each completion.
-        temperature / top_p / repetition_penalty: Sampling settings (None: the default).
-        n: Number of independent completions (MALT siblings use n > 1).
-        seed: Sampling seed; with temperature 0 or a seed, completions are reproducible.
-        metadata: Not sent to the model: who asks (``agent``, ``round``...), for dummy
-            policies, logs and the prompt inspector.
-    """
+    """Everything that determines a completion; ``n`` independent completions (MALT siblings),
+    sampling settings None for the default, and ``metadata`` (who asks: ``agent``,
+    ``round``...) never sent to the model."""
 
     model: str
     messages: tuple[ChatMessage, ...]
@@ -98,11 +89,8 @@ class GenerationResult:
 
 @runtime_checkable
 class ChatBackend(Protocol):
-    """Generates chat completions. Implementations: dummy, openai (any compatible URL), local.
-
-    ``generate`` is a coroutine and must never block the event loop; concurrency limits,
-    retries and back-off live inside the backend.
-    """
+    """Generates chat completions, never blocking the event loop (limits and retries live
+    inside the backend)."""
 
     name: str
 
@@ -162,14 +150,8 @@ class WrapsBackend(Protocol):
 
 
 def capability(backend: object, kind: type[_T]) -> _T | None:
-    """``backend`` (or the backend it wraps) if it implements the Protocol ``kind``, else None.
-
-    Example::
-
-        host = capability(agent.backend, AdapterHost)
-        if host is not None:
-            host.register_adapter("verifier-it1", path)
-    """
+    """``backend`` (or the backend it wraps) if it implements the Protocol ``kind``, else None
+    (``capability(agent.backend, AdapterHost)``)."""
     while not isinstance(backend, kind):
         if not isinstance(backend, WrapsBackend):
             return None

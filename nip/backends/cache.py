@@ -1,14 +1,8 @@
-"""A persistent response cache in front of any backend.
+"""A persistent response cache in front of any backend, in SQLite (off the event loop).
 
-Keyed by the whole request (model, messages, sampling settings, seed) plus the sample index
-and a namespace naming the backend, so re-running a notebook costs nothing and reproduces
-the same transcripts. A model name does not always name the same weights (local adapters are
-called ``verifier-it0`` in every run), so a backend that can tell them apart (an
-:class:`~nip.backends.AdapterHost`) offers ``model_fingerprint(model) -> str | None`` and its
-answer joins the key. What else the inner backend can do is found with
-:func:`~nip.backends.capability`, which looks through the cache. Stored in SQLite
-(one file, safe across processes); reads and writes run in a worker thread so the event loop
-never waits on the disk.
+Keyed by the whole request, the sample index, a namespace naming the backend and, from an
+:class:`~nip.backends.AdapterHost`, the fingerprint of the weights behind the model name (local
+adapters are called ``verifier-it0`` in every run).
 """
 
 from __future__ import annotations
@@ -85,13 +79,8 @@ class ResponseCache:
 
 
 class CachedBackend:
-    """A :class:`ChatBackend` that answers from a :class:`ResponseCache` when it can.
-
-    Args:
-        inner: The backend that generates on a miss.
-        cache: The store (shareable between backends; ``namespace`` keeps them apart).
-        namespace: Identifies the inner backend (provider and endpoint).
-    """
+    """A :class:`ChatBackend` answering from a :class:`ResponseCache` when it can, else
+    from ``inner``; ``namespace`` keeps backends sharing a cache apart."""
 
     def __init__(self, inner: ChatBackend, cache: ResponseCache, namespace: str):
         self.inner = inner

@@ -1,15 +1,9 @@
-"""The dummy backend: deterministic, seeded, offline responses of the right shape.
+"""The dummy backend (``use_dummy_api=True``): seeded, offline responses of the right shape.
 
-Used by ``use_dummy_api=True`` (as in the original) and by the test server. A verifier asks
-questions (one per channel header when it speaks in several channels) or decides; a prover
-answers. Every response is a pure function of the request and the sample index, so re-running
-gives the same transcripts.
-
-The policy reads who is asking from ``request.metadata`` when the agent layer set it
-(``is_verifier``, ``can_decide``, ``channel_headers``, ``decision_texts``: the answers of the
-verifier's decision scale) and otherwise infers it from the prompt (the scale from the sentence
-of the system prompt that states it), so it also works behind an HTTP server that only sees
-the chat messages.
+A verifier asks questions (one per channel header) or decides; a prover answers. Each response
+is a pure function of the request and the sample index. Who asks is read from
+``request.metadata`` (``is_verifier``, ``can_decide``, ``channel_headers``, ``decision_texts``)
+or else from the prompt, so it also works behind an HTTP server.
 """
 
 from __future__ import annotations
@@ -23,40 +17,11 @@ from nip.backends._types import Completion, GenerationRequest, GenerationResult,
 from nip.protocols import DECISION_SCALES
 
 _WORDS = [
-    "loop",
-    "index",
-    "boundary",
-    "input",
-    "output",
-    "list",
-    "string",
-    "value",
-    "case",
-    "empty",
-    "sorted",
-    "return",
-    "function",
-    "test",
-    "edge",
-    "negative",
-    "zero",
-    "length",
-    "condition",
-    "branch",
-    "variable",
-    "result",
-    "check",
-    "example",
-    "count",
-    "sum",
-    "order",
-    "type",
-    "integer",
-    "element",
-    "range",
-    "first",
-    "last",
-]
+    "loop", "index", "boundary", "input", "output", "list", "string", "value", "case", "empty",
+    "sorted", "return", "function", "test", "edge", "negative", "zero", "length", "condition",
+    "branch", "variable", "result", "check", "example", "count", "sum", "order", "type",
+    "integer", "element", "range", "first", "last",
+]  # fmt: skip
 _HEADER = re.compile(r"Question for [A-Za-z0-9_]+:")
 # Phrases of the built-in prompts that tell the verifier this turn is its last.
 _MUST_DECIDE = re.compile(r"must now decide|decide at once|then decide\.", re.IGNORECASE)
@@ -67,10 +32,9 @@ class DummyPolicy:
     """How the dummy agents behave.
 
     Attributes:
-        seed: Mixed into every response, so two policies with different seeds differ.
+        seed: Mixed into every response.
         decide_probability: Chance that the verifier decides on a turn where it may.
-        decide_on_turn: If set, the verifier decides exactly on this turn (1-based) and
-            asks questions before it; used by benchmarks for a fixed dialogue length.
+        decide_on_turn: If set, the verifier decides from this turn (1-based) on.
         min_words / max_words: Length of questions and answers.
     """
 
@@ -124,8 +88,8 @@ class DummyPolicy:
 
 
 def _stated_decision_texts(system_prompt: str) -> list[str]:
-    """The answers of the decision scale a verifier's system prompt states (in the order the
-    agent layer sends them as ``decision_texts``); accept/reject when it states none."""
+    """The answers of the decision scale the system prompt states (as ``decision_texts``
+    orders them); accept/reject when it states none."""
     stated = [s for s in DECISION_SCALES.values() if s.answer_form in system_prompt]
     if not stated:
         return ["accept", "reject"]
@@ -133,12 +97,8 @@ def _stated_decision_texts(system_prompt: str) -> list[str]:
 
 
 class DummyBackend:
-    """A :class:`~nip.backends.ChatBackend` answering with a :class:`DummyPolicy`.
-
-    Args:
-        policy: The behaviour of the dummy agents.
-        latency_s: Simulated latency per call (``asyncio.sleep``; never blocks the loop).
-    """
+    """A :class:`~nip.backends.ChatBackend` answering with a :class:`DummyPolicy`, after
+    ``latency_s`` of ``asyncio.sleep``."""
 
     name = "dummy"
 

@@ -1,18 +1,9 @@
 """A :class:`~nip.backends.ChatBackend` for OpenAI, OpenRouter and any OpenAI-compatible URL.
 
-One backend per endpoint: it owns the concurrency limit, one ``openai.AsyncOpenAI`` client
-(its httpx connection pool) per event loop, and the retries (the SDK's own retries are
-switched off, so :mod:`nip.backends._retry`'s are the only ones). Requests go through the
-SDK's ``client.post`` with the payload as is, and the raw body is read by
-:func:`~nip.backends._retry.parse_chat_body` (OpenRouter reports errors inside a 200 body, and
-a malformed body must be a retryable error). The API key lives in the SDK client only; the
-configuration may name an environment variable instead, and neither ``repr``, pickling,
-copying nor error messages ever carry the key.
-
-Examples:
-    >>> backend = OpenAIBackend(OpenAIBackendConfig(url, api_key_env="KEY"))  # doctest: +SKIP
-    >>> result = await backend.generate(request)  # doctest: +SKIP
-    >>> backend.stats()  # doctest: +SKIP
+One backend per endpoint owns the concurrency limit, one ``openai.AsyncOpenAI`` client per
+event loop and the retries (:mod:`nip.backends._retry`; the SDK's are off). The raw body is
+read by :func:`~nip.backends._retry.parse_chat_body` (OpenRouter reports errors inside a 200
+body). No ``repr``, pickle, copy or error message carries the API key.
 """
 
 from __future__ import annotations
@@ -47,11 +38,8 @@ OPENROUTER_BASE_URL = "https://openrouter.ai/api/v1"
 
 
 def top_up_seed(seed: int, top_up: int) -> int:
-    """The seed of top-up request ``top_up`` (0: the first request) of a request seeded ``seed``.
-
-    The first request keeps ``seed``; each later one gets a seed derived from both, the same on
-    every run, so siblings topped up from a provider that ignores ``n`` still differ.
-    """
+    """The seed of top-up request ``top_up`` (0: the first, which keeps ``seed``), derived so
+    that siblings topped up from a provider that ignores ``n`` differ, the same on every run."""
     if top_up == 0:
         return seed
     return random.Random(f"{seed}:top-up:{top_up}").randrange(2**31)
@@ -74,16 +62,12 @@ class OpenAIBackendConfig:
 
     Attributes:
         base_url: The API root, ending in ``/v1`` (e.g. ``http://127.0.0.1:8000/v1``).
-        api_key: The key itself. Prefer ``api_key_env``; an explicit key is never shown in
-            ``repr`` and never pickled or copied.
-        api_key_env: Environment variable read for the key when the client is created.
-            With neither set, the key ``"EMPTY"`` is sent (what vLLM expects).
+        api_key: The key itself (never shown, pickled or copied); prefer ``api_key_env``.
+        api_key_env: Environment variable holding the key (neither: ``"EMPTY"``, as vLLM takes).
         name: The backend's name (``ChatBackend.name``), e.g. the provider.
         max_concurrency: Requests in flight at once, per event loop.
-        max_retries: Retries after the first attempt on transient failures.
-        initial_backoff_s: Upper bound of the first jittered back-off.
-        max_backoff_s: The back-off bound stops doubling here.
-        max_retry_after_s: Longer ``Retry-After`` requests fail at once instead of waiting.
+        max_retries / initial_backoff_s / max_backoff_s / max_retry_after_s: The
+            :class:`~nip.backends._retry.RetryPolicy`.
         request_timeout_s: Time-out of one HTTP attempt.
         max_tokens_field: The request field for the token limit (``max_completion_tokens``
             for OpenAI's reasoning models).
@@ -123,11 +107,8 @@ class OpenAIBackendConfig:
         )
 
     def resolve_api_key(self) -> str:
-        """The key to send: ``api_key``, else ``$api_key_env``, else ``"EMPTY"``.
-
-        Raises:
-            MissingAPIKeyError: ``api_key_env`` is named but not set.
-        """
+        """The key to send: ``api_key``, else ``$api_key_env`` (MissingAPIKeyError if unset),
+        else ``"EMPTY"``."""
         if self.api_key:
             return self.api_key
         if self.api_key_env is None:
@@ -153,20 +134,9 @@ class OpenAIBackendConfig:
 
 @dataclass
 class BackendStats:
-    """Counters of one :class:`OpenAIBackend` since it was created (or copied).
-
-    :meth:`OpenAIBackend.stats` returns a copy; the backend's own instance keeps counting.
-
-    Attributes:
-        requests_sent: HTTP attempts made (first tries and retries).
-        responses_ok: Attempts that returned usable completions.
-        retries_by_cause: Retries made, by :data:`~nip.backends._retry.RetryCause`.
-        failures: ``generate`` calls that raised.
-        in_flight: HTTP attempts running now.
-        max_in_flight: The most attempts ever running at once.
-        prompt_tokens / completion_tokens: Tokens used, as the server reported them.
-        retry_wait_s: Total time spent backing off (summed over concurrent requests).
-    """
+    """Counters of one :class:`OpenAIBackend` since it was created (or copied): HTTP attempts
+    sent and answered, retries by :data:`~nip.backends._retry.RetryCause`, ``generate`` calls
+    that raised, attempts in flight (and the most at once), tokens, and back-off time summed."""
 
     requests_sent: int = 0
     responses_ok: int = 0
@@ -200,14 +170,8 @@ class _LoopState:
 
 
 class OpenAIBackend:
-    """Chat completions from an OpenAI-compatible HTTP API.
-
-    Args:
-        config: Endpoint, key and limits.
-
-    Raises:
-        MissingAPIKeyError: ``config.api_key_env`` names an unset environment variable.
-    """
+    """Chat completions from an OpenAI-compatible HTTP API (MissingAPIKeyError at once if
+    ``config.api_key_env`` is unset)."""
 
     def __init__(self, config: OpenAIBackendConfig):
         config.resolve_api_key()  # fail now, naming the variable, not at the first request
@@ -221,15 +185,9 @@ class OpenAIBackend:
 
     # ---------------------------------------------------------------- generation
     async def generate(self, request: GenerationRequest) -> GenerationResult:
-        """Generate ``request.n`` completions, retrying transient failures.
-
-        Raises:
-            InsufficientCreditsError: HTTP 402, or an in-body error with code 402.
-            AuthenticationError: HTTP 401/403.
-            ModelNotFoundError: HTTP 404.
-            BackendUnavailableError: Every attempt failed (``attempts`` says how many).
-            GenerationError: Any other refusal (e.g. HTTP 400).
-        """
+        """Generate ``request.n`` completions, retrying transient failures; refusals raise
+        :func:`~nip.backends._retry.error_for_status`'s errors, and BackendUnavailableError
+        when every attempt failed."""
         started = time.perf_counter()
         state = self._loop_state()
         what = f"request for model {request.model!r} at {self.config.base_url}"
@@ -282,28 +240,29 @@ class OpenAIBackend:
             payload["repetition_penalty"] = request.repetition_penalty
         return payload
 
+    def _sdk(self) -> tuple[Any, type]:
+        """The SDK whose client and errors this backend uses, and its HTTP response class."""
+        import openai
+
+        return openai, sdk_httpx_module().Response
+
     async def _attempt(
         self, state: _LoopState, payload: dict[str, Any]
     ) -> tuple[list[Completion], TokenUsage, str | None]:
-        import openai
-
+        sdk, response = self._sdk()
         counters = self._counters
         async with state.semaphore:
             counters.requests_sent += 1
             counters.in_flight += 1
             counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
             try:
-                raw = await state.client.post(
-                    "/chat/completions", cast_to=sdk_httpx_module().Response, body=payload
-                )
+                raw = await state.client.post("/chat/completions", cast_to=response, body=payload)
             # Not chained: the SDK error's request object carries the key in a header.
-            except openai.APIError as error:
-                raise error_for_sdk_exception(error, self._redact) from None
+            except sdk.APIError as error:
+                raise error_for_sdk_exception(error, self._redact, sdk=sdk) from None
             finally:
                 counters.in_flight -= 1
-        # Parsed here, not by the SDK's models (``chat.completions.create`` re-walks every
-        # message): OpenRouter reports errors inside a 200 body, and a malformed body must
-        # become a retryable error.
+        # Parsed here, not by the SDK: OpenRouter reports errors inside a 200 body.
         parsed = parse_chat_body(raw.content, raw.headers, self._redact)
         counters.responses_ok += 1
         return parsed
@@ -321,11 +280,8 @@ class OpenAIBackend:
 
     # ---------------------------------------------------------------- event loops
     def _loop_state(self) -> _LoopState:
-        """The semaphore and SDK client of the running loop, created on first use there.
-
-        asyncio primitives and pooled connections belong to one loop, so a backend used from
-        ``asyncio.run`` twice, or from a notebook and a helper thread, gets one set per loop.
-        """
+        """The semaphore and SDK client of the running loop (they belong to one loop), made
+        on first use there."""
         loop = asyncio.get_running_loop()
         state = self._loops.get(id(loop))
         if state is not None and state.loop is loop:

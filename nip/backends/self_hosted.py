@@ -1,13 +1,6 @@
-"""The client side of ``nip serve``: the ``SelfHosted`` chat backend, readiness checks and the
-check that a server speaks a compatible API version.
-
-Agents with ``model_provider="SelfHosted"`` send chat requests to
-``{language_model_server_scheme_host}:{language_model_server_port}/v1``, the server forwards
-them to its engine. The bearer token is read from ``$NIP_SERVER_API_KEY`` (none: loopback
-servers without a token). ``GET /version`` returns ``{"version": <nip version>, "api_version":
-"MAJOR.MINOR"}``; a client refuses a server whose API major version differs from its own (a typed
-error), and warns when only the minor version differs. No FastAPI here: the server
-(:mod:`nip.server`) sits above this module and imports its constants from it.
+"""The client side of ``nip serve``: the ``SelfHosted`` chat backend, readiness and version
+checks (a different API major version is refused, a minor one warned of). The bearer token is
+``$NIP_SERVER_API_KEY``; the server (:mod:`nip.server`) imports its constants from here.
 """
 
 from __future__ import annotations
@@ -41,14 +34,8 @@ class ServerVersionWarning(UserWarning):
 
 
 def check_server_version(info: dict[str, Any], url: str, client: str = API_VERSION) -> None:
-    """Check a server's ``/version`` answer against this client's API version.
-
-    Raises:
-        IncompatibleServerError: The major versions differ, or the server names none.
-
-    Warns:
-        ServerVersionWarning: Only the minor versions differ.
-    """
+    """Check a server's ``/version`` answer against this client's API version: a different
+    major (or none) raises IncompatibleServerError, a different minor warns."""
     server = info.get("api_version") if isinstance(info, dict) else None
     if not isinstance(server, str) or "." not in server:
         raise IncompatibleServerError(
@@ -79,11 +66,10 @@ def served_params(
     params: PureTextAgentParameters, settings: ExperimentSettings
 ) -> PureTextAgentParameters:
     """A ``SelfHosted`` agent's parameters pointed at the ``nip serve`` its run owns for its
-    model (``settings.servers``, filled in by ``serve``); any other agent's as given.
+    model (``settings.servers``); any other agent's as given.
 
     Raises:
-        UnservedModelError: ``settings.serve`` is on and no server serves the agent's model
-            (the run was not started through ``nip run --serve`` or ``nip.server.serving``).
+        UnservedModelError: ``settings.serve`` is on and no server serves the agent's model.
     """
     if params.served_by != "SelfHosted":
         return params
@@ -133,16 +119,8 @@ async def check_server(url: str, api_key: str | None) -> dict[str, Any]:
 async def wait_for_server(
     url: str, api_key: str | None, timeout_s: float | None = 300.0, poll_interval_s: float = 1.0
 ) -> dict[str, Any]:
-    """Wait until the server answers, speaks a compatible API and its engine is ready.
-
-    Args:
-        url: The server's root URL.
-        api_key: Its bearer token, if it has one.
-        timeout_s: Give up after this long (None: wait until cancelled).
-        poll_interval_s: Time between tries.
-
-    Returns:
-        The server's ``/health`` answer.
+    """Wait until the server answers, speaks a compatible API and its engine is ready, for
+    ``timeout_s`` (None: until cancelled); return its ``/health`` answer.
 
     Raises:
         IncompatibleServerError: The server's API major version differs.
@@ -198,8 +176,7 @@ class SelfHostedBackend(OpenAIBackend):
         return None if key == "EMPTY" else key
 
     async def wait_for_ready(self, timeout_s: float | None = None) -> None:
-        """Wait for the server and its engine (see :func:`wait_for_server`); with no
-        ``timeout_s``, until cancelled (a group's ``wait_for_ready(timeout)`` bounds it)."""
+        """Wait for the server and its engine (:func:`wait_for_server`)."""
         await wait_for_server(self.server_url, self._key(), timeout_s)
 
     def __repr__(self) -> str:

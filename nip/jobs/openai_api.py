@@ -1,10 +1,5 @@
-"""Fine-tuning through the OpenAI API — or any server that speaks it, such as ``nip serve``.
-
-Jobs upload a JSONL file (``purpose="fine-tune"``) and create a job with
-``method={"type": "supervised" | "dpo", ...}``. W&B integration is optional
-(``wandb_project``). Note that OpenAI is winding down self-serve fine-tuning for new users:
-this backend is supported, but the self-hosted path (``nip serve``) is the one nip centres on.
-"""
+"""Fine-tuning through the OpenAI API, or any server that speaks it (``nip serve``): a JSONL
+file uploaded, a job created with ``method={"type": "supervised" | "dpo", ...}``."""
 
 from __future__ import annotations
 
@@ -42,13 +37,8 @@ def _auto(value: Any) -> Any:
 
 
 def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
-    """The ``method`` argument of ``fine_tuning.jobs.create``.
-
-    OpenAI is sent ``"auto"`` for each hyper-parameter the agent does not set explicitly
-    (``openai_n_epochs``, ``openai_batch_size``, ``openai_learning_rate_multiplier``), as the
-    original did: OpenAI picks them from the dataset's size. ``nip serve`` (``lora_settings``)
-    is sent the LoRA training's own epochs and batch size instead.
-    """
+    """The ``method`` argument of ``fine_tuning.jobs.create``: ``"auto"`` for each ``openai_*``
+    setting left None, or the LoRA training's epochs and batch size for ``nip serve``."""
     if lora_settings:
         hyperparameters: dict[str, Any] = {
             "n_epochs": spec.num_epochs,
@@ -68,11 +58,8 @@ def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[s
 
 
 def job_request(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
-    """The settings of ``fine_tuning.jobs.create`` for ``spec``, all but the training file.
-
-    The backend sends exactly this, and the run plan shows it (:mod:`nip.training.plan`), so
-    the two cannot disagree.
-    """
+    """The settings of ``fine_tuning.jobs.create`` for ``spec`` but the training file (what the
+    backend sends and the run plan shows)."""
     request: dict[str, Any] = {
         "model": spec.base_model,
         "method": spec_to_method(spec, lora_settings=lora_settings),
@@ -96,14 +83,12 @@ def job_request(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str,
 
 
 class OpenAIFineTuneBackend:
-    """Fine-tuning jobs on the OpenAI API or a compatible server.
+    """Fine-tuning jobs on the OpenAI API (``base_url`` None) or a compatible server.
 
     Args:
-        base_url: The API's base URL (None: OpenAI's).
         api_key: The key (never shown in reprs or errors).
         wandb_project: Report jobs to this W&B project through OpenAI's integration.
-        send_lora_settings: Send the spec's LoRA settings and learning rate along (``nip serve``
-            reads them; OpenAI would refuse them).
+        send_lora_settings: Send the LoRA settings and learning rate (``nip serve`` reads them).
     """
 
     name = "openai-fine-tuning"
@@ -120,14 +105,12 @@ class OpenAIFineTuneBackend:
         self._api_key = api_key
         self.wandb_project = wandb_project
         self.send_lora_settings = send_lora_settings
-        # Built at the first call and shared by every client after it: each client building
-        # its own read the CA bundle again (30-45 ms of CPU per job call).
+        # Shared by every client: building one reads the CA bundle again.
         self._ssl_context: Any = None
 
     @classmethod
     def from_agent_params(cls, params: PureTextAgentParameters) -> OpenAIFineTuneBackend:
-        """OpenAI's fine-tuning API, with ``$OPENAI_API_KEY`` (the backend of each provider is
-        chosen by :func:`nip.providers.fine_tune_backend_for`)."""
+        """OpenAI's fine-tuning API, with ``$OPENAI_API_KEY``."""
         key = os.environ.get("OPENAI_API_KEY")
         if not key:
             raise FineTuneError("fine-tuning with OpenAI needs the OPENAI_API_KEY variable")
@@ -135,12 +118,7 @@ class OpenAIFineTuneBackend:
 
     @contextlib.asynccontextmanager
     async def _client(self) -> AsyncIterator[Any]:
-        """A client for one operation, closed on the way out.
-
-        Job calls are few and seconds apart, so a client each costs little, and none is left
-        with open connections behind an event loop that has gone (sync wrappers and
-        notebooks use several loops).
-        """
+        """A client for one operation, closed on the way out (none outlives its event loop)."""
         import openai
 
         from nip.backends.openai_compatible import sdk_httpx_module

@@ -1,18 +1,7 @@
-"""OpenAI's closing of self-serve fine-tuning, and the shutdown of its models, said before it
-costs anything.
-
-OpenAI is winding its fine-tuning platform down (its deprecations page, 2026-05-07, as reported
-publicly; see docs/training.md): organisations that never used self-serve fine-tuning cannot
-create jobs since 2026-05-07, those without inference on a fine-tuned model in the past 60
-days since 2026-07-02, and nobody from 2027-01-06. A run of the paper's presets pays for a
-whole iteration of rollouts before its first job is created, so the dry run and ``nip plan``
-say this first, naming the open-weight preset to use instead; and a job creation OpenAI
-refuses (:func:`refused_job_error`) stops the run at once with the same words, its rollouts
-kept for a resume on another provider, instead of being retried as a transient failure.
-
-The models themselves go too: :data:`MODEL_SHUTDOWNS` dates each model family's shutdown
-(with its fine-tunes), saying which dates are only reported, and the same notice names every
-agent on such a model and what to use instead.
+"""OpenAI's closing of self-serve fine-tuning (:data:`CLOSING_STAGES`, docs/training.md) and
+the shutdown of its models (:data:`MODEL_SHUTDOWNS`), said before a run pays for rollouts: the
+dry run and ``nip plan`` name the open-weight preset to use instead, and a refused job creation
+(:func:`refused_job_error`) stops the run at once, its rollouts kept for a resume.
 """
 
 from __future__ import annotations
@@ -67,9 +56,7 @@ MODEL_SHUTDOWNS: tuple[Shutdown, ...] = (
 
 
 def model_shutdown(model: str) -> Shutdown | None:
-    """The shutdown of ``model``: a family's name, a dated snapshot of it
-    (``gpt-4o-mini-2024-07-18``) or a fine-tune of one (``ft:gpt-4o-mini-2024-07-18:org::id``);
-    None for a model of no dated shutdown."""
+    """The shutdown of ``model`` (a family, a dated snapshot or a fine-tune of one), or None."""
     for shutdown in sorted(MODEL_SHUTDOWNS, key=lambda s: -len(s.family)):
         if re.fullmatch(
             rf"(ft:)?{re.escape(shutdown.family)}(-\d{{4}}-\d{{2}}-\d{{2}})?(:.*)?", model
@@ -151,16 +138,9 @@ def openai_fine_tuning_notice(
     *,
     instead: str | None = None,
 ) -> str | None:
-    """What a run on OpenAI should know first: that its plan fine-tunes agents through OpenAI,
-    which is closing to new jobs, and which of its agents' models OpenAI retires (with
-    :func:`model_shutdown_notice`); None when neither applies.
-
-    Args:
-        hyper_params: The run.
-        trained_agents: The agents its plan fine-tunes (``RunPlan``'s groups with a method).
-        today: The date the closing is told as of (default: today).
-        instead: What to use instead (default: the run's ``open/*`` preset).
-    """
+    """What a run on OpenAI should know first: that it fine-tunes ``trained_agents`` through
+    OpenAI, which is closing, and which of its models OpenAI retires; None when neither applies.
+    ``instead`` defaults to the run's ``open/*`` preset."""
     through_openai = sorted(
         name for name in trained_agents if hyper_params.agents[name].served_by == "OpenAI"
     )
@@ -177,15 +157,8 @@ def openai_fine_tuning_notice(
 
 
 def refused_job_error(status: int, message: str) -> FineTuningClosedError | None:
-    """The error that stops a run when the API refused to create a job: a permission refusal
-    (HTTP 403, as OpenAI answers an organisation it no longer lets fine-tune) or a refusal
-    that says fine-tuning is closed (deprecated, no longer available); None for any other
-    error (a bad file, an unknown model, a rate limit).
-
-    Args:
-        status: The HTTP status of the refusal.
-        message: The API's message.
-    """
+    """The error that stops a run when the API refused a job: HTTP 403, or a refusal saying
+    fine-tuning is closed; None for any other error (a bad file, a rate limit)."""
     closed = status in (400, 403, 404, 410) and any(w in message.lower() for w in _CLOSED_WORDS)
     if status != 403 and not closed:
         return None

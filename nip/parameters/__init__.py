@@ -1,8 +1,5 @@
-"""Typed configuration: plain dataclasses, validated at construction and on assignment.
-
-Every class has ``to_dict`` / ``from_dict`` / ``get("a.b.c")`` / ``construct_test_params`` and
-YAML/JSON ``save`` / ``load``.
-"""
+"""Typed configuration on pydantic, validated at construction and on assignment, with
+``to_dict`` / ``from_dict`` / ``get("a.b.c")`` / ``construct_test_params`` / ``save`` / ``load``."""
 
 from nip.parameters._base import BaseParameters, FieldInfo
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL, PureTextAgentParameters

@@ -1,12 +1,7 @@
-"""The base of every parameters class: a pydantic v2 model, with fields declared by
-``pydantic.Field(default, description=..., ge=...)``.
-
-It validates at construction and on assignment, nested too (``hp.agents["verifier"].top_p = 3``
-also checks ``hp``), and raises :class:`~nip.errors.InvalidParameterError` naming the full
-address, the value and what is allowed; on an error nothing changes. Models are strict: a bool
-is never a number nor a number text (an int is taken for a float). Relations between fields are
-checked by each class's :meth:`BaseParameters.validate`. A nested object keeps a weak link to
-its holder, so that a change to it is checked by every holder too.
+"""The base of every parameters class: a strict pydantic v2 model, validated at construction
+and on assignment, nested too (``hp.agents["verifier"].top_p = 3`` also checks ``hp``, through
+a weak link to each holder), raising :class:`~nip.errors.InvalidParameterError` with the full
+address; on an error nothing changes. Relations between fields: :meth:`BaseParameters.validate`.
 """
 
 from __future__ import annotations
@@ -75,8 +70,7 @@ def _describe(tp: Any) -> str:
 
 
 def _nip_error(error: ValidationError, cls: type[BaseParameters] | None) -> Exception:
-    """pydantic's first error as nip's: a check's own error placed at its address, or a
-    field of ``cls`` of the wrong type or out of bounds as an InvalidParameterError."""
+    """pydantic's first error as nip's (a check's own, at its address, or a field's)."""
     first = error.errors(include_url=False)[0]
     loc, value = first["loc"], first.get("input")
     cause = (first.get("ctx") or {}).get("error")
@@ -182,11 +176,8 @@ class BaseParameters(BaseModel):
             super().__setattr__(name, value)
 
     def update(self, **changes: Any) -> None:
-        """Assign several fields at once, validated together (``lora_alpha`` and
-        ``lora_alpha_scale``, a protocol and its agents); on an error nothing changes.
-
-        The object is validated as a whole with the new values, then every object that holds
-        it (a nested agent's change must keep its shared model group in agreement).
+        """Assign several fields at once, validated together with every holder; on an error
+        nothing changes.
 
         Raises:
             UnknownKeyError: A name matches no field.
@@ -216,8 +207,7 @@ class BaseParameters(BaseModel):
         return {name: self.__dict__[name] for name in type(self).model_fields}
 
     def _adopt_children(self) -> None:
-        """Tell each nested parameters object (a field, or a value of a dict field) where it
-        sits. A dict field of parameter objects is held as a :class:`HeldDict`."""
+        """Tell each nested parameters object where it sits (dict fields as :class:`HeldDict`)."""
         for name, field in type(self).model_fields.items():
             value = self.__dict__[name]
             if isinstance(value, BaseParameters):
@@ -229,8 +219,7 @@ class BaseParameters(BaseModel):
                     item._holder = (weakref.ref(self), f"{name}.{key}")
 
     def _holders(self) -> list[tuple[BaseParameters, str]]:
-        """The objects that hold this one, the nearest first, each with this object's address
-        in it. A link is followed only while the holder still holds this very object."""
+        """The objects that still hold this one, the nearest first, with its address in each."""
         chain: list[tuple[BaseParameters, str]] = []
         node, address = self, ""
         while node._holder is not None:
@@ -289,13 +278,8 @@ class BaseParameters(BaseModel):
 
     @classmethod
     def from_dict(cls, params_dict: Mapping[str, Any], ignore_extra_keys: bool = False) -> Self:
-        """Build a parameters object from a dict such as one made by :meth:`to_dict` (which
-        is not modified). Keys starting with ``_`` are metadata, except ``_type``, which may
-        name a subclass of ``cls`` to build instead.
-
-        Args:
-            params_dict: The field values; nested parameters may be dicts.
-            ignore_extra_keys: Drop keys that match no field instead of raising.
+        """Build from a dict such as :meth:`to_dict` makes (``_`` keys are metadata; ``_type``
+        may name a subclass to build instead).
 
         Raises:
             UnknownKeyError: A key matches no field and ``ignore_extra_keys`` is False.
@@ -324,11 +308,7 @@ class BaseParameters(BaseModel):
 
     @classmethod
     def from_json(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Parse JSON text (``options`` go to :meth:`from_dict`).
-
-        Raises:
-            ConfigFileError: The text is not JSON.
-        """
+        """Parse JSON text (``options`` go to :meth:`from_dict`); ConfigFileError if not JSON."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
@@ -337,11 +317,7 @@ class BaseParameters(BaseModel):
 
     @classmethod
     def from_yaml(cls, text: str, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Parse YAML text (``options`` go to :meth:`from_dict`).
-
-        Raises:
-            ConfigFileError: The text is not YAML.
-        """
+        """Parse YAML text (``options`` go to :meth:`from_dict`); ConfigFileError if not YAML."""
         import yaml
 
         try:
@@ -359,8 +335,7 @@ class BaseParameters(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path, ignore_extra_keys: bool = False, **options: Any) -> Self:
-        """Read a file written by :meth:`save` (YAML or JSON, chosen by suffix); ``options``
-        go to :meth:`from_dict` (``force=True`` for ``HyperParameters``).
+        """Read a file written by :meth:`save` (``options`` go to :meth:`from_dict`).
 
         Raises:
             ConfigFileError: The file is missing, unreadable, or not valid YAML or JSON.
@@ -380,11 +355,8 @@ class BaseParameters(BaseModel):
 
     # --------------------------------------------------------------------- lookup
     def get(self, address: str) -> Any:
-        """Get a value by dot-separated address, e.g. ``"agents.verifier.temperature"``.
-
-        Raises:
-            KeyError: A part of the address names no parameter (or follows a plain value).
-        """
+        """Get a value by dotted address (``"agents.verifier.temperature"``); KeyError if a
+        part names no parameter."""
         current: Any = self
         walked: list[str] = []
         for part in address.split("."):
@@ -407,12 +379,7 @@ class BaseParameters(BaseModel):
 
     # -------------------------------------------------------------------- display
     def widget(self, **options: Any) -> Any:
-        """Removed: the form is ``nip.widgets.ParametersForm(params)`` (configuration sits
-        beneath the widgets that edit it).
-
-        Raises:
-            NipError: Always, saying what to call instead.
-        """
+        """Removed: raises NipError pointing to ``nip.widgets.ParametersForm(params)``."""
         raise NipError(
             "params.widget() was removed: use `from nip.widgets import ParametersForm` and "
             "ParametersForm(params, **options) (the same form, with the same options)"
@@ -425,13 +392,9 @@ class BaseParameters(BaseModel):
 
 
 class HeldDict(dict):
-    """A dict field of parameter objects (``HyperParameters.agents``) as its holder keeps it.
-
-    A change to it (setting, replacing or removing an item) is the holder's field assigned
-    anew: a plain dict is converted to the parameters class, the holder (and its own holders)
-    are validated, and on an error nothing changes. Copies and pickles are plain dicts; the
-    holder wraps them again.
-    """
+    """A dict field of parameter objects (``HyperParameters.agents``): a change to it is the
+    holder's field assigned anew (validated; on an error nothing changes). Copies and pickles
+    are plain dicts."""
 
     def __init__(self, items: Mapping[str, Any], holder: BaseParameters, name: str):
         super().__init__(items)

@@ -11,33 +11,14 @@ if TYPE_CHECKING:
 
 #: Settings that define a model: members of a group must agree on all of them.
 MODEL_DEFINING_FIELDS = (
-    "model_provider",
-    "model_name",
-    "use_dummy_api",
-    "language_model_server_scheme_host",
-    "language_model_server_port",
-    "vllm_server_port",
-    "fine_tune_from_scratch",
-    "freeze_agent",
-    "quantization",
-    "num_epochs",
-    "dpo_beta",
-    "use_lora",
-    "lora_rank",
-    "lora_alpha",
-    "lora_alpha_scale",
-    "lora_dropout",
-    "stack_lora_adapters",
-    "per_device_train_batch_size",
-    "openai_n_epochs",
-    "openai_batch_size",
-    "openai_learning_rate_multiplier",
-    "load_checkpoint_and_parameters",
-    "checkpoint_entity",
-    "checkpoint_project",
-    "checkpoint_run_id",
-    "checkpoint_version",
-)
+    "model_provider", "model_name", "use_dummy_api", "language_model_server_scheme_host",
+    "language_model_server_port", "vllm_server_port", "fine_tune_from_scratch", "freeze_agent",
+    "quantization", "num_epochs", "dpo_beta", "use_lora", "lora_rank", "lora_alpha",
+    "lora_alpha_scale", "lora_dropout", "stack_lora_adapters", "per_device_train_batch_size",
+    "openai_n_epochs", "openai_batch_size", "openai_learning_rate_multiplier",
+    "load_checkpoint_and_parameters", "checkpoint_entity", "checkpoint_project",
+    "checkpoint_run_id", "checkpoint_version",
+)  # fmt: skip
 
 
 def group_members(hyper_params: HyperParameters) -> dict[str, list[str]]:

@@ -52,10 +52,8 @@ SHIPPED_DATASET_NAMES = tuple(SHIPPED_DATASET_SPLITS)
 
 
 class HyperParameters(BaseParameters):
-    """Everything that defines an experiment: protocol, agents, trainer, data and seed.
-
-    Agents missing from ``agents`` get default parameters; an agent the protocol does not
-    have is an error. Example::
+    """Everything that defines an experiment: protocol, agents (missing ones get defaults),
+    trainer, data and seed. Example::
 
         HyperParameters(
             interaction_protocol="debate",
@@ -148,8 +146,7 @@ class HyperParameters(BaseParameters):
         self._check_files_exist()
 
     def _check_protocol_only_settings(self) -> None:
-        """Refuse a common protocol setting (:data:`PROTOCOL_ONLY_SETTINGS`) in a shipped
-        protocol where it would be accepted and do nothing."""
+        """Refuse a :data:`PROTOCOL_ONLY_SETTINGS` value a shipped protocol would ignore."""
         name = self.interaction_protocol
         if not is_shipped_protocol(name):
             return  # a protocol of one's own: its handler class refuses it when built
@@ -164,8 +161,7 @@ class HyperParameters(BaseParameters):
                 )
 
     def _check_fine_tunable(self) -> None:
-        """Reject trainable agents of providers that cannot fine-tune (OpenRouter): they would
-        fail only at job creation, after a whole iteration of paid sampling."""
+        """Reject trainable agents of providers that cannot fine-tune (before paid sampling)."""
         if self.rl.num_iterations <= 1:
             return  # the last iteration submits no job
         can = ", ".join(n for n, p in PROVIDER_FACTS.items() if p.can_fine_tune)
@@ -185,9 +181,8 @@ class HyperParameters(BaseParameters):
                 )
 
     def _check_learning_rate(self) -> None:
-        """Refuse ``rl.lr`` changed in a run where it trains nothing: it is run-wide, and acts
-        only on the jobs of trainable agents whose provider is sent a learning rate (every
-        provider in ``providers_where("rl.lr")``; OpenAI is sent a multiplier instead)."""
+        """Refuse ``rl.lr`` changed where no trainable agent's provider is sent a learning
+        rate (``providers_where("rl.lr")``)."""
         default = type(self.rl)().lr
         if self.rl.lr == default:
             return
@@ -206,8 +201,7 @@ class HyperParameters(BaseParameters):
         )
 
     def _check_files_exist(self) -> None:
-        """Reject a dataset or prompt template that does not exist, and dataset options that
-        would be ignored for the chosen dataset, before any sampling."""
+        """Reject a missing dataset or prompt template, and dataset options it would ignore."""
         self._check_dataset()
         for name, agent in self.agents.items():
             path = agent.system_prompt_template_path
@@ -299,19 +293,11 @@ class HyperParameters(BaseParameters):
         *,
         force: bool = False,
     ) -> Self:
-        """As :meth:`BaseParameters.from_dict`, checking the ``_schema_version`` stamp.
-
-        Dicts written by the original ``nip`` load too: its ``is_random`` key of agent
-        parameters (always false for text agents) is dropped.
-
-        Args:
-            params_dict: The field values, such as a dict made by :meth:`to_dict`.
-            ignore_extra_keys: Drop keys that match no field instead of raising.
-            force: Load even when the stamp names an incompatible (major) schema version.
+        """As :meth:`BaseParameters.from_dict`, checking the ``_schema_version`` stamp (a dict
+        without one is not) and dropping the original's ``is_random: false`` agent keys.
 
         Raises:
-            IncompatibleParametersError: The stamp's major version differs from this nip's
-                (unless ``force``). A dict without a stamp is not checked.
+            IncompatibleParametersError: The stamp's major version differs (unless ``force``).
             UnknownKeyError: A key matches no field and ``ignore_extra_keys`` is False.
             InvalidParameterError: A value is not allowed.
 
@@ -354,12 +340,7 @@ class HyperParameters(BaseParameters):
 
 
 def _upgrade_from_1_0(params_dict: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A schema-1.0 dict as schema 1.1 reads it with the same behaviour.
-
-    1.1 changed one default that alters results: MALT's expected reward became the policy's
-    expected return (``recursive_mean``); runs saved before it used the mean over leaves, so a
-    resumed 1.0 MALT run keeps ``leaf_mean``.
-    """
+    """A schema-1.0 dict as 1.1 reads it with the same behaviour (MALT keeps ``leaf_mean``)."""
     if params_dict.get("_schema_version") != "1.0":
         return params_dict
     malt = params_dict.get("pure_text_malt")
@@ -413,12 +394,7 @@ def check_compatibility(saved: dict[str, Any], current: str = PARAMETERS_SCHEMA_
 
 def config_json_schema() -> dict[str, Any]:
     """The JSON Schema of a configuration file (:class:`HyperParameters` as YAML or JSON), for
-    an editor to check a file as it is typed (docs/training.md, "Checking a config file").
-
-    It holds each field's type, choices, bounds, default and description; relations between
-    fields (an agent the protocol lacks, a shared model group's agreement) are checked when the
-    file is loaded. Keys starting with ``_`` (``_type``, the version stamps) are allowed.
-    """
+    an editor to check as it is typed; relations between fields are checked at load time."""
     from nip.parameters._base import BaseParameters, _find_subclass
 
     schema = HyperParameters.model_json_schema()

@@ -1,24 +1,11 @@
-"""Changing a configuration by dotted path: ``--set rl.num_iterations=4`` and its Python form.
+"""Changing a configuration by dotted path: ``--set rl.num_iterations=4`` and its Python form
+``params.with_overrides({"agents.prover.model_name": "gpt-4o-2024-08-06", "seed": 3})``.
 
-::
-
-    params.with_overrides({"agents.prover.model_name": "gpt-4o-2024-08-06", "seed": 3})
-    parse_override("rl.num_iterations=4")          # ("rl.num_iterations", 4)
-
-An override is applied to the configuration's dict and the whole dict is built again, so a
-value is converted, bounded and validated exactly as if it had been written in the file, and an
-error names its full address. Text from a command line is read with YAML's scalar rules
-(``4`` is an int, ``true`` a bool, ``null`` None), except that a field holding text keeps the
-text as given (``model_name=2024`` stays ``"2024"``). A mapping sets several fields of a group
-at once and keeps the others (``agents.verifier={model_provider: TogetherAI, model_name: X}``);
-``agents.*`` stands for every agent of the configuration (``agents.*.temperature=0.2``; after a
-protocol change, the new protocol's): ``agents.*.use_dummy_api: true`` runs a whole grid of
-protocols on the dummy backend, where ``agents.prover.use_dummy_api`` would miss debate's
-``prover0`` and ``prover1``. A path naming one agent (``agents.verifier.model_name``) wins over it.
-
-Changing ``interaction_protocol`` also gives the new protocol its agents: an agent keeps the
-parameters of the old agent of the same name, else of one in the same role (``prover0`` and
-``prover`` are both provers), else the defaults.
+The dict is rebuilt with each override, so a value is validated as if written in the file.
+Command-line text is read with YAML's scalar rules, except that a text field keeps the text
+(``model_name=2024`` stays ``"2024"``). A mapping sets several fields of a group; ``agents.*``
+stands for every agent (a path naming one agent wins over it). A new ``interaction_protocol``
+gives each new agent the old one of its name, else of its role, else the defaults.
 """
 
 from __future__ import annotations
@@ -55,11 +42,8 @@ def parse_value(text: str) -> Any:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"PATH=VALUE"`` as ``(path, value)``, the value read by :func:`parse_value`.
-
-    Raises:
-        InvalidParameterError: No ``=``, or an empty path.
-    """
+    """``"PATH=VALUE"`` as ``(path, value)``, the value read by :func:`parse_value`
+    (InvalidParameterError for no ``=`` or an empty path)."""
     path, sep, value = text.partition("=")
     path = path.strip()
     if not sep or not path:
@@ -95,8 +79,8 @@ def _for_every_agent(path: str) -> bool:
 
 
 def _every_agent(pending: dict[str, Any], agents: Mapping[str, Any]) -> dict[str, Any]:
-    """``pending`` with each ``agents.*...`` replaced by one path per agent (those first, so
-    that a path naming one agent wins).
+    """``pending`` with each ``agents.*...`` replaced by one path per agent (first: a path
+    naming one agent wins).
 
     Raises:
         InvalidParameterError: ``agents.*.FIELD`` names no agent setting, or there are no agents.
@@ -186,16 +170,11 @@ def _apply(
 def apply_overrides(
     params: HyperParameters, overrides: Mapping[str, Any], *, from_text: bool = False
 ) -> HyperParameters:
-    """A new :class:`HyperParameters`: ``params`` with each dotted path set to its value.
-
-    Args:
-        params: The configuration (left unchanged).
-        overrides: Values by dotted path (``"agents.verifier.temperature"``).
-        from_text: The values are command-line text, to read with :func:`parse_value`.
+    """A new :class:`HyperParameters`: ``params`` with each dotted path set to its value (read
+    with :func:`parse_value` when ``from_text``).
 
     Raises:
-        InvalidParameterError: A path names no parameter, or a value (or the combination)
-            is not allowed; the error names the path.
+        InvalidParameterError: A path names no parameter, or a value is not allowed.
     """
     data = params.to_dict()
     pending = dict(overrides)

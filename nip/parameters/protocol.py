@@ -15,8 +15,7 @@ ForceGuess = Literal["zero", "one", "y"]
 
 InteractionProtocolType = Literal["nip", "adp", "debate", "merlin_arthur", "mnip", "solo_verifier"]
 
-#: Each protocol's agents, in its order. The handler classes (:mod:`nip.protocols`) read their
-#: ``agent_names`` from here, so that configuration, which sits beneath them, knows them too.
+#: Each protocol's agents, in its order (the handler classes read their ``agent_names`` here).
 PROTOCOL_AGENT_NAMES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
         "nip": ("prover", "verifier"),
@@ -44,15 +43,8 @@ class ProtocolOnlySetting(NamedTuple):
     why: str
 
 
-#: The one place these facts live. The shipped handler classes read their declarations from
-#: it (``ProtocolHandler.stance_can_be_randomized``, ``verifier_first_applies``) and refuse
-#: the inert value when built, as a protocol of one's own does from its own declarations; the
-#: parameters refuse it for a shipped protocol as soon as they are built.
-#:
-#: ``randomize_prover_stance``: in debate a prover's stance is its side, in merlin_arthur
-#: Merlin helps and Morgana deceives, solo_verifier has no prover. ``verifier_first``: adp,
-#: merlin_arthur and solo_verifier have fixed schedules (the provers speak first, or the
-#: verifier alone; the original accepted ``verifier_first=False`` there and ignored it).
+#: The one place these facts live: the shipped handler classes read their declarations from it,
+#: and the parameters refuse the inert value for a shipped protocol when built.
 PROTOCOL_ONLY_SETTINGS: tuple[ProtocolOnlySetting, ...] = (
     ProtocolOnlySetting(
         "randomize_prover_stance",
@@ -72,11 +64,8 @@ PROTOCOL_ONLY_SETTINGS: tuple[ProtocolOnlySetting, ...] = (
 
 
 def protocol_agent_names(protocol: str) -> tuple[str, ...]:
-    """The agents of the shipped protocol called ``protocol``, in its order.
-
-    Raises:
-        UnknownProtocolError: No shipped protocol has that name.
-    """
+    """The agents of the shipped protocol called ``protocol``, in its order (else
+    UnknownProtocolError)."""
     try:
         return PROTOCOL_AGENT_NAMES[protocol]
     except KeyError:
@@ -106,10 +95,7 @@ VerifierDecisionScale = Literal[
 
 
 class CommonProtocolParameters(BaseParameters):
-    """Rewards and options shared by every protocol.
-
-    Penalties are stored as the (usually negative) reward the verifier receives.
-    """
+    """Rewards and options shared by every protocol (penalties as the verifier's reward)."""
 
     verifier_reward: float = Field(1.0, description="Verifier reward for a correct decision.")
     verifier_incorrect_penalty: float = Field(

@@ -1,17 +1,7 @@
-"""Parameters of the code-validation scenario and its dataset, and which of them apply where.
-
-Two families of dataset take different filters:
-
-- the shipped ``humaneval_cv`` (and flat files like it) is filtered by ``difficulty``
-  (``easy`` / ``hard`` / ``all``);
-- APPS-derived data (``lrhammond/buggy-apps``, ``codeparrot/apps``, local copies of them)
-  is filtered by the original's ``apps_difficulty`` and ``apps_exclude_flagged``, and a
-  Hub dataset can be pinned with ``dataset_revision``.
-
-A field that does not apply to the chosen dataset must keep its default: a changed value
-would otherwise be silently ignored. :func:`dataset_kind` and :func:`inapplicable_fields`
-decide this at configuration time where the name alone tells; a local file or folder is
-checked when its rows are read (the layout of the rows tells the family).
+"""Parameters of the code-validation scenario and its dataset, and which of them apply where:
+``difficulty`` to ``humaneval_cv``-like (flat) data, ``apps_*`` to APPS-derived data,
+``dataset_revision`` to Hub datasets. A field changed for a dataset it does not apply to is
+refused (here when the name tells; for a local file when its rows are read).
 """
 
 from __future__ import annotations
@@ -39,12 +29,7 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class CodeValidationParameters(BaseParameters):
-    """Which part of the code-validation dataset a run uses.
-
-    ``difficulty`` applies to ``humaneval_cv`` and other flat datasets; ``apps_difficulty``,
-    ``apps_exclude_flagged`` to APPS-derived data; ``dataset_revision`` to Hub datasets.
-    Setting a field away from its default for a dataset it does not apply to is refused.
-    """
+    """Which part of the code-validation dataset a run uses."""
 
     difficulty: Difficulty = Field(
         "all", description="Difficulty tier of humaneval_cv items (easy, hard or all)."
@@ -72,10 +57,8 @@ class CodeValidationParameters(BaseParameters):
 
 
 def dataset_kind(dataset: str) -> DatasetKind | None:
-    """What ``dataset`` names: a shipped dataset, an existing folder or file, or a Hub id.
-
-    Returns None when it is none of these (a missing file, or a malformed name).
-    """
+    """What ``dataset`` names: a shipped dataset, an existing folder or file, a Hub id, or
+    None (a missing file, or a malformed name)."""
     if dataset in SHIPPED_DATASET_SPLITS:
         return "shipped"
     path = Path(dataset).expanduser()
@@ -89,16 +72,8 @@ def dataset_kind(dataset: str) -> DatasetKind | None:
 
 
 def inapplicable_fields(options: CodeValidationParameters, family: str) -> dict[str, object]:
-    """The fields of ``options`` changed from their defaults that ``family`` does not use.
-
-    Args:
-        options: The code-validation parameters.
-        family: ``"flat"`` (humaneval_cv-like rows: ``difficulty`` applies) or ``"apps"``
-            (Buggy-APPS-like rows: the ``apps_*`` fields apply).
-
-    Returns:
-        Field name -> value, for each field that would be ignored.
-    """
+    """The fields of ``options`` changed from their defaults (name -> value) that ``family``
+    (``"flat"``: ``difficulty`` applies, or ``"apps"``: the ``apps_*`` fields) ignores."""
     defaults = CodeValidationParameters()
     unused = ("apps_difficulty", "apps_exclude_flagged") if family == "flat" else ("difficulty",)
     return {

@@ -1,6 +1,4 @@
-"""What Together AI's API takes and answers, as nip sends and reads it: its job statuses,
-a job's arguments to the SDK, its fine-tuning limits and its data format (see
-:mod:`nip.providers.together`)."""
+"""Together AI's job statuses, job arguments, fine-tuning limits and data format."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ TOGETHER_BASE_URL = "https://api.together.ai"
 API_KEY_ENV = "TOGETHER_API_KEY"
 BASE_URL_ENV = "TOGETHER_BASE_URL"
 
-#: Every job status the SDK knows and what nip calls it (tests/test_together.py checks the
-#: table against the SDK's own literal and enum).
+#: Every job status the SDK knows and what nip calls it.
 STATUS_MAP: Mapping[str, JobStatus] = MappingProxyType(
     {
         "pending": "pending",
@@ -47,8 +44,7 @@ def _sdk() -> Any:
 
 # ------------------------------------------------------------------------- job settings
 def job_request(spec: FineTuneSpec) -> dict[str, Any]:
-    """The arguments of the SDK's ``fine_tuning.create`` for ``spec``, all but
-    ``training_file``: what the backend sends and the run plan shows."""
+    """The SDK's ``fine_tuning.create`` arguments for ``spec`` but ``training_file``."""
     request: dict[str, Any] = {
         "model": spec.base_model,
         "n_epochs": spec.num_epochs,
@@ -76,8 +72,7 @@ def job_request(spec: FineTuneSpec) -> dict[str, Any]:
 
 
 def limit_problems(spec: FineTuneSpec, limits: Any) -> list[str]:
-    """What of ``spec`` Together's fine-tuning limits of its model refuse (the SDK's
-    ``FinetuneModelLimits``); empty when nothing."""
+    """What of ``spec`` its model's ``FinetuneModelLimits`` refuse; empty when nothing."""
     model, problems = spec.base_model, []
     if spec.use_lora and spec.lora_rank > limits.lora_training.max_rank:
         problems.append(
@@ -97,11 +92,8 @@ def limit_problems(spec: FineTuneSpec, limits: Any) -> list[str]:
 
 
 def together_lines(spec: FineTuneSpec) -> tuple[dict[str, Any], ...]:
-    """The training lines in the shape Together's data format takes (docs.together.ai, data
-    preparation: a conversation is system or user first, then user and assistant turns): a
-    system message after the first (the verifier's "decide now" notice) is joined to the user
-    turn before it, or becomes one; user messages in a row (two provers) are joined into one
-    turn, their text kept in order."""
+    """The training lines in Together's format (system or user first, then alternating turns):
+    a later system message becomes a user turn, and user messages in a row are joined."""
 
     def shaped(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -122,10 +114,8 @@ def together_lines(spec: FineTuneSpec) -> tuple[dict[str, Any], ...]:
 
 
 def check_lines(spec: FineTuneSpec) -> None:
-    """Refuse, before anything is uploaded, a line Together's data format does not take
-    (docs.together.ai, data preparation): a conversation is system or user first, then user
-    and assistant turns, and ends with the assistant's; a preference line's outputs are one
-    assistant message each.
+    """Refuse, before upload, a line Together's format does not take (alternating turns ending
+    with the assistant's; a preference output is one assistant message).
 
     Raises:
         FineTuneError: Naming the line and what is wrong with it.

@@ -11,19 +11,14 @@ from types import MappingProxyType
 from nip.providers._provider import Prices
 from nip.providers._together_api import API_KEY_ENV, _sdk
 
-#: The day these prices were recorded. Together's pages read then (docs.together.ai,
-#: fine-tuning pricing) give the formula, training tokens = n_epochs x the file's tokens
-#: (plus n_evals x the validation file's, none here), and the size brackets; the rates are
-#: the figures of together.ai/pricing as nip records them, which the stored copies this was
-#: written from did not show: check them there before a paid run, and correct them with
-#: ``ExperimentSettings(prices_usd_per_1m=...)`` and ``estimate_cost(fine_tuning_prices=...)``.
+#: The day these prices were recorded (training tokens = n_epochs x the file's tokens). Check
+#: them before a paid run; correct them with ``ExperimentSettings(prices_usd_per_1m=...)`` and
+#: ``estimate_cost(fine_tuning_prices=...)``.
 PRICES_READ_ON = "2026-11-27"
 PRICES_SOURCE = "together.ai/pricing; docs.together.ai/docs/fine-tuning/pricing"
 
-#: Serverless inference in USD per 1M ``(input, output)`` tokens, by model. A fine-tuned LoRA
-#: adapter served serverless is priced as its base model. The ``-Reference`` models (the base
-#: models of serverless LoRA) are at Together's per-size rates for models without a price of
-#: their own (4.1-8B: $0.20, 41.1-80B: $0.90).
+#: Serverless inference in USD per 1M ``(input, output)`` tokens, by model (a LoRA adapter is
+#: priced as its base model; ``-Reference`` models at Together's per-size rates).
 INFERENCE_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
     {
         "meta-llama/Meta-Llama-3.1-8B-Instruct-Reference": (0.20, 0.20),
@@ -67,10 +62,8 @@ def _inference(model: str) -> tuple[float, float] | None:
 
 
 def _priced_as(model: str) -> str | None:
-    """The base model a fine-tuned model is billed as (its adapter served serverless), read
-    from its ``model_output_name``: ``<account>/<base model>-<suffix>-<id>``, where the base
-    model is written with or without its organisation (``meta-llama/``) as Together's
-    examples show both; None for a model of the price table or one of no base it knows."""
+    """The base model a fine-tuned ``<account>/<base model>-<suffix>-<id>`` is billed as (the
+    base with or without its organisation); None for a priced model or an unknown base."""
     if model in INFERENCE_USD_PER_1M or "/" not in model:
         return None
     name = model.split("/", 1)[1]
@@ -103,8 +96,8 @@ def _notes(model: str) -> list[str]:
 
 
 def fine_tunable(model: str) -> str:
-    """Whether Together fine-tunes ``model``, as its fine-tuning limits say (one free request
-    with ``$TOGETHER_API_KEY``; without it, the run checks it before its first dialogue)."""
+    """Whether Together fine-tunes ``model``, as its limits say (one free request with
+    ``$TOGETHER_API_KEY``)."""
     key = os.environ.get(API_KEY_ENV)
     if not key:
         return f"whether Together fine-tunes {model} is not checked ({API_KEY_ENV} not set)"

@@ -11,13 +11,9 @@ from nip.jobs.openai_api import OpenAIFineTuneBackend, job_request
 from nip.parameters import PROVIDER_FACTS
 from nip.providers._provider import Prices, Provider, openai_compatible
 
-#: OpenAI list prices (standard tier) in USD per 1M ``(input, output)`` tokens; ``ft:`` keys
-#: are the inference prices of fine-tuned models. Checked against public price listings of
-#: 2026 (2026-11-23): the base models, ``ft:gpt-4.1``, ``ft:gpt-4.1-mini`` and
-#: ``ft:gpt-4o-mini``; ``ft:gpt-4o`` and ``ft:gpt-4.1-nano`` are OpenAI's 2025 figures, which no
-#: 2026 listing we found repeats.
-#: Correct or extend them with ``ExperimentSettings(prices_usd_per_1m=...)`` (or ``prices=``
-#: of :func:`~nip.analysis.metrics.rollout_metrics`).
+#: OpenAI list prices in USD per 1M ``(input, output)`` tokens (``ft:``: fine-tuned models;
+#: ``ft:gpt-4o`` and ``ft:gpt-4.1-nano`` are 2025 figures). Correct them with
+#: ``ExperimentSettings(prices_usd_per_1m=...)``.
 OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
     {
         "gpt-4o-mini": (0.15, 0.60),
@@ -33,12 +29,8 @@ OPENAI_PRICES_USD_PER_1M: Mapping[str, tuple[float, float]] = MappingProxyType(
     }
 )
 
-#: OpenAI fine-tuning prices in USD per 1M **training** tokens (the tokens of the training
-#: file times the epochs), by :func:`price_key` of the model being fine-tuned. The figures
-#: of issue 12 (OpenAI's published training prices), not re-checked against a 2026 listing;
-#: gpt-4.1-nano is left out (no figure we could check). Supervised and DPO jobs are assumed
-#: to cost the same per token. Used by the dry run (:mod:`nip.experiments.cost_estimate`),
-#: whose ``fine_tuning_prices=`` argument corrects or extends them.
+#: OpenAI fine-tuning prices in USD per 1M training tokens (file tokens x epochs; supervised
+#: and DPO alike), by :func:`price_key`; ``estimate_cost(fine_tuning_prices=...)`` corrects them.
 OPENAI_FINE_TUNING_PRICES_USD_PER_1M: Mapping[str, float] = MappingProxyType(
     {
         "gpt-4o-mini": 3.00,
@@ -52,11 +44,8 @@ _SNAPSHOT_DATE = re.compile(r"-\d{4}-\d{2}-\d{2}$")
 
 
 def price_key(model: str) -> str:
-    """The price-table key of a model name as providers report it.
-
-    ``gpt-4o-mini-2024-07-18`` -> ``gpt-4o-mini``; ``openai/gpt-4o`` (OpenRouter) -> ``gpt-4o``;
-    ``ft:gpt-4o-mini-2024-07-18:org::abc`` -> ``ft:gpt-4o-mini``.
-    """
+    """The price-table key of a model name (``openai/gpt-4o-2024-08-06`` -> ``gpt-4o``,
+    ``ft:gpt-4o-mini-2024-07-18:org::abc`` -> ``ft:gpt-4o-mini``)."""
     model = model.removeprefix("openai/")
     if model.startswith("ft:"):
         return "ft:" + _SNAPSHOT_DATE.sub("", model.split(":")[1])

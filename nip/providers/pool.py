@@ -1,9 +1,5 @@
-"""Choosing and sharing backends: configuration in, one backend per endpoint out.
-
-Agents that use the same endpoint share one backend, and so one concurrency limit and one
-connection pool. Which class serves a provider is decided by the provider table
-(:mod:`nip.providers`).
-"""
+"""One shared backend per endpoint (one concurrency limit, one connection pool), chosen by
+the provider table (:mod:`nip.providers`)."""
 
 from __future__ import annotations
 

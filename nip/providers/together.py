@@ -1,34 +1,14 @@
 """Together AI through its own SDK (``together`` 3.x, ``pip install 'nip[together]'``):
-open-weight models by chat completions, LoRA (or full) fine-tuning jobs, and its published
-prices.
+chat completions, LoRA (or full) fine-tuning jobs, and its published prices.
 
-How nip uses the SDK (read from ``together`` 3.1's source; the API from Together's OpenAPI
-description, github.com/togethercomputer/openapi ``openapi.yaml`` of 2026-04-28):
-
-* One ``AsyncTogether`` per endpoint and event loop, made at the first call and reused (its
-  httpx pool belongs to the loop it was made on: a notebook's sync wrappers run several
-  loops), with the SDK's own retries off: transient errors (429, 5xx, time-outs, lost
-  connections) are retried by nip's one policy (:mod:`nip.backends._retry`), the rest are
-  typed :mod:`nip.errors` with the key redacted.
-* Chat: :class:`~nip.backends.openai_compatible.OpenAIBackend` (concurrency, counters,
-  ``n`` top-ups) posting ``/v1/chat/completions`` with the SDK's client instead of OpenAI's.
-* Fine-tuning: the model and the LoRA rank are checked against
-  ``fine_tuning.model_limits`` when the run is built, before any dialogue is paid for
-  (:meth:`TogetherFineTuneBackend.check_job`); each training file is put in Together's data
-  format (:func:`together_lines`), checked by nip against it (:func:`check_lines`) and by the
-  SDK's ``check_file`` (which checks only that each line is a JSON object), then uploaded with
-  ``files.upload`` once per content (a retried job reuses it) and deleted when the run
-  ends; jobs are created with ``fine_tuning.create`` (which asks ``estimate_price`` too).
-  Every status of the SDK (its ``FinetuneResponse.status`` and ``FinetuneJobStatus``,
-  with ``user_error``) maps to nip's in :data:`STATUS_MAP`; any other ends the wait with
-  :class:`~nip.errors.FineTuneError`. A failed job's reason is its error event, whatever
-  the spelling (``job_error``, ``JOB_ERROR``, level ``error`` or ``Error``); its events
-  and loss are read once more after it ends, then no more.
-* The fine-tuned model answers chat requests under ``model_output_name``: serverless for the
-  base models Together serves LoRA adapters of, otherwise on a dedicated endpoint.
-
-``TOGETHER_API_KEY`` holds the key; ``TOGETHER_BASE_URL`` replaces the API's root, as the SDK
-reads it (``https://api.together.ai``; paths carry ``/v1``).
+One ``AsyncTogether`` per endpoint and event loop, its own retries off: transient errors are
+retried by :mod:`nip.backends._retry`, the rest become :mod:`nip.errors` types with the key
+redacted. A job is checked against ``fine_tuning.model_limits`` when the run is built; its file
+is put in Together's format (:func:`together_lines`), checked (:func:`check_lines` and the SDK's
+``check_file``), uploaded once per content and deleted when the run ends. Every SDK status maps
+to nip's in :data:`STATUS_MAP` (any other stops the wait); a failed job's reason is its error
+event, in any spelling. ``TOGETHER_API_KEY`` holds the key; ``TOGETHER_BASE_URL`` replaces the
+API's root (``https://api.together.ai``).
 """
 
 from __future__ import annotations
@@ -49,7 +29,6 @@ from nip.backends._retry import (
     RetryPolicy,
     call_with_retries,
     error_for_sdk_exception,
-    parse_chat_body,
 )
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
 from nip.errors import (
@@ -111,57 +90,22 @@ T = TypeVar("T")
 
 
 # ------------------------------------------------------------------------------- chat
-class _SdkChat:
-    """One ``AsyncTogether`` of one event loop, as an OpenAIBackend's loop state holds it."""
-
-    def __init__(self, client: Any):
-        self.client = client
-
-    async def aclose(self) -> None:
-        await self.client.close()
-
-    close = aclose
-
-
 class TogetherChatBackend(OpenAIBackend):
     """Chat completions through the Together SDK, with OpenAIBackend's concurrency limit,
     counters, ``n`` top-ups and retries; the SDK's errors become nip's."""
 
-    def _sdk_chat(self) -> _SdkChat:
-        return _SdkChat(
-            _sdk().AsyncTogether(
-                api_key=self.config.resolve_api_key(),
-                base_url=self.config.base_url,
-                timeout=self.config.request_timeout_s,
-                max_retries=0,  # nip's are the only retries
-            )
+    def _client(self) -> Any:
+        return _sdk().AsyncTogether(
+            api_key=self.config.resolve_api_key(),
+            base_url=self.config.base_url,
+            timeout=self.config.request_timeout_s,
+            max_retries=0,  # nip's are the only retries
         )
 
-    # OpenAIBackend makes its loop's client with _transport (before the one HTTP stack of
-    # issue 50) or _client (after it); either way the loop state holds this SDK client.
-    _transport = _client = _sdk_chat
-
-    async def _attempt(self, state: Any, payload: dict[str, Any]) -> Any:
+    def _sdk(self) -> tuple[Any, type]:
         import httpx
 
-        together = _sdk()
-        chat: _SdkChat = getattr(state, "transport", None) or state.client
-        counters = self._counters
-        async with state.semaphore:
-            counters.requests_sent += 1
-            counters.in_flight += 1
-            counters.max_in_flight = max(counters.max_in_flight, counters.in_flight)
-            try:
-                raw = await chat.client.post(
-                    "/chat/completions", cast_to=httpx.Response, body=payload
-                )
-            except together.APIError as error:  # not chained: its request carries the key
-                raise error_for_sdk_exception(error, self._redact, sdk=together) from None
-            finally:
-                counters.in_flight -= 1
-        parsed = parse_chat_body(raw.content, raw.headers, self._redact)
-        counters.responses_ok += 1
-        return parsed
+        return _sdk(), httpx.Response
 
 
 def _chat(params: PureTextAgentParameters, settings: ExperimentSettings) -> TogetherChatBackend:
@@ -179,13 +123,7 @@ def _chat(params: PureTextAgentParameters, settings: ExperimentSettings) -> Toge
 
 # ---------------------------------------------------------------------- fine-tuning jobs
 class TogetherFineTuneBackend:
-    """Fine-tuning jobs through Together AI's SDK.
-
-    Args:
-        base_url: The API root (default: ``$TOGETHER_BASE_URL`` or Together's).
-        api_key: The key (never shown in reprs, errors or pickles).
-        retry: How transient errors are retried.
-    """
+    """Fine-tuning jobs through Together AI's SDK (the key is never shown or pickled)."""
 
     name = "together-fine-tuning"
 
@@ -231,12 +169,8 @@ class TogetherFineTuneBackend:
     async def _call(
         self, what: str, call: Callable[[Any], Awaitable[T]], *, missing_ok: bool = False
     ) -> T | None:
-        """One SDK call, transient failures retried; None for a 404 when ``missing_ok``.
-
-        Raises:
-            FineTuneError: A refusal (another 4xx, or the SDK refusing the arguments), or
-                every try failed.
-        """
+        """One SDK call, transient failures retried; None for a 404 when ``missing_ok``, else
+        FineTuneError for a refusal or when every try failed."""
         together = _sdk()
 
         async def attempt() -> T:
@@ -261,11 +195,7 @@ class TogetherFineTuneBackend:
 
     # ------------------------------------------------------------- the checks
     async def model_limits(self, model: str) -> Any:
-        """Together's fine-tuning limits of ``model`` (asked once).
-
-        Raises:
-            FineTuneError: Together does not fine-tune ``model``.
-        """
+        """Together's fine-tuning limits of ``model`` (asked once; FineTuneError if none)."""
         if model not in self._limits:
             limits = await self._call(
                 f"the fine-tuning limits of {model}",
@@ -278,19 +208,14 @@ class TogetherFineTuneBackend:
         return self._limits[model]
 
     async def check_job(self, spec: FineTuneSpec) -> None:
-        """Refuse, before anything is paid for, a job Together's limits of its model refuse.
-
-        Raises:
-            FineTuneError: The model cannot be fine-tuned, or a setting is out of its limits.
-        """
+        """Refuse (FineTuneError), before anything is paid for, a job its model's limits refuse."""
         limits = await self.model_limits(spec.base_model)
         if problems := limit_problems(spec, limits):
             raise FineTuneError(f"Together AI cannot train this job: {'; '.join(problems)}")
 
     # ---------------------------------------------------------------- jobs
     async def create_job(self, spec: FineTuneSpec) -> str:
-        """Check the job and its file, upload the file (once per content) and create the
-        job; a refusal raises at once."""
+        """Check the job and its file, upload the file (once per content), create the job."""
         await self.check_job(spec)
         spec = dataclasses.replace(spec, examples=together_lines(spec))
         check_lines(spec)
@@ -383,8 +308,7 @@ class TogetherFineTuneBackend:
         await self._call(f"cancelling job {job_id}", lambda c: c.fine_tuning.cancel(job_id))
 
     async def list_events(self, job_id: str) -> list[FineTuneEvent]:
-        """The job's events, and its loss at each logged step (``data``: step, loss,
-        total_steps), oldest first; read once more after the job ended, then kept."""
+        """The job's events and its loss at each logged step, oldest first (kept once ended)."""
         if not job_id:
             return []
         if (kept := self._ended.get(job_id)) is not None:
@@ -414,8 +338,7 @@ class TogetherFineTuneBackend:
         return events
 
     async def end_run(self) -> None:
-        """Delete the training files this backend uploaded (the run has ended; its models
-        stay) and close its clients."""
+        """Delete the training files this backend uploaded and close its clients."""
         for digest, file_id in list(self.uploaded.items()):
             await self._call(
                 f"deleting file {file_id}", lambda c, i=file_id: c.files.delete(i), missing_ok=True

@@ -1,11 +1,6 @@
-"""What the test server answers, apart from the web framework that carries it.
-
-The FastAPI routes of :mod:`nip.testing.server` (and of the Together fake) call
-:func:`respond` with the request's method, path, headers and body, and send back the
-:class:`Reply`. Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``,
-``POST /stats/reset`` and ``GET /health``; with ``fine_tuning_closed``, also ``POST /v1/files``
-(accepted) and ``POST /v1/fine_tuning/jobs``, refused as OpenAI refuses an organisation it no
-longer lets fine-tune (:data:`FINE_TUNING_CLOSED_MESSAGE`, HTTP 403).
+"""What the test server answers (:func:`respond`), apart from the web framework: ``POST
+/v1/chat/completions``, ``GET /v1/models``, ``GET /stats``, ``POST /stats/reset``, ``GET
+/health``; with ``fine_tuning_closed``, ``POST /v1/files`` and a 403 for every job.
 """
 
 from __future__ import annotations
@@ -28,8 +23,7 @@ from nip.testing.faults import (
     error_response,
 )
 
-#: The refusal of a job creation with ``fine_tuning_closed`` (OpenAI's error envelope, HTTP
-#: 403 PermissionDenied; the wording is nip's: OpenAI's own is not published).
+#: The refusal of a job creation with ``fine_tuning_closed`` (the wording is nip's).
 FINE_TUNING_CLOSED_MESSAGE = (
     "Fine-tuning is no longer available to this organization: the self-serve fine-tuning "
     "platform is winding down."
@@ -41,16 +35,8 @@ WaitForDisconnect = Callable[[float], Awaitable[None]]
 
 @dataclass
 class ServerStats:
-    """What the test server has seen since it started or was reset (``GET /stats``).
-
-    Attributes:
-        requests: Chat requests received (every ``POST /v1/chat/completions``).
-        completed: Chat requests answered with completions.
-        in_flight: Chat requests being handled now.
-        max_in_flight: The most chat requests ever handled at once.
-        faults: Injected faults, by kind.
-        fine_tuning_jobs: Job creations received (``POST /v1/fine_tuning/jobs``).
-    """
+    """What the test server has seen since it started or was reset (``GET /stats``): chat
+    requests received, completed, in flight (and the most at once), faults by kind, jobs."""
 
     requests: int = 0
     completed: int = 0
@@ -91,14 +77,7 @@ class ChatState:
 
 @dataclass(frozen=True)
 class Reply:
-    """An HTTP response to send.
-
-    Attributes:
-        status: The HTTP status.
-        body: The body (JSON unless ``content_type`` says otherwise).
-        headers: Extra headers (lower-case names).
-        drop: Send the status line and headers promising a body, then close the connection.
-    """
+    """An HTTP response to send; ``drop`` sends headers promising a body, then hangs up."""
 
     status: int
     body: bytes = b""
@@ -204,8 +183,7 @@ async def _chat(
     if state.api_key is not None:
         sent = headers.get("authorization", "")
         if sent != f"Bearer {state.api_key}":
-            # Repeats the key it got, unmasked (as OpenAI does), so tests can check that
-            # clients keep it out of their own errors.
+            # Repeats the key, unmasked (as OpenAI does): clients must keep it out of errors.
             return error_reply(401, f"Incorrect API key provided: {sent.removeprefix('Bearer ')}")
     try:
         generation_request = request_from_body(json.loads(body))

@@ -1,8 +1,5 @@
-"""Which requests the test server makes fail, and how: a seeded, reproducible fault plan.
-
-A :class:`FaultPlan` answers one question, "what happens to the k-th chat request?", from a
-fixed schedule ("the 1st and 3rd requests get a 429") and/or seeded probabilities per kind.
-The answer depends only on the plan and k, so a test run replays exactly.
+"""Which requests the test server makes fail, and how: a fault plan answers "what happens to
+the k-th chat request?" from a schedule and/or seeded probabilities, from the plan and k only.
 
 Examples:
     >>> FaultPlan.first("rate_limit", 2).fault_for(2)
@@ -32,19 +29,9 @@ FaultKind = Literal[
     "length",
     "insufficient_credits",
 ]
-"""What an injected fault does to a chat request.
-
-* ``rate_limit``: HTTP 429 with a ``Retry-After`` header.
-* ``server_error``: HTTP 500.
-* ``timeout``: the server holds the request (longer than the client waits) until the client
-  disconnects or ``timeout_hold_s`` passes, then answers normally.
-* ``drop``: the server sends the status line and closes the connection without a body.
-* ``malformed``: HTTP 200 with a truncated, unparsable JSON body.
-* ``content_filter``: a normal response whose completions have ``finish_reason
-  "content_filter"`` and no content.
-* ``length``: a normal response whose completions are cut short, ``finish_reason "length"``.
-* ``insufficient_credits``: HTTP 402.
-"""
+"""What an injected fault does: 429 with ``Retry-After``, 500, a held request (``timeout``,
+until the client hangs up or ``timeout_hold_s``), headers then a closed connection (``drop``),
+a truncated JSON body, completions filtered or cut short, 402."""
 
 FAULT_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
 
@@ -65,22 +52,15 @@ MALFORMED_BODY = b'{"id": "chatcmpl-broken", "choices": [{"ind'
 
 @dataclass(frozen=True)
 class FaultPlan:
-    """Which chat requests the test server makes fail, and how.
-
-    Request numbers count ``POST /v1/chat/completions`` calls from 1, since the server started
-    or its stats were last reset.
+    """Which chat requests (numbered from 1 since start or reset) the test server makes fail.
 
     Attributes:
         schedule: ``{request number: kind}``; a scheduled request always gets that fault.
-        probabilities: ``{kind: p}``; any other request fails with a kind drawn with these
-            probabilities (their sum must be at most 1).
-        seed: Seeds the draws; the same seed gives the same faults for the same numbers.
-        retry_after_s: The ``Retry-After`` sent with a 429 (whole seconds are sent as an
-            integer, fractions as a decimal).
+        probabilities: ``{kind: p}`` (sum at most 1) for any other request, drawn from ``seed``.
+        retry_after_s: The ``Retry-After`` sent with a 429.
         timeout_hold_s: The longest a ``timeout`` fault holds a request.
-        in_body_errors: Report ``rate_limit``, ``server_error``, ``timeout`` and
-            ``insufficient_credits`` as OpenRouter does: HTTP 200 with an ``error`` object
-            (``code`` 429/500/408/402) in the body.
+        in_body_errors: Report error faults as OpenRouter does: HTTP 200 with an ``error``
+            object (``code`` 429/500/408/402) in the body.
     """
 
     schedule: Mapping[int, FaultKind] = field(default_factory=dict)
@@ -112,13 +92,7 @@ class FaultPlan:
 
     @classmethod
     def first(cls, kind: FaultKind, count: int = 1, **options: Any) -> FaultPlan:
-        """The first ``count`` requests fail with ``kind``; later ones succeed.
-
-        Args:
-            kind: The fault.
-            count: How many requests fail.
-            **options: Other fields (``retry_after_s``, ``in_body_errors``...).
-        """
+        """The first ``count`` requests fail with ``kind`` (``options``: other fields)."""
         return cls(schedule=dict.fromkeys(range(1, count + 1), kind), **options)
 
     @classmethod
@@ -168,11 +142,7 @@ class FaultPlan:
 def error_response(
     fault: FaultKind, plan: FaultPlan
 ) -> tuple[int, dict[str, Any], dict[str, str]] | None:
-    """Status, JSON body and headers of a fault that is an error response, else None.
-
-    With ``plan.in_body_errors`` the status is 200 and the error sits in the body, with its
-    HTTP code as ``error.code`` (OpenRouter's way). A 429 always carries ``Retry-After``.
-    """
+    """Status, JSON body and headers of a fault that is an error response, else None."""
     if fault not in ERROR_CODES or (fault == "timeout" and not plan.in_body_errors):
         return None
     code = ERROR_CODES[fault]

@@ -1,21 +1,14 @@
-"""A local OpenAI-compatible chat server for tests, benchmarks and tutorials.
+"""A local OpenAI-compatible chat server for tests, benchmarks and tutorials: completions
+from any :class:`~nip.backends.ChatBackend` (the dummy by default), with simulated latency and
+injected faults (:class:`~nip.testing.faults.FaultPlan`), FastAPI on uvicorn in a background
+thread (:func:`serve`) or its own process.
 
-The completions come from any :class:`~nip.backends.ChatBackend` (by default the offline
-:class:`~nip.backends.DummyBackend`), so code that speaks HTTP to OpenAI, OpenRouter or vLLM can
-be exercised for real, on loopback, with simulated latency and injected faults
-(:class:`~nip.testing.faults.FaultPlan`). It is a FastAPI app on uvicorn, in a background
-thread of the caller's process (:func:`serve`) or in a process of its own (the command line).
+Examples::
 
-Examples:
-    In Python (a notebook or a test)::
+    with serve(create_app(latency_s=0.2)) as server:
+        backend = OpenAIBackend(OpenAIBackendConfig(base_url=server.base_url))
 
-        with serve(create_app(latency_s=0.2)) as server:
-            backend = OpenAIBackend(OpenAIBackendConfig(base_url=server.base_url))
-            ...
-
-    From a shell::
-
-        python -m nip.testing.server --latency 0.2 --port 8123 --fault-rate 0.1
+    python -m nip.testing.server --latency 0.2 --port 8123 --fault-rate 0.1
 """
 
 from __future__ import annotations
@@ -52,24 +45,17 @@ def create_app(
     ignore_n: bool = False,
     fine_tuning_closed: bool = False,
 ) -> FastAPI:
-    """The FastAPI app of an OpenAI-compatible chat server.
-
-    Routes: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /stats``,
-    ``POST /stats/reset`` and ``GET /health``; :func:`serve` runs it (or any ASGI app).
+    """The FastAPI app of an OpenAI-compatible chat server (routes: :mod:`nip.testing._chat`).
 
     Args:
         backend: Produces the completions (default: ``DummyBackend()``).
         latency_s: Added to every chat request (``asyncio.sleep``; requests overlap).
         faults: Which requests fail, and how (default: none).
-        model_names: The models served; others get a 404 ``model_not_found``. None serves
-            any model name (and lists the backend's name).
-        api_key: If set, requests must send ``Authorization: Bearer <api_key>``; others get a
-            401 whose message repeats the key they sent, unmasked, so tests can check that
-            clients keep it out of their own errors.
-        ignore_n: Answer every request with one choice whatever its ``n``, as OpenRouter
-            does, so clients must top up with further requests.
-        fine_tuning_closed: Accept training files and refuse every fine-tuning job with
-            HTTP 403, as OpenAI refuses organisations it no longer lets fine-tune.
+        model_names: The models served (others: 404); None serves any.
+        api_key: Required as a bearer token; a 401 repeats the key sent, unmasked, so tests
+            can check that clients keep it out of their errors.
+        ignore_n: One choice whatever ``n``, as OpenRouter answers.
+        fine_tuning_closed: Accept training files, refuse every job with HTTP 403.
     """
     from fastapi import FastAPI
 
@@ -151,12 +137,8 @@ _QUIET = _QuietDroppedConnections()
 
 
 class RunningServer:
-    """A test server running in a background thread (see :func:`serve`).
-
-    Attributes:
-        app: The served app.
-        host / port: Where it listens (the real port, also when 0 was asked for).
-    """
+    """A test server running in a background thread (see :func:`serve`); ``port`` is the real
+    one, also when 0 was asked for."""
 
     def __init__(self, app: Any, host: str, port: int, server: Any, thread: threading.Thread):
         self.app = app
@@ -190,11 +172,8 @@ class RunningServer:
             self._thread.join(0.5)
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stop serving and join the thread: gracefully, then forcibly after ``timeout_s``.
-
-        Raises:
-            TimeoutError: The thread still runs after the forced stop.
-        """
+        """Stop serving and join the thread: gracefully, then forcibly after ``timeout_s``
+        (TimeoutError if it still runs)."""
         self._server.should_exit = True
         self._thread.join(timeout_s)
         if self._thread.is_alive():
@@ -225,18 +204,8 @@ def serve(
     graceful_shutdown_s: float = 1.0,
     startup_timeout_s: float = 10.0,
 ) -> RunningServer:
-    """Serve ``app`` with uvicorn in a background thread with its own event loop.
-
-    Args:
-        app: The app (from :func:`create_app`, or any ASGI app).
-        host: Interface to listen on (loopback by default).
-        port: Port; 0 picks a free one (read it back from ``.port`` / ``.url``).
-        graceful_shutdown_s: On stop, requests still running after this are cancelled.
-        startup_timeout_s: Give up if the server has not started by then.
-
-    Returns:
-        The running server; stop it with ``.stop()`` or use it as a context manager.
-    """
+    """Serve ``app`` (any ASGI app) with uvicorn in a background thread with its own event
+    loop; port 0 picks a free one. Stop it with ``.stop()`` or use it as a context manager."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP (not 0): asyncio only sets TCP_NODELAY on sockets that say they are TCP;
     # without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
@@ -273,9 +242,7 @@ def _uvicorn_server(app: Any, graceful_shutdown_s: float) -> Any:
         backlog=4096,
         limit_concurrency=None,
         timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
-        # Idle keep-alive connections stay open (uvicorn closes them after 5 s): a client
-        # whose request timed out after 5 s would otherwise retry on a connection closing
-        # under it, a race that tests counting retries exactly would see.
+        # Idle connections stay open: a retry on one uvicorn closes after 5 s would race.
         timeout_keep_alive=300,
         lifespan="auto",  # apps with a lifespan (the fine-tuning queue) need it
         ws="none",
