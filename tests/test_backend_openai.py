@@ -278,9 +278,11 @@ async def test_the_concurrency_limit_caps_requests_in_flight(start_server, make_
     assert backend.stats().max_in_flight == 4
 
 
-@pytest.mark.timeout(10)
+@pytest.mark.timeout(60)
 async def test_a_request_backing_off_does_not_block_the_event_loop(start_server, make_backend):
-    server = start_server(latency_s=0.01, faults=FaultPlan.first("rate_limit", retry_after_s=1))
+    # A 3 s back-off: one that blocked the loop would stall everything for 3 s, far more than
+    # any load on the machine makes 50 local requests or a 10 ms sleep take.
+    server = start_server(latency_s=0.01, faults=FaultPlan.first("rate_limit", retry_after_s=3))
     backend = make_backend(server)
     loop = asyncio.get_running_loop()
     gaps: list[float] = []
@@ -292,23 +294,20 @@ async def test_a_request_backing_off_does_not_block_the_event_loop(start_server,
             gaps.append(loop.time() - before)
 
     backing_off = asyncio.create_task(backend.generate(REQUEST))
-    while backend.stats().retries == 0:  # wait until it is in its 1 s back-off
+    while backend.stats().retries == 0:  # wait until it is in its 3 s back-off
         await asyncio.sleep(0.005)
     # Beating from here: the first attempt imported the OpenAI SDK (a second, not a back-off).
     beating = asyncio.create_task(heartbeat())
-    started = loop.time()
     others = [GenerationRequest(model=f"m{i}", messages=REQUEST.messages) for i in range(50)]
     done = await asyncio.gather(*(backend.generate(r) for r in others))
-    others_s = loop.time() - started
     still_backing_off = not backing_off.done()
     slow = await backing_off
     beating.cancel()
 
     assert len(done) == 50
-    assert still_backing_off
-    assert others_s < 0.8
+    assert still_backing_off  # the others were answered during the back-off
     assert slow.attempts == 2
-    assert max(gaps) < 0.25
+    assert max(gaps) < 1.5  # the loop kept beating through it
 
 
 @pytest.mark.timeout(10)
