@@ -28,6 +28,7 @@ __all__ = [
     "pct",
     "read_spend",
     "sum_known",
+    "training_usd",
     "usd",
     "with_training_total",
 ]
@@ -63,14 +64,22 @@ def job_spend(
     """A group's ended job's ``{group}.trained_tokens`` and ``{group}.training_cost_usd`` (0
     where the provider bills no tokens; None where the tokens or the price are unknown)."""
     tokens = job.trained_tokens if job is not None else None
+    cost = training_usd(params, tokens, method or "supervised")
+    return {f"{group}.trained_tokens": tokens, f"{group}.training_cost_usd": cost}
+
+
+def training_usd(
+    params: PureTextAgentParameters, tokens: int | None, method: str, price: float | None = None
+) -> float | None:
+    """What training ``tokens`` of the agent's base model costs (0 where its provider bills
+    no tokens; None where the tokens or the price, ``price`` per 1M or the provider's, are
+    unknown): the one training price lookup of the dry run and the run's spend."""
     prices = prices_for(params)
     if prices is None:
-        cost: float | None = 0.0
-    else:
-        model = price_key(params.model_name).removeprefix("ft:")
-        price = prices.training(model, method or "supervised", params.use_lora)
-        cost = None if price is None or tokens is None else tokens * price / 1e6
-    return {f"{group}.trained_tokens": tokens, f"{group}.training_cost_usd": cost}
+        return 0.0
+    model = price_key(params.model_name).removeprefix("ft:")
+    price = price or prices.training(model, method, params.use_lora)
+    return None if price is None or tokens is None else tokens * price / 1e6
 
 
 def with_training_total(metrics: Mapping[str, Any]) -> dict[str, Any]:
