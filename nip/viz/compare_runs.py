@@ -201,9 +201,8 @@ def comparison_table(
     """Accuracy per series and iteration, with intervals.
 
     Args:
-        sources: A run or sweep directory (a :class:`~nip.sweeps.Sweep`), several of them, or
-            labels mapped to a run or sweep, a list of them, or dialogues (a ``RolloutBatch``):
-            each label is a series (``"label: protocol"`` when it covers several protocols).
+        sources: Run or sweep directories, or labels (each a series) mapped to runs, sweeps or
+            dialogues (a ``RolloutBatch``).
         split: Which rollouts of a run: ``test`` or ``train``.
         iteration: Only this iteration of each run (default: every saved one).
         by_label: Also each true label's items (``items``: correct or incorrect solutions).
