@@ -1,17 +1,10 @@
 """The dry run: what a run will cost, before any model is called.
 
-::
-
-    estimate = estimate_cost(HyperParameters.load("exp.yaml"))
-    estimate            # a table in Jupyter; print(estimate) in a terminal
-    estimate.total_usd, estimate.to_dataframe()
-
-The estimate follows the trainer's own schedule (train passes, the test scheme, fine-tuning
-after every iteration but the last, MALT's trees) and measures the **real prompts** of the
-first items of each pass (:mod:`nip.experiments.dialogue_sizes`); only the responses are
-stand-ins of a stated length. Nothing is sent anywhere: the session's backends refuse to
-generate, so no API key is needed and no HTTP request is made. What the estimate assumes is
-listed in :attr:`CostEstimate.assumptions`.
+``estimate_cost(HyperParameters.load("exp.yaml"))`` follows the run plan the trainer executes and
+measures the **real prompts** of the first items of each pass
+(:mod:`nip.experiments.dialogue_sizes`); only the responses are stand-ins of a stated length.
+Nothing is sent (the session's backends refuse to generate), so no API key is needed; what it
+assumes is in :attr:`CostEstimate.assumptions`.
 """
 
 from __future__ import annotations
@@ -32,6 +25,7 @@ from nip.protocols import ProtocolHandler
 from nip.providers import inference_price, prices_for, provider_for
 from nip.providers.openai import price_key
 from nip.runs.plan_steps import TEST_ITERATION
+from nip.runs.spend import training_usd
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
 from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
@@ -45,9 +39,8 @@ def plan_run(
     *,
     protocol: type[ProtocolHandler] | None = None,
 ) -> RunPlan:
-    """The plan of a run of ``hyper_params``, before it starts (``nip plan CONFIG``): no API
-    key is needed and nothing is sent; without the dataset at hand (a Hub dataset offline),
-    the plan counts the items without naming them."""
+    """The plan of a run of ``hyper_params`` before it starts (``nip plan CONFIG``), sending
+    nothing; without the dataset at hand it counts the items without naming them."""
     settings = settings or ExperimentSettings(show_progress=False)
     session = dry_run_session(hyper_params, settings, protocol=protocol)
     return plan_for_session(hyper_params, session, need_data=False)
@@ -89,14 +82,10 @@ class _Estimator:
     def _training_price(
         self, model: str, params: PureTextAgentParameters, tokens: int, method: str
     ):
-        prices = prices_for(params)  # None: its tokens cost nothing
-        if prices is None:
-            return 0.0
-        price = self.ft_prices.get(model) or prices.training(model, method, params.use_lora)
-        if price is None:
+        usd = training_usd(params, tokens, method, self.ft_prices.get(model))
+        if usd is None:
             self.unpriced.add(f"fine-tuning {model}")
-            return None
-        return tokens * price / 1e6
+        return usd
 
     # ---------------------------------------------------------------- run
     def _model_key(self, agent: str, fine_tuned: bool) -> str:
@@ -161,8 +150,8 @@ class _Estimator:
     def _fine_tune_lines(
         self, step: IterationPlan, train: Mapping[str, PassUsage]
     ) -> list[CostLine]:
-        """One line per agent of each group the plan trains after ``step``: its examples of
-        every iteration the job learns from, times its tokens, times the job's epochs."""
+        """One line per agent of each group trained after ``step``: its examples of every
+        iteration the job learns from, times its tokens, times the job's epochs."""
         lines = []
         for group in step.groups:
             if group.method is None:
@@ -202,20 +191,13 @@ def estimate_cost(
     """Estimate the model calls, tokens and USD of a run, without calling any model.
 
     Args:
-        hyper_params: The run to estimate.
         settings: Runtime settings; ``prices_usd_per_1m`` corrects the price table.
         sample_items: Build real prompts for this many items of each pass (the others are
             assumed to be like them).
-        response_fill: Each response's length as a share of the agent's token limit
-            (``max_tokens_per_message``, by default 1.5 x ``max_response_words``): 1.0
-            is the upper bound; real answers are usually shorter.
-        fine_tuning_prices: USD per 1M training tokens by model, over the prices of each
-            agent's provider (:func:`nip.providers.prices_for`).
-        protocol: The class of a protocol defined in your own code, which
-            ``hyper_params.interaction_protocol`` names.
-
-    Returns:
-        A :class:`~nip.experiments.cost_report.CostEstimate`.
+        response_fill: Each response's length as a share of the agent's token limit (1.0,
+            the upper bound; real answers are usually shorter).
+        fine_tuning_prices: USD per 1M training tokens by model, over the providers' prices.
+        protocol: The class of a protocol of one's own code that the parameters name.
 
     Raises:
         InvalidParameterError: ``sample_items`` or ``response_fill`` is out of range.

@@ -1,8 +1,5 @@
-"""The records of a dry run: what each stage of each iteration will cost, and its display.
-
-:func:`nip.experiments.cost_estimate.estimate_cost` makes them; this module only holds, sums
-and shows them (text for the terminal, HTML for Jupyter, a DataFrame for analysis).
-"""
+"""The records of a dry run (made by :func:`~nip.experiments.cost_estimate.estimate_cost`):
+what each stage of each iteration will cost, summed and shown as text, HTML or a DataFrame."""
 
 from __future__ import annotations
 
@@ -25,17 +22,10 @@ class CostLine:
     """What one agent costs in one stage of one iteration.
 
     Attributes:
-        iteration: The training iteration.
-        stage: ``train`` (sampling dialogues or MALT trees), ``test`` (the test pass) or
-            ``fine-tune`` (the job trained on this iteration's dialogues).
-        agent: The agent.
-        model: The model priced (a price-table key such as ``gpt-4o-mini`` or
-            ``ft:gpt-4o-mini``; for a fine-tuning job, the model being fine-tuned).
+        model: The price-table key priced (``ft:gpt-4o-mini``; for a job, the model trained).
         free: Served by the dummy API, the embedded model or one's own server: 0 USD.
-        items: Datapoints the stage goes through (MALT: trees).
-        dialogues: Full dialogues (MALT: a tree's leaves, all trees together).
+        items / dialogues: Datapoints and full dialogues (MALT: trees and all their leaves).
         calls: Model requests, an upper bound from the turn schedule.
-        prompt_tokens / completion_tokens: Estimated token usage of those calls.
         examples: Fine-tuning examples (SFT conversations or DPO pairs), an upper bound.
         training_tokens: Tokens billed for fine-tuning: the examples' tokens times epochs.
         usd: The estimated price, or None when the model has no price.
@@ -68,15 +58,8 @@ class CostEstimate:
     """What a run will cost, estimated before any model is called (see ``estimate_cost``).
 
     ``str(estimate)`` is the table ``nip run CONFIG --dry-run`` prints; in Jupyter it shows
-    as HTML; :meth:`to_dataframe` has one row per (iteration, stage, agent).
-
-    Attributes:
-        protocol / trainer / num_iterations: The run estimated.
-        lines: One :class:`CostLine` per (iteration, stage, agent).
-        tokenizers: How each agent's tokens were counted (``o200k_base (tiktoken)``...).
-        assumptions: What the estimate assumes, in words.
-        unpriced: Models without a price (their lines' ``usd`` is None).
-        plan: The :class:`~nip.training.plan.RunPlan` priced (the one the trainer runs).
+    as HTML. ``lines`` has one :class:`CostLine` per (iteration, stage, agent), ``unpriced``
+    the models without a price, ``plan`` the :class:`~nip.training.plan.RunPlan` priced.
     """
 
     protocol: str
@@ -117,14 +100,12 @@ class CostEstimate:
         return self._grouped(lambda line: (line.iteration, line.stage))
 
     def by_kind(self) -> list[dict[str, Any]]:
-        """One row per kind of stage (``train``, ``test``, ``fine-tune``), every iteration and
-        agent summed: what share of the run each is."""
+        """One row per kind of stage (``train``, ``test``, ``fine-tune``), all else summed."""
         return self._grouped(lambda line: (line.stage,))
 
     def shares(self) -> str:
-        """Each kind of stage's share of the run, in USD where every model has a price and
-        something costs, else in model calls (``train 55 % ($1.20), test 41 % ...``), and how
-        to leave the test stage out of a costly run."""
+        """Each kind of stage's share of the run, in USD where all is priced and something
+        costs, else in calls (``train 55 % ($1.20), ...``), and how to test after training."""
         rows = self.by_kind()
         total = self.total_usd
         priced = total is not None and total > 0

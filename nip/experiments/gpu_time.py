@@ -81,9 +81,8 @@ class ThroughputTable:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> ThroughputTable:
-        """The shipped table, with the rows of ``path`` (a user's YAML with ``rows:``) replacing
-        those of the same GPU and size and adding the others; :class:`ConfigFileError` for a bad
-        file."""
+        """The shipped table, updated by the rows of ``path`` (a YAML with ``rows:``; a bad file
+        raises :class:`ConfigFileError`)."""
         from importlib import resources
 
         shipped = resources.files("nip.configs").joinpath("gpu", "throughput.yaml")
@@ -101,15 +100,13 @@ class ThroughputTable:
         return sorted({row.gpu for row in self.rows})
 
     def check_gpu(self, gpu: str) -> str:
-        """``gpu`` if the table has rows for it, else an :class:`InvalidParameterError` listing its
-        GPUs."""
+        """``gpu`` if the table has rows for it (else :class:`InvalidParameterError`)."""
         if gpu not in self.gpus():
             raise InvalidParameterError("--gpu", gpu, f"one of {', '.join(self.gpus())}")
         return gpu
 
     def for_model(self, gpu: str, params_b: float) -> tuple[Throughput, float]:
-        """The row of ``gpu`` nearest ``params_b`` and the factor its rates are scaled by
-        (its size over the model's: a model twice as large runs at half the rate)."""
+        """The row of ``gpu`` nearest ``params_b`` and its size over the model's."""
         candidates = [row for row in self.rows if row.gpu == self.check_gpu(gpu)]
         row = min(candidates, key=lambda r: abs(math.log(r.params_b / params_b)))
         return row, row.params_b / params_b
@@ -148,10 +145,8 @@ def model_params_b(model: str) -> float | None:
 
 @dataclass
 class GpuTime:
-    """The GPU time of one run's self-hosted agents on ``gpu``: ``generation_s`` (prefill and
-    decode) and ``training_s`` (LoRA jobs and overhead) in GPU-seconds, the ``jobs``, the table
-    ``rows`` used by model (scaled), and the models whose size could not be read from their name
-    (``unsized``)."""
+    """The GPU time of one run's self-hosted agents on ``gpu``, in GPU-seconds, with the table
+    ``rows`` used by model (scaled) and the models of ``unsized`` names."""
 
     gpu: str
     generation_s: float = 0.0

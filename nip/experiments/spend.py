@@ -1,19 +1,15 @@
 """A run's dry-run estimate saved when it starts, and a sweep's spend beside its estimate.
 
-The training layer sits below the dry run, so the trainer cannot price its own plan: the
-:class:`EstimateCallback` does, once, when a run starts (``nip run``, every sweep cell, and
-``build_trainer(..., callbacks=[EstimateCallback()])`` in a notebook), with the run's own
-settings (``prices_usd_per_1m``), and saves ``cost_estimate.json`` in the run directory.
-:func:`nip.runs.spend.read_spend` reads it beside what the run spent::
-
-    read_spend("runs/exp").describe()
-    # spent $0.0123 (inference $0.0100, training $0.0023) · estimated $0.0150 (-18%)
-    sweep_spend("runs/sweeps/paper-ei")     # each cell's, and the sweep's total
+The training layer sits below the dry run, so :class:`EstimateCallback` prices a run's plan once
+when it starts (``nip run``, every sweep cell, or ``callbacks=[EstimateCallback()]`` in a
+notebook) and saves ``cost_estimate.json``; :func:`nip.runs.spend.read_spend` reads it beside what
+the run spent, and :func:`sweep_spend` does so for each cell of a sweep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +18,15 @@ from nip.experiments.cost_estimate import estimate_cost
 from nip.experiments.cost_report import CostEstimate
 from nip.parameters import HyperParameters
 from nip.protocols import PROTOCOLS, ProtocolHandler
-from nip.runs.spend import ESTIMATE_FILE, RunSpend, read_spend, sum_known, usd
+from nip.runs.spend import (
+    ESTIMATE_FILE,
+    RunSpend,
+    difference_pct,
+    pct,
+    read_spend,
+    sum_known,
+    usd,
+)
 from nip.runs.sweep_dir import sweep_run_dirs
 from nip.settings import ExperimentSettings
 from nip.training.callbacks import TrainerCallback
@@ -41,8 +45,7 @@ __all__ = [
 
 
 def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:
-    """What ``cost_estimate.json`` holds: the estimate's totals, per iteration and per agent
-    (inference: the train and test dialogues; training: the fine-tuning jobs)."""
+    """What ``cost_estimate.json`` holds: the estimate's totals, per iteration and per agent."""
 
     def split(lines: list) -> dict[str, float | None]:
         inference = sum_known(x.usd for x in lines if x.stage != "fine-tune")
@@ -76,16 +79,13 @@ def save_estimate(
     (``protocol``: the class of a protocol of one's own code)."""
     estimate = estimate_cost(hyper_params, settings, protocol=protocol)
     path = Path(run_dir) / ESTIMATE_FILE
-    import json
-
     atomic_write_text(path, json.dumps(estimate_summary(estimate), indent=2) + "\n")
     return path
 
 
 class EstimateCallback(TrainerCallback):
-    """Saves the dry run's estimate of the run's plan when it starts (once: a resumed run
-    keeps the estimate of its start). A plan the dry run cannot price is warned about; the
-    run goes on without an estimate."""
+    """Saves the dry run's estimate of the run's plan when it first starts (a plan it cannot
+    price is warned about, and the run goes on without one)."""
 
     async def on_train_begin(self, run: RunContext) -> None:
         if (run.run_dir.path / ESTIMATE_FILE).exists() or run.state.stage == "done":
@@ -105,11 +105,7 @@ class EstimateCallback(TrainerCallback):
 
 @dataclass(frozen=True)
 class SweepSpend:
-    """Each cell's :class:`~nip.runs.spend.RunSpend` and the sweep's sums.
-
-    Attributes:
-        cells: By cell name (a cell not started yet has spent nothing and has no estimate).
-    """
+    """Each cell's :class:`~nip.runs.spend.RunSpend` by name, and the sweep's sums."""
 
     cells: dict[str, RunSpend]
 
@@ -124,12 +120,10 @@ class SweepSpend:
 
     @property
     def difference_pct(self) -> float | None:
-        spent, estimate = self.total_usd, self.estimate_usd
-        return None if spent is None or not estimate else (spent - estimate) / estimate * 100
+        return difference_pct(self.total_usd, self.estimate_usd)
 
     def describe(self) -> str:
-        difference = self.difference_pct
-        shown = "" if difference is None else f" ({difference:+.0f}%)"
+        shown = pct(self.difference_pct)
         return (
             f"sweep spent {usd(self.total_usd)} · estimated {usd(self.estimate_usd)}{shown}"
             f" ({len(self.cells)} cells)"
@@ -142,11 +136,9 @@ def sweep_spend(sweep_dir: str | Path) -> SweepSpend:
 
 
 def sweep_status_text(sweep_dir: str | Path) -> str:
-    """What ``nip sweep status DIR`` prints: whether the sweep runs, then per cell its status
-    as its trainer reported it (``run_status.json``: running, paused, stopped, failed,
-    finished; its stage before the first report; "interrupted" when it says running but no
-    process owns it), where it is, and what it spent beside its estimate; last, once a cell
-    started, the sweep's total.
+    """What ``nip sweep status DIR`` prints: whether the sweep runs, then each cell's reported
+    status ("interrupted": reported running, owned by nobody), progress and spend beside its
+    estimate, and the sweep's total once a cell started.
 
     Raises:
         NotASweepDirectoryError: ``sweep_dir`` holds no sweep.
@@ -174,8 +166,7 @@ def sweep_status_text(sweep_dir: str | Path) -> str:
         where = f"iteration {cell.progress}"
         stages = reported.get("stages_total")
         stages = f"{reported['stages_completed']}/{stages} stages" if stages else ""
-        difference = spend.difference_pct
-        cost = usd(spend.total_usd) + ("" if difference is None else f" ({difference:+.0f}%)")
+        cost = usd(spend.total_usd) + pct(spend.difference_pct)
         lines.append(f"{cell.name:<32}{status:<12}{where:<18}{stages:<14}{cost}")
     if any(cell.stage != "not started" for cell in cells):
         lines.append(spends.describe())

@@ -1,21 +1,12 @@
 """Pausing and stopping a run from outside it: a small control file in its directory.
 
-Anyone (a notebook's dashboard, ``nip control RUN_DIR pause``, another process) writes a
-request to ``control.json``; the trainer reads it between stages, so a request works the
-same whether the run is an asyncio task in the same kernel or ``nip run`` in a shell::
-
-    control.json   {"request": "pause"}      written by the user (atomically)
-    run_status.json {"status": "paused", "stages_completed": 4, "stages_total": 12,
-                     "updated": ...}          written by the trainer: running, paused,
-                                              stopped, finished or failed (with "error")
-    stage_progress.json {"stage": "sample_rollouts", "iteration": 1, "done": 5, "total": 8}
-                                              written by the trainer while a stage plays
-                                              dialogues (at most twice a second)
-
-``pause`` finishes the current stage, saves the state and waits (polling the file, without
-blocking the event loop) until the request becomes ``run`` or ``stop``. ``stop`` finishes the
-current stage, saves the state and returns from training: the run directory is left as a
-run killed between stages would be, and :meth:`Trainer.resume` (``nip resume``) continues it.
+Anyone (a dashboard, ``nip control RUN_DIR pause``) writes ``control.json`` (``{"request":
+"pause"}``); the trainer reads it between stages and writes ``run_status.json`` (running, paused,
+stopped, finished or failed with "error"; ``stages_completed``/``stages_total``) and, while a
+stage plays dialogues, ``stage_progress.json`` (stage, iteration, done, total; at most twice a
+second). ``pause`` finishes the stage, saves the state and waits (without blocking the event loop)
+for ``run`` or ``stop``; ``stop`` finishes the stage, saves and returns, leaving a run that
+:meth:`Trainer.resume` (``nip resume``) continues.
 """
 
 from __future__ import annotations
@@ -51,9 +42,7 @@ PROGRESS_FILE = "stage_progress.json"
 
 #: What a user may ask of a running trainer.
 Request = Literal["run", "pause", "stop"]
-#: What the trainer says it is doing, as of its last stage boundary: "finished" once the run
-#: ended, "failed" when a stage raised (the run can be resumed), "stopped" on a stop request
-#: or an interruption (Ctrl-C, a cancelled task).
+#: What the trainer says at its last stage boundary ("stopped": a stop request or Ctrl-C).
 Status = Literal["running", "paused", "stopped", "finished", "failed"]
 
 
@@ -62,12 +51,8 @@ class RunControlError(NipError, ValueError):
 
 
 def request(run_dir: str | Path, what: str) -> Path:
-    """Ask the run in ``run_dir`` to ``"pause"`` after its current stage, ``"stop"`` after
-    it, or ``"run"`` (go on after a pause). ``"resume"`` is accepted for ``"run"``.
-
-    Returns:
-        The control file's path.
-    """
+    """Ask the run in ``run_dir`` to ``"pause"`` or ``"stop"`` after its current stage, or
+    ``"run"`` (``"resume"``) on; returns the control file's path."""
     what = "run" if what == "resume" else what
     if what not in get_args(Request):
         raise RunControlError(
@@ -87,25 +72,19 @@ def read_request(run_dir: str | Path) -> Request:
 
 
 def read_status(run_dir: str | Path) -> dict[str, Any]:
-    """The trainer's last report: ``status`` and the ``stages_completed`` it was made at
-    (``{}`` before the first)."""
+    """The trainer's last report (``{}`` before the first)."""
     return read_json_object(Path(run_dir) / STATUS_FILE)
 
 
 def read_stage_progress(run_dir: str | Path) -> dict[str, Any]:
-    """How far the stage being played has got: ``stage``, ``iteration``, ``done`` and
-    ``total`` dialogues (``{}`` before the first report)."""
+    """How far the stage being played has got (``{}`` before the first report)."""
     return read_json_object(Path(run_dir) / PROGRESS_FILE)
 
 
 class StageProgressWriter:
-    """Writes a stage's dialogue count to ``stage_progress.json`` as dialogues finish.
-
-    Called with ``(done, total)`` by the rollout engine; ``offset`` and ``total`` place one
-    batch within a stage of several (a test stage's repeats). Writes the first count always,
-    then at most every ``min_interval_s`` of ``clock`` (``time.monotonic``, which counts from
-    the machine's boot), and always the last count of a batch.
-    """
+    """Writes a stage's dialogue count to ``stage_progress.json``, called with ``(done,
+    total)`` by the rollout engine: the first and last counts always, else at most every
+    ``min_interval_s``; ``offset`` and ``total`` place one batch within a stage of several."""
 
     def __init__(
         self,
@@ -167,14 +146,8 @@ async def between_stages(
     poll_interval_s: float = 1.0,
     stages_total: int | None = None,
 ) -> bool:
-    """The trainer's check at a stage boundary (after the state was saved).
-
-    Waits while the request is ``pause``; a ``stop`` is answered by writing ``run`` back to
-    the control file (so that resuming the run does not stop it at once).
-
-    Returns:
-        Whether training goes on (False: stop now).
-    """
+    """The trainer's check at a stage boundary: waits while paused; returns whether training
+    goes on (a ``stop`` is answered by writing ``run`` back, so a resume does not stop)."""
     run_dir = Path(run_dir)
     reported: Status | None = None
     while True:

@@ -1,24 +1,14 @@
 """A run's dialogues as Inspect evaluation logs, for ``inspect view`` and Inspect's data frames.
 
-::
-
-    nip export inspect RUN_DIR [--out DIR]        # or a sweep directory: one folder per cell
-    inspect view --log-dir RUN_DIR/inspect
-
-    export_inspect("runs/my-run")                 # the same from Python
-    samples_df("runs/my-run/inspect")             # inspect_ai.analysis
-
-The logs are made with inspect_ai's own types and writer (the ``inspect`` extra): one log per
-saved rollout file (``rollouts/{split}_it{NNNN}.jsonl`` to ``{split}_it{NNNN}.eval``), one
-sample per dialogue. A sample's input is its datapoint's question and solution; its target
-the true label (``accept`` a correct solution, ``reject`` an incorrect one); its messages are
-the datapoint, then every agent turn in order as an assistant message of the model that wrote
-it, the agent's name in the message's metadata (``agent``, with ``round`` and ``channels``);
-its output the verifier's decision. Scores: ``decision`` (the word), ``correct`` (1 when the
-verifier decided right), ``score`` (the verifier's continuous score, when it has one) and
-``reward_<agent>`` (each agent's episode reward). Token usage is counted per model; the run's
-parameters are the log's metadata (``eval.metadata["hyper_params"]``), each agent's model its
-model role.
+``nip export inspect RUN_DIR [--out DIR]`` (a sweep: one folder per cell) or
+``export_inspect("runs/my-run")``; then ``inspect view --log-dir RUN_DIR/inspect``. Made with
+inspect_ai's own types and writer (the ``inspect`` extra): one log per saved rollout file
+(``{split}_it{NNNN}.eval``), one sample per dialogue. A sample's input is the question and
+solution, its target the true label (``accept``/``reject``), its messages each agent turn as an
+assistant message of its model (``agent``, ``round``, ``channels`` in metadata), its output the
+verifier's decision; scores ``decision``, ``correct``, ``score`` (when continuous) and
+``reward_<agent>``. The run's parameters are ``eval.metadata["hyper_params"]``, each agent's
+model its model role.
 """
 
 from __future__ import annotations
@@ -41,12 +31,9 @@ _SWEEP_MANIFEST, _CELLS = "sweep.json", "cells"
 
 
 def export_inspect(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
-    """Write the dialogues of the run (or of every cell of the sweep) in ``run_dir`` as
-    Inspect logs in ``out_dir`` (default ``run_dir/inspect``; a sweep's cells in
-    ``out_dir/<cell>/``).
-
-    Returns:
-        The logs written, one per split and iteration.
+    """Write the dialogues of the run (or every cell of the sweep) in ``run_dir`` as Inspect
+    logs in ``out_dir`` (default ``run_dir/inspect``; cells in ``out_dir/<cell>/``); returns
+    the logs written, one per split and iteration.
 
     Raises:
         NotARunDirectoryError: ``run_dir`` holds neither a run nor a sweep.
@@ -271,6 +258,3 @@ def _mean(samples: Sequence[Any], name: str) -> float | None:
 def _iso(created: Any) -> str:
     seconds = float(created) if isinstance(created, int | float) else 0.0
     return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat()
-
-
-# ------------------------------------------------------------------ command line

@@ -1,46 +1,18 @@
 """One owner per run directory and sweep directory: a second writer is refused, a dead one's
 place is taken.
 
-Whatever writes a run's folder (training, resuming, extending, retesting, changing its saved
-parameters) or a sweep's folder owns it for that time::
-
-    with owning("runs/nip-ei", "training"):
-        ...  # nobody else writes runs/nip-ei meanwhile
-
-The owner holds an exclusive OS file lock on ``owner.lock`` in the folder (``flock``, which
-Linux turns into a POSIX byte-range lock on NFS) and writes into that file
-who it is: pid, host, since when, doing what. A second owner, in this process or any other,
-on this machine or another node sharing the folder, is refused at once with
-:class:`DirectoryInUseError` naming the first. The kernel (or, on NFS, the server) drops the
-lock of a process that dies, even with ``kill -9``, so the next owner simply takes it; the
-file still names the dead owner, which :attr:`Ownership.taken_over_from` reports. On a clean
-release the file is emptied. A child forked by the owner closes its copy of the descriptor as
-it starts (an ``os.register_at_fork`` hook), so a dead owner's lock is never kept alive by a
-child that outlives it.
-
-A new owner first removes what a killed writer left behind: the temporary files of
-interrupted atomic writes (``.<name>.<8 random characters>.tmp``, see
-:func:`nip.utils.files.atomic_write_text`), so a run or sweep killed with ``kill -9`` and
-resumed ends with the files of one never killed. It leaves alone what other writers may be
-writing while it owns the folder: sub-folders that are owned on their own (a sweep's cells,
-which hold their own ``owner.lock``), ``jobs/`` (local LoRA training processes may outlive
-their run), ``serve/`` (a ``nip serve``'s storage) and ``control.json``'s (written by
-whoever asks a run to pause or stop).
-
-Claims nest: code that owns a folder may call code that claims it again (``nip extend``
-changes the saved parameters, then resumes the run) in the same task or thread, and asyncio
-tasks it starts inherit its claims. A claim made elsewhere in this process (another task of a
-notebook, another thread) is refused like another process's: the lock file is opened once per
-process, since on NFS closing any descriptor of a file drops every POSIX lock the process
-holds on it.
-
-What is assumed of a shared file system (docs/reliability.md): it implements POSIX locks
-across nodes (NFSv4; NFSv3 with ``lockd``/``statd``; Lustre mounted with ``-o flock``;
-CephFS; GPFS). A node that is lost holds its locks until the server gives up on it (an NFSv4
-lease: 90 s by default), so a retried Ray cell waits that long for its folder. A mount with
-``nolock`` or ``local_lock=flock|all`` keeps locks on one node: processes on two nodes would
-not see each other. Where the file system refuses locks altogether, nip warns once and goes
-on without one.
+Whatever writes a run's or sweep's folder owns it for that time (``with owning(path, "training")``).
+The owner holds an exclusive ``flock`` on ``owner.lock`` (a POSIX lock on NFS) and writes there
+who it is; a second owner, in any process on any node sharing the folder, gets
+:class:`DirectoryInUseError` naming the first. The kernel drops a dead process's lock (even after
+``kill -9``), so the next owner takes it and :attr:`Ownership.taken_over_from` names the dead one;
+forked children close their copy of the descriptor (``os.register_at_fork``). A new owner removes
+interrupted atomic writes' temporaries (``.<name>.<8 chars>.tmp``), but not in sub-folders owned on
+their own (sweep cells), ``jobs/``, ``serve/`` or ``control.json``'s. Claims nest within one task
+or thread (and the asyncio tasks it starts); elsewhere in the process they are refused, since the
+lock file is opened once per process (closing any descriptor drops NFS's POSIX locks). Shared file
+systems must implement POSIX locks across nodes (docs/reliability.md); where locks are refused,
+nip warns once and goes on without one.
 """
 
 from __future__ import annotations
@@ -111,12 +83,8 @@ class Owner:
 
 
 class DirectoryInUseError(NipError):
-    """A run or sweep directory is owned by another process (or another task of this one).
-
-    Attributes:
-        path: The folder.
-        owner: Its owner, as the lock file names it (None when it has not said yet).
-    """
+    """A run or sweep directory is owned by another process (or another task of this one);
+    ``owner`` is None when the lock file does not name it yet."""
 
     def __init__(self, path: str | Path, owner: Owner | None):
         self.path, self.owner = Path(path), owner
@@ -130,14 +98,8 @@ class FolderError(NipError, OSError):
 
 @dataclass
 class Ownership:
-    """A held claim on a folder (what :func:`owning` yields).
-
-    Attributes:
-        path: The folder.
-        owner: This process's record, as written in the lock file.
-        taken_over_from: The owner the lock file named when this one took it: a process
-            that died holding it (None after a clean release).
-    """
+    """A held claim on a folder (what :func:`owning` yields); ``taken_over_from`` names a
+    process that died holding it (None after a clean release)."""
 
     path: Path
     owner: Owner
@@ -162,9 +124,8 @@ _MINE: ContextVar[frozenset[str]] = ContextVar("nip_owned_folders", default=froz
 
 
 def _close_in_child() -> None:
-    """In a forked child: close the inherited lock descriptors. An ``flock`` lives while any
-    copy of its descriptor is open, so a child that outlived its parent would keep the dead
-    owner's folder locked; the parent's lock is untouched (closing a copy releases nothing)."""
+    """In a forked child: close the inherited lock descriptors (an ``flock`` lives while any
+    copy is open; the parent's lock is untouched)."""
     for held in _HELD.values():
         with contextlib.suppress(OSError):
             os.close(held.fd)
@@ -195,17 +156,11 @@ def _live_hold(key: str) -> _Held | None:
 
 @contextmanager
 def owning(path: str | Path, what: str, *, wait_s: float = 0.0) -> Iterator[Ownership]:
-    """Own the folder ``path`` (made if missing) for the ``with`` block.
-
-    Args:
-        path: A run or sweep directory.
-        what: What the owner does there, as others will read it ("training", "a sweep").
-        wait_s: How long to wait for another owner to let go (0: refuse at once). A Ray
-            cell retried after its node was lost waits for the lost node's lock to expire.
+    """Own the folder ``path`` (made if missing) for the ``with`` block, doing ``what`` (as
+    others read it); ``wait_s``: how long to wait for another owner to let go (0: refuse).
 
     Raises:
-        DirectoryInUseError: Another process, or another task or thread of this one, owns
-            the folder (after ``wait_s``).
+        DirectoryInUseError: Another process, task or thread owns it (after ``wait_s``).
         FolderError: ``path`` is a file, or cannot be made.
     """
     key = _lock_path(path)
@@ -227,8 +182,7 @@ def owning(path: str | Path, what: str, *, wait_s: float = 0.0) -> Iterator[Owne
 
 
 def _lock(fd: int, wait_s: float) -> bool:
-    """Take the exclusive lock of ``fd`` within ``wait_s`` seconds; False when another holds
-    it still. Raises the ``OSError`` of a file system without locks."""
+    """Take ``fd``'s exclusive lock within ``wait_s`` s (False: still held elsewhere)."""
     deadline = time.monotonic() + wait_s
     while True:
         try:
@@ -275,12 +229,8 @@ def _acquire(path: str | Path, key: str, what: str, wait_s: float) -> _Held | No
 
 
 def remove_stale_temporaries(path: str | Path) -> list[Path]:
-    """Remove the temporary files interrupted atomic writes left in the folder ``path``
-    (its owner's: see the module's docstring for what is left alone).
-
-    Returns:
-        The files removed.
-    """
+    """Remove (and return) the temporaries of interrupted atomic writes in ``path``'s own
+    files (see the module's docstring for what is left alone)."""
     removed = []
     for folder, subfolders, files in os.walk(path):
         here = Path(folder)
@@ -317,8 +267,8 @@ def _release(key: str, held: _Held) -> None:
 
 
 def current_owner(path: str | Path) -> Owner | None:
-    """The live owner of the folder ``path``, or None when nobody holds it (the lock file of
-    a process that died still names it, but it owns nothing). Writes nothing."""
+    """The live owner of the folder ``path`` (None: nobody holds it, whatever a dead
+    process's lock file says). Writes nothing."""
     key = _lock_path(path)
     with _TABLE:
         held = _live_hold(key)

@@ -26,9 +26,8 @@ class GroupStep:
         method: ``"supervised"`` (Expert Iteration) or ``"dpo"`` (MALT); None when skipped.
         skip: Why it is not trained (``"frozen"``, ``"not_scheduled"``), or None.
         data_iterations: The iterations whose dialogues (or trees) its dataset is built from.
-        job: The job's settings as its provider's backend sends them (a base model known only
-            once an earlier job has run is named in angle brackets).
-        epochs: The epochs the job trains for (where OpenAI chooses, ``rl.num_epochs``).
+        job: The job's settings as its backend sends them (a base model known only later is
+            named in angle brackets).
         continues: The job continues from the group's latest model, not its starting model.
     """
 
@@ -47,18 +46,11 @@ class IterationPlan:
     """One iteration: what it samples, whether it tests, and what each group trains.
 
     Attributes:
-        algorithm: The name of the algorithm it runs (``nip.training.algorithms``).
-        items / item_ids: How many train items it samples, and their ids in order (None when
-            the dataset was not loaded).
-        test_passes: Test passes (``rl.num_test_iterations``).
-        test_items: How many test items each pass plays.
-        test_item_ids: The test items' ids in order, each once; pass ``k`` plays ``test_items``
-            of them from ``k x test_items`` on, wrapping around (:attr:`test_pass_item_ids`).
-            None when not loaded, or no test.
+        items / item_ids: How many train items it samples, and their ids (None: not loaded).
+        test_item_ids: The test items' ids, each once; pass ``k`` plays ``test_items`` of them
+            from ``k x test_items`` on, wrapping (:attr:`test_pass_item_ids`).
         fine_tunes: Whether fine-tuning follows (not after the last iteration).
-        groups: Each group's step (empty when nothing is fine-tuned).
-        frozen_agents: The agents not trained in this iteration (in MALT they add one child,
-            not several, in rounds only they act).
+        frozen_agents: The agents not trained in this iteration (in MALT they add one child).
     """
 
     iteration: int
@@ -87,9 +79,7 @@ class IterationPlan:
 
     @property
     def stages(self) -> tuple[str, ...]:
-        """The stages this iteration runs, in order: sampling and its statistics, the test
-        stage (which plays the test passes where :attr:`tests` says so), and the fine-tuning
-        stages where it fine-tunes."""
+        """The stages this iteration runs, in order (no fine-tuning ones where it trains none)."""
         return tuple(s for s in ITERATION_STAGES if self.fine_tunes or s not in FINE_TUNE_STAGES)
 
     @classmethod

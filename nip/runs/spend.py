@@ -1,14 +1,10 @@
 """What a run spent, beside what its dry run said it would: read from its directory.
 
-Inference is each split's ``cost_usd`` (and ``{agent}.cost_usd``) in ``metrics/``, priced as
-the run went (:func:`nip.analysis.metrics.priced_rollout_metrics`). Fine-tuning is what the
-trainer adds to an iteration's training metrics once its jobs ended (:func:`job_spend`): each
-job's trained tokens as the provider reports them (``FineTuneJob.trained_tokens``) times the
-provider's training price, as ``{group}.trained_tokens`` and ``{group}.training_cost_usd``,
-and their sum ``training_cost_usd``. The estimate is ``cost_estimate.json``, the dry run of
-the same plan saved when the run started (:mod:`nip.experiments.spend`). A cost nobody knows
-(an unpriced model, a provider that reports no trained tokens) is None, shown as "unknown",
-and makes every sum it is part of unknown: it is never counted as 0.
+Inference is each split's ``cost_usd`` (and ``{agent}.cost_usd``) in ``metrics/``, priced as the
+run went; fine-tuning is :func:`job_spend`'s ``{group}.trained_tokens`` (as the provider reports
+them) times the training price, in ``{group}.training_cost_usd`` and ``training_cost_usd``. The
+estimate is ``cost_estimate.json``, saved when the run started (:mod:`nip.experiments.spend`). An
+unknown cost is None ("unknown") and makes every sum it is in unknown: never counted as 0.
 """
 
 from __future__ import annotations
@@ -27,9 +23,12 @@ from nip.utils.files import read_json_object
 __all__ = [
     "ESTIMATE_FILE",
     "RunSpend",
+    "difference_pct",
     "job_spend",
+    "pct",
     "read_spend",
     "sum_known",
+    "training_usd",
     "usd",
     "with_training_total",
 ]
@@ -49,23 +48,38 @@ def usd(value: float | None) -> str:
     return "unknown" if value is None else f"${value:,.4f}"
 
 
+def difference_pct(spent: float | None, estimate: float | None) -> float | None:
+    """``spent`` above ``estimate`` in percent of it (None: either unknown, or no estimate)."""
+    return None if spent is None or not estimate else (spent - estimate) / estimate * 100
+
+
+def pct(difference: float | None) -> str:
+    """A difference in words, `` (+12%)``, or nothing when unknown."""
+    return "" if difference is None else f" ({difference:+.0f}%)"
+
+
 def job_spend(
     group: str, job: FineTuneJob | None, params: PureTextAgentParameters, method: str | None
 ) -> dict[str, Any]:
-    """The training metrics of a group's ended job: ``{group}.trained_tokens`` (as the
-    provider reports them; None when it does not) and ``{group}.training_cost_usd``: 0 where
-    the provider bills no tokens (the dummy API, this machine, one's own server; GPU time is
-    not priced), else the tokens times its training price of the base model (None when either
-    is unknown)."""
+    """A group's ended job's ``{group}.trained_tokens`` and ``{group}.training_cost_usd`` (0
+    where the provider bills no tokens; None where the tokens or the price are unknown)."""
     tokens = job.trained_tokens if job is not None else None
+    cost = training_usd(params, tokens, method or "supervised")
+    return {f"{group}.trained_tokens": tokens, f"{group}.training_cost_usd": cost}
+
+
+def training_usd(
+    params: PureTextAgentParameters, tokens: int | None, method: str, price: float | None = None
+) -> float | None:
+    """What training ``tokens`` of the agent's base model costs (0 where its provider bills
+    no tokens; None where the tokens or the price, ``price`` per 1M or the provider's, are
+    unknown): the one training price lookup of the dry run and the run's spend."""
     prices = prices_for(params)
     if prices is None:
-        cost: float | None = 0.0
-    else:
-        model = price_key(params.model_name).removeprefix("ft:")
-        price = prices.training(model, method or "supervised", params.use_lora)
-        cost = None if price is None or tokens is None else tokens * price / 1e6
-    return {f"{group}.trained_tokens": tokens, f"{group}.training_cost_usd": cost}
+        return 0.0
+    model = price_key(params.model_name).removeprefix("ft:")
+    price = price or prices.training(model, method, params.use_lora)
+    return None if price is None or tokens is None else tokens * price / 1e6
 
 
 def with_training_total(metrics: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,17 +90,8 @@ def with_training_total(metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class RunSpend:
-    """What a run spent so far, and what its dry run estimated for the whole plan.
-
-    Attributes:
-        inference_usd: Every saved split's and iteration's dialogues (None: a model unpriced).
-        training_usd: Every ended fine-tuning job (None: a job's cost unknown).
-        by_iteration: Per iteration: ``inference_usd``, ``training_usd``, ``total_usd``.
-        by_agent: Per agent (its dialogues) and per group (its jobs): USD or None.
-        trained_tokens: Per group, every job's trained tokens (None: not reported).
-        estimate: The saved estimate (``total_usd``, ``inference_usd``, ``training_usd``,
-            ``by_iteration``), or empty when the run saved none.
-    """
+    """What a run spent so far (None: unknown), and its dry run's ``estimate`` of the whole
+    plan (empty when none was saved); ``by_agent`` holds agents' dialogues and groups' jobs."""
 
     inference_usd: float | None = 0.0
     training_usd: float | None = 0.0
@@ -147,12 +152,8 @@ class RunSpend:
 
     @property
     def difference_pct(self) -> float | None:
-        """How far the spend is from the estimate, in percent of it (None: either unknown,
-        or an estimate of 0)."""
-        spent, estimate = self.total_usd, self.estimate_usd
-        if spent is None or not estimate:
-            return None
-        return (spent - estimate) / estimate * 100
+        """How far the spend is from the estimate, in percent of it (None: unknown or 0)."""
+        return difference_pct(self.total_usd, self.estimate_usd)
 
     def to_metrics(self) -> dict[str, float | None]:
         """Flat totals, for W&B and tables."""
@@ -165,17 +166,14 @@ class RunSpend:
         }
 
     def describe(self) -> str:
-        """One line: ``spent $0.0123 (inference $0.0100, training $0.0023) · estimated $0.0150
-        (-18%)``."""
+        """``spent $0.0123 (inference $0.0100, training $0.0023) · estimated $0.0150 (-18%)``."""
         line = (
             f"spent {usd(self.total_usd)} (inference {usd(self.inference_usd)}, "
             f"training {usd(self.training_usd)})"
         )
         if not self.estimate:
             return line + " · no estimate saved"
-        difference = self.difference_pct
-        shown = "" if difference is None else f" ({difference:+.0f}%)"
-        return line + f" · estimated {usd(self.estimate_usd)}{shown}"
+        return line + f" · estimated {usd(self.estimate_usd)}{pct(self.difference_pct)}"
 
 
 def read_spend(run_dir: str | Path, records: Iterable[Mapping[str, Any]] | None = None) -> RunSpend:

@@ -1,18 +1,10 @@
 """What watches a run: callbacks the trainer calls at its events (TRL's ``TrainerCallback``).
 
-The trainer's loop knows nothing of terminals, W&B or control files; it calls each callback's
-hooks in turn, with the run's :class:`~nip.training.context.RunContext` (its parameters, plan,
-state and folder), never the trainer. The default ones (``PureTextEiTrainer.callbacks``):
-
-- :class:`~nip.training.reporter.RunReporter`: the stage lines, bars and iteration
-  summaries;
-- :class:`WandbCallback`: metrics and the run artifact to W&B (:mod:`nip.training.logging`);
-- :class:`ControlFileCallback`: a pause or stop asked for in ``control.json``
-  (``nip control RUN_DIR pause|resume|stop``, :mod:`nip.runs.control`);
-- :class:`StageProgressCallback`: ``stage_progress.json``, the dashboard's dialogue count.
-
-Pass more with ``build_trainer(..., callbacks=[MyCallback()])``; subclass
-:class:`TrainerCallback` and override the hooks you need.
+The loop knows nothing of terminals, W&B or control files: it calls each callback's hooks with
+the run's :class:`~nip.training.context.RunContext`, never the trainer. The defaults
+(``PureTextEiTrainer.callbacks``) are :class:`~nip.training.reporter.RunReporter`,
+:class:`WandbCallback`, :class:`ControlFileCallback` (``nip control RUN_DIR pause|resume|stop``)
+and :class:`StageProgressCallback`; pass more with ``build_trainer(..., callbacks=[...])``.
 """
 
 from __future__ import annotations
@@ -62,15 +54,13 @@ class TrainerCallback:
         """After the state was saved at the end of ``stage``."""
 
     async def should_continue(self, run: RunContext) -> bool:
-        """At a stage boundary: False stops the run there (it can be resumed); the run's
-        control, as TRL's ``control.should_training_stop``."""
+        """At a stage boundary: False stops the run there (it can be resumed)."""
         return True
 
     def on_progress(
         self, run: RunContext, stage: str, done: int, total: int, offset: int = 0
     ) -> None:
-        """Dialogues of the running stage finished (``offset`` places a batch in a stage of
-        several, such as a test stage's passes)."""
+        """Dialogues of the running stage finished (``offset``: a batch's place in the stage)."""
 
     def on_log(self, run: RunContext, metrics: dict[str, Any]) -> None:
         """Metrics of the current iteration."""
@@ -120,9 +110,8 @@ class WandbCallback(TrainerCallback):
 
 
 class ControlFileCallback(TrainerCallback):
-    """Pauses between stages while ``control.json`` asks, and stops the run when it asks;
-    says in ``run_status.json`` whether the run is running, paused, stopped, finished or
-    failed, with its stages counted (completed of the plan's total)."""
+    """Pauses or stops between stages as ``control.json`` asks, and reports the run's status
+    and stages in ``run_status.json``."""
 
     def _report(self, run: RunContext, status: Any, error: str | None = None) -> None:
         total = getattr(run.plan, "total_stages", None)  # a RunPlan's

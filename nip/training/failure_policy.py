@@ -55,17 +55,13 @@ async def settle_fine_tune_job(
     save: Callable[[], None],
     poll_interval_s: float = 2.0,
 ) -> Settled:
-    """Wait for ``group``'s job of ``iteration`` to succeed, applying ``policy`` on failure.
-
-    ``resubmit`` submits the iteration's dataset again (a new job id in the group's state);
-    ``save`` saves the run's state after each failure and resubmission.
-
-    Returns:
-        "succeeded", or "kept_previous" (``state.last_job_outcome`` is then "failed").
+    """Wait for ``group``'s job of ``iteration`` to succeed, applying ``policy`` on failure;
+    returns "succeeded" or "kept_previous". ``resubmit`` submits the dataset again; ``save``
+    saves the run's state after each failure and resubmission.
 
     Raises:
-        FineTuneStoppedError: The job failed under ``stop`` (not for a job that had failed
-            before this call: resuming a stopped run resubmits).
+        FineTuneStoppedError: The job failed under ``stop`` (not one that had failed before
+            this call: resuming a stopped run resubmits).
     """
     given_back = False  # the backend answered a resubmission with the failed job
     while True:
@@ -88,11 +84,8 @@ async def settle_fine_tune_job(
             group.keep_previous_model()
             save()
             tries = f" after {len(failures)} attempts" if len(failures) > 1 else ""
-            why = (
-                f"; resubmitting gave back the failed job {job_id!r}, not a new one"
-                if given_back
-                else ""
-            )
+            why = f"; resubmitting gave back the failed job {job_id!r}, not a new one"
+            why = why if given_back else ""
             # (A job given back may have failed in an earlier iteration.)
             error = (failures or group.state.fine_tune_failures)[-1]["error"]
             warn(

@@ -1,15 +1,10 @@
 """Where metrics go besides the run directory: Weights & Biases, if wanted.
 
-The mode is "auto" by default: online when ``WANDB_API_KEY`` is set, offline (files under the
-run directory, synced later with ``wandb sync``) when it is not; "disabled" turns W&B off,
-and the ``WANDB_MODE`` environment variable overrides everything. Starting W&B never hangs a
-run: init has a time-out, and a failure falls back to offline with a warning. The API key
-is never written anywhere by nip.
-
-W&B is an extra (``pip install 'nip[wandb]'``). Without it, a run whose mode was left at
-"auto" logs to its run directory only and says so in one line; a mode asked for explicitly
-(``wandb_mode="online"`` or ``"offline"``, or ``WANDB_MODE``) is refused when the run starts,
-before it writes anything, with the install line (:func:`check_wandb`).
+Mode "auto" (the default) is online with ``WANDB_API_KEY``, else offline (synced later with
+``wandb sync``); "disabled" turns W&B off; ``WANDB_MODE`` overrides all. Starting W&B never hangs
+a run (init times out, a failure falls back to offline) and nip writes the API key nowhere.
+Without the ``wandb`` extra, "auto" logs to the run directory only and says so; a mode asked for
+explicitly is refused before the run writes anything (:func:`check_wandb`).
 """
 
 from __future__ import annotations
@@ -55,22 +50,14 @@ def _asked_for(mode: WandbMode) -> str | None:
 
 
 def check_wandb(mode: WandbMode) -> None:
-    """Refuse a W&B mode asked for explicitly when W&B is not installed.
-
-    Raises:
-        MissingExtraError: ``mode`` (or ``WANDB_MODE``) asks for W&B and ``wandb`` is missing.
-    """
+    """Refuse (``MissingExtraError``) a W&B mode asked for explicitly without W&B installed."""
     if _asked_for(mode) not in (None, "disabled"):
         require("wandb")
 
 
 def resolve_mode(mode: WandbMode) -> str:
-    """The W&B mode to use, from the setting, the environment, the presence of a key and of
-    W&B itself ("disabled" when it is not installed and was not asked for).
-
-    Raises:
-        MissingExtraError: W&B was asked for explicitly and is not installed.
-    """
+    """The W&B mode to use, from the setting, the environment, a key and W&B itself
+    ("disabled" when not installed nor asked for; ``MissingExtraError`` when asked for)."""
     check_wandb(mode)
     asked = _asked_for(mode)
     if asked:
@@ -83,11 +70,7 @@ def resolve_mode(mode: WandbMode) -> str:
 def make_logger(
     run_dir: Path, config: dict[str, Any], settings: ExperimentSettings
 ) -> NullLogger | WandbLogger:
-    """The logger of a run: W&B as :func:`resolve_mode` says, else a :class:`NullLogger`.
-
-    Without W&B installed and not asked for, prints one line saying that metrics stay in the
-    run directory.
-    """
+    """The logger of a run: W&B as :func:`resolve_mode` says, else a :class:`NullLogger`."""
     mode = resolve_mode(settings.wandb_mode)
     if mode == "disabled":
         if _asked_for(settings.wandb_mode) is None:
@@ -108,16 +91,8 @@ def make_logger(
 
 
 class WandbLogger:
-    """Logs metrics and the run's configuration to a W&B run.
-
-    Args:
-        run_dir: The run directory; offline runs are written under it.
-        config: The hyper-parameters (as a dict) to record.
-        mode: See the module docstring.
-        project / run_name: W&B project and run name.
-        group: The W&B group (a sweep's runs share one).
-        init_timeout_s: How long to wait for W&B to start before going offline.
-    """
+    """Logs metrics and the run's configuration (``config``) to a W&B run, offline under
+    ``run_dir``; ``group`` is a sweep's, ``init_timeout_s`` how long W&B may take to start."""
 
     def __init__(
         self,
@@ -179,10 +154,7 @@ class WandbLogger:
     def log(self, metrics: dict[str, Any], step: int | None) -> None:
         if self._run is not None:
             values = {k: v for k, v in metrics.items() if v is not None}
-            if step is None:
-                self._run.log(values)
-            else:
-                self._run.log(values, step=step)
+            self._run.log(values, **({} if step is None else {"step": step}))
 
     def finish(self) -> None:
         if self._run is not None:
@@ -195,8 +167,8 @@ class WandbLogger:
             self._run.summary.update({k: v for k, v in metrics.items() if v is not None})
 
     def save_run_artifact(self, run_dir: Path) -> None:
-        """Save the run's state and current adapters as the ``nip-run-<run>`` artifact, so a
-        later run can start from its models (``checkpoint_run_id``). Never stops a run."""
+        """Save the run's state and adapters as the ``nip-run-<run>`` artifact (for a later
+        run's ``checkpoint_run_id``). Never stops a run."""
         if self._run is None:
             return
         import wandb
@@ -211,10 +183,9 @@ class WandbLogger:
     def on_stage_end(
         self, run_dir: Path, stage: str, iteration: int, agents: Mapping[str, Any] | None = None
     ) -> None:
-        """After a stage that saved dialogues (``log_stats`` for training, ``test``), log the
-        run's records as the original's artifacts (a new version each time, :data:`ARTIFACTS`).
-        With ``agents`` (a run that saves transcripts), first write the stage's processed
-        transcripts and prompts, which only these artifacts use. Never stops a run."""
+        """After a stage that saved dialogues, log the run's records as the original's
+        artifacts (:data:`ARTIFACTS`); with ``agents``, first write the stage's processed
+        transcripts and prompts, which only they use. Never stops a run."""
         split = {"log_stats": "train", "test": "test"}.get(stage)
         if self._run is None or split is None:
             return
@@ -247,10 +218,7 @@ ARTIFACTS = {
 
 
 def build_rollout_artifacts(wandb: Any, run_dir: Path, run_id: str) -> list[Any]:
-    """One artifact per folder of :data:`ARTIFACTS` that holds files: ``full_rollouts_<run>``
-    (every ``rollouts/*.jsonl`` so far), ``malt_trees_<run>`` (``malt/``, MALT's trees) and,
-    when the run saves transcripts, ``raw_transcript_<run>``, ``processed_transcript_<run>``
-    and ``prompts_<run>``."""
+    """One artifact (``<prefix><run>``) per folder of :data:`ARTIFACTS` that holds files."""
     artifacts = []
     for folder, prefix in ARTIFACTS.items():
         files = sorted(p for p in (run_dir / folder).glob("*") if p.is_file())

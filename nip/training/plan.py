@@ -1,16 +1,11 @@
 """The run plan: what a run will do, iteration by iteration, computed once before it starts.
 
-::
-
-    plan = make_run_plan(HyperParameters.load("exp.yaml"), train_ids=..., test_ids=...)
-    plan                  # a table in Jupyter; print(plan) in a terminal (nip plan CONFIG)
-    plan.iterations[0].groups[0].method, plan.to_dict()
-
-Every schedule rule lives here, once: which items each iteration samples and tests, which
-algorithm and stages it runs, which groups train with which method, data and starting model (and
-why the others do not), and each job's settings as its provider will send them. The trainer,
-the dry run, the reporter and the dashboard read it; none decides any of it again. A run saves
-it as ``plan.json``; a resume that would plan differently is refused (:class:`PlanChangedError`).
+``make_run_plan(HyperParameters.load("exp.yaml"), train_ids=..., test_ids=...)`` (``nip plan
+CONFIG``) holds every schedule rule once: which items each iteration samples and tests, its
+algorithm and stages, which groups train with which method, data and starting model (or why
+not), and each job's settings as its provider will send them. The trainer, dry run, reporter and
+dashboard read it; a run saves it as ``plan.json`` and a resume that would plan differently is
+refused (:class:`PlanChangedError`).
 """
 
 from __future__ import annotations
@@ -85,8 +80,7 @@ class RunPlan:
         return sum(len(it.stages) for it in self.iterations)
 
     def after(self, iteration: int, stage: str) -> tuple[int, str]:
-        """Where the run goes once ``stage`` of ``iteration`` has run: the iteration's next
-        stage, the next iteration's first, or ``(iteration, "done")`` after the last."""
+        """The ``(iteration, stage)`` that follows ``stage`` (``"done"`` after the last)."""
         stages = self[iteration].stages
         if stage in stages and stage != stages[-1]:
             return iteration, stages[stages.index(stage) + 1]
@@ -120,8 +114,7 @@ class RunPlan:
         return cls(**{**data, "iterations": iterations})
 
     def keeping_executed(self, saved: RunPlan, state: TrainerState) -> RunPlan:
-        """This plan from where ``state`` stands on, and ``saved`` for what has already run:
-        an accepted change never rewrites the record of executed stages."""
+        """This plan from where ``state`` stands on, ``saved`` for what has already run."""
         iterations = list(self.iterations)
         for i in range(min(state.iteration + 1, len(saved), len(iterations))):
             ran = saved[i]
@@ -162,9 +155,8 @@ def tests_in(hyper_params: HyperParameters, iteration: int) -> bool:
 
 
 def test_item_ids(hyper_params: HyperParameters, test_ids: Sequence[str]) -> tuple[str, ...]:
-    """The items a test stage plays, from the test split's ids in its seeded order: all of them with
-    ``text_rl.test_on_whole_dataset``, else the first ``rollouts_per_iteration x
-    num_test_iterations`` (wrapped around when the split is smaller), as the original drew them."""
+    """The items a test stage plays, in the test split's seeded order: all with
+    ``test_on_whole_dataset``, else the first ``rollouts_per_iteration x num_test_iterations``."""
     order = [test_ids[i] for i in held_out_indices(len(test_ids), None, hyper_params.seed)]
     if hyper_params.text_rl.test_on_whole_dataset:
         return tuple(order)
@@ -174,8 +166,7 @@ def test_item_ids(hyper_params: HyperParameters, test_ids: Sequence[str]) -> tup
 
 
 def _test_fields(hyper_params: HyperParameters, test_ids: Sequence[str] | None) -> dict:
-    """The fields of an iteration that tests: its passes, how many items each plays, and the
-    items' ids (None when the split is not at hand)."""
+    """The fields of an iteration that tests (ids None when the split is not at hand)."""
     rl, whole = hyper_params.rl, hyper_params.text_rl.test_on_whole_dataset
     ids = None if test_ids is None else test_item_ids(hyper_params, test_ids)
     per_pass = rl.rollouts_per_iteration if not whole else (0 if ids is None else len(ids))
@@ -192,8 +183,7 @@ def test_plan(hyper_params: HyperParameters, test_ids: Sequence[str]) -> Iterati
 
 def data_iterations(hyper_params: HyperParameters, iteration: int) -> tuple[int, ...]:
     """The iterations whose data a job after ``iteration`` learns from: this one, or with
-    ``fine_tune_on_all_previous_rollouts`` every compatible one so far (those run by the
-    same algorithm: MALT's trees, or Expert Iteration's dialogues)."""
+    ``fine_tune_on_all_previous_rollouts`` every one so far run by the same algorithm."""
     if not hyper_params.text_rl.fine_tune_on_all_previous_rollouts:
         return (iteration,)
     algorithm = algorithm_of(hyper_params, iteration)
@@ -294,8 +284,7 @@ def _skip_reason(hyper_params: HyperParameters, agents: Sequence[str], iteration
 
 
 def continues_from_latest(params: PureTextAgentParameters) -> bool:
-    """Whether a group's jobs continue from its latest model (``fine_tune_from_scratch``
-    off) rather than starting again from its starting model."""
+    """Whether a group's jobs continue from its latest model, not its starting model."""
     return not params.fine_tune_from_scratch
 
 
@@ -309,8 +298,7 @@ def fine_tune_spec(
     base_model: str,
     previous_adapter: str | None = None,
 ) -> FineTuneSpec:
-    """A group's job from its members' parameters: what the plan shows and the group
-    submits (with the examples, and the names its starting point has by then)."""
+    """A group's job from its members' parameters: what the plan shows and the group submits."""
     return FineTuneSpec(
         base_model=base_model,
         method=method,  # type: ignore[arg-type]
@@ -335,8 +323,7 @@ def fine_tune_spec(
 
 
 def sent_hyperparameters(job: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The ``method`` hyper-parameters a job sends to an API (empty for a job trained here,
-    whose settings are its spec)."""
+    """The ``method`` hyper-parameters a job sends to an API (empty for a job trained here)."""
     method = (job or {}).get("method")
     if not isinstance(method, Mapping):
         return {}
@@ -344,8 +331,7 @@ def sent_hyperparameters(job: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def job_epochs(params: PureTextAgentParameters, spec: FineTuneSpec) -> int:
-    """The epochs a job trains: the number its provider is sent, or ``spec.num_epochs`` where
-    the provider chooses (``"auto"``) or the job trains here."""
+    """The epochs a job trains: those its provider is sent, else ``spec.num_epochs``."""
     sent = sent_hyperparameters(job_settings(params, spec)).get("n_epochs")
     return sent if isinstance(sent, int) else spec.num_epochs
 

@@ -1,12 +1,9 @@
 """What a training run shows its user: the stage it is in, a bar per stage, a line per iteration.
 
-It is one of the trainer's default callbacks: it sees each stage begin and end, with the
-run's :class:`~nip.training.context.RunContext`. In a terminal (or a notebook)
-each stage gets a header line and a progress bar (the dialogues' bar comes from the rollout
-engine; fine-tuning gets one fed by the jobs' step and loss events); when the output is a file
-or a pipe (CI, a log) each stage is one plain line, with no bars. Each iteration ends with a
-one-line summary of its metrics, and the run with what it spent beside its dry run's estimate
-(inference and fine-tuning, :mod:`nip.runs.spend`). ``show_progress=False`` turns it all off.
+One of the trainer's default callbacks. In a terminal or notebook each stage gets a header and a
+progress bar (fine-tuning's fed by the jobs' events); into a file or pipe each stage is one plain
+line. Each iteration ends with a summary of its metrics, the run with its spend beside its
+estimate (:mod:`nip.runs.spend`). ``show_progress=False`` turns it all off.
 """
 
 from __future__ import annotations
@@ -30,19 +27,14 @@ _SUMMARY = {
 
 
 class RunReporter(TrainerCallback):
-    """A callback that prints a run's progress to ``stream`` (standard error by default; in
-    a notebook, standard output, so the lines are plain output rather than red blocks).
+    """A callback that prints a run's progress to ``stream`` (standard error; in a notebook,
+    standard output).
 
     Args:
-        enabled: Print anything at all.
-        stream: Where to print.
-        bars: Progress bars (default: when ``stream`` is a terminal or this is a notebook);
-            otherwise one plain line per stage.
+        bars: Progress bars (default: in a terminal or notebook), else a line per stage.
         poll_s: How often the fine-tuning bar reads the jobs' events.
-        final_read_timeout_s: How long the last read of the events, when fine-tuning ends,
-            may take before the run goes on without it.
-        engines_after_s: How long the agents' engines may take to start before a line says
-            that they are starting.
+        final_read_timeout_s: How long the last read of the events may take.
+        engines_after_s: How long the engines may take to start before a line says so.
     """
 
     def __init__(
@@ -66,8 +58,8 @@ class RunReporter(TrainerCallback):
         self._engines: tuple[float, asyncio.Future] | None = None
 
     async def on_engines_wait(self, run: RunContext, *, done: bool) -> None:
-        """Around the wait for the agents' engines (a vLLM or ``nip serve`` starting): a
-        line once it has lasted ``engines_after_s``, and how long it took; nothing if quick."""
+        """Around the wait for the agents' engines: a line once it lasted ``engines_after_s``,
+        and how long it took."""
         if not self.enabled:
             return
         if not done:
@@ -134,8 +126,7 @@ class RunReporter(TrainerCallback):
             self._print(_summary(run, iteration, seconds))
 
     async def _watch_jobs(self, run: RunContext, ended: asyncio.Event) -> None:
-        """Show the submitted jobs' training steps and latest loss until ``ended``, reading
-        their events once more then."""
+        """Show the submitted jobs' steps and latest loss until ``ended`` (then a last read)."""
         groups = run.submitted()
         bar = None
         if self.bars:

@@ -8,14 +8,11 @@ intervals, from runs, sweeps, or batches of dialogues.
     figure, table = compare_runs({"before": sweep_a, "after": sweep_b}, pool_seeds=False)
     figure, table = compare_runs(run_protocols(params, ["nip", "debate"]), by_label=True)
 
-Runs of the same protocol (and trainer) with different seeds are **pooled** by default: their
-dialogues at an iteration are counted together and the interval is the Wilson interval of the
-pooled proportion. It treats every dialogue as an independent draw, so it shows how precisely
-the protocol's accuracy is measured, not how much it varies from seed to seed; the table's
-``runs`` column says how many runs each point pools. ``pool_seeds=False`` draws every run as
-its own series (labelled with its seed) to see that spread, and ``over_seeds=True`` the mean of
-the seeds' accuracies with a Student-t interval. Several iterations are drawn as lines against
-the iteration; a single one (batches of dialogues, or ``iteration=``) as bars per series.
+Runs of one protocol (and trainer) with different seeds are **pooled** by default: the Wilson
+interval of their pooled dialogues shows how precisely the accuracy is measured, not how it
+varies between seeds (``runs`` says how many runs a point pools). ``pool_seeds=False`` draws each
+run as its own series, ``over_seeds=True`` the seeds' mean with a Student-t interval. Several
+iterations are drawn as lines; a single one (dialogues, or ``iteration=``) as bars.
 """
 
 from __future__ import annotations
@@ -77,12 +74,8 @@ def _path(source: RunSource) -> Path:
 
 
 def _runs(source: RunSource) -> list[tuple[Path, bool]]:
-    """A run directory, or a sweep's cells (started or not), each followed by its retests
-    (``nip retest``); with each, whether it is a sweep's cell.
-
-    Raises:
-        NotARunDirectoryError: ``source`` is neither a sweep nor a run directory.
-    """
+    """A run directory, or a sweep's cells, each followed by its retests; with each, whether
+    it is a sweep's cell. Raises ``NotARunDirectoryError`` for neither a sweep nor a run."""
     if is_sweep_dir(_path(source)):
         runs = [(run, True) for run in sweep_run_dirs(source)]
     else:
@@ -176,9 +169,8 @@ def _run_records(path: Path, label: str | None, split: str, iteration: int | Non
 
 
 def _series(frame: pd.DataFrame, pool_seeds: bool) -> pd.Series:
-    """Each record's series: its protocol (with the trainer when runs mix trainers, the
-    models when they mix models), or its label (with the protocol when a label covers
-    several); with the seed when not pooled."""
+    """Each record's series: its protocol (with trainer or models where runs mix them) or its
+    label (with the protocol where a label covers several); with the seed when not pooled."""
     base = frame["protocol"].astype(str)
     if frame["trainer"].nunique() > 1:
         base += " (" + frame["trainer"].astype(str) + ")"
@@ -209,26 +201,19 @@ def comparison_table(
     """Accuracy per series and iteration, with intervals.
 
     Args:
-        sources: A run or sweep directory (a :class:`~nip.sweeps.Sweep`), several of them, or
-            labels mapped to a run or sweep, a list of them, or dialogues (a ``RolloutBatch``):
-            each label is a series (``"label: protocol"`` when it covers several protocols).
-        split: Which rollouts of a run: ``test`` (the test passes the test scheme ran) or
-            ``train``.
+        sources: Run or sweep directories, or labels (each a series) mapped to runs, sweeps or
+            dialogues (a ``RolloutBatch``).
+        split: Which rollouts of a run: ``test`` or ``train``.
         iteration: Only this iteration of each run (default: every saved one).
         by_label: Also each true label's items (``items``: correct or incorrect solutions).
-        confidence: The intervals' coverage.
         pool_seeds: Pool the runs of a protocol (and trainer); else one series per run.
-        over_seeds: The accuracy is the mean of the pooled runs' (seeds') accuracies and the
-            interval its Student-t interval: how much the result varies between seeds, not
-            how precisely the dialogues measure it (NaN for a single run).
+        over_seeds: The mean of the pooled runs' accuracies with its Student-t interval
+            (NaN for a single run).
 
     Returns:
         Columns :data:`COLUMNS`, sorted by series (a mapping's order, else by name) and
-        iteration (None for dialogues outside a run). A series is named after its protocol,
-        with the trainer when the runs mix trainers and the agents' models when they mix
-        models (``nip [gpt-4o-mini-2024-07-18]`` beside ``nip [Qwen/Qwen2.5-7B-Instruct]``).
-        Runs that have not finished (a sweep's cells still running, or not started) count as
-        far as they got; ``table.attrs["incomplete"]`` says how far each got.
+        iteration (None for dialogues outside a run). Unfinished runs count as far as they
+        got; ``table.attrs["incomplete"]`` says how far.
 
     Raises:
         FileNotFoundError: A directory is not a run or a sweep
@@ -297,9 +282,8 @@ def comparison_table(
 
 
 def _spent(group: pd.DataFrame, step: Any, spends: dict[str, RunSpend]) -> dict[str, Any]:
-    """What the group's runs spent in iteration ``step`` (inference, both splits, and
-    fine-tuning) and what their dry runs estimated for it, summed over the runs (None where
-    one is unknown; NaN for dialogues outside a run)."""
+    """What the group's runs spent in iteration ``step`` and their estimate of it, summed
+    (None: one unknown; NaN for dialogues outside a run)."""
     runs = [r for r in group["run"].unique() if r is not None and Path(str(r)).is_dir()]
     if not runs or pd.isna(step):
         return {"spent_usd": float("nan"), "estimated_usd": float("nan")}
@@ -336,10 +320,9 @@ def compare_runs(
     Args: as :func:`comparison_table`, and ``title``, the figure's title.
 
     Returns:
-        ``(figure, table)``: with several iterations, one ``go.Scatter`` per series (lines
-        and markers against the iteration, asymmetric error bars, drawn slightly apart so
-        that intervals at one iteration do not hide each other); with one, a ``go.Bar`` per
-        item subset, the series along x. The table is :func:`comparison_table`'s.
+        ``(figure, table)``: with several iterations a ``go.Scatter`` per series (drawn
+        slightly apart); with one, a ``go.Bar`` per item subset. The table is
+        :func:`comparison_table`'s.
     """
     table = comparison_table(
         sources,

@@ -1,5 +1,4 @@
-"""What the widgets share for display: HTML snippets (chat messages, errors, notes) and a
-plain-text repr for notebooks."""
+"""What the widgets share for display: HTML snippets and a plain-text repr for notebooks."""
 
 from __future__ import annotations
 
@@ -46,6 +45,16 @@ def messages_html(messages: Iterable[Mapping[str, Any]]) -> str:
             bubble_html(title, str(message.get("content", "")), _ROLE_COLOURS.get(role, "#fff"))
         )
     return "".join(parts) or "<i>no messages</i>"
+
+
+def table_html(head: Iterable[str], rows: Iterable[Iterable[str]], style: str) -> str:
+    """A table of HTML cells under the plain-text headings ``head``."""
+    cell = "padding:2px 8px;text-align:left;white-space:nowrap"
+    th = "".join(f"<th style='{cell}'>{escape(h)}</th>" for h in head)
+    body = "".join(
+        "<tr>" + "".join(f"<td style='{cell}'>{v}</td>" for v in row) + "</tr>" for row in rows
+    )
+    return f"<table style='{style}'><tr>{th}</tr>{body}</table>"
 
 
 def pre_html(text: str) -> str:

@@ -29,11 +29,8 @@ from nip.widgets._html import PlainTextRepr, error_html, note_html, pre_html
 def agents_for_protocol(
     params: HyperParameters, protocol: str
 ) -> dict[str, PureTextAgentParameters]:
-    """The agents ``params`` would have under ``protocol``.
-
-    Agents the protocol shares with the current one keep their parameters; a new agent
-    starts as a copy of an agent with the same role (verifier or prover), or from defaults.
-    """
+    """The agents ``params`` would have under ``protocol``: shared ones kept, a new one a copy
+    of an agent of the same role (verifier or prover), or from defaults."""
     agents = {}
     for name in protocol_class(protocol).agent_names:
         if name in params.agents:
@@ -53,8 +50,8 @@ def _is_params_mapping(tp: Any) -> bool:
 
 
 def _subclass_choices(declared: type[BaseParameters], current: type) -> list[type]:
-    """The classes a nested field may hold: the declared class's descendants (the declared
-    class itself only when it has none, as for an abstract schedule), plus the current one."""
+    """The classes a nested field may hold: the declared class's descendants (itself when it
+    has none), plus the current one."""
     found: list[type] = []
     stack = list(declared.__subclasses__())
     while stack:
@@ -69,16 +66,13 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
     """Edit a parameters object in place: a control per field, nested groups in an
     accordion, the agents in tabs, a YAML preview and a save button.
 
-    A change assigns the field at once, validated by the class (and by every enclosing
-    object, so agents of one shared model group stay in agreement). A value that is rejected
-    stays in its control with the reason in red beside it, and the object keeps its old value;
-    it is applied as soon as a later change to the same object makes the two valid together
-    (tick ``lora_alpha``, then untick ``lora_alpha_scale``). Changing ``interaction_protocol``
-    gives the agents of the new protocol (see :func:`agents_for_protocol`) and rebuilds their
-    tabs. Edits made to the object in code show after :meth:`refresh`.
+    A change assigns the field at once, validated by the class and every enclosing object. A
+    rejected value stays in its control with the reason in red, the object keeping its old
+    value, until a later change makes the two valid together. Changing ``interaction_protocol``
+    gives the new protocol's agents (:func:`agents_for_protocol`). Edits made in code show
+    after :meth:`refresh`.
 
     Args:
-        params: The object to edit.
         save_path: Where :meth:`save` writes (YAML for ``.yaml``/``.yml``, else JSON).
 
     Attributes:
@@ -144,11 +138,17 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
 
     # ------------------------------------------------------------- building
     def _forget(self, prefix: str) -> None:
-        for table in (self.controls, self.notes, self._docs, self._errors, self._mappings):
+        tables = (
+            self.controls,
+            self.notes,
+            self._docs,
+            self._errors,
+            self._mappings,
+            self._pending,
+        )
+        for table in tables:
             for key in [k for k in table if k.startswith(prefix)]:
                 del table[key]
-        for key in [k for k in self._pending if k.startswith(prefix)]:
-            del self._pending[key]
 
     def _object_form(
         self, obj: BaseParameters, ancestors: list[BaseParameters], prefix: str
@@ -163,7 +163,8 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
                 groups.append((info.name, self._mapping_form(obj, ancestors, info.name, address)))
             else:
                 control = control_for(info, getattr(obj, info.name), self._look)
-                control.observe(partial(self._changed, obj, ancestors, prefix, info.name), "value")
+                assign = partial(self._assign, obj, ancestors, prefix, info.name)
+                control.observe(lambda change, assign=assign: assign(change["new"]), "value")
                 rows.append(self._register(address, info.doc, control))
         if groups:
             titles = tuple(title for title, _ in groups)
@@ -229,16 +230,6 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
         return tab
 
     # -------------------------------------------------------------- changes
-    def _changed(
-        self,
-        obj: BaseParameters,
-        ancestors: list[BaseParameters],
-        prefix: str,
-        name: str,
-        change: Any,
-    ) -> None:
-        self._assign(obj, ancestors, prefix, name, change["new"])
-
     def _assign(
         self,
         obj: BaseParameters,

@@ -1,18 +1,10 @@
 """A live dashboard of a training run: where it stands, its metrics, its jobs, pause and stop.
 
-::
-
-    task = asyncio.create_task(trainer.train_async())   # or `nip run` in a shell
-    RunMonitor(trainer)                                  # or RunMonitor("runs/my-run")
-
-The dashboard reads the run's directory (:class:`~nip.widgets.run_snapshot.RunSnapshot`) on
-a timer that is an asyncio task on the kernel's own loop, so it never blocks the kernel and
-works for a run in another process too; closing the widget cancels the task. Its buttons
-write the run's control file (:mod:`nip.runs.control`): the trainer pauses or stops
-at its next stage boundary.
-
-It is a widget taking a trainer rather than a ``trainer.dashboard()`` method because the
-training layer sits below the widgets and must not import them.
+``RunMonitor(trainer)`` (beside ``asyncio.create_task(trainer.train_async())``) or
+``RunMonitor("runs/my-run")`` (a ``nip run`` elsewhere) reads the run's directory
+(:class:`~nip.widgets.run_snapshot.RunSnapshot`) on an asyncio task of the kernel's loop; its
+buttons write the run's control file (:mod:`nip.runs.control`). It takes a trainer rather than
+being a ``trainer.dashboard()`` method because the training layer must not import the widgets.
 """
 
 from __future__ import annotations
@@ -28,7 +20,7 @@ from nip.runs.control import request
 from nip.runs.spend import usd
 from nip.training.context import RunContext
 from nip.viz.live_figure import LiveFigure
-from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
+from nip.widgets._html import PlainTextRepr, error_html, escape, note_html, table_html
 from nip.widgets._tasks import Polling
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
@@ -70,17 +62,13 @@ def _figure(
 
 
 class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
-    """Watch a run while it trains (in this kernel or another process), and pause or stop it.
-
-    Shows the run's status, iteration and stage, its progress, accuracy and mean episode
-    reward per iteration (plots that grow as metrics files appear), each group's latest
-    fine-tuning job with its loss curve, and Pause / Resume / Stop buttons (they act at the
-    next stage boundary; a stopped run resumes with ``nip resume``).
+    """Watch a run while it trains (here or in another process): status, progress, spend,
+    accuracy and reward per iteration, each group's latest job and its loss, and Pause /
+    Resume / Stop buttons (acting at the next stage boundary).
 
     Args:
         run: A trainer or its :class:`~nip.training.context.RunContext` (its jobs' losses
             are then also asked of its fine-tuning backends), or a run directory.
-        poll_interval_s: Seconds between reads of the run directory.
         start: Start polling at once when there is a running event loop (in a notebook).
     """
 
@@ -239,46 +227,30 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         return job.losses or (self._job_events.get(job.job_id or "", ()))
 
     def _draw_jobs(self) -> None:
-        rows = []
-        for job in self.snapshot.jobs:
-            losses = self.job_losses(job)
-            last = f"{losses[-1][1]:.4g}" if losses else "none" if job.dummy else "–"
-            rows.append(
-                "<tr>"
-                + "".join(
-                    f"<td style='padding:2px 8px'>{escape(v)}</td>"
-                    for v in (
-                        job.group,
-                        job.job_id or "–",
-                        "–" if job.iteration is None else job.iteration,
-                        job.state,
-                        last,
-                        job.model or "(base model)",
-                    )
-                )
-                + "</tr>"
-            )
-        head = "".join(
-            f"<th style='padding:2px 8px;text-align:left'>{h}</th>"
-            for h in ("group", "latest job", "iteration", "status", "loss", "model now")
-        )
-        losses = {job.group: list(self.job_losses(job)) for job in self.snapshot.jobs}
+        jobs = self.snapshot.jobs
+        losses = {job.group: list(self.job_losses(job)) for job in jobs}
         self._set_traces(self.loss_plot, losses)
         # No empty plot: a loss curve only where a job reported losses, else a line saying so.
         self.loss_plot.layout.display = None if any(losses.values()) else "none"
-        jobs = self.snapshot.jobs
-        why = "the dummy backend trains nothing" if jobs and all(j.dummy for j in jobs) else ""
-        self.jobs_view.value = (
-            f"<table style='font-size:90%;margin:40px 16px 0 0'><tr>{head}</tr>"
-            f"{''.join(rows)}</table>"
-            + (
-                ""
-                if any(losses.values())
-                else note_html("no losses reported" + (f": {why}" if why else ""))
+        if not jobs:
+            self.jobs_view.value = note_html("no fine-tuning jobs yet")
+            return
+        rows = []
+        for job in jobs:
+            last = losses[job.group][-1][1] if losses[job.group] else None
+            loss = f"{last:.4g}" if last is not None else "none" if job.dummy else "–"
+            iteration = "–" if job.iteration is None else job.iteration
+            model = job.model or "(base model)"
+            rows.append(
+                [
+                    escape(v)
+                    for v in (job.group, job.job_id or "–", iteration, job.state, loss, model)
+                ]
             )
-            if rows
-            else note_html("no fine-tuning jobs yet")
-        )
+        head = ("group", "latest job", "iteration", "status", "loss", "model now")
+        why = ": the dummy backend trains nothing" if all(j.dummy for j in jobs) else ""
+        note = "" if any(losses.values()) else note_html("no losses reported" + why)
+        self.jobs_view.value = table_html(head, rows, "font-size:90%;margin:40px 16px 0 0") + note
 
     def __repr__(self) -> str:
         return f"RunMonitor({str(self.run_dir)!r}: {self.snapshot.describe()})"

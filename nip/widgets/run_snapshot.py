@@ -1,12 +1,8 @@
 """What a run directory says about its run right now: the model the dashboard renders.
 
-:class:`RunSnapshot` is a plain record read from the files a trainer writes (``state.json``,
-``hyper_params.json``, ``metrics/``, the control and status files, local jobs' ``events.jsonl``),
-so it works the same for a run in this kernel and a ``nip run`` in another process, and can
-be tested without a browser::
-
-    snapshot = RunSnapshot.read("runs/my-run")
-    snapshot.stage, snapshot.iteration, snapshot.progress, snapshot.metric("test", "accuracy")
+:class:`RunSnapshot` is a plain record read from the files a trainer writes, so it works the
+same for a run in this kernel and a ``nip run`` elsewhere, and is tested without a browser
+(``RunSnapshot.read("runs/my-run").position``).
 """
 
 from __future__ import annotations
@@ -27,14 +23,10 @@ class JobSnapshot:
     """A group's latest fine-tuning job, as the run directory records it.
 
     Attributes:
-        group: The shared model group.
-        job_id: The job (None when the group never submitted one).
-        iteration: The iteration it was submitted in.
         outcome: The group's last fine-tuning outcome ("submitted", "frozen", ...).
         model: The model the group generates with now.
         status: The job's own status when its folder records one (local LoRA jobs).
         losses: ``(step, loss)`` points its events reported, oldest first.
-        failed: Whether the job is among the group's failed jobs.
         dummy: Whether the group's agents use the dummy backend (its jobs train nothing).
     """
 
@@ -50,8 +42,7 @@ class JobSnapshot:
 
     @property
     def state(self) -> str:
-        """Where the group's fine-tuning stands, in words ("succeeded, in use", "frozen: never
-        trained", "running"...)."""
+        """Where the group's fine-tuning stands, in words ("succeeded, in use", "running"...)."""
         if self.status:
             words = self.status
         elif self.outcome == "none":  # the iteration's outcome is forgotten once switched
@@ -62,8 +53,7 @@ class JobSnapshot:
         return f"{words} (dummy backend: trains nothing)" if self.dummy and self.job_id else words
 
 
-#: A group's last fine-tuning outcome (``PureTextSharedModelGroupState.last_job_outcome``) in
-#: words, where its name says too little.
+#: A group's ``last_job_outcome`` in words, where its name says too little.
 _OUTCOME_WORDS = {
     "submitted": "submitted",
     "frozen": "frozen: never trained",
@@ -78,23 +68,15 @@ class RunSnapshot:
     """A run's position, metrics and jobs, read from its directory.
 
     Attributes:
-        run_dir: The run's folder.
         exists: Whether the folder holds a run (a trainer was built there).
         started: Whether the trainer has saved a state yet (finished a stage).
-        iteration: The current iteration (0-based).
-        num_iterations: How many the run has.
         stage: The stage being run (or next to run); ``"done"`` once finished.
-        stages_completed: Stages finished so far.
         request: The standing control request: "run", "pause" or "stop".
-        reported: The trainer's own report at its last stage boundary ("running", "paused",
-            "stopped", "finished", "failed"), or None when that report is older than the
-            saved state.
-        error: What made the run fail, as the trainer reported it (None unless "failed").
+        reported: The trainer's report at its last stage boundary (None when older than the
+            saved state); ``error`` what made it fail.
         metrics: Every saved metrics file, one dict each (with ``split`` and ``iteration``).
-        jobs: Each group's latest job.
-        stage_done: Dialogues the current stage has finished (None when it plays none, or
-            has not reported yet).
-        stage_total: Dialogues the current stage plays (None likewise).
+        stage_done / stage_total: Dialogues the current stage has finished and plays (None
+            when it plays none, or has not reported yet).
         plan: The run's plan (``plan.json``; None for a run saved before plans).
         estimate: The dry run's estimate saved when it started (``cost_estimate.json``).
     """
@@ -160,9 +142,8 @@ class RunSnapshot:
 
     @property
     def status(self) -> str:
-        """In words: "no run", "not started" (no stage finished yet), "running", "pausing"
-        (asked, not yet at a stage boundary), "paused", "stopping", "stopped", "failed" (a
-        stage raised; resume it) or "finished"."""
+        """In words: "no run", "not started", "running", "pausing" (not yet at a stage
+        boundary), "paused", "stopping", "stopped", "failed" or "finished"."""
         if self.finished:
             return "finished"
         if not self.exists:
@@ -202,26 +183,17 @@ class RunSnapshot:
 
     # ------------------------------------------------------------------- metrics
     def metric(self, split: str, name: str) -> list[tuple[int, float]]:
-        """``(iteration, value)`` of one metric of one split, in order (missing values and
-        undefined ratios left out)."""
-        points = [
+        """``(iteration, value)`` of one metric of one split, in order (missing ones left out)."""
+        return sorted(
             (int(row["iteration"]), float(row[name]))
             for row in self.metrics
             if row.get("split") == split and isinstance(row.get(name), int | float)
-        ]
-        return sorted(points)
+        )
 
     def latest(self, split: str, name: str) -> float | None:
         """The last value of one metric of one split (None before it is saved)."""
         points = self.metric(split, name)
         return points[-1][1] if points else None
-
-    @property
-    def cost_usd(self) -> float | None:
-        """What the run's dialogues have cost so far (every saved split and iteration; None
-        when a model has no price)."""
-        values = [row.get("cost_usd") for row in self.metrics]
-        return None if None in values else sum(values)
 
     @property
     def spend(self) -> RunSpend:
@@ -308,8 +280,7 @@ def _jobs(
 
 
 def _local_job(run_dir: Path, job_id: str) -> tuple[str | None, tuple[tuple[int, float], ...]]:
-    """A local LoRA job's status and losses, from its folder under ``jobs/`` (other backends
-    keep theirs on their side: the dashboard asks them when it has the trainer)."""
+    """A local LoRA job's status and losses, from its folder under ``jobs/``."""
     folder = run_dir / "jobs" / job_id
     if not folder.is_dir():
         return None, ()
@@ -318,8 +289,7 @@ def _local_job(run_dir: Path, job_id: str) -> tuple[str | None, tuple[tuple[int,
 
 
 def loss_points(events: list[dict[str, Any]]) -> tuple[tuple[int, float], ...]:
-    """``(step, loss)`` of every event data dict reporting a training loss (events without
-    a step are numbered in order)."""
+    """``(step, loss)`` of every event reporting a training loss (no step: numbered in order)."""
     points = []
     for number, event in enumerate(events):
         data = event.get("data", event)

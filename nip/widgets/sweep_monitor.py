@@ -1,18 +1,10 @@
 """A sweep's dashboard: each cell where it stands, and the comparison as cells test.
 
-::
-
-    SweepMonitor(sweep)                       # nip.sweep(...): before, during and after the run
-    SweepMonitor("runs/sweeps/paper-ei")      # while `nip sweep` runs, here or in a shell
-
-It reads the sweep directory (``sweep.json``, ``events.jsonl`` and each cell's run directory)
-on a timer that is an asyncio task on the kernel's loop, like :class:`~nip.widgets.RunMonitor`:
-a table with each cell's axis values, protocol, status, iteration and stage, accuracy and cost
-so far (and, for a cell that failed, why), the comparison plot of
-:func:`~nip.viz.compare_runs` (accuracy per protocol and iteration, seeds pooled, with Wilson
-intervals) that fills as cells test, and, on a click on a cell's name, that cell's
-``RunMonitor`` (pause and stop work per cell). Made before the sweep has started, it says so
-and waits for it.
+``SweepMonitor(sweep)`` (a ``nip.sweep(...)``, before, during and after it runs) or
+``SweepMonitor("runs/sweeps/paper-ei")`` (while ``nip sweep`` runs) polls the sweep directory like
+:class:`~nip.widgets.RunMonitor`: a table of each cell's axis values, protocol, status, stage,
+accuracy and spend (or why it failed), the :func:`~nip.viz.compare_runs` plot as cells test, and
+a cell's own ``RunMonitor`` on a click.
 """
 
 from __future__ import annotations
@@ -30,14 +22,12 @@ from nip.runs.spend import usd
 from nip.runs.sweep_dir import MANIFEST, cell_errors, cell_run_dir
 from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
-from nip.widgets._html import PlainTextRepr, error_html, escape, note_html
+from nip.widgets._html import PlainTextRepr, error_html, escape, note_html, table_html
 from nip.widgets._tasks import Polling
 from nip.widgets.run_monitor import RunMonitor
 from nip.widgets.run_snapshot import RunSnapshot
 
 __all__ = ["SweepMonitor"]
-
-_CELL = "padding:2px 8px;text-align:left;white-space:nowrap"
 
 
 def _status(snapshot: RunSnapshot) -> str:
@@ -48,10 +38,8 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
     """Each cell of a sweep, its comparison so far, and a cell's own dashboard on a click.
 
     Args:
-        sweep: A :class:`~nip.sweeps.Sweep` (its cells are listed before its directory
-            exists), or a sweep directory (``nip sweep --sweep-dir``).
+        sweep: A :class:`~nip.sweeps.Sweep` (cells listed before it starts) or its directory.
         split: The rollouts the comparison plot reads (``test`` or ``train``).
-        poll_interval_s: Seconds between reads.
         start: Start polling at once when there is a running event loop (in a notebook).
     """
 
@@ -165,12 +153,8 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         ]
         head = ["cell", *(p.rsplit(".", 1)[-1] for p in axes)]
         head += ["protocol", "status", "where", "accuracy", "spent (of estimate)"]
-        rows = "".join(
-            "<tr>" + "".join(f"<td style='{_CELL}'>{v}</td>" for v in self._row(c, axes)) + "</tr>"
-            for c in self.cells
-        )
-        th = "".join(f"<th style='{_CELL}'>{escape(h)}</th>" for h in head)
-        self.table.value = f"<table style='font-size:90%'><tr>{th}</tr>{rows}</table>"
+        rows = [self._row(c, axes) for c in self.cells]
+        self.table.value = table_html(head, rows, "font-size:90%")
         done = sum(s.finished for s in self.snapshots.values())
         failed = f", {len(self.errors)} failed" if self.errors else ""
         state = f"{done}/{len(self.cells)} cells done{failed}"
