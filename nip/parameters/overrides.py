@@ -3,9 +3,10 @@
 
 The dict is rebuilt with each override, so a value is validated as if written in the file.
 Command-line text is read with YAML's scalar rules, except that a text field keeps the text
-(``model_name=2024`` stays ``"2024"``). A mapping sets several fields of a group; ``agents.*``
-stands for every agent (a path naming one agent wins over it). A new ``interaction_protocol``
-gives each new agent the old one of its name, else of its role, else the defaults.
+(``model_name=2024`` stays ``"2024"``) and a float field reads ``1e-4`` as a float. A mapping
+sets several fields of a group; ``agents.*`` stands for every agent (a path naming one agent
+wins over it). A new ``interaction_protocol`` gives each new agent the old one of its name,
+else of its role, else the defaults.
 """
 
 from __future__ import annotations
