@@ -367,17 +367,13 @@ class ProtocolHandler(ABC):
         )
 
     def _repr_html_(self) -> str:
-        rows = self.schedule()
-        head = "".join(
-            f"<th>{html.escape(self.agent(n).human_name)} ({n})</th>" for n in self.agent_names
-        )
+        names = self.agent_names
+        head = "".join(f"<th>{html.escape(self.agent(n).human_name)} ({n})</th>" for n in names)
         body = "".join(
-            "<tr><td>"
-            + row["round"]
-            + "</td>"
-            + "".join(f"<td>{html.escape(row[n])}</td>" for n in self.agent_names)
+            f"<tr><td>{row['round']}</td>"
+            + "".join(f"<td>{html.escape(row[n])}</td>" for n in names)
             + "</tr>"
-            for row in rows
+            for row in self.schedule()
         )
         visibility = "; ".join(
             f"<code>{c.name}</code> seen by {', '.join(sorted(c.visible_to))}"
