@@ -43,6 +43,24 @@ def test_command_line_text_is_read_with_yaml_scalar_rules_but_text_fields_stay_t
     assert parse_override("text_rl.test_scheme=all") == ("text_rl.test_scheme", "all")
 
 
+@pytest.mark.parametrize(("text", "value"), [("1e-1", 0.1), ("5E-1", 0.5), ("+25e-2", 0.25)])
+def test_set_reads_exponent_notation_as_a_float_where_the_field_is_a_float(
+    text, value, make_tiny_dataset, tmp_path
+):
+    config = tmp_path / "config.yaml"
+    _tiny(make_tiny_dataset()).save(config)
+    run_dir = tmp_path / "run"
+    args = ["run", str(config), "--run-dir", str(run_dir), "--quiet"]
+    assert main([*args, "--set", f"agents.prover.temperature={text}"]) == 0
+    saved = json.loads((run_dir / "hyper_params.json").read_text())
+    assert saved["agents"]["prover"]["temperature"] == value
+
+
+def test_a_config_file_reads_exponent_notation_as_a_float_but_text_fields_keep_it():
+    params = HyperParameters.from_yaml("rl: {lr: 1e-4}\nagents: {verifier: {model_name: 1e-4}}")
+    assert params.rl.lr == 1e-4 and params.agents["verifier"].model_name == "1e-4"
+
+
 @pytest.mark.parametrize(
     ("overrides", "named"),
     [

@@ -21,7 +21,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dummy", action="store_true", help="A dummy judge (for trying out).")
     parser.add_argument("--analysers", nargs="*", help="Which analysers (default: all).")
     _args.add_run_options(parser)
-    parser.set_defaults(run_dir=None)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from nip.training.trainer import PureTextEiTrainer
 
     check_analysers(args.analysers or ())
-    trainer = PureTextEiTrainer.resume(args.run_dir_positional, _args.run_settings(args))
+    trainer = PureTextEiTrainer.resume(args.run_dir_positional, _args.opened_run(args))
     judge = PureTextAgentParameters(
         model_provider=args.provider, model_name=args.model, use_dummy_api=args.dummy
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import random
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any
 
 from nip.data._apps import is_grouped, keeps_row, normalise_columns
 from nip.data._dataset import CodeValidationDataset
@@ -72,7 +72,12 @@ def load_code_validation_dataset(
         DatasetSplitError, DatasetFormatError (names row and field), DatasetUnavailableError.
 
     """
-    _check_arguments(split, difficulty, apps_difficulty, max_size)
+    _check_arguments(split, max_size)
+    options = CodeValidationParameters(  # checks both difficulties
+        difficulty=difficulty,
+        apps_difficulty=apps_difficulty,
+        apps_exclude_flagged=apps_exclude_flagged,
+    )
     name = str(name_or_path)
     kind = dataset_kind(name)
     if kind is None:
@@ -88,11 +93,6 @@ def load_code_validation_dataset(
             "revision", revision, "None for a dataset that is not on the Hub"
         )
     numbered, source, resolved, origin = _numbered_rows(name, kind, split, revision)
-    options = CodeValidationParameters(
-        difficulty=difficulty,
-        apps_difficulty=apps_difficulty,
-        apps_exclude_flagged=apps_exclude_flagged,
-    )
     items = _items(numbered, source, options)
     if kind in ("shipped", "file"):
         _check_file_split(name, split, items)
@@ -149,17 +149,9 @@ def balanced_subsample(
     return [items[i] for i in sorted(chosen)]
 
 
-def _check_arguments(
-    split: str, difficulty: str, apps_difficulty: str, max_size: int | None
-) -> None:
+def _check_arguments(split: str, max_size: int | None) -> None:
     if split not in _SPLIT_CHOICES:
         raise InvalidParameterError("split", split, ", ".join(map(repr, _SPLIT_CHOICES)))
-    for field, value, literal in (
-        ("difficulty", difficulty, Difficulty),
-        ("apps_difficulty", apps_difficulty, AppsDifficulty),
-    ):
-        if value not in get_args(literal):
-            raise InvalidParameterError(field, value, ", ".join(map(repr, get_args(literal))))
     if max_size is not None and (
         isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1
     ):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import types
 import weakref
 from collections.abc import Iterator, Mapping
@@ -105,6 +106,17 @@ def _errors_at(address: str) -> Iterator[None]:
         raise error.with_prefix(address) from None
 
 
+#: A float in exponent form without a dot (``1e-4``): text to YAML 1.1, a float to YAML 1.2.
+_EXPONENT_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+
+
+def _yaml12(value: Any, field: Any) -> Any:
+    """``value``, or the float it spells if it is ``1e-4``-like text for a float field."""
+    floats = float in (field.annotation, *get_args(field.annotation))
+    is_text = isinstance(value, str) and _EXPONENT_FLOAT.fullmatch(value.strip())
+    return float(value) if floats and is_text else value
+
+
 def _holds_parameters(annotation: Any) -> bool:
     """Whether a field of this type is a dict of parameter objects (held as a HeldDict)."""
     value = get_args(annotation)[1] if get_origin(annotation) is dict else None
@@ -138,7 +150,8 @@ class BaseParameters(BaseModel):
     @classmethod
     def _from_input(cls, data: Any, handler: Any, info: ValidationInfo) -> Any:
         """Read a dict of fields: ``_`` keys are metadata, ``_type`` may name a subclass to
-        build instead, an unknown key is an error (dropped with ``ignore_extra_keys``)."""
+        build instead, an unknown key is an error (dropped with ``ignore_extra_keys``), and a
+        float field reads ``1e-4`` (text to YAML 1.1) as a float."""
         target = cls
         if isinstance(data, Mapping):
             type_name = data.get("_type")
@@ -152,7 +165,8 @@ class BaseParameters(BaseModel):
             extra = set(data) - set(target.model_fields)
             if extra and not (info.context or {}).get("ignore_extra_keys"):
                 raise UnknownKeyError(target.__name__, extra, target.model_fields)
-            data = {k: v for k, v in data.items() if k not in extra}
+            fields = target.model_fields
+            data = {k: _yaml12(v, fields[k]) for k, v in data.items() if k not in extra}
             if target is not cls:
                 return target.model_validate(data, context=info.context)
         try:

@@ -353,14 +353,10 @@ def _drop_is_random(params_dict: Any) -> Any:
     """``params_dict`` without the original's ``agents.<name>.is_random: false`` keys."""
     if not isinstance(params_dict, Mapping) or not isinstance(params_dict.get("agents"), Mapping):
         return params_dict
-    agents = {
-        name: (
-            {k: v for k, v in agent.items() if not (k == "is_random" and v is False)}
-            if isinstance(agent, Mapping)
-            else agent
-        )
-        for name, agent in params_dict["agents"].items()
-    }
+    agents = dict(params_dict["agents"])
+    for name, agent in agents.items():
+        if isinstance(agent, Mapping) and agent.get("is_random", True) is False:
+            agents[name] = {k: v for k, v in agent.items() if k != "is_random"}
     return {**params_dict, "agents": agents}
 
 

@@ -3,9 +3,10 @@
 
 The dict is rebuilt with each override, so a value is validated as if written in the file.
 Command-line text is read with YAML's scalar rules, except that a text field keeps the text
-(``model_name=2024`` stays ``"2024"``). A mapping sets several fields of a group; ``agents.*``
-stands for every agent (a path naming one agent wins over it). A new ``interaction_protocol``
-gives each new agent the old one of its name, else of its role, else the defaults.
+(``model_name=2024`` stays ``"2024"``) and a float field reads ``1e-4`` as a float. A mapping
+sets several fields of a group; ``agents.*`` stands for every agent (a path naming one agent
+wins over it). A new ``interaction_protocol`` gives each new agent the old one of its name,
+else of its role, else the defaults.
 """
 
 from __future__ import annotations
@@ -145,26 +146,20 @@ def _set(data: dict[str, Any], path: str, value: Any, current: Any) -> None:
 def _apply(
     params: HyperParameters, data: dict[str, Any], path: str, value: Any, protocol: Any
 ) -> None:
+    def no_parameter(why: str) -> InvalidParameterError:
+        reason = _missing_agent(path, data) or why
+        return InvalidParameterError(path, value, "the dotted path of a parameter", reason=reason)
+
     try:
         current = params.get(path)
     except KeyError as error:
         if protocol is None or not path.startswith("agents."):
-            raise InvalidParameterError(
-                path,
-                value,
-                "the dotted path of a parameter",
-                reason=_missing_agent(path, data) or str(error.args[0]).split(": ", 1)[-1],
-            ) from None
+            raise no_parameter(str(error.args[0]).split(": ", 1)[-1]) from None
         current = None  # an agent of the new protocol: checked when built
     try:
         _set(data, path, value, current)
     except (KeyError, TypeError):
-        raise InvalidParameterError(
-            path,
-            value,
-            "the dotted path of a parameter",
-            reason=_missing_agent(path, data) or "no such parameter",
-        ) from None
+        raise no_parameter("no such parameter") from None
 
 
 def apply_overrides(
@@ -212,14 +207,10 @@ def apply_overrides(
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if str(key).startswith("_"):
-                continue
-            out.update(_flatten(item, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): value}
+    if not isinstance(value, Mapping):
+        return {prefix.rstrip("."): value}
+    items = (_flatten(v, f"{prefix}{k}.") for k, v in value.items() if not str(k).startswith("_"))
+    return {path: leaf for flat in items for path, leaf in flat.items()}
 
 
 def changed_paths(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, tuple]:

@@ -86,8 +86,7 @@ class ProtocolHandler(ABC):
                 f"attribute, or passed by the constructor), got {max_message_rounds!r}"
             )
         self.common = common or CommonProtocolParameters()
-        self.check_stance_randomisation(self.common)
-        self.check_verifier_first(self.common)
+        self.check_protocol_only_settings(self.common)
         self.max_message_rounds = max_message_rounds
         self.min_message_rounds = min_message_rounds
         self.agents: tuple[AgentSpec, ...] = self._build_agents()
@@ -154,28 +153,17 @@ class ProtocolHandler(ABC):
         return PromptTemplate(source, f"{type(self).__name__}.system_prompts[{agent_name!r}]")
 
     @classmethod
-    def check_stance_randomisation(cls, common: CommonProtocolParameters) -> None:
-        """Refuse ``randomize_prover_stance`` where it would do nothing."""
-        if common.randomize_prover_stance and not cls.stance_can_be_randomized:
-            raise InvalidParameterError(
-                "protocol_common.randomize_prover_stance",
-                True,
-                f"False for interaction_protocol={cls.name!r}",
-                reason=f"{cls.__name__}.stance_can_be_randomized is False: its provers argue "
-                "fixed stances, so the setting would do nothing",
-            )
-
-    @classmethod
-    def check_verifier_first(cls, common: CommonProtocolParameters) -> None:
-        """Refuse ``verifier_first=False`` where it would do nothing."""
-        if not common.verifier_first and not cls.verifier_first_applies:
-            raise InvalidParameterError(
-                "protocol_common.verifier_first",
-                False,
-                f"True for interaction_protocol={cls.name!r}",
-                reason=f"{cls.__name__}.verifier_first_applies is False: its schedule is "
-                "fixed, so the setting would do nothing",
-            )
+    def check_protocol_only_settings(cls, common: CommonProtocolParameters) -> None:
+        """Refuse a :data:`PROTOCOL_ONLY_SETTINGS` value that would do nothing here."""
+        for field, inert, declared_by, _, why in PROTOCOL_ONLY_SETTINGS:
+            if getattr(common, field) == inert and not getattr(cls, declared_by):
+                raise InvalidParameterError(
+                    f"protocol_common.{field}",
+                    inert,
+                    f"{not inert} for interaction_protocol={cls.name!r}",
+                    reason=f"{cls.__name__}.{declared_by} is False: "
+                    f"{why.format(name=cls.name)}, so the setting would do nothing",
+                )
 
     @classmethod
     def hyper_parameters(cls, **fields: Any) -> HyperParameters:
@@ -186,8 +174,7 @@ class ProtocolHandler(ABC):
         }
         agents |= given  # an agent the protocol does not have: refused by the configuration
         params = HyperParameters(interaction_protocol=cls.name, agents=agents, **fields)
-        cls.check_stance_randomisation(params.protocol_common)
-        cls.check_verifier_first(params.protocol_common)
+        cls.check_protocol_only_settings(params.protocol_common)
         return params
 
     @cached_property
@@ -380,17 +367,13 @@ class ProtocolHandler(ABC):
         )
 
     def _repr_html_(self) -> str:
-        rows = self.schedule()
-        head = "".join(
-            f"<th>{html.escape(self.agent(n).human_name)} ({n})</th>" for n in self.agent_names
-        )
+        names = self.agent_names
+        head = "".join(f"<th>{html.escape(self.agent(n).human_name)} ({n})</th>" for n in names)
         body = "".join(
-            "<tr><td>"
-            + row["round"]
-            + "</td>"
-            + "".join(f"<td>{html.escape(row[n])}</td>" for n in self.agent_names)
+            f"<tr><td>{row['round']}</td>"
+            + "".join(f"<td>{html.escape(row[n])}</td>" for n in names)
             + "</tr>"
-            for row in rows
+            for row in self.schedule()
         )
         visibility = "; ".join(
             f"<code>{c.name}</code> seen by {', '.join(sorted(c.visible_to))}"

@@ -89,13 +89,12 @@ class RolloutBatch:
         n = len(self.transcripts)
         agents = sorted({a for t in self.transcripts for a in t.episode_rewards})
         rows = [t.summary() for t in self.transcripts]
+        undecided = sum(t.decision is Decision.NONE for t in self.transcripts)
         summary: dict[str, Any] = {
             "dialogues": n,
             "accuracy": self.accuracy,
-            "no_decision_rate": sum(t.decision is Decision.NONE for t in self.transcripts) / n
-            if n
-            else 0.0,
-            "mean_rounds": sum(r["rounds"] for r in rows) / n if n else 0.0,
+            "no_decision_rate": undecided / (n or 1),
+            "mean_rounds": sum(r["rounds"] for r in rows) / (n or 1),
             "retries": sum(r["retries"] for r in rows),
             "invalid_turns": sum(r["invalid_turns"] for r in rows),
             "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
