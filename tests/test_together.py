@@ -331,6 +331,21 @@ def test_a_resumed_process_uploading_the_same_file_gets_togethers_copy(fakes):
     assert first.uploaded == resumed.uploaded and list(resumed.uploaded.values()) == [file_id]
 
 
+def test_a_resumed_run_deletes_the_files_a_killed_process_uploaded(fakes, tmp_path):
+    fake = fakes()
+    spec = FineTuneSpec(BASE_MODEL, "supervised", (LINE,))
+    killed = TogetherFineTuneBackend.from_environment(tmp_path / "run")
+    asyncio.run(killed.create_job(spec))  # then killed: its run never ended
+    (file_id,) = fake.files
+    assert not fake.deleted
+
+    resumed = TogetherFineTuneBackend.from_environment(tmp_path / "run")  # a new process
+    assert resumed.uploaded == killed.uploaded  # read from the run's folder
+    asyncio.run(resumed.end_run())
+    assert fake.deleted == [file_id] and resumed.uploaded == {}
+    assert TogetherFineTuneBackend.from_environment(tmp_path / "run").uploaded == {}
+
+
 def test_keep_previous_keeps_the_base_model_after_a_failed_job(fakes, dataset, tmp_path):
     fake = fakes(fail_first=1)
     path = config(tmp_path, dataset)
