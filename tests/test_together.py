@@ -75,8 +75,10 @@ def backend(fake: FakeTogether) -> TogetherFineTuneBackend:
 
 def config(tmp_path: Path, dataset: Path, trainer: str = "pure_text_ei", **verifier) -> Path:
     """Two iterations (one fine-tuning job) with both agents on Together AI; the prover is
-    frozen, the verifier trains."""
+    frozen, the verifier trains (it speaks first: its supervisor message is the user turn
+    Together's format wants before its first turn)."""
     agent = {"model_provider": "TogetherAI", "model_name": BASE_MODEL}
+    verifier = {"use_supervisor_message": "first", **verifier}
     data = {
         "trainer": trainer,
         "dataset": str(dataset),
@@ -284,6 +286,48 @@ def test_a_line_togethers_format_does_not_take_is_refused_before_anything_is_upl
     with pytest.raises(FineTuneError, match=r"line 2 .*two assistant messages in a row"):
         asyncio.run(backend(fake).create_job(FineTuneSpec(BASE_MODEL, "supervised", (LINE, twice))))
     assert not fake.files and not fake.created
+
+
+@pytest.mark.parametrize(
+    ("protocol", "trained", "verifier_first"),
+    [("nip", "verifier", True), ("adp", "prover", True), ("debate", "prover0", False)],
+)
+def test_a_trained_agent_speaking_first_with_no_user_turn_is_refused_before_any_dialogue(
+    protocol, trained, verifier_first, fakes, dataset, tmp_path, capsys
+):
+    """Under nip the verifier speaks first, under adp the prover, under debate the provers
+    unless the verifier is first: prompted by a system message alone, their lines would
+    have no user turn before their first turn."""
+    fake = fakes()
+    agent = {"model_provider": "TogetherAI", "model_name": BASE_MODEL}
+    names = ("prover0", "prover1", "verifier") if protocol == "debate" else ("prover", "verifier")
+    agents = {name: {**agent, "freeze_agent": name != trained} for name in names}
+    path = config(tmp_path, dataset)
+    data = {**yaml.safe_load(path.read_text()), "interaction_protocol": protocol, "agents": agents,
+            "protocol_common": {"verifier_first": verifier_first}}  # fmt: skip
+    path.write_text(yaml.safe_dump(data))
+    assert run(path, tmp_path / "run") != 0
+    error = capsys.readouterr().err
+    assert f"agents.{trained}.use_supervisor_message='none' is not allowed" in error
+    assert "'first' or 'all'" in error and "Traceback" not in error
+    assert not list((tmp_path / "run").glob("rollouts/*.jsonl")) and not fake.files
+    # nip's own check refuses such a line too, whoever builds it.
+    line = {"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}
+    with pytest.raises(FineTuneError, match="no user turn before the first assistant turn"):
+        asyncio.run(backend(fake).create_job(FineTuneSpec(BASE_MODEL, "supervised", (line,))))
+
+
+def test_with_its_supervisor_message_a_first_speakers_lines_have_that_user_turn(
+    fakes, dataset, tmp_path
+):
+    fake = fakes()
+    assert run(config(tmp_path, dataset), tmp_path / "run") == 0  # use_supervisor_message=first
+
+    (job,) = fake.jobs.values()
+    for line in job.lines:
+        system, first, *_ = line["messages"]
+        assert (system["role"], first["role"]) == ("system", "user")
+        assert first["name"] == "Supervisor"  # the message the verifier's first prompt ended with
 
 
 def test_the_sdks_file_checker_refuses_a_file_before_it_is_uploaded(fakes):

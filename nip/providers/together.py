@@ -22,11 +22,12 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nip.agents.prompt_builder import supervisor_enabled
 from nip.backends._retry import (
     RetryPolicy,
     call_with_retries,
@@ -37,6 +38,7 @@ from nip.errors import (
     BackendUnavailableError,
     FineTuneError,
     GenerationError,
+    InvalidParameterError,
     ModelNotFoundError,
 )
 from nip.jobs._types import TERMINAL_STATUSES, FineTuneEvent, FineTuneJob, FineTuneSpec
@@ -236,6 +238,24 @@ class TogetherFineTuneBackend:
         limits = await self.model_limits(spec.base_model)
         if problems := limit_problems(spec, limits):
             raise FineTuneError(f"Together AI cannot train this job: {'; '.join(problems)}")
+
+    def check_agents(self, agents: Iterable[Any]) -> None:
+        """Refuse a trained agent that speaks first, prompted by its system message alone: its
+        lines would have an assistant turn with no user turn before it, which Together's
+        format refuses, and nip invents none; a supervisor message is that turn."""
+        for agent in agents:
+            handler, mode = agent.protocol_handler, agent.agent_params.use_supervisor_message
+            if supervisor_enabled(mode, 0):
+                continue
+            if any(agent.agent_name in handler.speakers(0, seed) for seed in range(8)):
+                raise InvalidParameterError(
+                    f"agents.{agent.agent_name}.use_supervisor_message",
+                    mode,
+                    "'first' or 'all' for a Together AI agent that is fine-tuned and speaks first",
+                    reason=f"under {handler.name} it speaks first, prompted by its system "
+                    "message alone, and Together AI's format wants a user turn before each "
+                    "assistant turn: the supervisor message is one, kept in its training lines",
+                )
 
     # ---------------------------------------------------------------- jobs
     async def create_job(self, spec: FineTuneSpec) -> str:
