@@ -57,38 +57,10 @@ from nip.providers._together_api import (
     limit_problems,
     together_lines,
 )
-from nip.providers._together_prices import (
-    FINE_TUNING_USD_PER_1M,
-    INFERENCE_USD_PER_1M,
-    PRICES,
-    PRICES_READ_ON,
-    PRICES_SOURCE,
-    fine_tunable,
-    model_size_b,
-)
+from nip.providers._together_prices import INFERENCE_USD_PER_1M as INFERENCE_USD_PER_1M
+from nip.providers._together_prices import PRICES
+from nip.providers._together_prices import PRICES_READ_ON as PRICES_READ_ON
 from nip.settings import ExperimentSettings
-
-__all__ = [
-    "API_KEY_ENV",
-    "BASE_URL_ENV",
-    "FAILURE_EVENTS",
-    "FINE_TUNING_USD_PER_1M",
-    "INFERENCE_USD_PER_1M",
-    "PRICES",
-    "PRICES_READ_ON",
-    "PRICES_SOURCE",
-    "PROVIDER",
-    "STATUS_MAP",
-    "TOGETHER_BASE_URL",
-    "TogetherChatBackend",
-    "TogetherFineTuneBackend",
-    "check_lines",
-    "fine_tunable",
-    "job_request",
-    "limit_problems",
-    "model_size_b",
-    "together_lines",
-]
 
 T = TypeVar("T")
 
@@ -166,16 +138,11 @@ class TogetherFineTuneBackend:
 
     def _remember(self, digest: str, file_id: str | None) -> None:
         """Record an upload (None: its deletion), merged with the run's other groups'."""
-        if file_id is None:
-            self.uploaded.pop(digest, None)
-        else:
-            self.uploaded[digest] = file_id
+        files = {**self._recorded(), **self.uploaded, digest: file_id}
+        self.uploaded = {d: f for d, f in {**self.uploaded, digest: file_id}.items() if f}
         if self.record is not None:
-            files = {**self._recorded(), **self.uploaded}
-            if file_id is None:
-                files.pop(digest, None)
             self.record.parent.mkdir(parents=True, exist_ok=True)
-            self.record.write_text(json.dumps(files))
+            self.record.write_text(json.dumps({d: f for d, f in files.items() if f}))
 
     # ----------------------------------------------------------------- calls
     def _client(self) -> Any:
