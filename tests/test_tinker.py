@@ -487,28 +487,94 @@ def test_a_runs_cost_prices_the_adapters_turns_as_its_base_model(standin, datase
     assert metrics["cost_usd"] == pytest.approx(expected / 1e6)
 
 
-# -------------------------------------------------------------------- paper preset
+# ------------------------------------------------------------------- paper presets
+#: The paper presets made CI-sized: every dialogue's verifier decision is the true label and
+#: every dialogue is kept (Expert Iteration), so each group has examples whatever the tiny
+#: model samples; MALT's pairs are any two siblings whose expected rewards differ.
+SMALL = (
+    "rl.num_iterations=2",
+    "nip_protocol.min_message_rounds=1",
+    "nip_protocol.max_message_rounds=3",
+    "text_rl.test_scheme=none",
+    "text_rl.min_fine_tune_examples=1",
+    "text_rl.verifier_guess_replacement_proportion=1.0",
+    "pure_text_ei.reward_threshold=-100",
+    "pure_text_malt.pair_selection_method=interval",
+    "pure_text_malt.interval_threshold_proportion=0.0",
+    "agents.*.max_tokens_per_message=8",
+    "agents.*.num_invalid_generation_retries=0",
+    "agents.*.lora_rank=8",
+)
+ON_TINKER = ("agents.*.model_provider=Tinker", f"agents.*.model_name={MODEL}")
+
+
+def run_preset(preset: str, run_dir: Path, *sets: str) -> int:
+    args = ["run", preset, "--run-dir", str(run_dir), "--quiet", "--cache", "off"]
+    return main([*args, *(x for s in (*ON_TINKER, *SMALL, *sets) for x in ("--set", s))])
+
+
+def assert_trained_and_sampled(run_dir: Path, group: str) -> str:
+    """The group's one job trained, and the next iteration sampled from its adapter."""
+    (sampler,) = saved_group(run_dir, group)["model_history"]
+    assert sampler.startswith("tinker://") and sampler.endswith(f"/{group}-it0")
+    events = (run_dir / "jobs" / f"{group}-it0" / "events.jsonl").read_text().splitlines()
+    assert events and all(json.loads(e)["data"]["loss"] > 0 for e in events)
+    assert turn_models(run_dir, 0, group) == {MODEL}
+    assert turn_models(run_dir, 1, group) == {sampler}
+    return sampler
+
+
 def test_nip_run_of_the_paper_preset_on_tinker_trains_and_samples_each_iterations_adapter(
     standin, dataset, tmp_path
 ):
-    small = [
-        f"dataset={dataset}",
-        "rl.num_iterations=2",
-        "rl.rollouts_per_iteration=2",
-        "nip_protocol.min_message_rounds=2",
-        "nip_protocol.max_message_rounds=3",
-        "text_rl.test_scheme=none",
-        "text_rl.min_fine_tune_examples=1",
-        "text_rl.verifier_guess_replacement_proportion=1.0",
-        "pure_text_ei.reward_threshold=-100",
-        "agents.*.max_tokens_per_message=8",
-        "agents.*.num_invalid_generation_retries=0",
-        "agents.*.lora_rank=8",
-    ]
-    sets = ["agents.*.model_provider=Tinker", f"agents.*.model_name={MODEL}", *small]
-    args = ["run", "paper/nip-ei", "--run-dir", str(tmp_path / "run"), "--quiet", "--cache", "off"]
-    assert main([*args, *(x for s in sets for x in ("--set", s))]) == 0
+    assert run_preset("paper/nip-ei", tmp_path / "run", f"dataset={dataset}",
+                      "rl.rollouts_per_iteration=2") == 0  # fmt: skip
     for group in ("prover", "verifier"):
-        (sampler,) = saved_group(tmp_path / "run", group)["model_history"]
-        assert sampler.startswith("tinker://")
-        assert turn_models(tmp_path / "run", 1, group) == {sampler}
+        assert_trained_and_sampled(tmp_path / "run", group)
+
+
+def test_nip_run_of_the_malt_preset_on_tinker_trains_each_group_on_its_pairs(
+    standin, dataset, tmp_path, capsys
+):
+    run_dir = tmp_path / "run"
+    assert run_preset("paper/nip-malt", run_dir, f"dataset={dataset}",
+                      "rl.rollouts_per_iteration=4") == 0  # fmt: skip
+    trees = (run_dir / "malt" / "trees_it0000.jsonl").read_text().splitlines()
+    pairs = [p["agent"] for tree in trees for p in json.loads(tree)["pairs"]]
+    errors = capsys.readouterr().err
+    trained = []
+    for group in ("prover", "verifier"):
+        if group in pairs:  # 4 trees of 2^3 leaves: nearly always, but the samples decide
+            spec = json.loads((run_dir / "jobs" / f"{group}-it0" / "spec.json").read_text())
+            assert spec["method"] == "dpo" and spec["reference_model"] == MODEL
+            assert len(spec["examples"]) == pairs.count(group)
+            assert_trained_and_sampled(run_dir, group)
+            trained.append(group)
+        else:  # no two siblings differed: the run says so, and samples the base model on
+            assert f"group {group!r}: too few examples to fine-tune (0 dpo" in errors
+            assert saved_group(run_dir, group)["model_history"] == []
+            assert turn_models(run_dir, 1, group) == {MODEL}
+    assert trained, "no group had a preference pair"
+
+
+def test_nip_sweep_of_a_paper_grid_on_tinker_trains_and_samples_every_cells_adapters(
+    standin, dataset, tmp_path
+):
+    from nip.runs.sweep_dir import cell_run_dir
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({
+        "name": "tinker-grid",
+        "base": "paper/nip-ei",
+        "set": {"dataset": str(dataset), "rl.rollouts_per_iteration": 2},
+        "axes": {"seed": [0, 1]},
+        "max_parallel": 2,
+    }))  # fmt: skip
+    sweep_dir = tmp_path / "sweep"
+    args = ["sweep", str(grid), "--sweep-dir", str(sweep_dir), "--quiet", "--cache", "off"]
+    assert main([*args, *(x for s in (*ON_TINKER, *SMALL) for x in ("--set", s))]) == 0
+    samplers = set()
+    for cell in ("seed0", "seed1"):
+        for group in ("prover", "verifier"):
+            samplers.add(assert_trained_and_sampled(cell_run_dir(sweep_dir, cell), group))
+    assert len(samplers) == 4  # every cell's groups trained adapters of their own

@@ -75,8 +75,10 @@ def backend(fake: FakeTogether) -> TogetherFineTuneBackend:
 
 def config(tmp_path: Path, dataset: Path, trainer: str = "pure_text_ei", **verifier) -> Path:
     """Two iterations (one fine-tuning job) with both agents on Together AI; the prover is
-    frozen, the verifier trains."""
+    frozen, the verifier trains (it speaks first: its supervisor message is the user turn
+    Together's format wants before its first turn)."""
     agent = {"model_provider": "TogetherAI", "model_name": BASE_MODEL}
+    verifier = {"use_supervisor_message": "first", **verifier}
     data = {
         "trainer": trainer,
         "dataset": str(dataset),
@@ -286,6 +288,48 @@ def test_a_line_togethers_format_does_not_take_is_refused_before_anything_is_upl
     assert not fake.files and not fake.created
 
 
+@pytest.mark.parametrize(
+    ("protocol", "trained", "verifier_first"),
+    [("nip", "verifier", True), ("adp", "prover", True), ("debate", "prover0", False)],
+)
+def test_a_trained_agent_speaking_first_with_no_user_turn_is_refused_before_any_dialogue(
+    protocol, trained, verifier_first, fakes, dataset, tmp_path, capsys
+):
+    """Under nip the verifier speaks first, under adp the prover, under debate the provers
+    unless the verifier is first: prompted by a system message alone, their lines would
+    have no user turn before their first turn."""
+    fake = fakes()
+    agent = {"model_provider": "TogetherAI", "model_name": BASE_MODEL}
+    names = ("prover0", "prover1", "verifier") if protocol == "debate" else ("prover", "verifier")
+    agents = {name: {**agent, "freeze_agent": name != trained} for name in names}
+    path = config(tmp_path, dataset)
+    data = {**yaml.safe_load(path.read_text()), "interaction_protocol": protocol, "agents": agents,
+            "protocol_common": {"verifier_first": verifier_first}}  # fmt: skip
+    path.write_text(yaml.safe_dump(data))
+    assert run(path, tmp_path / "run") != 0
+    error = capsys.readouterr().err
+    assert f"agents.{trained}.use_supervisor_message='none' is not allowed" in error
+    assert "'first' or 'all'" in error and "Traceback" not in error
+    assert not list((tmp_path / "run").glob("rollouts/*.jsonl")) and not fake.files
+    # nip's own check refuses such a line too, whoever builds it.
+    line = {"messages": [{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}]}
+    with pytest.raises(FineTuneError, match="no user turn before the first assistant turn"):
+        asyncio.run(backend(fake).create_job(FineTuneSpec(BASE_MODEL, "supervised", (line,))))
+
+
+def test_with_its_supervisor_message_a_first_speakers_lines_have_that_user_turn(
+    fakes, dataset, tmp_path
+):
+    fake = fakes()
+    assert run(config(tmp_path, dataset), tmp_path / "run") == 0  # use_supervisor_message=first
+
+    (job,) = fake.jobs.values()
+    for line in job.lines:
+        system, first, *_ = line["messages"]
+        assert (system["role"], first["role"]) == ("system", "user")
+        assert first["name"] == "Supervisor"  # the message the verifier's first prompt ended with
+
+
 def test_the_sdks_file_checker_refuses_a_file_before_it_is_uploaded(fakes):
     fake = fakes()
     with pytest.raises(FineTuneError, match="file check refused the training file: File is empty"):
@@ -329,6 +373,21 @@ def test_a_resumed_process_uploading_the_same_file_gets_togethers_copy(fakes):
 
     (file_id,) = fake.files
     assert first.uploaded == resumed.uploaded and list(resumed.uploaded.values()) == [file_id]
+
+
+def test_a_resumed_run_deletes_the_files_a_killed_process_uploaded(fakes, tmp_path):
+    fake = fakes()
+    spec = FineTuneSpec(BASE_MODEL, "supervised", (LINE,))
+    killed = TogetherFineTuneBackend.from_environment(tmp_path / "run")
+    asyncio.run(killed.create_job(spec))  # then killed: its run never ended
+    (file_id,) = fake.files
+    assert not fake.deleted
+
+    resumed = TogetherFineTuneBackend.from_environment(tmp_path / "run")  # a new process
+    assert resumed.uploaded == killed.uploaded  # read from the run's folder
+    asyncio.run(resumed.end_run())
+    assert fake.deleted == [file_id] and resumed.uploaded == {}
+    assert TogetherFineTuneBackend.from_environment(tmp_path / "run").uploaded == {}
 
 
 def test_keep_previous_keeps_the_base_model_after_a_failed_job(fakes, dataset, tmp_path):

@@ -18,7 +18,7 @@ from nip.errors import (
     InvalidResponseError,
     UnknownFinishReasonError,
 )
-from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.parameters import PROVIDER_FACTS, HyperParameters, PureTextAgentParameters
 from nip.prompts import PromptTemplateError, load_system_template
 from nip.protocols import Decision, ProtocolHandler, build_protocol_handler
 from nip.rollouts.records import AgentTurn, ChannelMessage, Transcript
@@ -152,6 +152,8 @@ class PureTextWholeAgent:
                 message becomes the scale's strongest answer for the label.
         """
         params = self.agent_params
+        # A fine-tuning line of a provider that keeps the supervisor messages the prompts had.
+        keep = not include_supervisor and PROVIDER_FACTS[params.model_provider].keeps_supervisor
         messages = build_chat_prompt(
             self.protocol_handler,
             self.agent_name,
@@ -159,7 +161,8 @@ class PureTextWholeAgent:
             round_id,
             system_prompt=self.system_prompt(transcript),
             use_supervisor_message=params.use_supervisor_message,
-            include_supervisor=include_supervisor,
+            include_supervisor=include_supervisor or keep,
+            replay_supervisor=keep,
             supervisor_name=params.supervisor_name,
             max_response_words=params.max_response_words,
         )

@@ -7,6 +7,8 @@ the verifier's "decide now" notice; optionally a supervisor message.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from nip.backends import ChatMessage
 from nip.prompts import supervisor_message
 from nip.protocols import VERIFIER, ProtocolHandler
@@ -58,11 +60,12 @@ def history_messages(
     round_id: int,
     *,
     use_supervisor_message: str = "none",
+    supervisor: Callable[[int, int], ChatMessage] | None = None,
 ) -> list[ChatMessage]:
     """The conversation before ``round_id`` from ``agent_name``'s point of view.
 
     The verifier's "decide now" notice is replayed (so fine-tuning examples match its
-    prompt); supervisor messages are not.
+    prompt); supervisor messages are only where ``supervisor`` (round, turn index) makes them.
     """
     messages: list[ChatMessage] = []
     turn_index = 0
@@ -70,11 +73,13 @@ def history_messages(
         own = transcript.turn(agent_name, r)
         if own is not None:
             notice = shows_decide_notice(handler, agent_name, r, turn_index, use_supervisor_message)
-            turn_index += 1
             if own.valid:
                 if notice:
                     messages.append(_decide_now(handler))
+                if supervisor and supervisor_enabled(use_supervisor_message, turn_index):
+                    messages.append(supervisor(r, turn_index))
                 messages.append({"role": "assistant", "content": own.raw_text})
+            turn_index += 1
         for channel in handler.channel_order(agent_name, r, transcript.seed):
             for message in transcript.messages_in(r, channel):
                 if message.sender != agent_name:
@@ -91,6 +96,7 @@ def build_chat_prompt(
     system_prompt: str,
     use_supervisor_message: str = "none",
     include_supervisor: bool = True,
+    replay_supervisor: bool = False,
     supervisor_name: str = "Supervisor",
     max_response_words: int = 150,
 ) -> list[ChatMessage]:
@@ -99,23 +105,34 @@ def build_chat_prompt(
     Args:
         use_supervisor_message: The agent's setting (none, all, first, all_but_first).
         include_supervisor: Append this turn's supervisor message (False for fine-tuning).
+        replay_supervisor: Keep the earlier turns' supervisor messages too (fine-tuning lines
+            of a provider that wants a user turn before each assistant turn: Together AI).
     """
+
+    def supervisor(r: int, turn_index: int) -> ChatMessage:
+        text = supervisor_message(
+            is_verifier=agent_name == VERIFIER,
+            turn_index=turn_index,
+            questions_left=handler.max_verifier_questions - 1 - turn_index,
+            can_decide=handler.can_decide(r, transcript.seed),
+            verifier_name=handler.agent(VERIFIER).human_name,
+            max_response_words=max_response_words,
+            decide_form=handler.decision_scale.short_form,
+        )
+        return {"role": "user", "name": supervisor_name, "content": text}
+
     messages: list[ChatMessage] = [{"role": "system", "content": system_prompt}]
     messages += history_messages(
-        handler, agent_name, transcript, round_id, use_supervisor_message=use_supervisor_message
+        handler,
+        agent_name,
+        transcript,
+        round_id,
+        use_supervisor_message=use_supervisor_message,
+        supervisor=supervisor if replay_supervisor else None,
     )
     turn_index = sum(1 for t in transcript.turns if t.agent == agent_name and t.round < round_id)
     if shows_decide_notice(handler, agent_name, round_id, turn_index, use_supervisor_message):
         messages.append(_decide_now(handler))
     if include_supervisor and supervisor_enabled(use_supervisor_message, turn_index):
-        text = supervisor_message(
-            is_verifier=agent_name == VERIFIER,
-            turn_index=turn_index,
-            questions_left=handler.max_verifier_questions - 1 - turn_index,
-            can_decide=handler.can_decide(round_id, transcript.seed),
-            verifier_name=handler.agent(VERIFIER).human_name,
-            max_response_words=max_response_words,
-            decide_form=handler.decision_scale.short_form,
-        )
-        messages.append({"role": "user", "name": supervisor_name, "content": text})
+        messages.append(supervisor(round_id, turn_index))
     return messages

@@ -8,6 +8,7 @@ it, such as ``nip serve``), local LoRA training with TRL + PEFT, and a dummy.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -136,6 +137,16 @@ class ChecksJobs(Protocol):
     async def check_job(self, spec: FineTuneSpec) -> None:
         """Raise :class:`~nip.errors.FineTuneError` if the backend would refuse ``spec``
         (only its model and settings are read: it has no examples yet)."""
+        ...
+
+
+@runtime_checkable
+class ChecksAgents(Protocol):
+    """A fine-tuning backend that refuses, before the first dialogue, agents whose training
+    lines it could not take (Together: an assistant turn with no user turn before it)."""
+
+    def check_agents(self, agents: Iterable[Any]) -> None:
+        """Raise :class:`~nip.errors.InvalidParameterError` naming the agent's setting."""
         ...
 
 

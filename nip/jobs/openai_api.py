@@ -39,18 +39,13 @@ def _auto(value: Any) -> Any:
 def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
     """The ``method`` argument of ``fine_tuning.jobs.create``: ``"auto"`` for each ``openai_*``
     setting left None, or the LoRA training's epochs and batch size for ``nip serve``."""
-    if lora_settings:
-        hyperparameters: dict[str, Any] = {
-            "n_epochs": spec.num_epochs,
-            "batch_size": spec.batch_size,
-            "learning_rate_multiplier": "auto",
-        }
-    else:
-        hyperparameters = {
-            "n_epochs": _auto(spec.openai_n_epochs),
-            "batch_size": _auto(spec.openai_batch_size),
-            "learning_rate_multiplier": _auto(spec.openai_learning_rate_multiplier),
-        }
+    epochs, batch, lr = (
+        (spec.num_epochs, spec.batch_size, None)
+        if lora_settings
+        else (spec.openai_n_epochs, spec.openai_batch_size, spec.openai_learning_rate_multiplier)
+    )
+    hyperparameters = {"n_epochs": _auto(epochs), "batch_size": _auto(batch),
+                       "learning_rate_multiplier": _auto(lr)}  # fmt: skip
     if spec.method == "dpo":
         hyperparameters["beta"] = _auto(spec.dpo_beta)
         return {"type": "dpo", "dpo": {"hyperparameters": hyperparameters}}

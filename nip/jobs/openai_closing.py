@@ -14,18 +14,6 @@ from typing import NamedTuple
 from nip.errors import FineTuningClosedError
 from nip.parameters import HyperParameters
 
-__all__ = [
-    "CLOSING_STAGES",
-    "MODEL_SHUTDOWNS",
-    "SHUTDOWNS_READ_ON",
-    "closing_text",
-    "model_shutdown",
-    "model_shutdown_notice",
-    "open_weight_preset",
-    "openai_fine_tuning_notice",
-    "refused_job_error",
-]
-
 #: Since when, and for whom, OpenAI accepts no new fine-tuning jobs.
 CLOSING_STAGES: tuple[tuple[dt.date, str], ...] = (
     (dt.date(2026, 5, 7), "organisations that never used its self-serve fine-tuning"),

@@ -66,6 +66,8 @@ class ProviderFacts:
         where: Where it runs, as messages say it (``"on nip serve"``).
         settings: Which of :data:`PROVIDER_SETTINGS` act on its agents.
         why_not: Why the others do not, as a refusal says it.
+        keeps_supervisor: Its training lines keep the supervisor messages the prompts had
+            (Together's format wants a user turn before each assistant turn).
     """
 
     bills_tokens: bool
@@ -74,6 +76,7 @@ class ProviderFacts:
     where: str
     settings: frozenset[str] = frozenset()
     why_not: str = ""
+    keeps_supervisor: bool = False
 
     def __post_init__(self) -> None:
         unknown = self.settings - set(PROVIDER_SETTINGS)
@@ -141,6 +144,7 @@ PROVIDER_FACTS: Mapping[str, ProviderFacts] = MappingProxyType(
             "sequence packing), trains each adapter from the base model (no stacking; nip "
             "does not yet continue a job from an earlier one's checkpoint) and serves its own "
             "weights",
+            keeps_supervisor=True,
         ),
         "Tinker": ProviderFacts(
             bills_tokens=True,

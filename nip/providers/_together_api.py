@@ -147,6 +147,8 @@ def _conversation_problem(messages: Any, *, final: bool) -> str:
     if "system" in roles[1:]:
         return "a system message after the first"
     turns = roles[1:] if roles[0] == "system" else roles
+    if not turns or turns[0] != "user":
+        return "no user turn before the first assistant turn"
     for before, after in itertools.pairwise(turns):
         if before == after:
             return f"two {before} messages in a row"

@@ -63,10 +63,6 @@ PRICES = Prices(
 )
 
 
-def _fine_tune(params, settings, chat):
-    return OpenAIFineTuneBackend.from_agent_params(params)
-
-
 PROVIDER = Provider(
     "OpenAI",
     PROVIDER_FACTS["OpenAI"],
@@ -75,7 +71,7 @@ PROVIDER = Provider(
     chat=openai_compatible(
         "openai", OPENAI_BASE_URL, "OPENAI_API_KEY", base_url_env="OPENAI_BASE_URL"
     ),
-    fine_tune=_fine_tune,
+    fine_tune=lambda params, settings, chat: OpenAIFineTuneBackend.from_agent_params(params),
     job_settings=job_request,
     prices=PRICES,
 )

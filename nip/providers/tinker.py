@@ -179,7 +179,7 @@ def _fine_tune(params, settings, chat) -> TinkerFineTuneBackend:
 
 def job_settings(spec: FineTuneSpec) -> dict[str, Any]:
     """What a Tinker job trains with (the run plan shows it; the loop sends it step by step)."""
-    settings = {
+    return {
         "base_model": spec.base_model,
         "method": spec.method,
         "lora_rank": spec.lora_rank,
@@ -187,10 +187,8 @@ def job_settings(spec: FineTuneSpec) -> dict[str, Any]:
         "batch_size": spec.batch_size,
         "learning_rate": spec.learning_rate,
         "continues_from_previous_state": spec.previous_adapter is not None,
+        **({"dpo_beta": spec.dpo_beta} if spec.method == "dpo" else {}),
     }
-    if spec.method == "dpo":
-        settings["dpo_beta"] = spec.dpo_beta
-    return settings
 
 
 # ------------------------------------------------------------------------------ prices

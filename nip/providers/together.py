@@ -5,7 +5,8 @@ One ``AsyncTogether`` per endpoint and event loop, its own retries off: transien
 retried by :mod:`nip.backends._retry`, the rest become :mod:`nip.errors` types with the key
 redacted. A job is checked against ``fine_tuning.model_limits`` when the run is built; its file
 is put in Together's format (:func:`together_lines`), checked (:func:`check_lines` and the SDK's
-``check_file``), uploaded once per content and deleted when the run ends. Every SDK status maps
+``check_file``), uploaded once per content (the ids kept in the run's ``jobs/together_files.json``,
+so a resumed process knows them) and deleted when the run ends. Every SDK status maps
 to nip's in :data:`STATUS_MAP` (any other stops the wait); a failed job's reason is its error
 event, in any spelling. ``TOGETHER_API_KEY`` holds the key; ``TOGETHER_BASE_URL`` replaces the
 API's root (``https://api.together.ai``).
@@ -16,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
 import os
 import random
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from nip.agents.prompt_builder import supervisor_enabled
 from nip.backends._retry import (
     RetryPolicy,
     call_with_retries,
@@ -35,6 +38,7 @@ from nip.errors import (
     BackendUnavailableError,
     FineTuneError,
     GenerationError,
+    InvalidParameterError,
     ModelNotFoundError,
 )
 from nip.jobs._types import TERMINAL_STATUSES, FineTuneEvent, FineTuneJob, FineTuneSpec
@@ -53,38 +57,10 @@ from nip.providers._together_api import (
     limit_problems,
     together_lines,
 )
-from nip.providers._together_prices import (
-    FINE_TUNING_USD_PER_1M,
-    INFERENCE_USD_PER_1M,
-    PRICES,
-    PRICES_READ_ON,
-    PRICES_SOURCE,
-    fine_tunable,
-    model_size_b,
-)
+from nip.providers._together_prices import INFERENCE_USD_PER_1M as INFERENCE_USD_PER_1M
+from nip.providers._together_prices import PRICES
+from nip.providers._together_prices import PRICES_READ_ON as PRICES_READ_ON
 from nip.settings import ExperimentSettings
-
-__all__ = [
-    "API_KEY_ENV",
-    "BASE_URL_ENV",
-    "FAILURE_EVENTS",
-    "FINE_TUNING_USD_PER_1M",
-    "INFERENCE_USD_PER_1M",
-    "PRICES",
-    "PRICES_READ_ON",
-    "PRICES_SOURCE",
-    "PROVIDER",
-    "STATUS_MAP",
-    "TOGETHER_BASE_URL",
-    "TogetherChatBackend",
-    "TogetherFineTuneBackend",
-    "check_lines",
-    "fine_tunable",
-    "job_request",
-    "limit_problems",
-    "model_size_b",
-    "together_lines",
-]
 
 T = TypeVar("T")
 
@@ -133,6 +109,7 @@ class TogetherFineTuneBackend:
         api_key: str | None = None,
         *,
         retry: RetryPolicy | None = None,
+        record: str | Path | None = None,
     ):
         self.base_url = (base_url or TOGETHER_BASE_URL).rstrip("/")
         self._api_key = api_key
@@ -140,16 +117,32 @@ class TogetherFineTuneBackend:
         self._rng = random.Random()  # jitter only
         self._clients: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = {}
         self._limits: dict[str, Any] = {}
-        self.uploaded: dict[str, str] = {}  # sha256 of a file's bytes -> its file id
+        # The files uploaded, sha256 of their bytes -> file id; in ``record`` too, where the
+        # run's later processes (a resume) find them to reuse and delete.
+        self.record = Path(record) if record else None
+        self.uploaded: dict[str, str] = self._recorded()
         self._ended: dict[str, list[FineTuneEvent] | None] = {}  # last events of ended jobs
 
     @classmethod
-    def from_environment(cls) -> TogetherFineTuneBackend:
-        """Together's API with ``$TOGETHER_API_KEY`` (and ``$TOGETHER_BASE_URL`` if set)."""
+    def from_environment(cls, run_dir: str | Path | None = None) -> TogetherFineTuneBackend:
+        """Together's API with ``$TOGETHER_API_KEY`` (and ``$TOGETHER_BASE_URL`` if set), its
+        uploads recorded in ``run_dir``."""
         key = os.environ.get(API_KEY_ENV)
         if not key:
             raise FineTuneError(f"fine-tuning with Together AI needs the {API_KEY_ENV} variable")
-        return cls(os.environ.get(BASE_URL_ENV), key)
+        record = Path(run_dir) / "jobs" / "together_files.json" if run_dir else None
+        return cls(os.environ.get(BASE_URL_ENV), key, record=record)
+
+    def _recorded(self) -> dict[str, str]:
+        return json.loads(self.record.read_text()) if self.record and self.record.exists() else {}
+
+    def _remember(self, digest: str, file_id: str | None) -> None:
+        """Record an upload (None: its deletion), merged with the run's other groups'."""
+        files = {**self._recorded(), **self.uploaded, digest: file_id}
+        self.uploaded = {d: f for d, f in {**self.uploaded, digest: file_id}.items() if f}
+        if self.record is not None:
+            self.record.parent.mkdir(parents=True, exist_ok=True)
+            self.record.write_text(json.dumps({d: f for d, f in files.items() if f}))
 
     # ----------------------------------------------------------------- calls
     def _client(self) -> Any:
@@ -213,6 +206,24 @@ class TogetherFineTuneBackend:
         if problems := limit_problems(spec, limits):
             raise FineTuneError(f"Together AI cannot train this job: {'; '.join(problems)}")
 
+    def check_agents(self, agents: Iterable[Any]) -> None:
+        """Refuse a trained agent that speaks first, prompted by its system message alone: its
+        lines would have an assistant turn with no user turn before it, which Together's
+        format refuses, and nip invents none; a supervisor message is that turn."""
+        for agent in agents:
+            handler, mode = agent.protocol_handler, agent.agent_params.use_supervisor_message
+            if supervisor_enabled(mode, 0):
+                continue
+            if any(agent.agent_name in handler.speakers(0, seed) for seed in range(8)):
+                raise InvalidParameterError(
+                    f"agents.{agent.agent_name}.use_supervisor_message",
+                    mode,
+                    "'first' or 'all' for a Together AI agent that is fine-tuned and speaks first",
+                    reason=f"under {handler.name} it speaks first, prompted by its system "
+                    "message alone, and Together AI's format wants a user turn before each "
+                    "assistant turn: the supervisor message is one, kept in its training lines",
+                )
+
     # ---------------------------------------------------------------- jobs
     async def create_job(self, spec: FineTuneSpec) -> str:
         """Check the job and its file, upload the file (once per content), create the job."""
@@ -248,7 +259,7 @@ class TogetherFineTuneBackend:
                 "the training file's upload",
                 lambda c: c.files.upload(path, purpose="fine-tune", check=False),
             )
-        self.uploaded[digest] = str(upload.id)
+        self._remember(digest, str(upload.id))
         return self.uploaded[digest]
 
     async def get_job(self, job_id: str) -> FineTuneJob:
@@ -338,12 +349,13 @@ class TogetherFineTuneBackend:
         return events
 
     async def end_run(self) -> None:
-        """Delete the training files this backend uploaded and close its clients."""
-        for digest, file_id in list(self.uploaded.items()):
+        """Delete the training files the run uploaded (this process or an earlier one) and
+        close the clients."""
+        for digest, file_id in {**self._recorded(), **self.uploaded}.items():
             await self._call(
                 f"deleting file {file_id}", lambda c, i=file_id: c.files.delete(i), missing_ok=True
             )
-            del self.uploaded[digest]
+            self._remember(digest, None)
         for loop, client in self._clients.values():
             if loop is asyncio.get_running_loop():
                 await client.close()
@@ -379,7 +391,9 @@ PROVIDER = Provider(
     PROVIDER_FACTS["TogetherAI"],
     endpoint_key=lambda params: "together",
     chat=_chat,
-    fine_tune=lambda params, settings, chat: TogetherFineTuneBackend.from_environment(),
+    fine_tune=lambda params, settings, chat: TogetherFineTuneBackend.from_environment(
+        settings.run_dir
+    ),
     job_settings=job_request,
     prices=PRICES,
 )

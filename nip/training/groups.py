@@ -23,7 +23,7 @@ from nip.errors import (
     SharedModelGroupError,
 )
 from nip.jobs import FineTuneBackend, FineTuneJob, FineTuneSpec, JobStatus
-from nip.jobs._types import ChecksJobs, EndsRuns
+from nip.jobs._types import ChecksAgents, ChecksJobs, EndsRuns
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.groups import check_group_agreement
 from nip.protocols import ProtocolHandler
@@ -379,6 +379,8 @@ class PureTextSharedModelGroup:
         # Built now: a missing extra is refused before the first dialogue, and the embedded
         # model's imports the training libraries while dialogues are sampled. A backend that
         # can check the job (Together: its model's limits) does so before any dialogue is paid.
+        if will_train and isinstance(backend := self.fine_tune_backend, ChecksAgents):
+            backend.check_agents(self.agent_wholes.values())
         if will_train and isinstance(backend := self.fine_tune_backend, ChecksJobs):
             await backend.check_job(self._spec("supervised", [], None))
         backends = {id(a.backend): a.backend for a in self.agent_wholes.values() if a.backend}

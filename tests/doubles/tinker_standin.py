@@ -30,6 +30,7 @@ import json
 import os
 import tempfile
 import uuid
+import zlib
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -295,10 +296,14 @@ class SamplingStandin:
     def sample(
         self, prompt: types.ModelInput, num_samples: int, sampling_params: types.SamplingParams
     ) -> AwaitableConcurrentFuture:
-        generator = torch.Generator().manual_seed(sampling_params.seed or 0)
+        # The prompt is in the seed: the bigram model reads only the last token, and a real
+        # model's samples depend on the whole prompt (MALT's sibling subtrees differ).
+        tokens = prompt.to_ints()
+        seed = (sampling_params.seed or 0) + zlib.crc32(json.dumps(tokens).encode())
+        generator = torch.Generator().manual_seed(seed)
         eos = tokenizer().eos_token_id
         sequences = []
-        first = self.model(input_ids=torch.tensor([prompt.to_ints()]), use_cache=True)
+        first = self.model(input_ids=torch.tensor([tokens]), use_cache=True)
         for i in range(num_samples):
             logits, cache = first.logits[0, -1].float(), copy.deepcopy(first.past_key_values)
             out, reason = [], "length"
