@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from nip.experiments.spend import EstimateCallback, sweep_spend, sweep_status_text
 from nip.jobs import FineTuneJob
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.providers import prices_for
-from nip.runs.spend import read_spend, usd
+from nip.runs.spend import read_spend, sweep_spend, sweep_status_text, usd
 from nip.settings import ExperimentSettings
 from nip.testing.server import create_app, serve
 from nip.training.reporter import RunReporter
@@ -70,16 +69,12 @@ def params(dataset: Path, **agent) -> HyperParameters:
 
 
 def run(dataset: Path, run_dir: Path, report: bool = True, stream=None):
+    """A trainer from ``build_trainer``, as a notebook builds it: it saves its own estimate."""
     settings = ExperimentSettings(
         run_dir=run_dir, prices_usd_per_1m=PRICES, cache="off", wandb_mode="disabled"
     )
     backends = {g: TrainedTokensBackend(report) for g in ("prover", "verifier")}
-    trainer = build_trainer(
-        params(dataset),
-        settings,
-        fine_tune_backends=backends,
-        callbacks=[EstimateCallback()],
-    )
+    trainer = build_trainer(params(dataset), settings, fine_tune_backends=backends)
     trainer.callbacks[0] = RunReporter(stream=stream or io.StringIO(), bars=False)
     trainer.poll_interval_s = 0.01
     trainer.train()
@@ -147,7 +142,7 @@ def test_a_job_that_reports_no_trained_tokens_makes_the_training_cost_unknown_no
 
 def test_a_run_on_the_dummy_api_spends_nothing_and_says_so(dummy_params, tmp_path):
     settings = ExperimentSettings(run_dir=tmp_path / "run", show_progress=False)
-    build_trainer(dummy_params(), settings, callbacks=[EstimateCallback()]).train()
+    build_trainer(dummy_params(), settings).train()
     spend = read_spend(tmp_path / "run")
     assert (spend.inference_usd, spend.training_usd, spend.estimate_usd) == (0.0, 0.0, 0.0)
     assert spend.trained_tokens == {"prover": None, "verifier": None}  # not reported

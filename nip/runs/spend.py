@@ -3,8 +3,9 @@
 Inference is each split's ``cost_usd`` (and ``{agent}.cost_usd``) in ``metrics/``, priced as the
 run went; fine-tuning is :func:`job_spend`'s ``{group}.trained_tokens`` (as the provider reports
 them) times the training price, in ``{group}.training_cost_usd`` and ``training_cost_usd``. The
-estimate is ``cost_estimate.json``, saved when the run started (:mod:`nip.experiments.spend`). An
-unknown cost is None ("unknown") and makes every sum it is in unknown: never counted as 0.
+estimate is ``cost_estimate.json``, saved when the run started
+(:class:`~nip.training.callbacks.EstimateCallback`); :func:`sweep_spend` reads each cell of a sweep.
+An unknown cost is None ("unknown") and makes every sum it is in unknown: never counted as 0.
 """
 
 from __future__ import annotations
@@ -18,16 +19,23 @@ from nip.jobs import FineTuneJob
 from nip.parameters import PureTextAgentParameters
 from nip.providers import prices_for
 from nip.providers.openai import price_key
+from nip.runs.control import read_status, reported_status
+from nip.runs.ownership import current_owner
+from nip.runs.run_dir import RunDirectory
+from nip.runs.sweep_dir import sweep_run_dirs, sweep_status
 from nip.utils.files import read_json_object
 
 __all__ = [
     "ESTIMATE_FILE",
     "RunSpend",
+    "SweepSpend",
     "difference_pct",
     "job_spend",
     "pct",
     "read_spend",
     "sum_known",
+    "sweep_spend",
+    "sweep_status_text",
     "training_usd",
     "usd",
     "with_training_total",
@@ -179,9 +187,71 @@ class RunSpend:
 def read_spend(run_dir: str | Path, records: Iterable[Mapping[str, Any]] | None = None) -> RunSpend:
     """What the run in ``run_dir`` spent so far, beside its saved estimate (``records``: its
     metrics rows when already read)."""
-    from nip.runs.run_dir import RunDirectory
-
     directory = RunDirectory(run_dir)
     if records is None:
         records = directory.metrics_records() if (directory.path / "metrics").is_dir() else []
     return RunSpend.from_records(records, read_json_object(directory.path / ESTIMATE_FILE))
+
+
+@dataclass(frozen=True)
+class SweepSpend:
+    """Each cell's :class:`RunSpend` by name, and the sweep's sums."""
+
+    cells: dict[str, RunSpend]
+
+    @property
+    def total_usd(self) -> float | None:
+        return sum_known(c.total_usd for c in self.cells.values())
+
+    @property
+    def estimate_usd(self) -> float | None:
+        """The sum of the cells' estimates (None: a cell has none, or an unknown one)."""
+        return sum_known(c.estimate_usd for c in self.cells.values())
+
+    @property
+    def difference_pct(self) -> float | None:
+        return difference_pct(self.total_usd, self.estimate_usd)
+
+    def describe(self) -> str:
+        shown = pct(self.difference_pct)
+        return (
+            f"sweep spent {usd(self.total_usd)} · estimated {usd(self.estimate_usd)}{shown}"
+            f" ({len(self.cells)} cells)"
+        )
+
+
+def sweep_spend(sweep_dir: str | Path) -> SweepSpend:
+    """What every cell of the sweep in ``sweep_dir`` spent, beside its estimate."""
+    return SweepSpend({path.name: read_spend(path) for path in sweep_run_dirs(sweep_dir)})
+
+
+def sweep_status_text(sweep_dir: str | Path) -> str:
+    """What ``nip sweep status DIR`` prints: whether the sweep runs, then each cell's reported
+    status (:func:`~nip.runs.control.reported_status`), progress and spend beside its estimate,
+    and the sweep's total once a cell started.
+
+    Raises:
+        NotASweepDirectoryError: ``sweep_dir`` holds no sweep.
+    """
+    cells = sweep_status(sweep_dir)  # first: refuses a folder that holds no sweep
+    owner = current_owner(sweep_dir)
+    lines = [f"{sweep_dir}: " + (f"running ({owner})" if owner else "not running")]
+    spends = sweep_spend(sweep_dir)
+    for cell in cells:
+        cell_dir = Path(sweep_dir) / "cells" / cell.name
+        reported, spend = read_status(cell_dir), spends.cells.get(cell.name, RunSpend())
+        if cell.error:
+            lines.append(f"{cell.name:<32}{'failed':<12}{cell.error}")
+            continue
+        if cell.stage == "not started":
+            lines.append(f"{cell.name:<32}not started")
+            continue
+        status = "finished" if cell.stage == "done" else reported_status(cell_dir) or cell.stage
+        where = f"iteration {cell.progress}"
+        stages = reported.get("stages_total")
+        stages = f"{reported['stages_completed']}/{stages} stages" if stages else ""
+        cost = usd(spend.total_usd) + pct(spend.difference_pct)
+        lines.append(f"{cell.name:<32}{status:<12}{where:<18}{stages:<14}{cost}")
+    if any(cell.stage != "not started" for cell in cells):
+        lines.append(spends.describe())
+    return "\n".join(lines)

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, require_count
-from nip.experiments.cost_report import CostEstimate, sum_usd
 from nip.extras import needs
 from nip.parameters import HyperParameters
 from nip.runs.sweep_dir import CELLS, cell_run_dir, read_manifest
 from nip.settings import ExperimentSettings
+from nip.training.cost_report import CostEstimate, sum_usd
 
 __all__ = [
     "GridSpec",
@@ -309,9 +309,9 @@ class SweepEstimate:
 def estimate_sweep(
     spec: GridSpec, settings: ExperimentSettings | None = None, *, sample_items: int = 4
 ) -> SweepEstimate:
-    """Every cell's dry run (:func:`~nip.experiments.cost_estimate.estimate_cost`): nothing is
+    """Every cell's dry run (:func:`~nip.training.cost_estimate.estimate_cost`): nothing is
     called and nothing is written."""
-    from nip.experiments.cost_estimate import estimate_cost
+    from nip.training.cost_estimate import estimate_cost
 
     settings = settings or ExperimentSettings(show_progress=False)
     estimates = [

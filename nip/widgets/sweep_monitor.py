@@ -16,9 +16,8 @@ from typing import Any
 import ipywidgets
 import plotly.graph_objects as go
 
-from nip.experiments.spend import SweepSpend
 from nip.runs.run_dir import RunDirectory
-from nip.runs.spend import usd
+from nip.runs.spend import SweepSpend, usd
 from nip.runs.sweep_dir import MANIFEST, cell_errors, cell_run_dir
 from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure

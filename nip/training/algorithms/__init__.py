@@ -25,7 +25,7 @@ from nip.training.context import Progress, RunContext
 
 
 class PassSizer(Protocol):
-    """What the dry run measures an iteration with (:mod:`nip.experiments.dialogue_sizes`)."""
+    """What the dry run measures an iteration with (:mod:`nip.training.dialogue_sizes`)."""
 
     session: Session
 

@@ -1,4 +1,4 @@
-"""The records of a dry run (made by :func:`~nip.experiments.cost_estimate.estimate_cost`):
+"""The records of a dry run (made by :func:`~nip.training.cost_estimate.estimate_cost`):
 what each stage of each iteration will cost, summed and shown as text, HTML or a DataFrame."""
 
 from __future__ import annotations
