@@ -2,7 +2,8 @@
 
 Inference is each split's ``cost_usd`` (and ``{agent}.cost_usd``) in ``metrics/``, priced as the
 run went; fine-tuning is :func:`job_spend`'s ``{group}.trained_tokens`` (as the provider reports
-them) times the training price, in ``{group}.training_cost_usd`` and ``training_cost_usd``. The
+them) times the training price, or a ``nip serve`` job's ``{group}.gpu_hours`` times
+``ExperimentSettings.gpu_hour_usd``, in ``{group}.training_cost_usd`` and ``training_cost_usd``. The
 estimate is ``cost_estimate.json``, saved when the run started
 (:class:`~nip.training.callbacks.EstimateCallback`); :func:`sweep_spend` reads each cell of a sweep.
 An unknown cost is None ("unknown") and makes every sum it is in unknown: never counted as 0.
@@ -17,7 +18,7 @@ from typing import Any
 
 from nip.jobs import FineTuneJob
 from nip.parameters import PureTextAgentParameters
-from nip.providers import prices_for
+from nip.providers import prices_for, provider_for
 from nip.providers.openai import price_key
 from nip.runs.control import read_status, reported_status
 from nip.runs.ownership import current_owner
@@ -67,13 +68,25 @@ def pct(difference: float | None) -> str:
 
 
 def job_spend(
-    group: str, job: FineTuneJob | None, params: PureTextAgentParameters, method: str | None
+    group: str,
+    job: FineTuneJob | None,
+    params: PureTextAgentParameters,
+    method: str | None,
+    gpu_hour_usd: float | None = None,
 ) -> dict[str, Any]:
     """A group's ended job's ``{group}.trained_tokens`` and ``{group}.training_cost_usd`` (0
-    where the provider bills no tokens; None where the tokens or the price are unknown)."""
+    where the provider bills no tokens; None where the tokens or the price are unknown); a
+    ``nip serve`` job's cost is its ``{group}.gpu_hours`` at ``gpu_hour_usd`` (None without)."""
     tokens = job.trained_tokens if job is not None else None
-    cost = training_usd(params, tokens, method or "supervised")
-    return {f"{group}.trained_tokens": tokens, f"{group}.training_cost_usd": cost}
+    spent: dict[str, Any] = {f"{group}.trained_tokens": tokens}
+    if provider_for(params).name == "SelfHosted":
+        running_s = job.running_s if job is not None else None
+        hours = None if running_s is None else running_s / 3600
+        cost = None if hours is None or gpu_hour_usd is None else hours * gpu_hour_usd
+        return spent | {f"{group}.gpu_hours": hours, f"{group}.training_cost_usd": cost}
+    return spent | {
+        f"{group}.training_cost_usd": training_usd(params, tokens, method or "supervised")
+    }
 
 
 def training_usd(
@@ -99,13 +112,15 @@ def with_training_total(metrics: Mapping[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True)
 class RunSpend:
     """What a run spent so far (None: unknown), and its dry run's ``estimate`` of the whole
-    plan (empty when none was saved); ``by_agent`` holds agents' dialogues and groups' jobs."""
+    plan (empty when none was saved); ``by_agent`` holds agents' dialogues and groups' jobs,
+    ``gpu_hours`` the GPU time of each group's ``nip serve`` jobs."""
 
     inference_usd: float | None = 0.0
     training_usd: float | None = 0.0
     by_iteration: dict[int, dict[str, float | None]] = field(default_factory=dict)
     by_agent: dict[str, float | None] = field(default_factory=dict)
     trained_tokens: dict[str, int | None] = field(default_factory=dict)
+    gpu_hours: dict[str, float | None] = field(default_factory=dict)
     estimate: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -117,6 +132,7 @@ class RunSpend:
         iterations: dict[int, dict[str, list[float | None]]] = {}
         agents: dict[str, list[float | None]] = {}
         tokens: dict[str, list[int | None]] = {}
+        hours: dict[str, list[float | None]] = {}
         for row in records:
             spent = iterations.setdefault(int(row["iteration"]), {"inference": [], "training": []})
             spent["inference"].append(row.get("cost_usd"))
@@ -129,6 +145,8 @@ class RunSpend:
                     spent["training"].append(value)
                 elif what == "trained_tokens" and name:
                     tokens.setdefault(name, []).append(value)
+                elif what == "gpu_hours" and name:
+                    hours.setdefault(name, []).append(value)
         by_iteration = {}
         for number, spent in sorted(iterations.items()):
             inference, training = sum_known(spent["inference"]), sum_known(spent["training"])
@@ -142,10 +160,8 @@ class RunSpend:
             training_usd=sum_known(i["training_usd"] for i in by_iteration.values()),
             by_iteration=by_iteration,
             by_agent={name: sum_known(values) for name, values in sorted(agents.items())},
-            trained_tokens={
-                name: None if None in values else sum(v for v in values if v is not None)
-                for name, values in sorted(tokens.items())
-            },
+            trained_tokens={name: _sum_or_none(v) for name, v in sorted(tokens.items())},
+            gpu_hours={name: sum_known(v) for name, v in sorted(hours.items())},
             estimate=dict(estimate or {}),
         )
 
@@ -175,13 +191,19 @@ class RunSpend:
 
     def describe(self) -> str:
         """``spent $0.0123 (inference $0.0100, training $0.0023) · estimated $0.0150 (-18%)``."""
+        hours = sum_known(self.gpu_hours.values()) if self.gpu_hours else None
+        gpu = "" if hours is None else f", {hours:.2f} GPU-hours"
         line = (
             f"spent {usd(self.total_usd)} (inference {usd(self.inference_usd)}, "
-            f"training {usd(self.training_usd)})"
+            f"training {usd(self.training_usd)}{gpu})"
         )
         if not self.estimate:
             return line + " · no estimate saved"
         return line + f" · estimated {usd(self.estimate_usd)}{pct(self.difference_pct)}"
+
+
+def _sum_or_none(values: list[int | None]) -> int | None:
+    return None if None in values else sum(v for v in values if v is not None)
 
 
 def read_spend(run_dir: str | Path, records: Iterable[Mapping[str, Any]] | None = None) -> RunSpend:
@@ -216,7 +238,7 @@ class SweepSpend:
         shown = pct(self.difference_pct)
         return (
             f"sweep spent {usd(self.total_usd)} · estimated {usd(self.estimate_usd)}{shown}"
-            f" ({len(self.cells)} cells)"
+            f" · {len(self.cells)} cells"
         )
 
 
