@@ -179,7 +179,11 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
             f"{escape(snapshot.position)}"
             + (f"<br>{escape(snapshot.planned)}" if snapshot.planned else "")
             + (f"<br>{error_html(snapshot.error)}" if status == "failed" and snapshot.error else "")
-            + ("<br>nothing runs it (killed): resume it" if status == "interrupted" else "")
+            + (
+                f"<br>nothing runs it (killed): resume it with nip resume {escape(self.run_dir)}"
+                if status == "interrupted"
+                else ""
+            )
             + note_html(f"  ({self.run_dir})")
         )
         self.progress.value = snapshot.progress
@@ -195,7 +199,9 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         )
         spend = snapshot.spend
         agents = ", ".join(f"{a} {usd(c)}" for a, c in spend.by_agent.items())
-        self.spend_view.value = note_html(spend.describe() + (f" · {agents}" if agents else ""))
+        self.spend_view.value = note_html(
+            spend.describe() + (f" · by agent: {agents}" if agents else "")
+        )
         ended = snapshot.finished or not snapshot.exists or status == "interrupted"
         self.pause_button.disabled = ended or snapshot.request == "pause"
         self.resume_button.disabled = ended or snapshot.request == "run"

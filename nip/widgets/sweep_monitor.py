@@ -132,8 +132,8 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         spend = snapshot.spend
         cost = "–" if not snapshot.metrics else usd(spend.total_usd)
         if snapshot.metrics and spend.difference_pct is not None:
-            cost += f" ({spend.difference_pct:+.0f}% of {usd(spend.estimate_usd)})"
-        where = "" if snapshot.finished or not snapshot.started else snapshot.position
+            cost += f" of {usd(spend.estimate_usd)} ({spend.difference_pct:+.0f}%)"
+        where = snapshot.position if snapshot.started else ""
         return [
             escape(cell["name"]),
             *(escape(cell["values"].get(path, "")) for path in axes),
