@@ -11,7 +11,7 @@ An unknown cost is None ("unknown") and makes every sum it is in unknown: never 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ __all__ = [
     "sum_known",
     "sweep_spend",
     "sweep_status_text",
+    "totals",
     "training_usd",
     "usd",
     "with_training_total",
@@ -50,6 +51,15 @@ def sum_known(values: Iterable[float | None]) -> float | None:
     """The sum, or None when one of the values is unknown (None)."""
     values = list(values)
     return None if any(v is None for v in values) else float(sum(values))  # type: ignore[arg-type]
+
+
+def totals(inference: float | None, training: float | None) -> dict[str, float | None]:
+    """``inference_usd``, ``training_usd`` and their ``total_usd`` (unknown if one is)."""
+    return {
+        "inference_usd": inference,
+        "training_usd": training,
+        "total_usd": sum_known([inference, training]),
+    }
 
 
 def usd(value: float | None) -> str:
@@ -128,40 +138,33 @@ class RunSpend:
         cls, records: Iterable[Mapping[str, Any]], estimate: Mapping[str, Any] | None = None
     ) -> RunSpend:
         """From a run's metrics rows (``RunDirectory.metrics_records``) and saved estimate."""
-        records = list(records)
-        iterations: dict[int, dict[str, list[float | None]]] = {}
-        agents: dict[str, list[float | None]] = {}
-        tokens: dict[str, list[int | None]] = {}
-        hours: dict[str, list[float | None]] = {}
+        iterations: dict[int, dict[str, list]] = {}
+        named: dict[str, dict[str, list]] = {}  # by what: by agent or group: its values
         for row in records:
             spent = iterations.setdefault(int(row["iteration"]), {"inference": [], "training": []})
             spent["inference"].append(row.get("cost_usd"))
             for key, value in row.items():
                 name, _, what = key.rpartition(".")
-                if what == "cost_usd" and name:
-                    agents.setdefault(name, []).append(value)
-                elif what == "training_cost_usd" and name:
-                    agents.setdefault(name, []).append(value)
+                if what == "training_cost_usd" and name:  # a group's jobs: training, its spend
                     spent["training"].append(value)
-                elif what == "trained_tokens" and name:
-                    tokens.setdefault(name, []).append(value)
-                elif what == "gpu_hours" and name:
-                    hours.setdefault(name, []).append(value)
-        by_iteration = {}
-        for number, spent in sorted(iterations.items()):
-            inference, training = sum_known(spent["inference"]), sum_known(spent["training"])
-            by_iteration[number] = {
-                "inference_usd": inference,
-                "training_usd": training,
-                "total_usd": sum_known([inference, training]),
-            }
+                    what = "cost_usd"
+                if name and what in ("cost_usd", "trained_tokens", "gpu_hours"):
+                    named.setdefault(what, {}).setdefault(name, []).append(value)
+        by_iteration = {
+            number: totals(sum_known(spent["inference"]), sum_known(spent["training"]))
+            for number, spent in sorted(iterations.items())
+        }
+
+        def summed(what: str, total: Callable = sum_known) -> dict[str, Any]:
+            return {name: total(v) for name, v in sorted(named.get(what, {}).items())}
+
         return cls(
             inference_usd=sum_known(i["inference_usd"] for i in by_iteration.values()),
             training_usd=sum_known(i["training_usd"] for i in by_iteration.values()),
             by_iteration=by_iteration,
-            by_agent={name: sum_known(values) for name, values in sorted(agents.items())},
-            trained_tokens={name: _sum_or_none(v) for name, v in sorted(tokens.items())},
-            gpu_hours={name: sum_known(v) for name, v in sorted(hours.items())},
+            by_agent=summed("cost_usd"),
+            trained_tokens=summed("trained_tokens", lambda v: None if None in v else sum(v)),
+            gpu_hours=summed("gpu_hours"),
             estimate=dict(estimate or {}),
         )
 
@@ -200,10 +203,6 @@ class RunSpend:
         if not self.estimate:
             return line + " · no estimate saved"
         return line + f" · estimated {usd(self.estimate_usd)}{pct(self.difference_pct)}"
-
-
-def _sum_or_none(values: list[int | None]) -> int | None:
-    return None if None in values else sum(v for v in values if v is not None)
 
 
 def read_spend(run_dir: str | Path, records: Iterable[Mapping[str, Any]] | None = None) -> RunSpend:

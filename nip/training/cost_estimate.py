@@ -21,7 +21,7 @@ from nip.protocols import ProtocolHandler
 from nip.providers import inference_price, prices_for, provider_for
 from nip.providers.openai import price_key
 from nip.runs.plan_steps import TEST_ITERATION
-from nip.runs.spend import ESTIMATE_FILE, sum_known, training_usd
+from nip.runs.spend import ESTIMATE_FILE, sum_known, totals, training_usd
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
 from nip.training.cost_report import CostEstimate, CostLine, Stage
@@ -289,12 +289,7 @@ def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:
 
     def split(lines: list) -> dict[str, float | None]:
         inference = sum_known(x.usd for x in lines if x.stage != "fine-tune")
-        training = sum_known(x.usd for x in lines if x.stage == "fine-tune")
-        return {
-            "inference_usd": inference,
-            "training_usd": training,
-            "total_usd": sum_known([inference, training]),
-        }
+        return totals(inference, sum_known(x.usd for x in lines if x.stage == "fine-tune"))
 
     iterations = sorted({x.iteration for x in estimate.lines})
     agents = sorted({x.agent for x in estimate.lines})
