@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nip.protocols import PROTOCOLS
 from nip.runs.control import StageProgressWriter, between_stages, report_status
 from nip.runs.spend import ESTIMATE_FILE, read_spend
 from nip.settings import ExperimentSettings
@@ -178,11 +177,9 @@ class EstimateCallback(TrainerCallback):
     async def on_train_begin(self, run: RunContext) -> None:
         if (run.run_dir.path / ESTIMATE_FILE).exists() or run.state.stage == "done":
             return
-        settings = ExperimentSettings(
-            show_progress=False, prices_usd_per_1m=dict(run.settings.prices_usd_per_1m)
-        )
-        shipped = run.hyper_params.interaction_protocol in PROTOCOLS
-        protocol = None if shipped else type(run.session.handler)
+        prices = run.settings.prices_usd_per_1m
+        settings = ExperimentSettings(show_progress=False, prices_usd_per_1m=prices)
+        protocol = type(run.session.handler)  # the run's, shipped or one's own
         try:
             await asyncio.to_thread(
                 save_estimate, run.run_dir.path, run.hyper_params, settings, protocol
