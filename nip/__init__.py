@@ -44,7 +44,7 @@ _LAZY = {
     "PureTextMaltTrainer": "nip.training.trainer",
     "build_trainer": "nip.training.trainer",
     "RunPlan": "nip.training.plan",
-    "plan_run": "nip.experiments.cost_estimate",
+    "plan_run": "nip.training.cost_estimate",
     "sweep": "nip.sweeps",
     "Sweep": "nip.sweeps",
     "GridSpec": "nip.sweeps.grid",

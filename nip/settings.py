@@ -41,6 +41,8 @@ class ExperimentSettings:
             by ``serve``; ``SelfHosted`` agents of that model talk to it).
         prices_usd_per_1m: API prices in USD per 1M ``(input, output)`` tokens by model
             (``"ft:gpt-4o-mini"``: no snapshot date), over the providers' published prices.
+        gpu_hour_usd: What a GPU-hour of ``nip serve`` costs, pricing its jobs' GPU time in
+            the run's spend (None: their cost is unknown; the hours are shown).
         extra: Free-form settings for extensions.
     """
 
@@ -59,6 +61,7 @@ class ExperimentSettings:
     serve_config: Path | None = None
     servers: dict[str, str] = field(default_factory=dict)
     prices_usd_per_1m: dict[str, tuple[float, float]] = field(default_factory=dict)
+    gpu_hour_usd: float | None = None
     extra: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -10,14 +10,6 @@ import threading
 
 import pytest
 
-from nip.experiments.cost_estimate import estimate_cost
-from nip.experiments.token_count import (
-    CharsPerTokenCounter,
-    count_chat_tokens,
-    encoding_name,
-    filler_text,
-    token_counter,
-)
 from nip.parameters import (
     HyperParameters,
     NipProtocolParameters,
@@ -29,6 +21,14 @@ from nip.parameters import (
 from nip.providers.openai import OPENAI_FINE_TUNING_PRICES_USD_PER_1M, OPENAI_PRICES_USD_PER_1M
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.cost_estimate import estimate_cost
+from nip.training.token_count import (
+    CharsPerTokenCounter,
+    count_chat_tokens,
+    encoding_name,
+    filler_text,
+    token_counter,
+)
 
 MODEL = "gpt-4o-mini"
 
@@ -309,7 +309,7 @@ def test_the_dry_run_sends_nothing_to_the_api_even_when_a_server_listens(monkeyp
 
 
 def test_the_dry_runs_agents_refuse_to_generate():
-    from nip.experiments.dialogue_sizes import DryRunCallError, dry_run_session
+    from nip.training.dialogue_sizes import DryRunCallError, dry_run_session
 
     session = dry_run_session(openai_params(), ExperimentSettings(show_progress=False))
     dialogue = session.dialogue(session.datapoints(1)[0])

@@ -225,7 +225,7 @@ def test_expert_iteration_trains_and_resumes_a_run_of_the_protocol(tmp_path):
 
 
 def test_the_cost_of_a_run_of_the_protocol_is_estimated_from_its_schedule(tmp_path):
-    from nip.experiments.cost_estimate import estimate_cost
+    from nip.training.cost_estimate import estimate_cost
 
     params = dummy_params(TwoQuestionsProtocol, dataset=str(dataset_file(tmp_path)))
     estimate = estimate_cost(params, quiet(), protocol=TwoQuestionsProtocol)
@@ -239,13 +239,9 @@ def test_the_cost_of_a_run_of_the_protocol_is_estimated_from_its_schedule(tmp_pa
 
 
 def test_a_run_of_the_protocol_saves_the_estimate_of_its_plan_when_it_starts(tmp_path):
-    from nip.experiments.spend import EstimateCallback
-
     params = dummy_params(TwoQuestionsProtocol, dataset=str(dataset_file(tmp_path)))
     run_dir = tmp_path / "run"
-    trainer = build_trainer(
-        params, quiet(run_dir), protocol=TwoQuestionsProtocol, callbacks=[EstimateCallback()]
-    )
+    trainer = build_trainer(params, quiet(run_dir), protocol=TwoQuestionsProtocol)
     trainer.train(max_stages=1)
     saved = json.loads((run_dir / "cost_estimate.json").read_text())
     assert saved["total_usd"] == 0.0 and set(saved["by_agent"]) == {"prover", "verifier"}

@@ -17,7 +17,6 @@ from nip.configs import (
     open_model_overrides,
 )
 from nip.errors import ConfigFileError, FineTuningClosedError, InvalidParameterError
-from nip.experiments.cost_report import CostEstimate, CostLine
 from nip.experiments.gpu_time import GpuTimeReport, ThroughputTable, gpu_time, model_params_b
 from nip.jobs.openai_closing import (
     closing_text,
@@ -29,6 +28,7 @@ from nip.jobs.openai_closing import (
 )
 from nip.parameters import HyperParameters
 from nip.sweeps.grid import GridSpec
+from nip.training.cost_report import CostEstimate, CostLine
 
 PAPER = [p.name for p in list_presets() if p.name.startswith("paper/")]
 OPEN_MODEL = open_model_overrides()["agents.*.model_name"]

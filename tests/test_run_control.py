@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from nip.runs.control import (
     read_request,
     read_stage_progress,
     read_status,
+    reported_status,
     request,
 )
 from nip.settings import ExperimentSettings
@@ -367,6 +369,37 @@ def test_a_run_can_be_paused_from_the_dashboard_before_its_first_stage_ends(data
     assert "not started" in monitor.header.value and not monitor.pause_button.disabled
     monitor.pause_button.click()
     assert read_request(run) == "pause" and "pausing" in monitor.header.value
+
+
+def test_a_run_that_says_running_but_whose_owner_was_killed_reads_interrupted(dataset, tmp_path):
+    run = tmp_path / "run"
+    trainer_at(run, dataset).train(max_stages=1)  # says "running", and is between two calls
+    assert read_status(run)["status"] == "running" and reported_status(run) == "running"
+    # A process trains it (as ``nip run`` elsewhere would), then is killed with -9.
+    script = (
+        "import sys, time\nfrom nip.runs.ownership import owning\n"
+        "with owning(sys.argv[1], 'training'):\n    print('holding', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script, str(run)], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert owner.stdout.readline() == b"holding\n"
+        assert RunSnapshot.read(run).status == "running"
+    finally:
+        owner.kill()  # SIGKILL: its lock file still names it
+        owner.wait(timeout=WAIT_S)
+    assert read_status(run)["status"] == "running"  # what the file says, unchanged
+    assert reported_status(run) == "interrupted"
+    assert RunSnapshot.read(run).status == "interrupted"
+    monitor = RunMonitor(run, start=False)
+    assert "interrupted" in monitor.header.value and "resume it" in monitor.header.value
+    assert all(b.disabled for b in (monitor.pause_button, monitor.stop_button))
+    monitor.close()
+    PureTextEiTrainer.resume(run).train(max_stages=1)  # resumed: running again, then owned
+    assert RunSnapshot.read(run).status == "running"
 
 
 def test_the_dashboard_of_a_folder_without_a_run_offers_no_buttons(tmp_path):

@@ -11,7 +11,6 @@ import pytest
 
 from nip.cli import main
 from nip.configs import list_presets
-from nip.experiments.cost_estimate import estimate_cost, plan_run
 from nip.jobs import FineTuneSpec
 from nip.jobs.dummy import DummyFineTuneBackend
 from nip.jobs.openai_api import job_request
@@ -26,6 +25,7 @@ from nip.parameters import (
 from nip.providers import DUMMY_PROVIDER
 from nip.runs.changes import change_saved_parameters
 from nip.settings import ExperimentSettings
+from nip.training.cost_estimate import estimate_cost, plan_run
 from nip.training.plan import PlanChangedError, RunPlan, make_run_plan
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 

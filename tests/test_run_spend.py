@@ -7,17 +7,18 @@ server on loopback; their jobs go to a fine-tuning double that reports trained t
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 
-from nip.experiments.spend import EstimateCallback, sweep_spend, sweep_status_text
 from nip.jobs import FineTuneJob
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.providers import prices_for
-from nip.runs.spend import read_spend, usd
+from nip.runs.spend import read_spend, sweep_spend, sweep_status_text, usd
 from nip.settings import ExperimentSettings
 from nip.testing.server import create_app, serve
 from nip.training.reporter import RunReporter
@@ -70,16 +71,12 @@ def params(dataset: Path, **agent) -> HyperParameters:
 
 
 def run(dataset: Path, run_dir: Path, report: bool = True, stream=None):
+    """A trainer from ``build_trainer``, as a notebook builds it: it saves its own estimate."""
     settings = ExperimentSettings(
         run_dir=run_dir, prices_usd_per_1m=PRICES, cache="off", wandb_mode="disabled"
     )
     backends = {g: TrainedTokensBackend(report) for g in ("prover", "verifier")}
-    trainer = build_trainer(
-        params(dataset),
-        settings,
-        fine_tune_backends=backends,
-        callbacks=[EstimateCallback()],
-    )
+    trainer = build_trainer(params(dataset), settings, fine_tune_backends=backends)
     trainer.callbacks[0] = RunReporter(stream=stream or io.StringIO(), bars=False)
     trainer.poll_interval_s = 0.01
     trainer.train()
@@ -147,7 +144,7 @@ def test_a_job_that_reports_no_trained_tokens_makes_the_training_cost_unknown_no
 
 def test_a_run_on_the_dummy_api_spends_nothing_and_says_so(dummy_params, tmp_path):
     settings = ExperimentSettings(run_dir=tmp_path / "run", show_progress=False)
-    build_trainer(dummy_params(), settings, callbacks=[EstimateCallback()]).train()
+    build_trainer(dummy_params(), settings).train()
     spend = read_spend(tmp_path / "run")
     assert (spend.inference_usd, spend.training_usd, spend.estimate_usd) == (0.0, 0.0, 0.0)
     assert spend.trained_tokens == {"prover": None, "verifier": None}  # not reported
@@ -203,3 +200,73 @@ def folder_of_grid(make_tiny_dataset, tmp_path, monkeypatch) -> Path:
     (tmp_path / "grid.yaml").write_text(yaml.safe_dump(grid))
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+class PausingTrainer(TrainedTokensBackend):
+    """``nip serve``'s trainer: each job succeeds ``PAUSE_S`` after it was created."""
+
+    PAUSE_S = 0.3
+
+    def __init__(self):
+        super().__init__()
+        self.started: dict[str, float] = {}
+
+    async def create_job(self, spec) -> str:
+        job_id = await super().create_job(spec)
+        self.started[job_id] = time.monotonic()
+        return job_id
+
+    async def get_job(self, job_id: str) -> FineTuneJob:
+        if time.monotonic() - self.started[job_id] < self.PAUSE_S:
+            return FineTuneJob(job_id, "running")
+        return await super().get_job(job_id)
+
+
+def test_a_self_hosted_job_is_priced_by_its_gpu_time_or_says_its_cost_is_unknown(
+    fine_tuning_app, tmp_path
+):
+    from nip.jobs import FineTuneSpec
+    from nip.jobs.self_hosted import SelfHostedFineTuneBackend
+    from nip.runs.spend import RunSpend, job_spend
+
+    agent = PureTextAgentParameters(model_provider="SelfHosted", model_name="base")
+    with serve(fine_tuning_app(PausingTrainer(), tmp_path / "server", model="base")) as server:
+        backend = SelfHostedFineTuneBackend(server.url)
+        spec = FineTuneSpec(
+            base_model="base",
+            examples=[
+                {
+                    "messages": [
+                        {"role": "user", "content": "q"},
+                        {"role": "assistant", "content": "a"},
+                    ]
+                }
+            ],
+            method="supervised",
+        )
+
+        async def job_to_its_end() -> tuple[FineTuneJob, float]:
+            began = time.monotonic()
+            job_id = await backend.create_job(spec)
+            while not (job := await backend.get_job(job_id)).done:
+                await asyncio.sleep(0.05)
+            return job, time.monotonic() - began
+
+        job, waited_s = asyncio.run(job_to_its_end())
+    # The server measures how long the job trained: at least its trainer's pause, and no
+    # longer than the client waited for it.
+    assert job.status == "succeeded"
+    assert PausingTrainer.PAUSE_S <= job.running_s <= waited_s
+    hours = job.running_s / 3600
+
+    priced = job_spend("verifier", job, agent, "supervised", gpu_hour_usd=2.5)
+    assert priced["verifier.gpu_hours"] == pytest.approx(hours)
+    assert priced["verifier.training_cost_usd"] == pytest.approx(hours * 2.5)
+
+    unpriced = job_spend("verifier", job, agent, "supervised")  # no GPU-hour price set
+    assert unpriced["verifier.gpu_hours"] == pytest.approx(hours)
+    assert unpriced["verifier.training_cost_usd"] is None  # unknown, never 0
+    row = {"split": "train", "iteration": 0, "cost_usd": 0.0, **unpriced}
+    spend = RunSpend.from_records([row])
+    assert spend.gpu_hours == {"verifier": pytest.approx(hours)} and spend.training_usd is None
+    assert f"training unknown, {hours:.2f} GPU-hours" in spend.describe()

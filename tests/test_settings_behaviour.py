@@ -58,10 +58,10 @@ import pytest
 import nip.parameters as parameters_package
 from nip.backends import Completion, GenerationResult
 from nip.errors import InvalidParameterError
-from nip.experiments.cost_estimate import plan_run
 from nip.parameters import BaseParameters, HyperParameters
 from nip.server.config import ServerConfig
 from nip.settings import ExperimentSettings
+from nip.training.cost_estimate import plan_run
 
 pytestmark = pytest.mark.timeout(120)
 

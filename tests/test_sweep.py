@@ -14,7 +14,6 @@ import pytest
 
 from nip.cli import main
 from nip.errors import InvalidParameterError
-from nip.experiments.cost_estimate import estimate_cost
 from nip.providers.pool import BackendPool
 from nip.runs.sweep_dir import sweep_status
 from nip.settings import ExperimentSettings
@@ -25,6 +24,7 @@ from nip.sweeps.run import (
     open_cell,
     run_sweep,
 )
+from nip.training.cost_estimate import estimate_cost
 from nip.viz.compare_runs import comparison_table
 
 GRID = """

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from nip.cli import main
-from nip.experiments.cost_estimate import estimate_cost
 from nip.parameters import HyperParameters
+from nip.training.cost_estimate import estimate_cost
 
 pytestmark = pytest.mark.timeout(240)
 

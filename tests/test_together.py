@@ -21,10 +21,10 @@ import yaml
 from nip.cli import main
 from nip.configs import list_presets, load_preset
 from nip.errors import FineTuneError
-from nip.experiments.cost_estimate import estimate_cost
 from nip.jobs import FineTuneSpec
 from nip.parameters import HyperParameters
 from nip.providers.together import STATUS_MAP, TogetherFineTuneBackend, job_request
+from nip.training.cost_estimate import estimate_cost
 from nip.utils.notices import NipWarning
 from tests.doubles.together import (
     BASE_MODEL,

@@ -276,7 +276,7 @@ def print_openai_notice(hyper_params, plan=None, *, instead: str | None = None) 
     if not any(a.served_by == "OpenAI" for a in hyper_params.agents.values()):
         return False
     if plan is None:
-        from nip.experiments.cost_estimate import plan_run
+        from nip.training.cost_estimate import plan_run
 
         plan = plan_run(hyper_params)
     notice = openai_fine_tuning_notice(hyper_params, plan.trained_agents, instead=instead)

@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nip.experiments.cost_estimate import plan_run
+    from nip.training.cost_estimate import plan_run
 
     hyper_params = _args.configured(args)
     plan = plan_run(hyper_params)

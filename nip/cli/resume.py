@@ -31,7 +31,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nip.experiments.spend import EstimateCallback
     from nip.training.trainer import PureTextEiTrainer
 
     settings = _args.opened_run(args, args.run_dir_positional)
@@ -53,7 +52,6 @@ def run(args: argparse.Namespace) -> int:
             accept_plan_change=args.accept_plan_change or bool(changes),
         )
         print(f"resuming at iteration {trainer.state.iteration}, stage {trainer.state.stage}")
-        trainer.callbacks.append(EstimateCallback())
         _args.train(trainer)
     _args.print_metrics(trainer)
     return 0

@@ -37,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(args, hyper_params)
     from pathlib import Path
 
-    from nip.experiments.spend import EstimateCallback
     from nip.runs.run_dir import new_run_path, refuse_existing_run
     from nip.training.trainer import build_trainer
 
@@ -54,9 +53,7 @@ def run(args: argparse.Namespace) -> int:
         )
     storage = Path(settings.run_dir or ".") / "serve"
     with _args.served([hyper_params], settings, storage) as settings:
-        trainer = build_trainer(
-            hyper_params, settings, overwrite=args.overwrite, callbacks=[EstimateCallback()]
-        )
+        trainer = build_trainer(hyper_params, settings, overwrite=args.overwrite)
         _args.train(trainer)
     _args.print_metrics(trainer)
     return 0
@@ -64,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _dry_run(args: argparse.Namespace, hyper_params) -> int:
     """The plan, then its cost."""
-    from nip.experiments.cost_estimate import estimate_cost
+    from nip.training.cost_estimate import estimate_cost
 
     gpu = _args.gpu_options(args)
     estimate = estimate_cost(hyper_params, _args.run_settings(args), sample_items=args.sample_items)

@@ -127,6 +127,6 @@ def _run_on_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str
 
 
 def _print_status(sweep_dir: str) -> None:
-    from nip.experiments.spend import sweep_status_text
+    from nip.runs.spend import sweep_status_text
 
     print(sweep_status_text(sweep_dir))  # refuses a folder that holds no sweep

@@ -26,9 +26,9 @@ from typing import Literal
 from pydantic import Field
 
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, UnknownKeyError
-from nip.experiments.cost_report import CostEstimate, text_table
 from nip.parameters import HyperParameters
 from nip.parameters._base import BaseParameters
+from nip.training.cost_report import CostEstimate, text_table
 
 __all__ = [
     "DEFAULT_GPU",

@@ -91,6 +91,8 @@ class FineTuneJob:
         adapter_path: Where a local LoRA adapter was written (local backends).
         error: What went wrong, when it failed.
         trained_tokens / training_loss: Progress figures when the backend reports them.
+        running_s: How long it trained, once ended, where its backend measures it (``nip
+            serve``: its GPU time).
     """
 
     id: str
@@ -100,6 +102,7 @@ class FineTuneJob:
     error: str | None = None
     trained_tokens: int | None = None
     training_loss: float | None = None
+    running_s: float | None = None
 
     @property
     def done(self) -> bool:

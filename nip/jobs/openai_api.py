@@ -179,7 +179,12 @@ class OpenAIFineTuneBackend:
             fine_tuned_model=job.fine_tuned_model,
             error=error,
             trained_tokens=job.trained_tokens,
+            **self._measured(job),
         )
+
+    def _measured(self, job: Any) -> dict[str, Any]:
+        """What a compatible server reports of ``job`` beyond OpenAI's fields (none here)."""
+        return {}
 
     async def cancel_job(self, job_id: str) -> None:
         async with self._client() as client:

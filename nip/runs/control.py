@@ -4,9 +4,10 @@ Anyone (a dashboard, ``nip control RUN_DIR pause``) writes ``control.json`` (``{
 "pause"}``); the trainer reads it between stages and writes ``run_status.json`` (running, paused,
 stopped, finished or failed with "error"; ``stages_completed``/``stages_total``) and, while a
 stage plays dialogues, ``stage_progress.json`` (stage, iteration, done, total; at most twice a
-second). ``pause`` finishes the stage, saves the state and waits (without blocking the event loop)
-for ``run`` or ``stop``; ``stop`` finishes the stage, saves and returns, leaving a run that
-:meth:`Trainer.resume` (``nip resume``) continues.
+second); :func:`reported_status` reads a run killed while running (or paused) as
+"interrupted". ``pause`` finishes the stage, saves the state and waits (without blocking the
+event loop) for ``run`` or ``stop``; ``stop`` finishes the stage, saves and returns, leaving a
+run that :meth:`Trainer.resume` (``nip resume``) continues.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from nip.errors import NipError
+from nip.runs.ownership import abandoned
 from nip.utils.files import atomic_write_text, read_json_object
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "read_stage_progress",
     "read_status",
     "report_status",
+    "reported_status",
     "request",
 ]
 
@@ -74,6 +77,14 @@ def read_request(run_dir: str | Path) -> Request:
 def read_status(run_dir: str | Path) -> dict[str, Any]:
     """The trainer's last report (``{}`` before the first)."""
     return read_json_object(Path(run_dir) / STATUS_FILE)
+
+
+def reported_status(run_dir: str | Path) -> str | None:
+    """The trainer's last reported status (None before the first), or "interrupted" where it
+    says running or paused but its owner died (``kill -9``, a lost node): the one rule of the
+    dashboards and ``nip sweep status``."""
+    status = read_status(run_dir).get("status")
+    return "interrupted" if status in ("running", "paused") and abandoned(run_dir) else status
 
 
 def read_stage_progress(run_dir: str | Path) -> dict[str, Any]:

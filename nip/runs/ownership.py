@@ -40,6 +40,7 @@ __all__ = [
     "FolderError",
     "Owner",
     "Ownership",
+    "abandoned",
     "current_owner",
     "owning",
     "remove_stale_temporaries",
@@ -285,3 +286,9 @@ def current_owner(path: str | Path) -> Owner | None:
         finally:
             os.close(fd)
         return None
+
+
+def abandoned(path: str | Path) -> bool:
+    """Whether the folder's last owner died holding it (killed: its lock file still names it,
+    and nobody holds the lock); False where the file system has no locks, as nobody can tell."""
+    return current_owner(path) is None and _read_owner(_lock_path(path)) is not None

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import replace
 from typing import Any
@@ -300,6 +301,8 @@ class FineTuneQueue:
         if job is None or job.status != "running":
             return None
         self.store.add_event(job.id, "info", "Training started.")
+        job.extra["started_at"] = time.time()  # its running time, the job's GPU time, from here
+        self.store.update_job(job.id, extra=json.dumps(job.extra))
         try:
             content = self.store.file_content(job.training_file) or b""
             spec = build_spec(job, parse_training_file(content, job.method["type"]))

@@ -56,6 +56,7 @@ class JobRow:
         error = None
         if self.error:
             error = {"code": "training_failed", "message": self.error, "param": None}
+        running_s = self.extra.get("running_s")  # from training's start to the job's end
         return {
             "object": "fine_tuning.job",
             "id": self.id,
@@ -76,7 +77,12 @@ class JobRow:
             "integrations": [],
             "estimated_finish": None,
             "user_provided_suffix": self.suffix,
-            "metadata": {"adapter_path": self.adapter_path} if self.adapter_path else None,
+            "metadata": {
+                k: str(v)
+                for k, v in (("adapter_path", self.adapter_path), ("running_s", running_s))
+                if v is not None
+            }
+            or None,
         }
 
 
@@ -188,6 +194,10 @@ class ServerStore:
     def update_job(self, job_id: str, **fields: Any) -> None:
         if fields.get("status") in ("succeeded", "failed", "cancelled"):
             fields.setdefault("finished_at", int(time.time()))
+            job = self.get_job(job_id)
+            if job is not None and "started_at" in job.extra and "extra" not in fields:
+                running_s = time.time() - job.extra["started_at"]
+                fields["extra"] = json.dumps(job.extra | {"running_s": running_s})
         assignments = ", ".join(f"{k} = ?" for k in fields)
         self._write(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
 

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import ConfigFileError, InvalidParameterError, NipError, require_count
-from nip.experiments.cost_report import CostEstimate, sum_usd
 from nip.extras import needs
 from nip.parameters import HyperParameters
+from nip.runs.spend import sum_known
 from nip.runs.sweep_dir import CELLS, cell_run_dir, read_manifest
 from nip.settings import ExperimentSettings
+from nip.training.cost_report import CostEstimate
 
 __all__ = [
     "GridSpec",
@@ -245,7 +246,7 @@ class SweepEstimate:
     @property
     def total_usd(self) -> float | None:
         """The sum of the cells' estimates (None when one of them has no price)."""
-        return sum_usd(estimate.total_usd for _, estimate in self.cells)
+        return sum_known(estimate.total_usd for _, estimate in self.cells)
 
     @property
     def total_calls(self) -> int:
@@ -309,9 +310,9 @@ class SweepEstimate:
 def estimate_sweep(
     spec: GridSpec, settings: ExperimentSettings | None = None, *, sample_items: int = 4
 ) -> SweepEstimate:
-    """Every cell's dry run (:func:`~nip.experiments.cost_estimate.estimate_cost`): nothing is
+    """Every cell's dry run (:func:`~nip.training.cost_estimate.estimate_cost`): nothing is
     called and nothing is written."""
-    from nip.experiments.cost_estimate import estimate_cost
+    from nip.training.cost_estimate import estimate_cost
 
     settings = settings or ExperimentSettings(show_progress=False)
     estimates = [

@@ -50,7 +50,7 @@ class SweepMismatchError(IncompatibleParametersError):
 def check_cells(cells: list[SweepCell], settings: ExperimentSettings | None = None) -> None:
     """Build every cell's session as its run would, with backends that call nothing, so a cell
     that cannot start is refused (a :class:`NipError` naming it) before any starts."""
-    from nip.experiments.dialogue_sizes import dry_run_session
+    from nip.training.dialogue_sizes import dry_run_session
 
     settings = replace(settings or ExperimentSettings(), show_progress=False)
     for cell in cells:
@@ -129,18 +129,13 @@ def open_cell(
     *,
     backends: BackendPool | None = None,
 ) -> PureTextEiTrainer:
-    """The cell's trainer: resumed from its run directory, or new; either saves the dry
-    run's estimate of the cell's plan if it has none yet (``cost_estimate.json``)."""
-    from nip.experiments.spend import EstimateCallback
-
+    """The cell's trainer: resumed from its run directory, or new."""
     run_dir = cell.run_dir(sweep_dir)
     cell_settings = replace(settings, run_dir=run_dir)
     if (run_dir / "state.json").exists():
-        trainer = PureTextEiTrainer.resume(run_dir, cell_settings, backends=backends)
-    else:  # a cell killed before its first stage ended has no state yet: start it again
-        trainer = build_trainer(cell.hyper_params, cell_settings, backends=backends, overwrite=True)
-    trainer.callbacks.append(EstimateCallback())
-    return trainer
+        return PureTextEiTrainer.resume(run_dir, cell_settings, backends=backends)
+    # A cell killed before its first stage ended has no state yet: start it again.
+    return build_trainer(cell.hyper_params, cell_settings, backends=backends, overwrite=True)
 
 
 def cell_settings(spec: GridSpec, settings: ExperimentSettings | None, parallel: int):

@@ -3,8 +3,9 @@
 The loop knows nothing of terminals, W&B or control files: it calls each callback's hooks with
 the run's :class:`~nip.training.context.RunContext`, never the trainer. The defaults
 (``PureTextEiTrainer.callbacks``) are :class:`~nip.training.reporter.RunReporter`,
-:class:`WandbCallback`, :class:`ControlFileCallback` (``nip control RUN_DIR pause|resume|stop``)
-and :class:`StageProgressCallback`; pass more with ``build_trainer(..., callbacks=[...])``.
+:class:`WandbCallback`, :class:`ControlFileCallback` (``nip control RUN_DIR pause|resume|stop``),
+:class:`StageProgressCallback` and :class:`EstimateCallback`; pass more with
+``build_trainer(..., callbacks=[...])``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ import asyncio
 from typing import Any
 
 from nip.runs.control import StageProgressWriter, between_stages, report_status
-from nip.runs.spend import read_spend
+from nip.runs.spend import ESTIMATE_FILE, read_spend
+from nip.settings import ExperimentSettings
 from nip.training.context import RunContext
+from nip.training.cost_estimate import save_estimate
+from nip.utils.notices import warn
 
 
 class Callbacks(list["TrainerCallback"]):
@@ -163,6 +167,25 @@ class StageProgressCallback(TrainerCallback):
                 offset=offset,
             )
         self._writers[key](done, total)
+
+
+class EstimateCallback(TrainerCallback):
+    """Saves the dry run's estimate of the run's plan (``cost_estimate.json``) when it first
+    starts, which its spend is shown beside (a plan it cannot price is warned about, and the
+    run goes on without one)."""
+
+    async def on_train_begin(self, run: RunContext) -> None:
+        if (run.run_dir.path / ESTIMATE_FILE).exists() or run.state.stage == "done":
+            return
+        prices = run.settings.prices_usd_per_1m
+        settings = ExperimentSettings(show_progress=False, prices_usd_per_1m=prices)
+        protocol = type(run.session.handler)  # the run's, shipped or one's own
+        try:
+            await asyncio.to_thread(
+                save_estimate, run.run_dir.path, run.hyper_params, settings, protocol
+            )
+        except Exception as error:  # the estimate is a comparison, never a reason to stop
+            warn(f"the run's cost could not be estimated ({error}); it goes on without one")
 
 
 def make_logger(run: RunContext) -> Any:

@@ -115,7 +115,7 @@ async def await_fine_tune_jobs(run: RunContext, callbacks: Callbacks) -> None:
         if outcome == "succeeded":  # what its training cost (nip.runs.spend)
             group = run.groups[name]
             job, method = await group.fine_tune_job(), run.step.group(name).method
-            spent |= job_spend(name, job, group.params, method)
+            spent |= job_spend(name, job, group.params, method, run.settings.gpu_hour_usd)
         if outcome == "kept_previous":
             failures = len(run.groups[name].failures_in(run.iteration))
             _add_train_metrics(

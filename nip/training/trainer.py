@@ -38,6 +38,7 @@ from nip.training.algorithms.malt import load_trees
 from nip.training.callbacks import (
     Callbacks,
     ControlFileCallback,
+    EstimateCallback,
     StageProgressCallback,
     TrainerCallback,
     WandbCallback,
@@ -132,13 +133,15 @@ class PureTextEiTrainer:
         self.context = RunContext(
             hyper_params, settings, self.session, self.run_dir, plan, groups=self.groups
         )
-        #: Its monitors: the reporter, W&B, the control file, the progress file, then yours.
+        #: Its monitors: the reporter, W&B, the control file, the progress file, the saved
+        #: estimate, then yours.
         self.callbacks = Callbacks(
             [
                 RunReporter(enabled=settings.show_progress),
                 WandbCallback(),
                 ControlFileCallback(),
                 StageProgressCallback(),
+                EstimateCallback(),
                 *(callbacks or ()),
             ]
         )

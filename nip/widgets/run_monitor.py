@@ -36,6 +36,7 @@ _STATUS_COLOURS = {
     "stopping": "#c5221f",
     "stopped": "#c5221f",
     "failed": "#c5221f",
+    "interrupted": "#c5221f",
     "finished": "#188038",
     "not started": "#666",
     "no run": "#666",
@@ -178,6 +179,11 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
             f"{escape(snapshot.position)}"
             + (f"<br>{escape(snapshot.planned)}" if snapshot.planned else "")
             + (f"<br>{error_html(snapshot.error)}" if status == "failed" and snapshot.error else "")
+            + (
+                f"<br>nothing runs it (killed): resume it with nip resume {escape(self.run_dir)}"
+                if status == "interrupted"
+                else ""
+            )
             + note_html(f"  ({self.run_dir})")
         )
         self.progress.value = snapshot.progress
@@ -193,8 +199,10 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         )
         spend = snapshot.spend
         agents = ", ".join(f"{a} {usd(c)}" for a, c in spend.by_agent.items())
-        self.spend_view.value = note_html(spend.describe() + (f" · {agents}" if agents else ""))
-        ended = snapshot.finished or not snapshot.exists
+        self.spend_view.value = note_html(
+            spend.describe() + (f" · by agent: {agents}" if agents else "")
+        )
+        ended = snapshot.finished or not snapshot.exists or status == "interrupted"
         self.pause_button.disabled = ended or snapshot.request == "pause"
         self.resume_button.disabled = ended or snapshot.request == "run"
         self.stop_button.disabled = ended or snapshot.request == "stop"

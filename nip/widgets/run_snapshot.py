@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nip.runs.control import read_request, read_stage_progress, read_status
+from nip.runs.control import read_request, read_stage_progress, read_status, reported_status
 from nip.runs.run_dir import RunDirectory
 from nip.runs.spend import ESTIMATE_FILE, RunSpend
 from nip.training.plan import RunPlan
@@ -73,7 +73,8 @@ class RunSnapshot:
         stage: The stage being run (or next to run); ``"done"`` once finished.
         request: The standing control request: "run", "pause" or "stop".
         reported: The trainer's report at its last stage boundary (None when older than the
-            saved state); ``error`` what made it fail.
+            saved state; "interrupted": it said running, but was killed); ``error`` what made
+            it fail.
         metrics: Every saved metrics file, one dict each (with ``split`` and ``iteration``).
         stage_done / stage_total: Dialogues the current stage has finished and plays (None
             when it plays none, or has not reported yet).
@@ -105,7 +106,7 @@ class RunSnapshot:
         params = read_json_object(directory.path / "hyper_params.json")
         num_iterations = int(params.get("rl", {}).get("num_iterations", 1) or 1)
         state = read_json_object(directory.path / "state.json")
-        status = read_status(directory.path)
+        status, reported = read_status(directory.path), reported_status(directory.path)
         stages_completed = int(state.get("stages_completed", 0))
         fresh = status.get("stages_completed") == stages_completed
         metrics = (
@@ -125,7 +126,7 @@ class RunSnapshot:
             stage=stage,
             stages_completed=stages_completed,
             request=read_request(directory.path),
-            reported=status.get("status") if fresh else None,
+            reported=reported if fresh or reported == "interrupted" else None,
             error=status.get("error") if fresh else None,
             metrics=metrics,
             jobs=tuple(_jobs(directory.path, state, params, plan)),
@@ -143,11 +144,14 @@ class RunSnapshot:
     @property
     def status(self) -> str:
         """In words: "no run", "not started", "running", "pausing" (not yet at a stage
-        boundary), "paused", "stopping", "stopped", "failed" or "finished"."""
+        boundary), "paused", "stopping", "stopped", "failed", "interrupted" (killed: resume it)
+        or "finished"."""
         if self.finished:
             return "finished"
         if not self.exists:
             return "no run"
+        if self.reported == "interrupted":
+            return self.reported
         if self.request == "pause":
             return "paused" if self.reported == "paused" else "pausing"
         if self.request == "stop":

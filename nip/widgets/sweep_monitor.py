@@ -16,9 +16,8 @@ from typing import Any
 import ipywidgets
 import plotly.graph_objects as go
 
-from nip.experiments.spend import SweepSpend
 from nip.runs.run_dir import RunDirectory
-from nip.runs.spend import usd
+from nip.runs.spend import SweepSpend, usd
 from nip.runs.sweep_dir import MANIFEST, cell_errors, cell_run_dir
 from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
@@ -133,8 +132,8 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         spend = snapshot.spend
         cost = "–" if not snapshot.metrics else usd(spend.total_usd)
         if snapshot.metrics and spend.difference_pct is not None:
-            cost += f" ({spend.difference_pct:+.0f}% of {usd(spend.estimate_usd)})"
-        where = "" if snapshot.finished or not snapshot.started else snapshot.position
+            cost += f" of {usd(spend.estimate_usd)} ({spend.difference_pct:+.0f}%)"
+        where = snapshot.position if snapshot.started else ""
         return [
             escape(cell["name"]),
             *(escape(cell["values"].get(path, "")) for path in axes),

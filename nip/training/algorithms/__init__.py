@@ -18,24 +18,10 @@ from nip.jobs import FineTuneMethod
 from nip.parameters import HyperParameters
 from nip.rollouts.records import Datapoint
 from nip.runs.plan_steps import IterationPlan
-from nip.session import Session
 from nip.training.algorithms.expert_iteration import ExpertIteration
 from nip.training.algorithms.malt import Malt
 from nip.training.context import Progress, RunContext
-
-
-class PassSizer(Protocol):
-    """What the dry run measures an iteration with (:mod:`nip.experiments.dialogue_sizes`)."""
-
-    session: Session
-
-    def seeds(self, items: Sequence[Datapoint], iteration: int) -> list[int]: ...
-
-    def dialogue_pass(self, items: Sequence[Datapoint], seeds: Sequence[int]) -> Mapping: ...
-
-    def malt_pass(
-        self, items: Sequence[Datapoint], seeds: Sequence[int], malt: Any, frozen: set[str]
-    ) -> tuple[Mapping, int]: ...
+from nip.training.dialogue_sizes import DialogueSizer
 
 
 @runtime_checkable
@@ -74,7 +60,7 @@ class TrainingAlgorithm(Protocol):
         ...
 
     def estimate(
-        self, sizer: PassSizer, step: IterationPlan, items: Sequence[Datapoint]
+        self, sizer: DialogueSizer, step: IterationPlan, items: Sequence[Datapoint]
     ) -> tuple[Mapping, int]:
         """The dry run's measure of ``step``'s sampling: each agent's usage, and dialogues."""
         ...

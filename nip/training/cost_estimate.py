@@ -2,35 +2,47 @@
 
 ``estimate_cost(HyperParameters.load("exp.yaml"))`` follows the run plan the trainer executes and
 measures the **real prompts** of the first items of each pass
-(:mod:`nip.experiments.dialogue_sizes`); only the responses are stand-ins of a stated length.
+(:mod:`nip.training.dialogue_sizes`); only the responses are stand-ins of a stated length.
 Nothing is sent (the session's backends refuse to generate), so no API key is needed; what it
-assumes is in :attr:`CostEstimate.assumptions`.
+assumes is in :attr:`CostEstimate.assumptions`. Every run saves its estimate when it starts
+(:func:`save_estimate`, called by :class:`~nip.training.callbacks.EstimateCallback`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from nip.errors import InvalidParameterError, require_count
-from nip.experiments.cost_report import CostEstimate, CostLine, Stage
-from nip.experiments.dialogue_sizes import (
-    DialogueSizer,
-    DryRunCallError,
-    PassUsage,
-    dry_run_session,
-)
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.protocols import ProtocolHandler
 from nip.providers import inference_price, prices_for, provider_for
 from nip.providers.openai import price_key
 from nip.runs.plan_steps import TEST_ITERATION
-from nip.runs.spend import training_usd
+from nip.runs.spend import ESTIMATE_FILE, sum_known, totals, training_usd
 from nip.settings import ExperimentSettings
 from nip.training.algorithms import BY_NAME
+from nip.training.cost_report import CostEstimate, CostLine, Stage
+from nip.training.dialogue_sizes import (
+    DialogueSizer,
+    DryRunCallError,
+    PassUsage,
+    dry_run_session,
+)
 from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
+from nip.utils.files import atomic_write_text
 
-__all__ = ["CostEstimate", "CostLine", "DryRunCallError", "estimate_cost", "plan_run"]
+__all__ = [
+    "CostEstimate",
+    "CostLine",
+    "DryRunCallError",
+    "estimate_cost",
+    "estimate_summary",
+    "plan_run",
+    "save_estimate",
+]
 
 
 def plan_run(
@@ -270,3 +282,37 @@ def _price_notes(hyper_params: HyperParameters) -> list[str]:
 
 def _sends_auto_epochs(job: Mapping[str, Any] | None) -> bool:
     return sent_hyperparameters(job).get("n_epochs") == "auto"
+
+
+def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:
+    """What ``cost_estimate.json`` holds: the estimate's totals, per iteration and per agent."""
+
+    def split(lines: list) -> dict[str, float | None]:
+        inference = sum_known(x.usd for x in lines if x.stage != "fine-tune")
+        return totals(inference, sum_known(x.usd for x in lines if x.stage == "fine-tune"))
+
+    iterations = sorted({x.iteration for x in estimate.lines})
+    agents = sorted({x.agent for x in estimate.lines})
+    return {
+        **split(estimate.lines),
+        "by_iteration": {
+            str(i): split([x for x in estimate.lines if x.iteration == i]) for i in iterations
+        },
+        "by_agent": {a: sum_known(x.usd for x in estimate.lines if x.agent == a) for a in agents},
+        "training_tokens": sum(x.training_tokens for x in estimate.lines),
+        "unpriced": estimate.unpriced,
+    }
+
+
+def save_estimate(
+    run_dir: str | Path,
+    hyper_params: HyperParameters,
+    settings: ExperimentSettings,
+    protocol: type[ProtocolHandler] | None = None,
+) -> Path:
+    """Price the plan of ``hyper_params`` as the dry run does and save it in ``run_dir``
+    (``protocol``: the class of a protocol of one's own code)."""
+    estimate = estimate_cost(hyper_params, settings, protocol=protocol)
+    path = Path(run_dir) / ESTIMATE_FILE
+    atomic_write_text(path, json.dumps(estimate_summary(estimate), indent=2) + "\n")
+    return path

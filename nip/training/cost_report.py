@@ -1,4 +1,4 @@
-"""The records of a dry run (made by :func:`~nip.experiments.cost_estimate.estimate_cost`):
+"""The records of a dry run (made by :func:`~nip.training.cost_estimate.estimate_cost`):
 what each stage of each iteration will cost, summed and shown as text, HTML or a DataFrame."""
 
 from __future__ import annotations
@@ -49,10 +49,6 @@ class CostLine:
 _SUMMED = ("calls", "prompt_tokens", "completion_tokens", "examples", "training_tokens")
 
 
-#: The sum of prices, or None when one of them is unknown.
-sum_usd = sum_known
-
-
 @dataclass
 class CostEstimate:
     """What a run will cost, estimated before any model is called (see ``estimate_cost``).
@@ -75,7 +71,7 @@ class CostEstimate:
     @property
     def total_usd(self) -> float | None:
         """The whole run's estimated price (None when a model has no price)."""
-        return sum_usd(line.usd for line in self.lines)
+        return sum_known(line.usd for line in self.lines)
 
     @property
     def total_calls(self) -> int:
@@ -91,7 +87,7 @@ class CostEstimate:
             # Every agent of a stage goes through the same items and dialogues.
             row["items"] = max(x.items for x in lines)
             row["dialogues"] = max(x.dialogues for x in lines)
-            row["usd"] = sum_usd(x.usd for x in lines)
+            row["usd"] = sum_known(x.usd for x in lines)
             rows.append({**asdict(lines[0]), **row})
         return rows
 

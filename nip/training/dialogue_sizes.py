@@ -2,7 +2,7 @@
 
 A :class:`DialogueSizer` plays dialogues to their last round with stand-in responses of a given
 length, building every prompt with the agents' real prompt builder; its backends refuse to
-generate (:class:`DryRunCallError`). :mod:`nip.experiments.cost_estimate` prices the result.
+generate (:class:`DryRunCallError`). :mod:`nip.training.cost_estimate` prices the result.
 """
 
 from __future__ import annotations
@@ -13,13 +13,6 @@ from dataclasses import dataclass, replace
 from nip.agents.agent import AgentNotActiveInChannelError
 from nip.backends import GenerationRequest, GenerationResult
 from nip.errors import NipError
-from nip.experiments.token_count import (
-    TOKENS_REPLY_PRIMING,
-    TokenCounter,
-    count_chat_tokens,
-    filler_text,
-    token_counter,
-)
 from nip.parameters import HyperParameters, PureTextMaltParameters
 from nip.protocols import ProtocolHandler
 from nip.providers.pool import BackendPool, endpoint_key
@@ -27,6 +20,13 @@ from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.records import Datapoint, Transcript
 from nip.session import Session
 from nip.settings import ExperimentSettings
+from nip.training.token_count import (
+    TOKENS_REPLY_PRIMING,
+    TokenCounter,
+    count_chat_tokens,
+    filler_text,
+    token_counter,
+)
 
 
 class DryRunCallError(NipError):
