@@ -226,10 +226,21 @@ def test_a_bad_gpu_option_is_one_line_and_exit_status_two(argv, says, tmp_path, 
 
 
 def test_gpu_options_without_a_dry_run_are_refused_before_anything_is_written(tmp_path, capsys):
-    code = main(["run", "quickstart", "--run-dir", str(tmp_path / "r"), "--gpu-hour-usd", "2"])
+    code = main(["run", "quickstart", "--run-dir", str(tmp_path / "r"), "--gpu", "A100-80GB"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "only with --dry-run" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "resume", "sweep"])
+def test_gpu_hour_usd_prices_the_gpu_time_of_a_runs_self_hosted_jobs(command):
+    from nip.cli import _args, build_parser
+
+    target = {"run": "quickstart", "resume": "a-run-dir", "sweep": "grid.yaml"}[command]
+    args = build_parser().parse_args([command, target, "--gpu-hour-usd", "2.5"])
+    assert _args.run_settings(args).gpu_hour_usd == 2.5
+    args = build_parser().parse_args([command, target])
+    assert _args.run_settings(args).gpu_hour_usd is None
 
 
 # ------------------------------------------------------------------- OpenAI's closing

@@ -97,6 +97,12 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
         help="A ServerConfig (YAML/JSON: engine, gpu_sharing, max_model_len...) for the servers "
         "--serve starts; implies --serve.",
     )
+    parser.add_argument(
+        "--gpu-hour-usd",
+        metavar="USD",
+        help="What a GPU-hour of nip serve costs: prices the dry run's GPU time and the run's "
+        "self-hosted jobs in its spend (ExperimentSettings.gpu_hour_usd).",
+    )
 
 
 def add_gpu_options(parser: argparse.ArgumentParser) -> None:
@@ -111,9 +117,6 @@ def add_gpu_options(parser: argparse.ArgumentParser) -> None:
         help="--dry-run: the GPU the self-hosted agents' GPU time is priced on "
         "(default H100-80GB).",
     )
-    parser.add_argument(
-        "--gpu-hour-usd", metavar="USD", help="--dry-run: price the GPU time at this rate."
-    )
 
 
 # ------------------------------------------------------------- what the options mean
@@ -122,13 +125,14 @@ def run_settings(args: argparse.Namespace):
     from nip.settings import ExperimentSettings
 
     return ExperimentSettings(
-        run_dir=args.run_dir,
+        run_dir=getattr(args, "run_dir", None),
         cache=args.cache,
         dummy_latency_s=args.dummy_latency,
         show_progress=not args.quiet,
         local_engine=args.local_engine,
         serve=bool(getattr(args, "serve", False)),
         serve_config=getattr(args, "serve_config", None),
+        gpu_hour_usd=gpu_hour_usd(args),
     )
 
 
@@ -169,27 +173,35 @@ def configured(args: argparse.Namespace):
     return hyper_params
 
 
+def gpu_hour_usd(args: argparse.Namespace) -> float | None:
+    """``--gpu-hour-usd`` checked (None when not given)."""
+    from nip.errors import InvalidParameterError
+
+    text = getattr(args, "gpu_hour_usd", None)
+    if text is None:
+        return None
+    try:
+        usd = float(text)
+    except ValueError:
+        usd = -1.0
+    if not (usd > 0 and usd < float("inf")):
+        raise InvalidParameterError("--gpu-hour-usd", text, "a number > 0")
+    return usd
+
+
 def gpu_options(args: argparse.Namespace):
     """``--throughput``, ``--gpu`` and ``--gpu-hour-usd`` checked: (table, gpu, USD per hour)."""
-    from nip.errors import InvalidParameterError
     from nip.experiments.gpu_time import DEFAULT_GPU, ThroughputTable
 
-    usd = args.gpu_hour_usd
-    if usd is not None:
-        try:
-            usd = float(usd)
-        except ValueError:
-            usd = -1.0
-        if not (usd > 0 and usd < float("inf")):
-            raise InvalidParameterError("--gpu-hour-usd", args.gpu_hour_usd, "a number > 0")
     table = ThroughputTable.load(args.throughput)
-    return table, table.check_gpu(args.gpu or DEFAULT_GPU), usd
+    return table, table.check_gpu(args.gpu or DEFAULT_GPU), gpu_hour_usd(args)
 
 
 def refuse_gpu_options_without_dry_run(args: argparse.Namespace) -> None:
+    """``--throughput`` and ``--gpu`` only price a dry run's GPU time."""
     from nip.errors import InvalidParameterError
 
-    for option in ("throughput", "gpu", "gpu_hour_usd"):
+    for option in ("throughput", "gpu"):
         if getattr(args, option, None) is not None:
             flag = "--" + option.replace("_", "-")
             raise InvalidParameterError(flag, getattr(args, option), "only with --dry-run")
