@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import ipywidgets
@@ -25,7 +25,7 @@ from nip.widgets._html import (
     note_html,
     pre_html,
 )
-from nip.widgets._tasks import error_text, show_error, start
+from nip.widgets._tasks import Actions
 
 if TYPE_CHECKING:
     from nip.jobs import FineTuneEvent, FineTuneJob
@@ -60,7 +60,7 @@ def job_loss(job: FineTuneJob, events: Sequence[FineTuneEvent]) -> float | None:
     return None
 
 
-class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
+class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
     """Build a group's fine-tuning dataset, preview it, launch the job, watch it (status,
     progress, loss, events) and switch the group to the new model.
 
@@ -111,10 +111,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self.job_id: str | None = None
         self.job: FineTuneJob | None = None
         self.events: list[FineTuneEvent] = []
-        self.task: asyncio.Task | None = None
         self._switched = False
         self._declined = False  # launch() was refused by the group
-        self._busy = False
         self._examples: list[dict[str, Any]] = []
 
         self.select_box = ipywidgets.Checkbox(
@@ -162,11 +160,6 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
     def examples(self) -> list[dict[str, Any]]:
         """The training lines the job gets (OpenAI fine-tuning format)."""
         return list(self._examples)
-
-    @property
-    def error_text(self) -> str:
-        """The errors shown so far, as text ("" when none)."""
-        return error_text(self.errors)
 
     def chosen_rollouts(self) -> tuple[dict[str, list[Transcript]], dict[str, list[Transcript]]]:
         """SFT: the dialogues each member learns from, and those whose verifier decision is
@@ -366,24 +359,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
             self._busy or self._switched or job is None or job.status != "succeeded"
         )
 
-    def _click(self, action: Coroutine[Any, Any, Any], *, exclusive: bool = True) -> None:
-        if not exclusive:
-            start(action, on_error=self._show_error, on_done=self._update_buttons)
-            return
-        if self._busy:  # a click that raced the disabling of the buttons
-            action.close()
-            return
-        self.errors.outputs = ()
-        self._busy = True
-        self._update_buttons()
-        self.task = start(action, on_error=self._show_error, on_done=self._finished)
-
-    def _show_error(self, error: BaseException) -> None:
-        show_error(self.errors, error)
-
-    def _finished(self) -> None:
-        self._busy = False
-        self._update_buttons()
+    _redraw = _update_buttons
 
     def __repr__(self) -> str:
         status = self.job.status if self.job else ("launched" if self.job_id else "no job")
