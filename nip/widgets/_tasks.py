@@ -28,8 +28,6 @@ def start(
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        loop = None
-    if loop is None:
         try:
             run_sync(coroutine)
         except Exception as error:
