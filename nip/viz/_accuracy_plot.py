@@ -59,36 +59,6 @@ def accuracy_trace(
     )
 
 
-def accuracy_lines(
-    series: list[tuple[str, pd.DataFrame, dict[str, Any]]],
-    *,
-    dodge: float,
-    title: str,
-    legend_title: str,
-    **trace_options: Any,
-) -> go.Figure:
-    """A framed figure of ``(name, rows, line)`` :func:`accuracy_trace` series, each drawn
-    ``dodge`` apart so that points of one iteration do not hide each other."""
-    figure = go.Figure()
-    for index, (name, rows, line) in enumerate(series):
-        offset = dodge * (index - (len(series) - 1) / 2)
-        figure.add_trace(accuracy_trace(rows, name=name, offset=offset, line=line, **trace_options))
-    return frame_accuracy_figure(figure, title=title, legend_title=legend_title)
-
-
-def frame_iterations(figure: go.Figure, *, title: str, legend_title: str, yaxis: dict) -> go.Figure:
-    """The look, title, legend and axes of a figure of values per (whole) iteration."""
-    figure.update_layout(
-        template=_style.TEMPLATE,
-        title=dict(text=title),
-        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
-        yaxis=yaxis,
-        legend=dict(title=dict(text=legend_title)),
-        hovermode="closest",
-    )
-    return figure
-
-
 def frame_accuracy_figure(figure: go.Figure, *, title: str, legend_title: str) -> go.Figure:
     """The chance line, axes (accuracy in %, whole iterations), title and legend."""
     figure.add_hline(
@@ -97,5 +67,12 @@ def frame_accuracy_figure(figure: go.Figure, *, title: str, legend_title: str) -
         annotation_text="chance",
         annotation_position="bottom right",
     )
-    yaxis = dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%")
-    return frame_iterations(figure, title=title, legend_title=legend_title, yaxis=yaxis)
+    figure.update_layout(
+        template=_style.TEMPLATE,
+        title=dict(text=title),
+        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
+        yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
+        legend=dict(title=dict(text=legend_title)),
+        hovermode="closest",
+    )
+    return figure

@@ -31,7 +31,7 @@ from nip.runs.run_dir import RunDirectory
 from nip.runs.spend import RunSpend, read_spend, sum_known
 from nip.runs.sweep_dir import is_sweep_dir, sweep_run_dirs
 from nip.viz import _style
-from nip.viz._accuracy_plot import accuracy_lines, error_bars, frame_accuracy_figure
+from nip.viz._accuracy_plot import accuracy_trace, error_bars, frame_accuracy_figure
 from nip.viz.intervals import seed_interval, wilson_interval
 from nip.viz.results import RunResults
 
@@ -338,24 +338,24 @@ def compare_runs(
     view = "mean over seeds" if over_seeds else "seeds pooled" if pool_seeds else "each run"
     title = title or f"Verifier accuracy ({split}), {view} ({confidence:.0%} {interval})"
     legend = "protocol" if pool_seeds else "run"
-    colour = _style.series_colour
-    if table["iteration"].nunique(dropna=False) > 1:
-        lines = enumerate(table.groupby([table["series"], subsets], sort=False))
-        series = [
-            (f"{name}, {items}".removesuffix(", all items"), rows, dict(color=colour(i)))
-            for i, ((name, items), rows) in lines
-        ]
-        figure = accuracy_lines(
-            series,
-            dodge=_DODGE,
-            title=title,
-            legend_title=legend,
-            confidence=confidence,
-            dialogues_column="dialogues",
-            extra_hover=("runs", "run(s)"),
-        )
-        return figure, table
     figure = go.Figure()
+    if table["iteration"].nunique(dropna=False) > 1:
+        lines = list(dict.fromkeys(zip(table["series"], subsets, strict=True)))
+        for index, (name, items) in enumerate(lines):
+            rows = table[(table["series"] == name) & (subsets == items)]
+            label = name if items == "all items" else f"{name}, {items}"
+            figure.add_trace(
+                accuracy_trace(
+                    rows,
+                    name=label,
+                    offset=_DODGE * (index - (len(lines) - 1) / 2),
+                    line=dict(color=_style.series_colour(index)),
+                    confidence=confidence,
+                    dialogues_column="dialogues",
+                    extra_hover=("runs", "run(s)"),
+                )
+            )
+        return frame_accuracy_figure(figure, title=title, legend_title=legend), table
     for index, items in enumerate(dict.fromkeys(subsets)):
         rows = table[subsets == items]
         figure.add_trace(
@@ -363,7 +363,7 @@ def compare_runs(
                 x=rows["series"],
                 y=rows["accuracy"],
                 name=items,
-                marker_color=colour(index),
+                marker_color=_style.series_colour(index),
                 error_y=error_bars(rows),
                 customdata=rows[["correct", "dialogues", "ci_low", "ci_high"]].to_numpy(),
                 hovertemplate=(

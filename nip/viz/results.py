@@ -19,7 +19,7 @@ from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
 from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz import _style
-from nip.viz._accuracy_plot import accuracy_lines, frame_iterations
+from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
 from nip.viz.confusion import plot_confusion
 from nip.viz.intervals import wilson_interval
 
@@ -201,15 +201,27 @@ def plot_accuracy(
     :func:`accuracy_table`. One ``go.Scatter`` per split, drawn slightly apart so splits
     measured at one iteration do not hide each other.
     """
-    splits = accuracy_table(source, confidence).groupby("split", sort=True)
-    return accuracy_lines(
-        [(split, rows, _line(index, split)) for index, (split, rows) in enumerate(splits)],
-        dodge=_DODGE,
+    table = accuracy_table(source, confidence)
+    figure = go.Figure()
+    splits = table.groupby("split", sort=True)
+    for index, (split, rows) in enumerate(splits):
+        dodge = _DODGE * (index - (len(splits) - 1) / 2)
+        figure.add_trace(
+            accuracy_trace(
+                rows,
+                name=split,
+                offset=dodge,
+                line=_line(index, split),
+                confidence=confidence,
+                dialogues_column="num_dialogues",
+            )
+        )
+    frame_accuracy_figure(
+        figure,
         title=title or f"Verifier accuracy per iteration ({confidence:.0%} Wilson intervals)",
         legend_title="split",
-        confidence=confidence,
-        dialogues_column="num_dialogues",
     )
+    return figure
 
 
 def plot_rewards(
@@ -250,12 +262,15 @@ def plot_rewards(
                     "mean episode reward %{y:.3f}<extra></extra>",
                 )
             )
-    return frame_iterations(
-        figure,
-        title=title or "Mean episode reward per iteration",
-        legend_title="agent (split)",
+    figure.update_layout(
+        template=_style.TEMPLATE,
+        title=dict(text=title or "Mean episode reward per iteration"),
+        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
         yaxis=dict(title=dict(text="mean episode reward")),
+        legend=dict(title=dict(text="agent (split)")),
+        hovermode="closest",
     )
+    return figure
 
 
 def _line(index: int, split: str) -> dict[str, str]:
