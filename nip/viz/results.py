@@ -87,8 +87,7 @@ class RunResults:
                 rows[(split, iteration)] = row
             elif row.get("num_dialogues") is None:
                 row["num_dialogues"] = len(self.run_dir.load_rollouts(split, iteration))
-        frame = pd.DataFrame([rows[key] for key in sorted(rows)])
-        return frame.reset_index(drop=True)
+        return pd.DataFrame([rows[key] for key in sorted(rows)])
 
     def accuracy_table(self, confidence: float = 0.95) -> pd.DataFrame:
         """Accuracy per (split, iteration) with counts and a Wilson interval."""

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import ipywidgets
 
+from nip.rollouts._transcript_html import chat_bubble
 from nip.widgets._html import (
     PlainTextRepr,
-    bubble_html,
     error_html,
     escape,
     messages_html,
@@ -216,8 +216,8 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
         rejected = example["non_preferred_output"][0]["content"]
         return (
             messages_html(example["input"]["messages"])
-            + bubble_html("preferred", chosen, "#e6f4ea")
-            + bubble_html("not preferred", rejected, "#fce8e6")
+            + chat_bubble("preferred", chosen, "#e6f4ea")
+            + chat_bubble("not preferred", rejected, "#fce8e6")
         )
 
     # -------------------------------------------------------------- the job
