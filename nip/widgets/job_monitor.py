@@ -191,10 +191,8 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
         self.summary.value = escape(summary) + (
             f"<br>{error_html(problem)}" if problem else note_html(f" (at least {minimum})")
         )
-        shown = self._examples[: self.preview_count]
-        self.preview.value = "<hr>".join(self._example_html(e) for e in shown) or note_html(
-            "no examples"
-        )
+        shown = "<hr>".join(self._example_html(e) for e in self._examples[: self.preview_count])
+        self.preview.value = shown or note_html("no examples")
         self._update_buttons()
 
     def _launch_problem(self) -> str:
@@ -237,10 +235,8 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
         self.job_id = job_id
         self._declined = job_id is None
         self._update_buttons()
-        if job_id is None:
-            self.status.value = error_html(self.no_job_reason or "")
-        else:
-            self.status.value = escape(f"job {job_id} submitted")
+        submitted = escape(f"job {job_id} submitted")
+        self.status.value = error_html(self.no_job_reason or "") or submitted
         return job_id
 
     @property
@@ -249,14 +245,10 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
         was launched: group 'verifier': too few examples to fine-tune (0 dpo example(s)...)"."""
         if self.job_id is not None:
             return None
-        problem = self._launch_problem()
-        if problem:
-            why = problem
-        elif self._declined:
-            why = f"the group declined ({self.group.state.last_job_outcome.replace('_', ' ')})"
-        else:
-            why = "Launch has not been clicked (or launch() awaited)"
-        return f"no job was launched: {why}"
+        outcome = self.group.state.last_job_outcome.replace("_", " ")
+        declined = f"the group declined ({outcome})" if self._declined else ""
+        unclicked = "Launch has not been clicked (or launch() awaited)"
+        return f"no job was launched: {self._launch_problem() or declined or unclicked}"
 
     def _require_job(self, action: str) -> str:
         """The job's id, or a :class:`~nip.errors.FineTuneError` that says why there is none."""
