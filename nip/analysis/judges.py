@@ -10,6 +10,7 @@ import asyncio
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from operator import attrgetter
 from typing import Any
 
 from nip.backends import ChatBackend, ChatMessage, GenerationRequest
@@ -36,31 +37,23 @@ class BinaryAnalyser:
     question: str
 
 
-def _is_prover(spec: AgentSpec) -> bool:
-    return spec.is_prover
-
-
-def _is_verifier(spec: AgentSpec) -> bool:
-    return spec.is_verifier
-
-
 ANALYSERS: dict[str, BinaryAnalyser] = {
     a.name: a
     for a in (
         BinaryAnalyser(
             "prover_role_conformance",
-            _is_prover,
+            attrgetter("is_prover"),
             "{agent} was asked to argue that {side}. Does {agent} argue for that side in "
             "every message, without conceding the other side?",
         ),
         BinaryAnalyser(
             "prover_direct_quotation",
-            _is_prover,
+            attrgetter("is_prover"),
             "Does {agent} quote the proposed solution's code directly in its messages?",
         ),
         BinaryAnalyser(
             "prover_accurate_quotation",
-            _is_prover,
+            attrgetter("is_prover"),
             "Is every piece of code that {agent} quotes an exact quotation of the proposed "
             "solution (answer Yes if it quotes nothing)?",
         ),
@@ -72,7 +65,7 @@ ANALYSERS: dict[str, BinaryAnalyser] = {
         ),
         BinaryAnalyser(
             "verifier_format_conformance",
-            _is_verifier,
+            attrgetter("is_verifier"),
             "Does {agent} follow the required format: questions as instructed, and a final "
             "line {decision_form}?",
         ),

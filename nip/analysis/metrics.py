@@ -88,17 +88,14 @@ def rollout_metrics(
         std_accuracy=_std([float(c) for c in correct]),
         precision=_ratio(tp, tp + fp),
         recall=_ratio(tp, tp + fn),
-        accuracy_on_correct_solutions=_ratio(
-            sum(c for c, y in zip(correct, labels, strict=True) if y == 1), labels.count(1)
-        ),
-        accuracy_on_incorrect_solutions=_ratio(
-            sum(c for c, y in zip(correct, labels, strict=True) if y == 0), labels.count(0)
-        ),
         accept_rate=decisions.count(Decision.ACCEPT) / n,
         no_decision_rate=decisions.count(Decision.NONE) / n,
         mean_episode_length=statistics.fmean(t.num_rounds for t in transcripts),
         std_episode_length=_std([t.num_rounds for t in transcripts]),
     )
+    for label, solutions in ((1, "correct"), (0, "incorrect")):
+        right = sum(c for c, y in zip(correct, labels, strict=True) if y == label)
+        metrics[f"accuracy_on_{solutions}_solutions"] = _ratio(right, labels.count(label))
     metrics.update(datapoint_metrics(transcripts))
     metrics.update(decision_metrics(transcripts))
     turns = [turn for t in transcripts for turn in t.turns]

@@ -17,8 +17,9 @@ iterations are drawn as lines; a single one (dialogues, or ``iteration=``) as ba
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -232,7 +233,7 @@ def comparison_table(
         raise FileNotFoundError(f"none of the runs saved {split!r} rollouts yet{missing}")
     frame = pd.DataFrame(records)
     frame["series"] = _series(frame, pool_seeds)
-    spends: dict[str, RunSpend] = {}
+    spend = functools.cache(read_spend)
     rows = []
     keys = ["series", "iteration", "items"]
     for (series, step, items), group in frame.groupby(keys, sort=False, dropna=False):
@@ -260,7 +261,7 @@ def comparison_table(
                 "ci_high": high,
                 "no_decision_rate": group["no_decision"].sum() / n if n else float("nan"),
                 "mean_rounds": group["rounds"].sum() / n if n else float("nan"),
-                **_spent(group, step, spends),
+                **_spent(group, step, spend),
                 "items": items,
             }
         )
@@ -281,20 +282,17 @@ def comparison_table(
     return table
 
 
-def _spent(group: pd.DataFrame, step: Any, spends: dict[str, RunSpend]) -> dict[str, Any]:
+def _spent(group: pd.DataFrame, step: Any, spend: Callable[[str], RunSpend]) -> dict[str, Any]:
     """What the group's runs spent in iteration ``step`` and their estimate of it, summed
     (None: one unknown; NaN for dialogues outside a run)."""
     runs = [r for r in group["run"].unique() if r is not None and Path(str(r)).is_dir()]
     if not runs or pd.isna(step):
         return {"spent_usd": float("nan"), "estimated_usd": float("nan")}
-    for run in runs:
-        if run not in spends:
-            spends[run] = read_spend(run)
     at = int(step)
     return {
-        "spent_usd": sum_known(spends[r].by_iteration.get(at, {}).get("total_usd") for r in runs),
+        "spent_usd": sum_known(spend(r).by_iteration.get(at, {}).get("total_usd") for r in runs),
         "estimated_usd": sum_known(
-            spends[r].estimate.get("by_iteration", {}).get(str(at), {}).get("total_usd")
+            spend(r).estimate.get("by_iteration", {}).get(str(at), {}).get("total_usd")
             for r in runs
         ),
     }

@@ -22,11 +22,10 @@ def confusion_matrix(transcripts: Iterable[Transcript]) -> pd.DataFrame:
     columns = [d.word for d in DECISIONS]
     if any(t.decision is Decision.NEITHER for t in transcripts):
         columns.append(Decision.NEITHER.word)
-    counts = pd.DataFrame(0, index=list(LABELS.values()), columns=columns, dtype=int)
+    index = pd.Index(list(LABELS.values()), name="true label")
+    counts = pd.DataFrame(0, index, pd.Index(columns, name="verifier decision"), dtype=int)
     for transcript in transcripts:
         counts.loc[LABELS[transcript.datapoint.y], Decision(transcript.decision).word] += 1
-    counts.index.name = "true label"
-    counts.columns.name = "verifier decision"
     return counts
 
 

@@ -87,8 +87,7 @@ class RunResults:
                 rows[(split, iteration)] = row
             elif row.get("num_dialogues") is None:
                 row["num_dialogues"] = len(self.run_dir.load_rollouts(split, iteration))
-        frame = pd.DataFrame([rows[key] for key in sorted(rows)])
-        return frame.reset_index(drop=True)
+        return pd.DataFrame([rows[key] for key in sorted(rows)])
 
     def accuracy_table(self, confidence: float = 0.95) -> pd.DataFrame:
         """Accuracy per (split, iteration) with counts and a Wilson interval."""
@@ -170,25 +169,18 @@ def accuracy_table(
             f"accuracy needs the columns {sorted(missing)}; pass the run directory to count "
             "dialogues from its saved rollouts"
         )
-    rows = []
-    for record in frame.to_dict("records"):
-        n = int(record["num_dialogues"])
-        accuracy = record["accuracy"]
-        has_accuracy = accuracy is not None and not math.isnan(accuracy)
-        correct = round(accuracy * n) if has_accuracy else 0
-        low, high = wilson_interval(correct, n, confidence) if n else (math.nan, math.nan)
-        rows.append(
-            {
-                "split": record["split"],
-                "iteration": int(record["iteration"]),
-                "num_dialogues": n,
-                "correct": correct,
-                "accuracy": accuracy if has_accuracy else math.nan,
-                "ci_low": low,
-                "ci_high": high,
-            }
-        )
-    table = pd.DataFrame(rows, columns=ACCURACY_COLUMNS)
+    n = frame["num_dialogues"].astype(int)
+    accuracy = frame["accuracy"].astype(float)  # None: NaN
+    correct = (accuracy * n).round().fillna(0).astype(int)
+    table = pd.DataFrame(
+        {"split": frame["split"], "iteration": frame["iteration"].astype(int)}
+        | {"num_dialogues": n, "correct": correct, "accuracy": accuracy}
+    )
+    intervals = [
+        wilson_interval(c, k, confidence) if k else (math.nan,) * 2
+        for c, k in zip(correct, n, strict=True)
+    ]
+    table["ci_low"], table["ci_high"] = zip(*intervals, strict=True)
     return table.sort_values(["split", "iteration"], kind="stable").reset_index(drop=True)
 
 

@@ -6,6 +6,7 @@ subtrees occupy disjoint x ranges and edges never cross.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from nip.training.algorithms.malt_tree import ResponseTree
@@ -21,20 +22,15 @@ class NodePosition:
 
 def tree_layout(tree: ResponseTree) -> dict[str, NodePosition]:
     """Node id -> position of every node reachable from the root, depth-first (root first)."""
-    depth: dict[str, int] = {}
-    order: list[str] = []
-    stack = [(tree.tree_id, 0)]
-    while stack:
-        node_id, level = stack.pop()
-        depth[node_id] = level
-        order.append(node_id)
-        children = tree.nodes[node_id].children
-        stack.extend((child, level + 1) for child in reversed(children))
+    positions: dict[str, NodePosition] = {}
+    leaves = itertools.count()
 
-    leaves = [node_id for node_id in order if not tree.nodes[node_id].children]
-    x = {node_id: float(k) for k, node_id in enumerate(leaves)}
-    for node_id in reversed(order):  # every child comes after its parent in `order`
-        children = tree.nodes[node_id].children
-        if children:
-            x[node_id] = (x[children[0]] + x[children[-1]]) / 2
-    return {node_id: NodePosition(x[node_id], depth[node_id]) for node_id in order}
+    def place(node_id: str, depth: int) -> float:
+        positions[node_id] = NodePosition(0.0, depth)  # its place in the order: before its children
+        xs = [place(child, depth + 1) for child in tree.nodes[node_id].children]
+        x = (xs[0] + xs[-1]) / 2 if xs else float(next(leaves))
+        positions[node_id] = NodePosition(x, depth)
+        return x
+
+    place(tree.tree_id, 0)
+    return positions

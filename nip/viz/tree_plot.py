@@ -38,14 +38,18 @@ def expected_rewards(tree: ResponseTree, agent: str) -> dict[str, float]:
     return {node_id: node.expected_reward.get(agent, 0.0) for node_id, node in tree.nodes.items()}
 
 
-def colour_range(
-    values: list[float], reward_range: tuple[float, float] | None
-) -> tuple[float, float]:
-    """``reward_range`` if given, else the values' range (widened when they are all equal)."""
-    if reward_range is not None:
-        return reward_range
-    low, high = min(values), max(values)
-    return (low - 0.5, high + 0.5) if low == high else (low, high)
+def reward_colours(
+    agent: str, values: list[float], reward_range: tuple[float, float] | None
+) -> dict:
+    """A marker's colours: ``values`` on the reward scale, from ``reward_range`` (default: the
+    values' range, widened when they are all equal), with its colour bar."""
+    low, high = reward_range or (min(values), max(values))
+    return dict(
+        cmin=low - 0.5 * (low == high),
+        cmax=high + 0.5 * (low == high),
+        colorscale=_style.REWARD_COLORSCALE,
+        colorbar=dict(title=dict(text=f"{agent}<br>expected<br>reward"), thickness=14),
+    )
 
 
 def plot_tree(
@@ -73,7 +77,6 @@ def plot_tree(
     symbols = {ROOT_LABEL: _style.ROOT_SYMBOL}
     symbols.update(_style.speaker_symbols([s for s in speakers if s != ROOT_LABEL]))
     colours = [rewards[i] for i in ids]
-    cmin, cmax = colour_range(colours, reward_range)
 
     pairs = [p for p in tree.pairs if p.agent == agent]
     traces = [
@@ -94,12 +97,9 @@ def plot_tree(
             marker=dict(
                 size=NODE_SIZE,
                 color=colours,
-                cmin=cmin,
-                cmax=cmax,
-                colorscale=_style.REWARD_COLORSCALE,
                 symbol=[symbols[s] for s in speakers],
                 line=dict(color=_style.NODE_OUTLINE, width=1),
-                colorbar=dict(title=dict(text=f"{agent}<br>expected<br>reward"), thickness=14),
+                **reward_colours(agent, colours, reward_range),
             ),
         ),
     ]

@@ -10,7 +10,7 @@ from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz import _style
 from nip.viz._text import label_name, node_hover, shorten, speaker_label
 from nip.viz.tree_layout import tree_layout
-from nip.viz.tree_plot import colour_range, expected_rewards
+from nip.viz.tree_plot import expected_rewards, reward_colours
 
 #: The id of the icicle's top block, above every tree (no node id has a space).
 ALL_TREES = "all trees"
@@ -56,7 +56,6 @@ def plot_trees_summary(
     values.insert(0, total_leaves)
     colours.insert(0, overall)
     hover.insert(0, f"<b>{len(trees)} trees</b><br>{agent}'s mean expected reward: {overall:+.3g}")
-    cmin, cmax = colour_range(colours, reward_range)
 
     figure = go.Figure(
         go.Icicle(
@@ -73,11 +72,8 @@ def plot_trees_summary(
             sort=False,
             marker=dict(
                 colors=colours,
-                cmin=cmin,
-                cmax=cmax,
-                colorscale=_style.REWARD_COLORSCALE,
                 showscale=True,
-                colorbar=dict(title=dict(text=f"{agent}<br>expected<br>reward"), thickness=14),
+                **reward_colours(agent, colours, reward_range),
             ),
         )
     )

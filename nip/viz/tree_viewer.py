@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from nip.protocols import Decision
-from nip.rollouts._transcript_html import transcript_to_html
+from nip.rollouts._transcript_html import chat_bubble, transcript_to_html
 from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz._text import format_rewards, speaker_label
 from nip.viz.live_figure import LiveFigure
@@ -114,8 +114,8 @@ class TreeViewer(widgets.VBox):
             f"<div>expected reward: {format_rewards(node.expected_reward, self.agent)}</div>",
         ]
         for turn in node.turns:
-            parts.append(f"<h5 style='margin:6px 0 2px'>{html.escape(turn.agent)} wrote</h5>")
-            parts.append(_pre(turn.raw_text if turn.valid else f"(invalid turn) {turn.error}"))
+            text = turn.raw_text if turn.valid else f"(invalid turn) {turn.error}"
+            parts.append(chat_bubble(f"{turn.agent} wrote", text, "#f6f8fa"))
             parts.append(self._prompt_html(node_id, turn.agent))
         if node.parent_id is not None and not self.agents:
             parts.append(
@@ -138,9 +138,7 @@ class TreeViewer(widgets.VBox):
             reason = html.escape(str(error))
             return f"<p style='color:#b00'>Could not rebuild the prompt: {reason}</p>"
         messages = "".join(
-            f"<div style='margin:2px 0'><b>{html.escape(m['role'])}"
-            f"{' (' + html.escape(m['name']) + ')' if m.get('name') else ''}</b>"
-            f"{_pre(m['content'])}</div>"
+            chat_bubble(m["role"] + (f" ({m['name']})" if m.get("name") else ""), m["content"])
             for m in prompt
         )
         return (
@@ -176,11 +174,3 @@ class TreeViewer(widgets.VBox):
 
 def _index(figure: go.Figure, role: str) -> int:
     return next(i for i, trace in enumerate(figure.data) if trace.meta == role)
-
-
-def _pre(text: str) -> str:
-    return (
-        "<pre style='white-space:pre-wrap;margin:2px 0;padding:4px;background:#f6f8fa;"
-        "line-height:1.4'>"
-        f"{html.escape(text)}</pre>"
-    )

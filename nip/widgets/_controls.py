@@ -133,14 +133,12 @@ def _placeholder(tp: Any, info: FieldInfo) -> Any:
 
 
 def _plain_control(tp: Any, info: FieldInfo, value: Any, look: Look) -> Any:
-    if _is_union(tp) and str in get_args(tp):  # a Literal's names or another name, e.g. the
-        literals = [a for a in get_args(tp) if get_origin(a) is Literal]  # protocol's
-        if len(literals) == 1 and len(get_args(tp)) == 2:
-            names = list(get_args(literals[0]))
-            options = [(str(a), a) for a in names + ([] if value in names else [value])]
-            return look.make(ipywidgets.Dropdown, "16em", options=options, value=value)
-    if get_origin(tp) is Literal:
-        options = [(str(a), a) for a in get_args(tp)]
+    literal = tp
+    if _is_union(tp) and str in get_args(tp) and len(get_args(tp)) == 2:  # a Literal's names
+        literal = next(a for a in get_args(tp) if a is not str)  # or another, e.g. the protocol's
+    if get_origin(literal) is Literal:
+        names = list(get_args(literal))
+        options = [(str(a), a) for a in names + ([] if value in names else [value])]
         return look.make(ipywidgets.Dropdown, "16em", options=options, value=value)
     if tp is bool:
         return look.make(ipywidgets.Checkbox, "2em", value=value, indent=False)

@@ -31,10 +31,6 @@ def note_html(text: str) -> str:
     return f"<span style='color:#666;font-size:90%'>{escape(text)}</span>"
 
 
-#: A chat message box (the transcript's own): ``bubble_html(title, content, colour, note)``.
-bubble_html = chat_bubble
-
-
 def messages_html(messages: Iterable[Mapping[str, Any]]) -> str:
     """Chat messages as boxes, in order: role (and sender name), then the content."""
     parts = []
@@ -42,7 +38,7 @@ def messages_html(messages: Iterable[Mapping[str, Any]]) -> str:
         role = str(message.get("role", "?"))
         title = f"{role} · {message['name']}" if message.get("name") else role
         parts.append(
-            bubble_html(title, str(message.get("content", "")), _ROLE_COLOURS.get(role, "#fff"))
+            chat_bubble(title, str(message.get("content", "")), _ROLE_COLOURS.get(role, "#fff"))
         )
     return "".join(parts) or "<i>no messages</i>"
 

@@ -28,8 +28,6 @@ def start(
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        loop = None
-    if loop is None:
         try:
             run_sync(coroutine)
         except Exception as error:
@@ -84,13 +82,40 @@ class Polling:
             self.task = None
 
 
-def show_error(output: ipywidgets.Output, error: BaseException) -> None:
-    """Append ``error`` and its traceback to ``output`` (shown in the notebook, kept in
-    ``output.outputs`` when there is no kernel)."""
-    text = "".join(traceback.format_exception(error))
-    output.append_stderr(text)
+class Actions:
+    """Buttons whose coroutines run one at a time (:func:`start`), their errors shown in
+    ``errors``; ``_redraw`` updates the buttons (disabled while one runs: ``_busy``)."""
 
+    task: asyncio.Task | None = None
+    _busy = False
+    errors: ipywidgets.Output
 
-def error_text(output: ipywidgets.Output) -> str:
-    """Everything written to ``output``'s stderr, as one string."""
-    return "".join(o.get("text", "") for o in output.outputs if o.get("name") == "stderr")
+    def _redraw(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def error_text(self) -> str:
+        """The errors shown so far, as text ("" when none)."""
+        outputs = self.errors.outputs
+        return "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+
+    def _click(self, action: Coroutine[Any, Any, Any], *, exclusive: bool = True) -> None:
+        if not exclusive:
+            start(action, on_error=self._show_error, on_done=self._redraw)
+            return
+        if self._busy:  # a click that raced the disabling of the buttons
+            action.close()
+            return
+        self.errors.outputs = ()
+        self._busy = True
+        self._redraw()
+        self.task = start(action, on_error=self._show_error, on_done=self._finished)
+
+    def _show_error(self, error: BaseException) -> None:
+        """Append ``error`` and its traceback to ``errors`` (kept in ``errors.outputs`` when
+        there is no kernel)."""
+        self.errors.append_stderr("".join(traceback.format_exception(error)))
+
+    def _finished(self) -> None:
+        self._busy = False
+        self._redraw()

@@ -49,16 +49,14 @@ def _is_params_mapping(tp: Any) -> bool:
     return get_origin(tp) in (dict, Mapping) and _is_params_class(get_args(tp)[1])
 
 
+def _descendants(cls: type) -> list[type]:
+    return [d for sub in cls.__subclasses__() for d in (sub, *_descendants(sub))]
+
+
 def _subclass_choices(declared: type[BaseParameters], current: type) -> list[type]:
     """The classes a nested field may hold: the declared class's descendants (itself when it
     has none), plus the current one."""
-    found: list[type] = []
-    stack = list(declared.__subclasses__())
-    while stack:
-        cls = stack.pop(0)
-        found.append(cls)
-        stack.extend(cls.__subclasses__())
-    choices = found or [declared]
+    choices = _descendants(declared) or [declared]
     return choices if current in choices else [current, *choices]
 
 
@@ -110,7 +108,7 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
     def refresh(self) -> None:
         """Rebuild every control from the object's current values (forgets rejected ones)."""
         self._forget("")
-        self._body.children = [self._object_form(self.params, [], "")]
+        self._body.children = [self._object_form(self.params, "")]
         self._update_preview()
 
     def error(self, address: str) -> str:
@@ -138,34 +136,24 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
 
     # ------------------------------------------------------------- building
     def _forget(self, prefix: str) -> None:
-        tables = (
-            self.controls,
-            self.notes,
-            self._docs,
-            self._errors,
-            self._mappings,
-            self._pending,
-        )
-        for table in tables:
+        tables = (self.controls, self.notes, self._docs, self._errors, self._mappings)
+        for table in (*tables, self._pending):
             for key in [k for k in table if k.startswith(prefix)]:
                 del table[key]
 
-    def _object_form(
-        self, obj: BaseParameters, ancestors: list[BaseParameters], prefix: str
-    ) -> ipywidgets.VBox:
+    def _object_form(self, obj: BaseParameters, prefix: str) -> ipywidgets.VBox:
         rows: list[ipywidgets.Widget] = []
         groups: list[tuple[str, ipywidgets.Widget]] = []
         for info in obj.fields_info():
-            address = prefix + info.name
             if _is_params_class(info.type):
-                groups.append((info.name, self._nested_form(obj, ancestors, prefix, info)))
+                groups.append((info.name, self._nested_form(obj, prefix, info)))
             elif _is_params_mapping(info.type):
-                groups.append((info.name, self._mapping_form(obj, ancestors, info.name, address)))
+                groups.append((info.name, self._mapping_form(obj, prefix + info.name)))
             else:
                 control = control_for(info, getattr(obj, info.name), self._look)
-                assign = partial(self._assign, obj, ancestors, prefix, info.name)
+                assign = partial(self._assign, obj, prefix, info.name)
                 control.observe(lambda change, assign=assign: assign(change["new"]), "value")
-                rows.append(self._register(address, info.doc, control))
+                rows.append(self._register(prefix + info.name, info.doc, control))
         if groups:
             titles = tuple(title for title, _ in groups)
             rows.append(ipywidgets.Accordion([w for _, w in groups], titles=titles))
@@ -176,13 +164,7 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
         self.controls[address], self.notes[address], self._docs[address] = control, note, doc
         return row
 
-    def _nested_form(
-        self,
-        parent: BaseParameters,
-        ancestors: list[BaseParameters],
-        prefix: str,
-        info: FieldInfo,
-    ) -> ipywidgets.VBox:
+    def _nested_form(self, parent: BaseParameters, prefix: str, info: FieldInfo) -> ipywidgets.VBox:
         address = prefix + info.name
         box = ipywidgets.VBox()
         choices = _subclass_choices(info.type, type(getattr(parent, info.name)))
@@ -190,7 +172,7 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
         def build() -> None:
             child = getattr(parent, info.name)
             self._forget(address + ".")
-            form = self._object_form(child, [*ancestors, parent], address + ".")
+            form = self._object_form(child, address + ".")
             if len(choices) == 1:
                 box.children = [form]
                 return
@@ -201,16 +183,15 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
             box.children = [self._register(address, "Which kind.", picker), form]
 
         def pick(change: Any) -> None:
-            if self._assign(parent, ancestors, prefix, info.name, change["new"]()):
+            if self._assign(parent, prefix, info.name, change["new"]()):
                 build()
 
         build()
         return box
 
-    def _mapping_form(
-        self, parent: BaseParameters, ancestors: list[BaseParameters], name: str, address: str
-    ) -> ipywidgets.Tab:
+    def _mapping_form(self, parent: BaseParameters, address: str) -> ipywidgets.Tab:
         tab = ipywidgets.Tab()
+        name = address.rsplit(".", 1)[-1]
 
         def signature() -> tuple:
             mapping = getattr(parent, name)
@@ -220,8 +201,7 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
             mapping = getattr(parent, name)
             self._forget(address + ".")
             tab.children = [
-                self._object_form(value, [*ancestors, parent], f"{address}.{key}.")
-                for key, value in mapping.items()
+                self._object_form(value, f"{address}.{key}.") for key, value in mapping.items()
             ]
             tab.titles = tuple(str(key) for key in mapping)
             self._mappings[address] = (signature, build, signature())
@@ -230,14 +210,7 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
         return tab
 
     # -------------------------------------------------------------- changes
-    def _assign(
-        self,
-        obj: BaseParameters,
-        ancestors: list[BaseParameters],
-        prefix: str,
-        name: str,
-        value: Any,
-    ) -> bool:
+    def _assign(self, obj: BaseParameters, prefix: str, name: str, value: Any) -> bool:
         """Assign ``obj.name = value`` (with the object's rejected values if together they
         are valid); show the error if it is rejected. Returns whether it was accepted."""
         pending = self._pending.setdefault(prefix, {})
@@ -245,8 +218,11 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
         attempts = [{**pending, name: value}, {name: value}] if pending else [{name: value}]
         error: Exception | None = None
         for changes in attempts:
-            try:
-                _apply(obj, ancestors, changes)
+            if isinstance(obj, HyperParameters) and "interaction_protocol" in changes:
+                protocol = changes["interaction_protocol"]
+                changes.setdefault("agents", agents_for_protocol(obj, protocol))
+            try:  # validated with every object that holds obj; nothing changes if rejected
+                obj.update(**changes)
             except NipError as rejected:
                 error = rejected
                 continue
@@ -283,18 +259,3 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
             f"ParametersForm({type(self.params).__name__}, fields={len(self.controls)}, "
             f"rejected={len(self.rejected)})"
         )
-
-
-def _apply(obj: BaseParameters, ancestors: list[BaseParameters], changes: dict[str, Any]) -> None:
-    """Assign ``changes`` to ``obj`` together; undo them if an enclosing object objects."""
-    changes = dict(changes)
-    if isinstance(obj, HyperParameters) and "interaction_protocol" in changes:
-        changes.setdefault("agents", agents_for_protocol(obj, changes["interaction_protocol"]))
-    old = {name: getattr(obj, name) for name in changes}
-    obj.update(**changes)
-    try:
-        for ancestor in reversed(ancestors):
-            ancestor.validate()
-    except Exception:
-        obj.update(**old)
-        raise

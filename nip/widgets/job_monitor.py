@@ -11,21 +11,21 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import ipywidgets
 
+from nip.rollouts._transcript_html import chat_bubble
 from nip.widgets._html import (
     PlainTextRepr,
-    bubble_html,
     error_html,
     escape,
     messages_html,
     note_html,
     pre_html,
 )
-from nip.widgets._tasks import error_text, show_error, start
+from nip.widgets._tasks import Actions
 
 if TYPE_CHECKING:
     from nip.jobs import FineTuneEvent, FineTuneJob
@@ -60,7 +60,7 @@ def job_loss(job: FineTuneJob, events: Sequence[FineTuneEvent]) -> float | None:
     return None
 
 
-class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
+class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
     """Build a group's fine-tuning dataset, preview it, launch the job, watch it (status,
     progress, loss, events) and switch the group to the new model.
 
@@ -111,10 +111,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self.job_id: str | None = None
         self.job: FineTuneJob | None = None
         self.events: list[FineTuneEvent] = []
-        self.task: asyncio.Task | None = None
         self._switched = False
         self._declined = False  # launch() was refused by the group
-        self._busy = False
         self._examples: list[dict[str, Any]] = []
 
         self.select_box = ipywidgets.Checkbox(
@@ -163,11 +161,6 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         """The training lines the job gets (OpenAI fine-tuning format)."""
         return list(self._examples)
 
-    @property
-    def error_text(self) -> str:
-        """The errors shown so far, as text ("" when none)."""
-        return error_text(self.errors)
-
     def chosen_rollouts(self) -> tuple[dict[str, list[Transcript]], dict[str, list[Transcript]]]:
         """SFT: the dialogues each member learns from, and those whose verifier decision is
         replaced by the true label (Expert Iteration's selection, when it is on)."""
@@ -198,10 +191,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self.summary.value = escape(summary) + (
             f"<br>{error_html(problem)}" if problem else note_html(f" (at least {minimum})")
         )
-        shown = self._examples[: self.preview_count]
-        self.preview.value = "<hr>".join(self._example_html(e) for e in shown) or note_html(
-            "no examples"
-        )
+        shown = "<hr>".join(self._example_html(e) for e in self._examples[: self.preview_count])
+        self.preview.value = shown or note_html("no examples")
         self._update_buttons()
 
     def _launch_problem(self) -> str:
@@ -223,8 +214,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         rejected = example["non_preferred_output"][0]["content"]
         return (
             messages_html(example["input"]["messages"])
-            + bubble_html("preferred", chosen, "#e6f4ea")
-            + bubble_html("not preferred", rejected, "#fce8e6")
+            + chat_bubble("preferred", chosen, "#e6f4ea")
+            + chat_bubble("not preferred", rejected, "#fce8e6")
         )
 
     # -------------------------------------------------------------- the job
@@ -244,10 +235,8 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         self.job_id = job_id
         self._declined = job_id is None
         self._update_buttons()
-        if job_id is None:
-            self.status.value = error_html(self.no_job_reason or "")
-        else:
-            self.status.value = escape(f"job {job_id} submitted")
+        submitted = escape(f"job {job_id} submitted")
+        self.status.value = error_html(self.no_job_reason or "") or submitted
         return job_id
 
     @property
@@ -256,14 +245,10 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
         was launched: group 'verifier': too few examples to fine-tune (0 dpo example(s)...)"."""
         if self.job_id is not None:
             return None
-        problem = self._launch_problem()
-        if problem:
-            why = problem
-        elif self._declined:
-            why = f"the group declined ({self.group.state.last_job_outcome.replace('_', ' ')})"
-        else:
-            why = "Launch has not been clicked (or launch() awaited)"
-        return f"no job was launched: {why}"
+        outcome = self.group.state.last_job_outcome.replace("_", " ")
+        declined = f"the group declined ({outcome})" if self._declined else ""
+        unclicked = "Launch has not been clicked (or launch() awaited)"
+        return f"no job was launched: {self._launch_problem() or declined or unclicked}"
 
     def _require_job(self, action: str) -> str:
         """The job's id, or a :class:`~nip.errors.FineTuneError` that says why there is none."""
@@ -366,24 +351,7 @@ class FineTuneLauncher(PlainTextRepr, ipywidgets.VBox):
             self._busy or self._switched or job is None or job.status != "succeeded"
         )
 
-    def _click(self, action: Coroutine[Any, Any, Any], *, exclusive: bool = True) -> None:
-        if not exclusive:
-            start(action, on_error=self._show_error, on_done=self._update_buttons)
-            return
-        if self._busy:  # a click that raced the disabling of the buttons
-            action.close()
-            return
-        self.errors.outputs = ()
-        self._busy = True
-        self._update_buttons()
-        self.task = start(action, on_error=self._show_error, on_done=self._finished)
-
-    def _show_error(self, error: BaseException) -> None:
-        show_error(self.errors, error)
-
-    def _finished(self) -> None:
-        self._busy = False
-        self._update_buttons()
+    _redraw = _update_buttons
 
     def __repr__(self) -> str:
         status = self.job.status if self.job else ("launched" if self.job_id else "no job")

@@ -16,37 +16,12 @@ from typing import TYPE_CHECKING
 
 import ipywidgets
 
-from nip.protocols import Decision
-from nip.widgets._html import PlainTextRepr, bubble_html, escape, messages_html, note_html
+from nip.rollouts._transcript_html import turn_to_html
+from nip.widgets._html import PlainTextRepr, escape, messages_html, note_html
 
 if TYPE_CHECKING:
     from nip.backends import ChatMessage
     from nip.rollouts.dialogue import Dialogue
-    from nip.rollouts.records import AgentTurn
-
-
-def _turn_note(turn: AgentTurn) -> str:
-    """A line about how a turn went: decision, retries, validity, model, tokens."""
-    parts = []
-    if turn.decision != Decision.NONE:
-        parts.append(f"decides: {Decision(turn.decision).word}")
-    if not turn.valid:
-        parts.append(f"invalid: {turn.error}")
-    elif turn.retries:
-        parts.append(f"{turn.retries} retr{'y' if turn.retries == 1 else 'ies'}")
-    if turn.token_limit:
-        parts.append("stopped at the token limit")
-    if turn.overridden:
-        parts.append("written by hand")
-    if turn.model:
-        parts.append(f"model {turn.model}")
-    if turn.prompt_tokens or turn.completion_tokens:
-        parts.append(f"{turn.prompt_tokens} + {turn.completion_tokens} tokens")
-    if turn.cached:
-        parts.append("cached")
-    if turn.sample_index:
-        parts.append(f"sample {turn.sample_index}")
-    return ", ".join(parts)
 
 
 class PromptInspector(PlainTextRepr, ipywidgets.VBox):
@@ -154,9 +129,8 @@ class PromptInspector(PlainTextRepr, ipywidgets.VBox):
         if turn is None:
             self.completion_view.value = note_html("not generated yet")
         else:
-            self.completion_view.value = bubble_html(
-                f"completion of {self.agent}", turn.raw_text, "#e6f4ea", _turn_note(turn)
-            )
+            sample = f" (sample {turn.sample_index})" if turn.sample_index else ""
+            self.completion_view.value = f"<b>completion{sample}</b>{turn_to_html(turn)}"
         self.json_box.value = self.to_json()
 
     def __repr__(self) -> str:

@@ -9,14 +9,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import ipywidgets
 
 from nip.widgets._html import PlainTextRepr, escape
-from nip.widgets._tasks import error_text, show_error, start
+from nip.widgets._tasks import Actions
 from nip.widgets.prompt_inspector import PromptInspector
 
 if TYPE_CHECKING:
@@ -24,7 +22,7 @@ if TYPE_CHECKING:
     from nip.rollouts.records import AgentTurn, Transcript
 
 
-class DialogueController(PlainTextRepr, ipywidgets.VBox):
+class DialogueController(Actions, PlainTextRepr, ipywidgets.VBox):
     """Step through a :class:`~nip.rollouts.dialogue.Dialogue` with buttons.
 
     "Next round" plays one round, "Regenerate last round" replays it with a new sample, "Run to
@@ -43,8 +41,6 @@ class DialogueController(PlainTextRepr, ipywidgets.VBox):
         self.dialogue = dialogue
         self.title = title
         self.branches: list[DialogueController] = []
-        self.task: asyncio.Task | None = None
-        self._busy = False
         self.next_button = ipywidgets.Button(description="Next round", icon="step-forward")
         self.regenerate_button = ipywidgets.Button(
             description="Regenerate last round", icon="refresh"
@@ -78,11 +74,6 @@ class DialogueController(PlainTextRepr, ipywidgets.VBox):
     def buttons(self) -> tuple[ipywidgets.Button, ...]:
         """Next round, regenerate, branch and run-to-end, in that order."""
         return (self.next_button, self.regenerate_button, self.branch_button, self.run_button)
-
-    @property
-    def error_text(self) -> str:
-        """The errors shown so far, as text ("" when none)."""
-        return error_text(self.errors)
 
     # --------------------------------------------------------------- actions
     async def next_round(self) -> list[AgentTurn]:
@@ -129,15 +120,7 @@ class DialogueController(PlainTextRepr, ipywidgets.VBox):
         self.regenerate_button.disabled = self._busy or dialogue.round_id == 0
         self.branch_button.disabled = self._busy
 
-    # -------------------------------------------------------- button plumbing
-    def _click(self, action: Coroutine[Any, Any, Any]) -> None:
-        if self._busy:  # a click that raced the disabling of the buttons
-            action.close()
-            return
-        self.errors.outputs = ()
-        self._busy = True
-        self.refresh()
-        self.task = start(action, on_error=self._show_error, on_done=self._finished)
+    _redraw = refresh
 
     def _click_branch(self) -> None:
         self.errors.outputs = ()
@@ -145,13 +128,6 @@ class DialogueController(PlainTextRepr, ipywidgets.VBox):
             self.branch()
         except Exception as error:
             self._show_error(error)
-
-    def _show_error(self, error: BaseException) -> None:
-        show_error(self.errors, error)
-
-    def _finished(self) -> None:
-        self._busy = False
-        self.refresh()
 
     def __repr__(self) -> str:
         state = "over" if self.dialogue.done else f"next round {self.dialogue.round_id}"
