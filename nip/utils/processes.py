@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -140,17 +141,18 @@ class OwnedProcess:
         return end_of_file(self.log_path, size)
 
     def wait_until(
-        self, ready: Callable[[], bool], timeout_s: float | None, *, poll_s: float = 0.5
+        self, ready: Callable[[], bool | str], timeout_s: float | None, *, poll_s: float = 0.5
     ) -> str | None:
-        """Poll ``ready`` (first after 50 ms, doubling up to ``poll_s``) until it is true: None;
-        else why not: "exited with status N" or "was not ready after T s" (it keeps running)."""
+        """Poll ``ready`` (first after 50 ms, doubling up to ``poll_s``) until it is True: None;
+        else why not: the string it returned (it never will be), "exited with status N" or "was
+        not ready after T s" (it keeps running: the caller decides)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         delay = min(0.05, poll_s)
         while True:
             if (code := self.returncode) is not None:
                 return f"exited with status {code}"
-            if ready():
-                return None
+            if answer := ready():
+                return None if answer is True else str(answer)
             if deadline is not None and time.monotonic() > deadline:
                 return f"was not ready after {timeout_s:g} s"
             time.sleep(delay)
@@ -162,3 +164,18 @@ class OwnedProcess:
         if grace_s is not None and self._finalizer.alive:
             stop_process_group(self.popen, grace_s, terminate_group=self.terminate_group)
         self._finalizer()
+
+
+def exit_with_owner(owner_pid: int, interval_s: float = 0.5, grace_s: float = 60.0) -> None:
+    """The child's side of ownership, for a child its owner may not outlive stopping it (``kill
+    -9``, a kernel restart): a daemon thread sends this process SIGTERM once ``owner_pid`` is no
+    longer its parent, and ends it ``grace_s`` later if it is still there."""
+
+    def watch() -> None:
+        while os.getppid() == owner_pid:
+            time.sleep(interval_s)
+        os.kill(os.getpid(), signal.SIGTERM)  # e.g. uvicorn's handler: a graceful shutdown
+        time.sleep(grace_s)
+        os._exit(1)  # the shutdown hung: leave anyway rather than run ownerless
+
+    threading.Thread(target=watch, name="nip-owner-watchdog", daemon=True).start()
