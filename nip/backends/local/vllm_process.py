@@ -319,27 +319,26 @@ class VllmProcess:
             return await client.post(self.url(path), json=json, params=params)
 
     async def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts); raises
-        :class:`VllmAdapterError` when vLLM refuses or does not answer."""
-        body = {"lora_name": name, "lora_path": str(path)}
-        reply = await self._admin_or_raise("/v1/load_lora_adapter", body)
-        # "already been loaded": a load that raced with a restart's reload.
-        if reply.status_code != 200 and "already" not in reply.text:
-            raise VllmAdapterError(f"vLLM refused to load adapter {name!r}: {reply.text[:500]}")
+        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts)."""
+        await self._adapter_call("load", {"lora_name": name, "lora_path": str(path)})
 
     async def unload_adapter(self, name: str) -> None:
-        """Stop serving adapter ``name``; :class:`VllmAdapterError` if vLLM refuses."""
-        reply = await self._admin_or_raise("/v1/unload_lora_adapter", {"lora_name": name})
-        if reply.status_code != 200:
-            raise VllmAdapterError(f"vLLM refused to unload adapter {name!r}: {reply.text[:500]}")
+        """Stop serving adapter ``name``."""
+        await self._adapter_call("unload", {"lora_name": name})
 
-    async def _admin_or_raise(self, path: str, body: dict[str, Any]) -> Any:
+    async def _adapter_call(self, verb: str, body: dict[str, Any]) -> None:
+        """:class:`VllmAdapterError` when vLLM refuses or does not answer."""
         import httpx
 
         try:
-            return await self.admin(path, json=body)
+            reply = await self.admin(f"/v1/{verb}_lora_adapter", json=body)
         except httpx.HTTPError as error:
-            raise VllmAdapterError(f"vLLM did not answer {path}: {error!r}") from None
+            raise VllmAdapterError(f"vLLM did not answer {verb}: {error!r}") from None
+        # "already been loaded": a load that raced with a restart's reload.
+        if reply.status_code != 200 and not (verb == "load" and "already" in reply.text):
+            raise VllmAdapterError(
+                f"vLLM refused to {verb} adapter {body['lora_name']!r}: {reply.text[:500]}"
+            )
 
     def __repr__(self) -> str:
         state = "running" if self.running else f"exited ({self.returncode})"
