@@ -235,18 +235,23 @@ class VllmProcess:
         )
         if self.pid_path is not None:
             self.pid_path.write_text(str(owned.pid))
-        why = await asyncio.to_thread(owned.wait_until, self._healthy, timeout_s)
+        import httpx
+
+        with httpx.Client(timeout=2.0) as client:  # one TLS context for every poll
+            healthy = functools.partial(self._healthy, client)
+            why = await asyncio.to_thread(owned.wait_until, healthy, timeout_s)
         if why is not None:
             raise VllmStartError(
                 f"vLLM {why} while starting; its log ended with:\n{self.log_tail()}",
                 returncode=owned.returncode,
             )
 
-    def _healthy(self) -> bool:
+    def _healthy(self, client: Any) -> bool:
         import httpx
 
-        with contextlib.suppress(httpx.HTTPError):
-            return httpx.get(self.url("/health"), timeout=2.0).status_code == 200
+        # RuntimeError: the client closed under a wait that was cancelled.
+        with contextlib.suppress(httpx.HTTPError, RuntimeError):
+            return client.get(self.url("/health")).status_code == 200
         return False
 
     async def wait_for_exit(self, poll_s: float = 0.2) -> int:
