@@ -34,6 +34,19 @@ log = logging.getLogger(__name__)
 #: The module ``python -m`` runs: vLLM's OpenAI-compatible server.
 API_SERVER = "vllm.entrypoints.openai.api_server"
 
+#: ``python -c`` running :data:`API_SERVER` as ``-m`` does, beside a watchdog that kills its whole
+#: process group once the owner (``{owner}``, its parent) is gone, even by ``kill -9``: vLLM
+#: knows nothing of nip, and an orphan would hold its port and memory.
+OWNED_API_SERVER = (
+    "import os, runpy, signal, threading, time\n"
+    "def watch():\n"
+    "    while os.getppid() == {owner}:\n"
+    "        time.sleep(0.5)\n"
+    "    os.killpg(0, signal.SIGKILL)\n"
+    "threading.Thread(target=watch, daemon=True).start()\n"
+    f"runpy.run_module({API_SERVER!r}, run_name='__main__', alter_sys=True)\n"
+)
+
 
 class VllmStartError(BackendUnavailableError):
     """vLLM exited (``returncode`` set) or was not ready in time (None) while starting."""
@@ -78,10 +91,12 @@ class VllmLaunch:
     options: tuple[str, ...] = ()
     environment: Mapping[str, str] = field(default_factory=dict)
 
-    def command(self, port: int) -> list[str]:
-        """vLLM's command line, listening on loopback ``port``, LoRA adapters enabled."""
+    def command(self, port: int, owner: int | None = None) -> list[str]:
+        """vLLM's command line, listening on loopback ``port``, LoRA adapters enabled; with
+        ``owner`` (the pid of its parent), ended with it (:data:`OWNED_API_SERVER`)."""
+        run = ["-m", API_SERVER] if owner is None else ["-c", OWNED_API_SERVER.format(owner=owner)]
         return [
-            self.python, "-m", API_SERVER,
+            self.python, *run,
             "--model", str(self.model),
             "--served-model-name", self.served_model_name,
             "--host", "127.0.0.1",
@@ -226,7 +241,7 @@ class VllmProcess:
         self._loaded.clear()
         forget = functools.partial(self.pid_path.unlink, missing_ok=True) if self.pid_path else None
         self._owned = owned = OwnedProcess(
-            self.launch.command(self.port),
+            self.launch.command(self.port, owner=os.getpid()),
             self.log_path,
             self.launch.environment_for(self.token),
             grace_s=10.0,
