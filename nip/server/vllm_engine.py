@@ -211,20 +211,18 @@ class VllmEngine:
             raise EngineError(self._error) from None
 
     async def pause(self) -> None:
-        if not self._sleeps:  # fraction sharing, or vLLM on the CPU: nothing to free
-            return
-        self._want_pause = True
-        if self._state == "ready":
-            await self._sleep()
+        if self._sleeps:  # else fraction sharing, or vLLM on the CPU: nothing to free
+            self._want_pause = True
+            if self._state == "ready":
+                await self._sleep()
 
     async def resume(self) -> None:
-        if not self._sleeps:
-            return
-        self._want_pause = False
-        if self._state == "paused":
-            await self._call_admin("/wake_up", {})
-            self._state = "ready"
-            self._usable.set()
+        if self._sleeps:
+            self._want_pause = False
+            if self._state == "paused":
+                await self._call_admin("/wake_up", {})
+                self._state = "ready"
+                self._usable.set()
 
     async def _sleep(self) -> None:
         self._usable.clear()

@@ -76,35 +76,11 @@ def start_logged(
         )
 
 
-def stop_at_exit(
-    owner: object,
-    process: subprocess.Popen,
-    grace_s: float,
-    *,
-    terminate_group: bool = False,
-    then: Callable[[], object] | None = None,
-) -> weakref.finalize:
-    """Stop ``process`` (:func:`stop_process_group`), then run ``then``, once: when the returned
-    finalizer is called, ``owner`` is garbage-collected, or the interpreter exits."""
-    return weakref.finalize(owner, _stop_then, process, grace_s, terminate_group, then)
-
-
-def _stop_then(
-    process: subprocess.Popen,
-    grace_s: float,
-    terminate_group: bool,
-    then: Callable[[], object] | None,
-) -> None:
-    stop_process_group(process, grace_s, terminate_group=terminate_group)
-    if then is not None:
-        then()
-
-
 class OwnedProcess:
     """A child process this interpreter owns: started by :func:`start_logged`, waited for by
-    :meth:`wait_until`, and stopped (then ``then`` run) by :meth:`stop`, at garbage collection or
-    at interpreter exit, once (:func:`stop_at_exit`, ``grace_s`` and ``terminate_group`` as
-    there)."""
+    :meth:`wait_until`, and stopped (:func:`stop_process_group`, ``grace_s`` and
+    ``terminate_group`` as there), then ``then`` run, once: by :meth:`stop`, at garbage collection
+    or at interpreter exit."""
 
     def __init__(
         self,
@@ -119,8 +95,8 @@ class OwnedProcess:
         self.log_path = Path(log_path)
         self.popen = start_logged(command, self.log_path, env)
         self.terminate_group = terminate_group
-        self._finalizer = stop_at_exit(
-            self, self.popen, grace_s, terminate_group=terminate_group, then=then
+        self._finalizer = weakref.finalize(
+            self, _stop_then, self.popen, grace_s, terminate_group, then
         )
 
     @property
@@ -164,6 +140,17 @@ class OwnedProcess:
         if grace_s is not None and self._finalizer.alive:
             stop_process_group(self.popen, grace_s, terminate_group=self.terminate_group)
         self._finalizer()
+
+
+def _stop_then(
+    process: subprocess.Popen,
+    grace_s: float,
+    terminate_group: bool,
+    then: Callable[[], object] | None,
+) -> None:
+    stop_process_group(process, grace_s, terminate_group=terminate_group)
+    if then is not None:
+        then()
 
 
 def exit_with_owner(owner_pid: int, interval_s: float = 0.5, grace_s: float = 60.0) -> None:
