@@ -234,6 +234,8 @@ class VllmProcess:
         after ending the previous one's group and a stale one's, and wait until ``/health``
         answers: :class:`VllmStartError` (ending with its log) if it exits or is not ready
         within ``timeout_s`` (then it keeps running: the caller decides)."""
+        import httpx
+
         await self.stop(0.0)  # it exited: its workers may live on
         if self.pid_path is not None and (pid := stop_stale_vllm(self.pid_path)) is not None:
             log.warning("stopped a vLLM (pid %s) left by an earlier owner", pid)
@@ -250,8 +252,6 @@ class VllmProcess:
         )
         if self.pid_path is not None:
             self.pid_path.write_text(str(owned.pid))
-        import httpx
-
         with httpx.Client(timeout=2.0) as client:  # one TLS context for every poll
             healthy = functools.partial(self._healthy, client)
             why = await asyncio.to_thread(owned.wait_until, healthy, timeout_s)
