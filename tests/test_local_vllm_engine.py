@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from nip.errors import BackendUnavailableError, InvalidParameterError, Unservabl
 from nip.parameters import PureTextAgentParameters
 from nip.providers import PROVIDERS
 from nip.settings import ExperimentSettings
-from tests.doubles.fake_vllm import fake_vllm_python
+from tests.doubles.fake_vllm import FAKE_VLLM_SERVER, fake_vllm_python
 from tests.doubles.processes import live_group_members
 
 VLLM_VENV_PYTHON = Path(__file__).resolve().parents[1] / ".vllm-venv" / "bin" / "python"
@@ -139,6 +140,32 @@ def test_vllm_serves_adapters_and_stacks_up_to_the_rank_it_was_started_for(
         backend.register_adapter("verifier-it2", too_wide)
     with pytest.raises(InvalidParameterError, match="max_lora_rank"):
         LocalVllmBackend(str(tiny_model), max_lora_rank=10)  # not a rank vLLM accepts
+
+
+@pytest.mark.timeout(180)
+def test_a_vllm_whose_owner_is_killed_with_sigkill_goes_with_its_workers(
+    tmp_path, tiny_model, monkeypatch
+):
+    """vLLM runs in a session of its own: only its watchdog can end it once its owner is gone."""
+    python = fake_vllm_python(tmp_path / "fake", api_server=FAKE_VLLM_SERVER)
+    monkeypatch.setenv("FAKE_VLLM_WORKER", str(tmp_path / "worker.pid"))  # deaf to SIGTERM
+    script = (
+        "import asyncio, time\n"
+        "from nip.backends.local import LocalVllmBackend\n"
+        f"backend = LocalVllmBackend({str(tiny_model)!r}, vllm_python={python!r})\n"
+        "asyncio.run(backend.wait_for_ready(90))\n"
+        "print(backend._process.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        vllm = int(owner.stdout.readline())  # the owner exits (and this fails) on a start error
+        worker = int((tmp_path / "worker.pid").read_text())
+        assert worker in live_group_members(vllm, wait_s=0)
+    finally:
+        owner.kill()  # SIGKILL: no atexit, no finalizer
+        owner.wait(timeout=60)
+    assert live_group_members(vllm, wait_s=60) == []
 
 
 def _vllm_python() -> str | None:

@@ -71,3 +71,20 @@ def test_the_end_of_a_log_is_its_last_bytes_and_a_missing_log_is_empty(tmp_path)
 
     assert end_of_file(log, size=8) == "the end\n"
     assert end_of_file(tmp_path / "missing.log") == ""
+
+
+@pytest.mark.timeout(60)
+def test_an_owned_process_is_waited_for_until_ready_exited_refused_or_timed_out(tmp_path):
+    from nip.utils.processes import OwnedProcess
+
+    log = tmp_path / "child.log"
+    up = OwnedProcess(["bash", "-c", "echo listening; sleep 300"], log, grace_s=5)
+    assert up.wait_until(lambda: "listening" in log.read_text(), timeout_s=30) is None
+    assert up.wait_until(lambda: "the engine failed", timeout_s=30) == "the engine failed"
+    assert up.wait_until(lambda: False, timeout_s=0.2) == "was not ready after 0.2 s"
+    up.stop()
+    up.stop()  # a second stop does nothing
+    assert not up.running and _gone(up.pid)
+    crashing = OwnedProcess(["bash", "-c", "echo out of memory; exit 3"], log, grace_s=5)
+    assert crashing.wait_until(lambda: False, timeout_s=30) == "exited with status 3"
+    assert "out of memory" in crashing.log_tail()

@@ -176,5 +176,5 @@ def test_a_node_that_dies_takes_its_server_and_its_cell_resumes_beside_the_slots
     finally:
         ray.shutdown()
         cluster.shutdown()
-    gone = lambda: not processes_with("nip.server._owned", str(sweep))  # noqa: E731
+    gone = lambda: not processes_with("--owner-pid", str(sweep))  # noqa: E731
     wait_until(gone, "every server gone", 120)

@@ -114,7 +114,7 @@ def test_server_resources_without_ray_and_serve_is_refused_in_one_line(tmp_path,
 # ------------------------------------------------------------------------ slow: real servers
 def _server_pids(marker: str) -> list[int]:
     """The ``nip serve`` processes whose command line names ``marker`` (a storage path)."""
-    return processes_with("nip.server._owned", marker)
+    return processes_with("--owner-pid", marker)
 
 
 def _wait_for(condition, what: str, timeout_s: float = WAIT_S) -> None:

@@ -39,6 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--training-processes", type=int, help="Processes per job (accelerate launch).")
     add("--accelerate-config", help="An accelerate config file for training jobs.")
     add("--max-concurrent-jobs", type=int)
+    # serve_in_background's child: it ends when this process is no longer its parent.
+    add("--owner-pid", type=int, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +48,12 @@ def run(args: argparse.Namespace) -> int:
 
     from nip.server.app import run_server
     from nip.server.config import API_KEY_ENV, InsecureServerError
+    from nip.utils.processes import exit_with_owner
 
+    if args.owner_pid is not None:
+        if os.getppid() != args.owner_pid:  # the owner died before we got here
+            return 1
+        exit_with_owner(args.owner_pid)
     try:
         run_server(_server_config(args), api_key=args.api_key or os.environ.get(API_KEY_ENV))
     except InsecureServerError as error:

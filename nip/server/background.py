@@ -5,9 +5,12 @@
     with serve_in_background(model="/models/tiny-chat", engine="transformers") as server:
         verifier = server.agent_params(lora_rank=8)   # SelfHosted, pointed at this server
 
-The child (``python -m nip.server._owned``: ``nip serve --config`` plus a watchdog) is stopped by
-the ``with`` block, :meth:`ServerHandle.stop`, garbage collection, interpreter exit, and, through
-its watchdog, when the owner is killed outright (``kill -9``, a kernel restart).
+The child (``nip serve --config FILE --owner-pid PID``, an
+:class:`~nip.utils.processes.OwnedProcess`) is stopped by the ``with`` block,
+:meth:`ServerHandle.stop`, garbage collection, interpreter exit, and, through its watchdog
+(:func:`~nip.utils.processes.exit_with_owner`), when the owner is killed outright (``kill -9``, a
+kernel restart). ``--serve`` (:mod:`nip.server.run_servers`) and a Ray sweep's server slots
+(:mod:`nip.sweeps.ray_servers`) own their servers this way too.
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +33,7 @@ from nip.errors import NipError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
-from nip.utils.processes import free_port, start_logged, stop_at_exit
+from nip.utils.processes import OwnedProcess, free_port
 
 if TYPE_CHECKING:
     from nip.parameters import PureTextAgentParameters
@@ -77,17 +79,19 @@ class ServerHandle:
         self.log_path = self.storage / "logs" / "serve.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         config_path = config.save(self.storage / "background-server.json")
-        command = [sys.executable, "-m", "nip.server._owned", str(config_path)]
-        command += ["--parent-pid", str(os.getpid())]
-        # Ctrl-C in the notebook's terminal does not reach it (a session of its own).
-        self.process = start_logged(command, self.log_path, {**os.environ, "PYTHONUNBUFFERED": "1"})
+        command = [sys.executable, "-m", "nip.cli", "serve", "--config", str(config_path)]
+        command += ["--owner-pid", str(os.getpid())]
+        remove = functools.partial(shutil.rmtree, self.storage, ignore_errors=True)
+        self._owned = OwnedProcess(
+            command,
+            self.log_path,
+            {**os.environ, "PYTHONUNBUFFERED": "1"},
+            grace_s=STOP_GRACE_S,
+            then=remove if temporary_storage else None,
+        )
+        self.process = self._owned.popen
         self._health: dict[str, Any] = {}
         self._ssl_context: Any = None  # built once: each health check building one cost ~30 ms
-        # Runs on stop(), on garbage collection and at interpreter exit (atexit), once.
-        remove = functools.partial(shutil.rmtree, self.storage, ignore_errors=True)
-        self._finalizer = stop_at_exit(
-            self, self.process, STOP_GRACE_S, then=remove if temporary_storage else None
-        )
 
     @property
     def host(self) -> str:
@@ -118,7 +122,7 @@ class ServerHandle:
     @property
     def running(self) -> bool:
         """Whether the server process is alive."""
-        return self.process.poll() is None
+        return self._owned.running
 
     @property
     def engine_kind(self) -> str | None:
@@ -165,52 +169,36 @@ class ServerHandle:
             ServerStartError: The process exited, the engine failed or ``timeout_s`` passed (the
                 message holds the end of the log); the server is stopped.
         """
+        import httpx
         from tqdm.auto import tqdm
 
-        deadline = time.monotonic() + timeout_s
         bar = tqdm(total=2, desc="nip serve: starting", disable=not show_progress or None)
+
+        def ready() -> bool | str:
+            with contextlib.suppress(httpx.HTTPError):  # else not answering yet
+                engine = self.health()["engine"]
+                if engine["state"] == "failed":
+                    return f"has a failed engine: {engine.get('error')}"
+                bar.n = 1 if engine["state"] != "ready" else 2
+                bar.set_description(f"nip serve: {engine['kind']} engine {engine['state']}")
+            bar.set_postfix_str(self.url if bar.n == 2 else self.log_tail(1).strip()[-60:])
+            return bar.n == 2
+
         try:
-            while True:
-                problem = self._start_problem()
-                if problem is None and self.engine_kind is not None:
-                    state = self._health["engine"]["state"]
-                    bar.n = 1
-                    bar.set_description(f"nip serve: {self.engine_kind} engine {state}")
-                    if state == "ready":
-                        bar.n = 2
-                        bar.set_postfix_str(self.url)
-                        return
-                last_line = self.log_tail(1).strip()[-60:]
-                if problem is None and time.monotonic() > deadline:
-                    problem = f"not ready after {timeout_s:g} s"
-                if problem is not None:
-                    self.stop()
-                    raise ServerStartError(
-                        f"the background server ({self.engine} engine, {self.config.model}) "
-                        f"{problem}; the end of {self.log_path}:\n{self.log_tail(30)}"
-                    )
-                bar.set_postfix_str(last_line)
-                time.sleep(0.5)
+            problem = self._owned.wait_until(ready, timeout_s)
         finally:
             bar.refresh()
             bar.close()
-
-    def _start_problem(self) -> str | None:
-        import httpx
-
-        if not self.running:
-            return f"exited with status {self.process.returncode}"
-        try:
-            engine = self.health().get("engine", {})
-        except httpx.HTTPError:
-            return None  # not answering yet
-        if engine.get("state") == "failed":
-            return f"has a failed engine: {engine.get('error')}"
-        return None
+        if problem is not None:
+            self.stop()
+            raise ServerStartError(
+                f"the background server ({self.engine} engine, {self.config.model}) "
+                f"{problem}; the end of {self.log_path}:\n{self.log_tail(30)}"
+            )
 
     def stop(self) -> None:
         """Stop the server (SIGTERM: it stops vLLM; SIGKILL after 30 s). Idempotent."""
-        self._finalizer()
+        self._owned.stop()
 
     def __enter__(self) -> ServerHandle:
         return self

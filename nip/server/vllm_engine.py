@@ -4,7 +4,9 @@ vLLM listens on loopback behind the nip server, which holds its only key and is 
 of its admin endpoints (``/v1/load_lora_adapter``; ``/sleep`` and ``/wake_up``, exposed only with
 ``VLLM_SERVER_DEV_MODE=1`` and not protected by its key). The supervisor starts a
 :class:`~nip.backends.local.vllm_process.VllmProcess`, loads every registered adapter, and
-restarts vLLM (up to ``vllm_max_restarts`` times) if it dies, loading the adapters again.
+restarts vLLM (up to ``vllm_max_restarts`` times) if it dies, loading the adapters again; the
+process, its adapters and its stop are :class:`~nip.backends.local.vllm_process.VllmProcess`'s,
+the one owner of vLLM that the ``Local`` provider's vLLM engine uses too.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,14 +23,12 @@ from nip.backends.local.vllm_process import (
     VllmLaunch,
     VllmProcess,
     VllmStartError,
-    stop_stale_vllm,
+    check_servable,
 )
-from nip.backends.local.vllm_python import vllm_ranks_up_to
 from nip.errors import UnservableAdapterError
 from nip.server.config import ServerConfig
 from nip.server.engine import Endpoint, EngineError, EngineReply, EngineState, EngineStatus
 from nip.utils.precision import cpu_dtype
-from nip.utils.processes import end_of_file, free_port
 
 log = logging.getLogger(__name__)
 
@@ -97,24 +96,20 @@ class VllmEngine:
     ):
         self.config = config
         self.model = model
-        self.python = config.vllm_python or sys.executable
-        self.log_path = log_dir / "vllm.log"
         self.pid_path = log_dir / "vllm.pid"
         self.paused_wait_s = paused_wait_s
         self.restart_backoff_s = restart_backoff_s
-        self.port: int | None = None
-        self._token = secrets.token_urlsafe(24)
-        self._adapters: dict[str, str] = {}
-        self._loaded: set[str] = set()
+        launch = vllm_launch(config, model, config.vllm_python or sys.executable)
+        self.vllm = VllmProcess(
+            launch, log_dir / "vllm.log", port=config.vllm_port, pid_path=self.pid_path
+        )
         self._state: EngineState = "stopped"
         self._error: str | None = None
         self._restarts = 0
         self._want_pause = False
         self._usable = asyncio.Event()  # ready and awake
-        self._process: VllmProcess | None = None
         self._supervisor: asyncio.Task | None = None
         self._client: Any = None
-        self._lock = asyncio.Lock()  # one adapter load / sleep / wake at a time
 
     def restart_delay_s(self, restart: int) -> float:
         """The wait before restart number ``restart`` (1 for the first) after a crash."""
@@ -129,7 +124,7 @@ class VllmEngine:
             self.kind,
             self._state,
             self.config.base_model_name,
-            sorted(self._adapters),
+            sorted(self.vllm.adapters),
             self._restarts,
             self._error,
         )
@@ -137,11 +132,10 @@ class VllmEngine:
     async def start(self) -> None:
         import httpx
 
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._kill_stale()
+        self.pid_path.parent.mkdir(parents=True, exist_ok=True)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(600.0, connect=5.0),
-            headers={"Authorization": f"Bearer {self._token}"},
+            headers={"Authorization": f"Bearer {self.vllm.token}"},
         )
         self._state = "starting"
         self._supervisor = asyncio.create_task(self._supervise())
@@ -150,9 +144,8 @@ class VllmEngine:
         supervisor, self._supervisor = self._supervisor, None
         if supervisor is not None:
             supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervisor
-        await self._terminate()
+            await asyncio.gather(supervisor, return_exceptions=True)
+        await self.vllm.stop(30.0)
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -161,64 +154,38 @@ class VllmEngine:
 
     async def _supervise(self) -> None:
         while True:
-            self._loaded.clear()
-            code = await self._run_once()
+            try:
+                await self.vllm.start(self.config.vllm_startup_timeout_s)
+            except VllmStartError as error:
+                if error.returncode is None:  # gave up waiting for it to start
+                    self._error = str(error)
+                    await self.vllm.stop(30.0)
+                    self._state = "failed"  # only once the process and its pid file are gone
+                    return
+                code = error.returncode
+            else:
+                await self._ready()
+                code = await self.vllm.wait_for_exit()
             self._usable.clear()
-            if code is None:  # gave up waiting for it to start
-                return
             self._state = "crashed"  # until the restart is ready
             self._restarts += 1
-            self._error = f"vLLM exited with status {code}:\n{end_of_file(self.log_path)}"
+            self._error = f"vLLM exited with status {code}:\n{self.vllm.log_tail(2000)}"
             log.error("vLLM exited with status %s (restart %s)", code, self._restarts)
             if self._restarts > self.config.vllm_max_restarts:
                 self._state = "failed"
                 return
             await asyncio.sleep(self.restart_delay_s(self._restarts))
 
-    async def _run_once(self) -> int | None:
-        """Start vLLM, make it usable, and wait for it to exit; None if it never started."""
-        if (previous := self._process) is not None:  # it exited: its workers may live on
-            await previous.astop(0.0)
-        self.port = self.config.vllm_port or free_port()
-        launch = vllm_launch(self.config, self.model, self.python)
-        process = VllmProcess(
-            launch, self.port, self.log_path, token=self._token, pid_path=self.pid_path
-        )
-        self._process = process
-        process.start()
-        try:
-            await process.wait_until_ready(self.config.vllm_startup_timeout_s)
-        except VllmStartError as error:
-            if error.returncode is not None:
-                return error.returncode
-            self._error = str(error)
-            await self._terminate()
-            self._state = "failed"  # only once the process and its pid file are gone
-            return None
+    async def _ready(self) -> None:
+        """A started vLLM: serving every adapter, asleep if a pause was asked for meanwhile."""
         self._state = "ready"  # _error keeps the last failure for /health
-        for name in list(self._adapters):
+        for name in list(self.vllm.adapters):
             with contextlib.suppress(EngineError):  # recorded in _error; retried on use
                 await self._load(name)
         if self._want_pause:
             await self._sleep()
         else:
             self._usable.set()
-        return await process.wait_for_exit()
-
-    async def _terminate(self, grace_s: float = 30.0) -> None:
-        """End vLLM's process group (SIGKILL after ``grace_s``) and its pid file, even if
-        cancelled half-way (then at once)."""
-        process, self._process = self._process, None
-        if process is not None:
-            await process.astop(grace_s)
-
-    def _kill_stale(self) -> None:
-        """End a vLLM left running by a server that was killed (it would hold the port)."""
-        if (pid := stop_stale_vllm(self.pid_path)) is not None:
-            log.warning("stopped a vLLM (pid %s) left by an earlier server", pid)
-
-    def _url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
 
     async def load_adapter(self, name: str, path: str) -> None:
         """Serve the adapter in ``path`` as ``name``; a stack is served as the one adapter
@@ -228,54 +195,34 @@ class VllmEngine:
             EngineError: The stack cannot be one adapter vLLM serves (its ranks add up to more
                 than ``--max-lora-rank``).
         """
-        path = await asyncio.to_thread(self._servable_path, Path(path))
-        self._adapters[name] = path
+        try:
+            await asyncio.to_thread(check_servable, name, path, self.config.max_lora_rank)
+        except UnservableAdapterError as error:
+            raise EngineError(f"{error} (nip serve --max-lora-rank)") from error
+        self.vllm.register_adapter(name, path)
         if self._state in ("ready", "paused"):
             await self._load(name)
 
-    def _servable_path(self, path: Path) -> str:
-        from nip.backends.local.adapters import predecessors, read_adapter_stack
-        from nip.backends.local.stacked_adapters import write_concatenated_adapter
-
-        if not predecessors(path):
-            return str(path)
-        allowed = vllm_ranks_up_to(self.config.max_lora_rank)
-        out = path.with_name(f"{path.name}-for-vllm")
-        try:
-            write_concatenated_adapter(read_adapter_stack(path), out, allowed_ranks=allowed)
-        except UnservableAdapterError as error:
-            raise EngineError(f"{error} (nip serve --max-lora-rank)") from error
-        return str(out)
-
     async def _load(self, name: str) -> None:
-
-        async with self._lock:
-            if name in self._loaded:
-                return
-            if (process := self._process) is None:
-                raise EngineError(f"loading adapter {name!r} failed: vLLM is not running")
-            try:
-                await process.load_adapter(name, self._adapters[name])
-            except VllmAdapterError as error:  # a dead vLLM is restarted by the supervisor
-                self._error = f"loading adapter {name!r} failed: {error}"
-                raise EngineError(self._error) from None
-            self._loaded.add(name)
+        try:
+            await self.vllm.adapter(name)
+        except (VllmAdapterError, UnservableAdapterError) as error:  # a dead vLLM is restarted
+            self._error = f"loading adapter {name!r} failed: {error}"
+            raise EngineError(self._error) from None
 
     async def pause(self) -> None:
-        if not self._sleeps:  # fraction sharing, or vLLM on the CPU: nothing to free
-            return
-        self._want_pause = True
-        if self._state == "ready":
-            await self._sleep()
+        if self._sleeps:  # else fraction sharing, or vLLM on the CPU: nothing to free
+            self._want_pause = True
+            if self._state == "ready":
+                await self._sleep()
 
     async def resume(self) -> None:
-        if not self._sleeps:
-            return
-        self._want_pause = False
-        if self._state == "paused":
-            await self._call_admin("/wake_up", {})
-            self._state = "ready"
-            self._usable.set()
+        if self._sleeps:
+            self._want_pause = False
+            if self._state == "paused":
+                await self._call_admin("/wake_up", {})
+                self._state = "ready"
+                self._usable.set()
 
     async def _sleep(self) -> None:
         self._usable.clear()
@@ -285,12 +232,11 @@ class VllmEngine:
     async def _call_admin(self, path: str, params: dict[str, str]) -> None:
         import httpx
 
-        async with self._lock:
-            if self._process is None:
+        async with self.vllm.lock():
+            if not self.vllm.running:
                 return
             try:
-                reply = await self._process.admin(path, params=params)
-                reply.raise_for_status()
+                (await self.vllm.admin(path, params=params)).raise_for_status()
             except httpx.HTTPError as error:  # the supervisor notices a dead vLLM
                 log.warning("vLLM %s failed: %s", path, error)
 
@@ -304,13 +250,12 @@ class VllmEngine:
         except TimeoutError:
             why = "paused for training" if self._state == "paused" else self._state
             return EngineReply.error(503, f"vLLM is {why}", **{"retry-after": "30"})
-        model = body.get("model")
-        if model in self._adapters and model not in self._loaded:
+        if body.get("model") in self.vllm.adapters:
             try:
-                await self._load(model)
+                await self._load(body["model"])
             except EngineError as error:
                 return EngineReply.error(500, str(error))
-        request = self._client.build_request("POST", self._url(f"/v1/{endpoint}"), json=body)
+        request = self._client.build_request("POST", self.vllm.url(f"/v1/{endpoint}"), json=body)
         try:
             reply = await self._client.send(request, stream=bool(body.get("stream")))
         except httpx.HTTPError as error:
@@ -330,4 +275,5 @@ class VllmEngine:
         return EngineReply(200, stream=chunks(), media_type=media_type)
 
     def __repr__(self) -> str:
-        return f"VllmEngine(model={str(self.model)!r}, port={self.port}, state={self._state!r})"
+        port, state = self.vllm.port, self._state
+        return f"VllmEngine(model={str(self.model)!r}, port={port}, state={state!r})"

@@ -12,12 +12,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from nip.utils.processes import end_of_file, free_port, start_logged, stop_process_group
+from nip.utils.processes import OwnedProcess, end_of_file, free_port
 
 #: How long the cluster may take to come up (several times a loaded 2-core machine's 20 s).
 START_TIMEOUT_S = 300.0
@@ -73,14 +72,11 @@ def local_ray_cluster(
             *([f"--num-cpus={num_cpus}"] if num_cpus is not None else []),
         ]
         log = folder / "start.log"
-        process = start_logged(command, log, env)
-        deadline = time.monotonic() + start_timeout_s
-        while _STARTED not in log.read_text(errors="replace"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                why = "exited" if process.poll() is not None else f"not up in {start_timeout_s} s"
-                raylet = end_of_file(folder / "session_latest" / "logs" / "raylet.out", 1500)
-                raise RuntimeError(f"Ray's local node {why}:\n{end_of_file(log)}\n{raylet}")
-            time.sleep(0.2)
+        process = OwnedProcess(command, log, env, grace_s=60)  # it stops its node on SIGTERM
+        up = lambda: _STARTED in log.read_text(errors="replace")  # noqa: E731
+        if (why := process.wait_until(up, start_timeout_s)) is not None:
+            raylet = end_of_file(folder / "session_latest" / "logs" / "raylet.out", 1500)
+            raise RuntimeError(f"Ray's local node {why}:\n{process.log_tail(2000)}\n{raylet}")
         ray.init(_temp_dir=str(folder))  # found through the folder's ray_current_cluster
         try:
             yield
@@ -88,7 +84,7 @@ def local_ray_cluster(
             ray.shutdown()
     finally:
         if process is not None:
-            stop_process_group(process, grace_s=60)  # ray start stops its node on SIGTERM
+            process.stop()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -25,7 +25,7 @@ def live_group_members(group: int, wait_s: float = 10.0) -> list[int]:
 
 def processes_with(*parts: str) -> list[int]:
     """Live processes (not zombies) whose command line contains every one of ``parts``
-    (``processes_with("nip.server._owned", str(sweep_dir))``: the servers of one sweep)."""
+    (``processes_with("--owner-pid", str(sweep_dir))``: the servers of one sweep)."""
     found = []
     for entry in Path("/proc").glob("[0-9]*"):
         with contextlib.suppress(OSError):

@@ -10,7 +10,6 @@ it. Adapters are loaded at run time when first named. Not faster than transforme
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import secrets
 import shutil
@@ -21,35 +20,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from nip.backends._types import GenerationRequest, GenerationResult
-from nip.backends.local.adapters import AdapterStack, ServedModels
-from nip.backends.local.stacked_adapters import concatenated_rank
-from nip.backends.local.vllm_process import VllmLaunch, VllmProcess
-from nip.backends.local.vllm_python import (
-    HOW_TO_GET_VLLM,
-    VLLM_LORA_RANKS,
-    find_vllm_python,
-    vllm_rank_at_least,
-    vllm_ranks_up_to,
-)
+from nip.backends.local.adapters import ServedModels
+from nip.backends.local.vllm_process import VllmLaunch, VllmProcess, _LoopLock, check_servable
+from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_LORA_RANKS, find_vllm_python
 from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig, _html_table
-from nip.errors import (
-    BackendUnavailableError,
-    GenerationError,
-    InvalidParameterError,
-    UnservableAdapterError,
-)
+from nip.errors import BackendUnavailableError, GenerationError, InvalidParameterError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.utils.precision import cpu_dtype
-from nip.utils.processes import free_port
 
 #: The name vLLM serves the base model under (requests use the backend's own names).
 BASE_NAME = "nip-base"
-
-
-def _stop_process(process: VllmProcess, folder: str, grace_s: float = 10.0) -> None:
-    """Stop vLLM and every worker of its process group; remove its folder."""
-    process.stop(grace_s)
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 class LocalVllmBackend(ServedModels):
@@ -109,14 +89,12 @@ class LocalVllmBackend(ServedModels):
         self.max_model_len = max_model_len
         self.startup_timeout_s = startup_timeout_s
         self.vllm_args = tuple(vllm_args)
-        self._loaded: dict[str, str] = {}  # adapter name -> the name vLLM serves it under
         self._token = secrets.token_urlsafe(24)
-        self._process: VllmProcess | None = None
+        self._process: VllmProcess | None = None  # the one running, or None
         self._folder: str | None = None
-        self._finalizer: weakref.finalize | None = None
+        self._remove_folder: weakref.finalize | None = None
         self._client: OpenAIBackend | None = None
-        self._port: int | None = None
-        self._locks: tuple[asyncio.AbstractEventLoop, asyncio.Lock, asyncio.Lock] | None = None
+        self._starting = _LoopLock()  # one start, however many requests wait for it
         self._closed = False
 
     @property
@@ -135,28 +113,11 @@ class LocalVllmBackend(ServedModels):
 
         Raises:
             ModelNotFoundError: ``path`` (or an adapter it is stacked on) holds no adapter.
-            UnservableAdapterError: Its rank (a stack's: the sum) is above ``max_lora_rank``, or the
-                stack cannot be written as one adapter (DoRA, per-module ranks).
+            UnservableAdapterError: Its rank (a stack's: the sum) is above ``max_lora_rank``.
             ValueError: ``name`` is the base model's name.
         """
         stack = self._read_adapter(name, path)
-        if len(stack.layers) > 1:  # served as the one adapter equal to the stack
-            allowed = vllm_ranks_up_to(self.max_lora_rank)
-            try:
-                concatenated_rank(stack, allowed)
-            except UnservableAdapterError as error:
-                raise UnservableAdapterError(
-                    f"The adapter {name!r} and the {len(stack.layers) - 1} it is stacked on: "
-                    f"{error}; create the backend with a larger max_lora_rank."
-                ) from error
-        else:
-            rank = json.loads((stack.path / "adapter_config.json").read_text()).get("r", 0)
-            if rank > self.max_lora_rank:
-                raise UnservableAdapterError(
-                    f"The adapter {name!r} has rank {rank}, above this backend's "
-                    f"max_lora_rank ({self.max_lora_rank}); create the backend with "
-                    f"max_lora_rank={vllm_rank_at_least(rank)} or more."
-                )
+        check_servable(name, stack.path, self.max_lora_rank)
         self._adapters[name] = stack
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
@@ -171,8 +132,14 @@ class LocalVllmBackend(ServedModels):
             raise GenerationError("This LocalVllmBackend has been closed.")
         self._check_served(request.model)
         await self.wait_for_ready(self.startup_timeout_s)
-        served = BASE_NAME if request.model in self._base_names else await self._load(request.model)
-        assert self._client is not None
+        assert self._process is not None and self._client is not None
+        served = BASE_NAME
+        if (stack := self._adapters.get(request.model)) is not None:
+            # New weights, new name: vLLM gives no answers of the old ones.
+            self._process.register_adapter(
+                request.model, stack.path, f"{request.model}@{stack.fingerprint[:12]}"
+            )
+            served = await self._process.adapter(request.model)
         result = await self._client.generate(replace(request, model=served))
         return replace(result, model=request.model)
 
@@ -180,9 +147,8 @@ class LocalVllmBackend(ServedModels):
         """Start vLLM if it is not running and wait until it answers;
         :class:`BackendUnavailableError` if it exited or was not ready within ``timeout_s`` (then it
         is stopped)."""
-        starting, _ = self._loop_locks()
-        async with starting:  # one start, however many requests wait for it
-            if self._client is not None and self.running:
+        async with self._starting():
+            if self.running and self._client is not None:
                 return
             try:
                 await self._start(timeout_s)
@@ -198,7 +164,9 @@ class LocalVllmBackend(ServedModels):
         if self._client is not None:
             await self._client.aclose()
             self._client = None
-        await asyncio.get_running_loop().run_in_executor(None, self._stop)
+        if self._process is not None:
+            await self._process.stop()
+        self._stop()
 
     def launch(self, model_folder: Path) -> VllmLaunch:
         """What this backend starts vLLM with."""
@@ -225,35 +193,26 @@ class LocalVllmBackend(ServedModels):
         """vLLM's environment with this backend's key."""
         return self.launch(Path(self.model)).environment_for(self._token)
 
-    def _loop_locks(self) -> tuple[asyncio.Lock, asyncio.Lock]:
-        """This event loop's (starting, loading) locks: notebooks may use several loops."""
-        loop = asyncio.get_running_loop()
-        if self._locks is None or self._locks[0] is not loop:
-            self._locks = (loop, asyncio.Lock(), asyncio.Lock())
-        return self._locks[1], self._locks[2]
-
     async def _start(self, timeout_s: float | None) -> None:
         from nip.backends.local.model_store import ensure_local_model
 
         if self._client is not None:  # from a vLLM that has died since
             await self._client.aclose()
             self._client = None
-        if not self.running:
-            self._stop()
+        if self._process is None:
             folder = await asyncio.to_thread(ensure_local_model, self.model, self.cache_dir)
             self._folder = tempfile.mkdtemp(prefix="nip-local-vllm-")
-            self._port = free_port()
+            self._remove_folder = weakref.finalize(self, shutil.rmtree, self._folder, True)
             self._process = VllmProcess(
-                self.launch(folder), self._port, Path(self._folder) / "vllm.log", token=self._token
+                self.launch(folder),
+                Path(self._folder) / "vllm.log",
+                token=self._token,
+                stacks_dir=Path(self._folder) / "adapters",
             )
-            self._process.start()
-            self._finalizer = weakref.finalize(self, _stop_process, self._process, self._folder)
-            self._loaded.clear()
-        assert self._process is not None
-        await self._process.wait_until_ready(timeout_s)  # VllmStartError ends with its log
+        await self._process.start(timeout_s)  # VllmStartError ends with its log
         self._client = OpenAIBackend(
             OpenAIBackendConfig(
-                base_url=f"http://127.0.0.1:{self._port}/v1",
+                base_url=self._process.url("/v1"),
                 api_key=self._token,
                 name="local",
                 max_retries=2,
@@ -262,51 +221,24 @@ class LocalVllmBackend(ServedModels):
         )
 
     def _stop(self) -> None:
-        self._process = self._folder = None
-        self._loaded.clear()
-        if self._finalizer is not None:
-            self._finalizer()  # stops vLLM and removes its folder, once
-
-    async def _load(self, name: str) -> str:
-        """The name vLLM serves adapter ``name`` under, loading it (again) if needed."""
-        stack = self._adapters[name]
-        served = f"{name}@{stack.fingerprint[:12]}"  # new weights, new name: no stale answers
-        if self._loaded.get(name) == served:
-            return served
-        _, loading = self._loop_locks()
-        async with loading:
-            previous = self._loaded.get(name)
-            if previous == served:
-                return served
-            assert self._process is not None
-            if previous is not None:
-                await self._process.unload_adapter(previous)
-                del self._loaded[name]
-            path = stack.path
-            if len(stack.layers) > 1:
-                assert self._folder is not None
-                path = Path(self._folder) / "adapters" / served
-                await asyncio.to_thread(self._write_stack, stack, path)
-            await self._process.load_adapter(served, path)
-            self._loaded[name] = served
-        return served
-
-    def _write_stack(self, stack: AdapterStack, path: Path) -> None:
-        from nip.backends.local.stacked_adapters import write_concatenated_adapter
-
-        allowed = vllm_ranks_up_to(self.max_lora_rank)
-        write_concatenated_adapter(stack, path, allowed_ranks=allowed)
+        """End vLLM at once and remove its folder."""
+        process, self._process, self._folder = self._process, None, None
+        if process is not None:
+            process.kill()
+        if self._remove_folder is not None:
+            self._remove_folder()
 
     def _describe(self) -> dict[str, str]:
         state = "running" if self.running else "stopped (starts with the first request)"
+        loaded = self._process._loaded if self._process is not None else {}
         return {
             "model": self.model,
             "engine": f"vLLM ({self.python})",
-            "state": state + (f" on port {self._port}" if self.running else ""),
+            "state": state + (f" on port {self._process.port}" if self.running else ""),
             "dtype": self.dtype,
             "prefix caching": "on" if self.prefix_caching else "off",
             "adapters": ", ".join(sorted(self._adapters)) or "none",
-            "adapters loaded in vLLM": ", ".join(sorted(self._loaded)) or "none",
+            "adapters loaded in vLLM": ", ".join(sorted(loaded)) or "none",
         }
 
     def __repr__(self) -> str:

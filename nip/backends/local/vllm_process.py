@@ -1,10 +1,12 @@
-"""One vLLM server process (:class:`VllmProcess`), started, watched and stopped in one place.
+"""nip's one owner of a vLLM server (:class:`VllmProcess`): started, watched, given adapters and
+stopped in one place.
 
 nip never imports vLLM: it runs ``python -m vllm.entrypoints.openai.api_server`` on a loopback
-port with a random key. Both owners (:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`
+port with a random key. Both users (:class:`~nip.backends.local.vllm_backend.LocalVllmBackend`
 and :class:`~nip.server.vllm_engine.VllmEngine`) describe what they want in a
-:class:`VllmLaunch`; this module starts it, waits for ``/health`` (reporting a death or hang with
-the end of its log), loads and unloads LoRA adapters and ends its whole process group.
+:class:`VllmLaunch`; a :class:`VllmProcess` starts it (again after a crash), waits for ``/health``
+(reporting a death or hang with the end of its log), loads each registered LoRA adapter on first
+use (a stack as the one adapter equal to it) and ends its whole process group.
 """
 
 from __future__ import annotations
@@ -12,21 +14,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
+import logging
 import os
 import secrets
 import signal
-import subprocess
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nip.errors import BackendUnavailableError, GenerationError
-from nip.utils.processes import end_of_file, start_logged, stop_at_exit, stop_process_group
+from nip.backends.local.adapters import predecessors, read_adapter_stack
+from nip.backends.local.vllm_python import vllm_rank_at_least, vllm_ranks_up_to
+from nip.errors import BackendUnavailableError, GenerationError, UnservableAdapterError
+from nip.utils.processes import OwnedProcess, free_port
+
+log = logging.getLogger(__name__)
 
 #: The module ``python -m`` runs: vLLM's OpenAI-compatible server.
 API_SERVER = "vllm.entrypoints.openai.api_server"
+
+#: ``python -c`` running :data:`API_SERVER` as ``-m`` does, beside a watchdog that kills its whole
+#: process group once the owner (``{owner}``, its parent) is gone, even by ``kill -9``: vLLM
+#: knows nothing of nip, and an orphan would hold its port and memory.
+OWNED_API_SERVER = (
+    "import os, runpy, signal, threading, time\n"
+    "def watch():\n"
+    "    while os.getppid() == {owner}:\n"
+    "        time.sleep(0.5)\n"
+    "    os.killpg(0, signal.SIGKILL)\n"
+    "threading.Thread(target=watch, daemon=True).start()\n"
+    f"runpy.run_module({API_SERVER!r}, run_name='__main__', alter_sys=True)\n"
+)
 
 
 class VllmStartError(BackendUnavailableError):
@@ -72,10 +91,12 @@ class VllmLaunch:
     options: tuple[str, ...] = ()
     environment: Mapping[str, str] = field(default_factory=dict)
 
-    def command(self, port: int) -> list[str]:
-        """vLLM's command line, listening on loopback ``port``, LoRA adapters enabled."""
+    def command(self, port: int, owner: int | None = None) -> list[str]:
+        """vLLM's command line, listening on loopback ``port``, LoRA adapters enabled; with
+        ``owner`` (the pid of its parent), ended with it (:data:`OWNED_API_SERVER`)."""
+        run = ["-m", API_SERVER] if owner is None else ["-c", OWNED_API_SERVER.format(owner=owner)]
         return [
-            self.python, "-m", API_SERVER,
+            self.python, *run,
             "--model", str(self.model),
             "--served-model-name", self.served_model_name,
             "--host", "127.0.0.1",
@@ -124,114 +145,188 @@ class VllmLaunch:
         return env
 
 
+def check_servable(name: str, path: str | os.PathLike[str], max_lora_rank: int) -> None:
+    """Raises UnservableAdapterError: vLLM started with ``--max-lora-rank max_lora_rank`` cannot
+    serve the adapter in ``path`` (a stack: as one adapter, of its ranks' sum)."""
+    from nip.backends.local.stacked_adapters import concatenated_rank
+
+    path = Path(path)
+    if below := predecessors(path):
+        rank, what = concatenated_rank(read_adapter_stack(path)), f" and the {len(below)} below it"
+    else:
+        config = path / "adapter_config.json"
+        rank, what = json.loads(config.read_text()).get("r", 0) if config.is_file() else 0, ""
+    if rank > max_lora_rank:
+        raise UnservableAdapterError(
+            f"The adapter {name!r}{what} has rank {rank}, above the {max_lora_rank} vLLM was "
+            f"started for; serve it with a larger max_lora_rank "
+            f"(max_lora_rank={vllm_rank_at_least(rank)} or more)"
+        )
+
+
+class _LoopLock:
+    """An ``asyncio.Lock`` for the running event loop (notebooks may use several loops)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock: asyncio.Lock | None = None
+
+    def __call__(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._loop is not loop:
+            self._loop, self._lock = loop, asyncio.Lock()
+        return self._lock
+
+
 class VllmProcess:
-    """One vLLM server process on loopback ``port``: :meth:`start`, :meth:`wait_until_ready`,
-    adapters, :meth:`stop`. Its output is appended to ``log_path``; ``token`` is its API key
-    (default random); ``pid_path`` holds its pid while it runs (for :func:`stop_stale_vllm`).
-    Stopped at garbage collection or interpreter exit if nobody stops it."""
+    """A vLLM server on loopback ``port`` (0: a free one at each start): :meth:`start` (again after
+    a crash), adapters by :meth:`register_adapter` and :meth:`adapter`, :meth:`stop`. Its output is
+    appended to ``log_path``; ``token`` is its API key (default random); ``pid_path`` holds its pid
+    while it runs (:func:`stop_stale_vllm`); a stack is written as one adapter under
+    ``stacks_dir`` (None: beside its top, ``<folder>-for-vllm``). Stopped at garbage collection
+    or interpreter exit if nobody stops it."""
 
     def __init__(
         self,
         launch: VllmLaunch,
-        port: int,
         log_path: Path,
         *,
+        port: int = 0,
         token: str | None = None,
         pid_path: Path | None = None,
+        stacks_dir: Path | None = None,
     ):
         self.launch = launch
-        self.port = port
         self.log_path = Path(log_path)
+        self.requested_port = port
+        self.port: int | None = None
         self.token = token or secrets.token_urlsafe(24)
         self.pid_path = pid_path
-        self._popen: subprocess.Popen | None = None
-        self._finalizer: weakref.finalize | None = None
+        self.stacks_dir = stacks_dir
+        #: Each adapter name: its folder and the name vLLM serves it under.
+        self.adapters: dict[str, tuple[Path, str]] = {}
+        self._loaded: dict[str, str] = {}  # in the running vLLM: name -> the name it serves
+        self._owned: OwnedProcess | None = None
+        self.lock = _LoopLock()  # one adapter load or admin call at a time
 
     @property
     def pid(self) -> int | None:
-        return self._popen.pid if self._popen is not None else None
+        """The pid of the latest vLLM started (None before the first start)."""
+        return self._owned.pid if self._owned is not None else None
 
     @property
     def returncode(self) -> int | None:
         """Its exit status; None while it runs (or before it started)."""
-        return self._popen.poll() if self._popen is not None else None
+        return self._owned.returncode if self._owned is not None else None
 
     @property
     def running(self) -> bool:
-        return self._popen is not None and self._popen.poll() is None
+        return self._owned is not None and self._owned.running
 
     def url(self, path: str = "") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def log_tail(self, size: int = 3000) -> str:
-        return end_of_file(self.log_path, size)
+        return self._owned.log_tail(size) if self._owned is not None else ""
 
-    def start(self) -> None:
-        """Start vLLM in a process group of its own (its workers join it: one kill ends all)."""
-        if self._popen is not None:
-            raise RuntimeError("this VllmProcess has been started already")
-        self._popen = start_logged(
-            self.launch.command(self.port), self.log_path, self.launch.environment_for(self.token)
-        )
-        forget = functools.partial(self.pid_path.unlink, missing_ok=True) if self.pid_path else None
-        self._finalizer = stop_at_exit(self, self._popen, 10.0, terminate_group=True, then=forget)
-        if self.pid_path is not None:
-            self.pid_path.write_text(str(self._popen.pid))
-
-    async def wait_until_ready(self, timeout_s: float | None) -> None:
-        """Wait until ``/health`` answers 200; :class:`VllmStartError` (ending with its log) if it
-        exits or is not ready within ``timeout_s`` (then it keeps running: the caller decides)."""
+    async def start(self, timeout_s: float | None) -> None:
+        """Start vLLM in a process group of its own (its workers join it: one kill ends all),
+        after ending the previous one's group and a stale one's, and wait until ``/health``
+        answers: :class:`VllmStartError` (ending with its log) if it exits or is not ready
+        within ``timeout_s`` (then it keeps running: the caller decides)."""
         import httpx
 
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout_s is None else loop.time() + timeout_s
-        poll_s = 0.05  # doubling to 0.5 s: a quick start is seen at once, a slow one cheaply
-        async with httpx.AsyncClient(timeout=2.0) as client:
-            while True:
-                if (code := self.returncode) is not None or self._popen is None:
-                    raise VllmStartError(
-                        f"vLLM exited with status {code} while starting; its log ended "
-                        f"with:\n{self.log_tail()}",
-                        returncode=code,
-                    )
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(self.url("/health"))).status_code == 200:
-                        return
-                if deadline is not None and loop.time() >= deadline:
-                    raise VllmStartError(
-                        f"vLLM was not ready after {timeout_s:g} s; its log ended with:\n"
-                        f"{self.log_tail()}",
-                        returncode=None,
-                    )
-                await asyncio.sleep(poll_s)
-                poll_s = min(0.5, 2 * poll_s)
+        await self.stop(0.0)  # it exited: its workers may live on
+        if self.pid_path is not None and (pid := stop_stale_vllm(self.pid_path)) is not None:
+            log.warning("stopped a vLLM (pid %s) left by an earlier owner", pid)
+        self.port = self.requested_port or free_port()
+        self._loaded.clear()
+        forget = functools.partial(self.pid_path.unlink, missing_ok=True) if self.pid_path else None
+        self._owned = owned = OwnedProcess(
+            self.launch.command(self.port, owner=os.getpid()),
+            self.log_path,
+            self.launch.environment_for(self.token),
+            grace_s=10.0,
+            terminate_group=True,
+            then=forget,
+        )
+        if self.pid_path is not None:
+            self.pid_path.write_text(str(owned.pid))
+        with httpx.Client(timeout=2.0) as client:  # one TLS context for every poll
+            healthy = functools.partial(self._healthy, client)
+            why = await asyncio.to_thread(owned.wait_until, healthy, timeout_s)
+        if why is not None:
+            raise VllmStartError(
+                f"vLLM {why} while starting; its log ended with:\n{self.log_tail()}",
+                returncode=owned.returncode,
+            )
+
+    def _healthy(self, client: Any) -> bool:
+        import httpx
+
+        # RuntimeError: the client closed under a wait that was cancelled.
+        with contextlib.suppress(httpx.HTTPError, RuntimeError):
+            return client.get(self.url("/health")).status_code == 200
+        return False
 
     async def wait_for_exit(self, poll_s: float = 0.2) -> int:
         """Its exit status, once it has exited (polled: works in any event loop)."""
-        assert self._popen is not None, "not started"
-        while (code := self._popen.poll()) is None:
+        assert self._owned is not None, "not started"
+        while (code := self._owned.returncode) is None:
             await asyncio.sleep(poll_s)
         return code
 
-    def stop(self, grace_s: float = 10.0) -> None:
-        """SIGTERM its process group, SIGKILL after ``grace_s`` (workers too); removes the pid file.
-        Blocks; safe to call twice."""
-        if self._finalizer is not None and self._finalizer.alive:
-            assert self._popen is not None
-            stop_process_group(self._popen, grace_s, terminate_group=True)
-            self._finalizer()  # removes the pid file; never again at exit
+    def kill(self) -> None:
+        """End its process group at once and remove its pid file (safe to call twice)."""
+        if self._owned is not None:
+            self._owned.stop(0.0)
 
-    async def astop(self, grace_s: float = 10.0) -> None:
-        """:meth:`stop` off the event loop; cancelled half-way, it kills the group at once."""
-        if self._popen is None:
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM its process group, SIGKILL after ``grace_s`` (workers too), off the event loop;
+        cancelled half-way, it kills the group at once. Removes the pid file; safe to call twice."""
+        if self._owned is None:
             return
         try:
-            await asyncio.to_thread(stop_process_group, self._popen, grace_s, terminate_group=True)
+            await asyncio.to_thread(self._owned.stop, grace_s)
         finally:
-            if self._popen.poll() is None:  # cancelled while waiting: no more grace
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._popen.pid, signal.SIGKILL)
-            self.stop()
+            self.kill()
+
+    def register_adapter(
+        self, name: str, path: str | os.PathLike[str], served_as: str | None = None
+    ) -> None:
+        """Serve the adapter in ``path`` as ``served_as`` (default ``name``) from the next
+        :meth:`adapter` call for ``name`` on."""
+        self.adapters[name] = (Path(path), served_as or name)
+
+    async def adapter(self, name: str) -> str:
+        """The name vLLM serves adapter ``name`` under, loading it first where needed (after a
+        start, or with new weights: the previous ones are unloaded).
+
+        Raises:
+            UnservableAdapterError: It is a stack that cannot be written as one adapter.
+            VllmAdapterError: vLLM refused it or did not answer.
+        """
+        path, served = self.adapters[name]
+        async with self.lock():
+            if self._loaded.get(name) == served:
+                return served
+            if (previous := self._loaded.pop(name, None)) is not None:
+                await self.unload_adapter(previous)
+            if predecessors(path):  # vLLM applies one adapter per request: the stack's sum
+                path = await asyncio.to_thread(self._write_stack, path, served)
+            await self.load_adapter(served, path)
+            self._loaded[name] = served
+        return served
+
+    def _write_stack(self, path: Path, served: str) -> Path:
+        from nip.backends.local.stacked_adapters import write_concatenated_adapter
+
+        out = path.with_name(f"{path.name}-for-vllm")
+        if self.stacks_dir is not None:
+            out = self.stacks_dir / served
+        allowed = vllm_ranks_up_to(self.launch.max_lora_rank)
+        write_concatenated_adapter(read_adapter_stack(path), out, allowed_ranks=allowed)
+        return out
 
     async def admin(
         self, path: str, *, json: dict[str, Any] | None = None, params: dict[str, str] | None = None
@@ -244,27 +339,26 @@ class VllmProcess:
             return await client.post(self.url(path), json=json, params=params)
 
     async def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts); raises
-        :class:`VllmAdapterError` when vLLM refuses or does not answer."""
-        body = {"lora_name": name, "lora_path": str(path)}
-        reply = await self._admin_or_raise("/v1/load_lora_adapter", body)
-        # "already been loaded": a load that raced with a restart's reload.
-        if reply.status_code != 200 and "already" not in reply.text:
-            raise VllmAdapterError(f"vLLM refused to load adapter {name!r}: {reply.text[:500]}")
+        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts)."""
+        await self._adapter_call("load", {"lora_name": name, "lora_path": str(path)})
 
     async def unload_adapter(self, name: str) -> None:
-        """Stop serving adapter ``name``; :class:`VllmAdapterError` if vLLM refuses."""
-        reply = await self._admin_or_raise("/v1/unload_lora_adapter", {"lora_name": name})
-        if reply.status_code != 200:
-            raise VllmAdapterError(f"vLLM refused to unload adapter {name!r}: {reply.text[:500]}")
+        """Stop serving adapter ``name``."""
+        await self._adapter_call("unload", {"lora_name": name})
 
-    async def _admin_or_raise(self, path: str, body: dict[str, Any]) -> Any:
+    async def _adapter_call(self, verb: str, body: dict[str, Any]) -> None:
+        """:class:`VllmAdapterError` when vLLM refuses or does not answer."""
         import httpx
 
         try:
-            return await self.admin(path, json=body)
+            reply = await self.admin(f"/v1/{verb}_lora_adapter", json=body)
         except httpx.HTTPError as error:
-            raise VllmAdapterError(f"vLLM did not answer {path}: {error!r}") from None
+            raise VllmAdapterError(f"vLLM did not answer {verb}: {error!r}") from None
+        # "already been loaded": a load that raced with a restart's reload.
+        if reply.status_code != 200 and not (verb == "load" and "already" in reply.text):
+            raise VllmAdapterError(
+                f"vLLM refused to {verb} adapter {body['lora_name']!r}: {reply.text[:500]}"
+            )
 
     def __repr__(self) -> str:
         state = "running" if self.running else f"exited ({self.returncode})"
