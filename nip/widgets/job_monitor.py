@@ -26,6 +26,7 @@ from nip.widgets._html import (
     pre_html,
 )
 from nip.widgets._tasks import Actions
+from nip.widgets.run_snapshot import loss_points
 
 if TYPE_CHECKING:
     from nip.jobs import FineTuneEvent, FineTuneJob
@@ -53,11 +54,8 @@ def job_loss(job: FineTuneJob, events: Sequence[FineTuneEvent]) -> float | None:
     """The job's final training loss, else the last loss its events report."""
     if job.training_loss is not None:
         return job.training_loss
-    for event in reversed(events):
-        for key in ("loss", "train_loss"):
-            if isinstance(event.data.get(key), int | float):
-                return float(event.data[key])
-    return None
+    points = loss_points([{"data": e.data} for e in events])
+    return points[-1][1] if points else None
 
 
 class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
