@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import pickle
 from collections.abc import Iterator
 
@@ -379,6 +380,8 @@ def test_an_agent_turn_shows_as_a_short_line_and_a_card():
     assert repr(turn).endswith("...', decision=reject)") and len(repr(turn)) < 120
     card = turn._repr_html_()
     assert "decides: reject" in card and "300 + 20 tokens" in card and "gpt-4o-mini" in card
+    assert "tokens · 1 retry<" in dataclasses.replace(turn, retries=1)._repr_html_()
+    assert "2 retries" in dataclasses.replace(turn, retries=2)._repr_html_()
 
 
 def test_a_batch_summarises_accuracy_and_rewards():

@@ -271,3 +271,16 @@ def test_a_sweep_started_in_a_shell_is_watched_and_compared_from_python(folder):
     sweep = nip.sweep("runs/sweeps/tiny")
     assert list(sweep.status()["stage"]) == ["done"] * 4
     assert set(sweep.compare()[1]["series"]) == {"nip", "debate"}
+
+
+def test_the_monitor_counts_its_comparisons_points_and_runs_in_words(folder):
+    """One cell of one iteration: one point from one run, said in the singular."""
+    from nip.widgets import SweepMonitor
+
+    changes = {"agents.*.use_dummy_api": True, "rl.num_iterations": 1}
+    axes = {"interaction_protocol": ["nip"]}
+    one = nip.sweep("grid.yaml", set=changes, axes=axes, seeds=[0], settings=_settings())
+    monitor = SweepMonitor(one, start=False)
+    one.run(echo=False)
+    monitor.refresh()
+    assert "1 point from 1 run at most per protocol" in monitor.comparison_note.value

@@ -448,6 +448,23 @@ def test_the_dry_run_says_when_together_cannot_fine_tune_a_model(fakes, dataset,
     assert not fake.chat_models and not fake.files  # a dry run pays for nothing
 
 
+def test_the_dry_run_warns_of_a_trained_agent_the_run_would_refuse_before_its_first_dialogue(
+    dataset, tmp_path, capsys, monkeypatch
+):
+    """The verifier speaks first under nip: with no supervisor message, one line says the
+    paid run would refuse it (as nip plan does); with one, nothing is said."""
+    monkeypatch.delenv("TOGETHER_API_KEY", raising=False)  # no request leaves the machine
+    refused = config(tmp_path, dataset, use_supervisor_message="none")
+    for command in (["run", str(refused), "--dry-run"], ["plan", str(refused)]):
+        assert main(command) == 0
+        err = capsys.readouterr().err
+        (line,) = [line for line in err.splitlines() if "use_supervisor_message" in line]
+        assert line.startswith("nip: warning: agents.verifier.use_supervisor_message='none'")
+        assert "'first' or 'all'" in line
+    assert main(["run", str(config(tmp_path, dataset)), "--dry-run"]) == 0
+    assert "use_supervisor_message" not in capsys.readouterr().err
+
+
 def test_a_runs_cost_metric_is_priced_at_the_price_its_dry_run_uses(fakes, dataset, tmp_path):
     """In both iterations: the second's verifier generates with its fine-tuned adapter, which
     Together serves serverless at its base model's price (as the dry run counts it)."""

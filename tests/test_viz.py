@@ -406,6 +406,14 @@ def test_a_metrics_table_without_counts_is_a_clear_error():
         plot_accuracy(frame)
 
 
+def test_a_plot_of_one_iteration_has_that_iterations_number_as_its_one_tick():
+    columns = {"split": "test", "iteration": 3, "accuracy": 0.5, "num_dialogues": 4}
+    frame = pd.DataFrame([{**columns, "prover.mean_episode_reward": 0.2}])
+    for figure in (plot_accuracy(frame), plot_rewards(frame)):
+        assert list(figure.layout.xaxis.tickvals) == [3]
+        assert list(figure.layout.xaxis.range) == [2.5, 3.5]
+
+
 def test_reward_curves_show_each_agents_mean_per_split(ei_run):
     figure = plot_rewards(ei_run)
     metrics = load_run(ei_run).metrics_dataframe()

@@ -295,3 +295,12 @@ def print_openai_notice(hyper_params, plan=None, *, instead: str | None = None) 
     if notice:
         print(f"nip: warning: {notice}", file=sys.stderr)
     return notice is not None
+
+
+def print_together_warnings(hyper_params, plan, prefix: str = "") -> None:
+    """One warning per trained Together AI agent the run would refuse before its first
+    dialogue (it speaks first with no supervisor message)."""
+    from nip.providers.together import first_turn_problems
+
+    for problem in first_turn_problems(hyper_params, plan.trained_agents):
+        print(f"nip: warning: {prefix}{problem}", file=sys.stderr)

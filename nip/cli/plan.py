@@ -22,4 +22,5 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_run(hyper_params)
     print(plan)
     _args.print_openai_notice(hyper_params, plan)
+    _args.print_together_warnings(hyper_params, plan)
     return 0

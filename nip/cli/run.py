@@ -68,4 +68,5 @@ def _dry_run(args: argparse.Namespace, hyper_params) -> int:
     print(f"{estimate.plan}\n\n{estimate}")
     _args.print_gpu_time([("run", hyper_params, estimate)], gpu)
     _args.print_openai_notice(hyper_params, estimate.plan)
+    _args.print_together_warnings(hyper_params, estimate.plan)
     return 0

@@ -101,6 +101,8 @@ def _dry_run(args: argparse.Namespace, spec) -> int:
     estimate = estimate_sweep(spec, _args.run_settings(args), sample_items=args.sample_items)
     print(estimate)
     _args.print_gpu_time([(c.name, c.hyper_params, e) for c, e in estimate.cells], gpu)
+    for cell, cell_estimate in estimate.cells:
+        _args.print_together_warnings(cell.hyper_params, cell_estimate.plan, f"{cell.name}: ")
     for cell, cell_estimate in estimate.cells:  # one warning for the grid
         if _args.print_openai_notice(cell.hyper_params, cell_estimate.plan, instead=OPEN_GRID):
             break

@@ -50,6 +50,15 @@ def read_status(job_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def job_from_status(job_id: str, status: Mapping[str, Any]) -> FineTuneJob:
+    """The job its ``status.json`` describes (its model, once it succeeded: the one the
+    status names, else the job's id)."""
+    state = status["status"]
+    model = (status.get("fine_tuned_model") or job_id) if state == "succeeded" else None
+    fields = ("adapter_path", "error", "trained_tokens", "training_loss")
+    return FineTuneJob(job_id, state, model, **{f: status.get(f) for f in fields})
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -165,16 +174,8 @@ class LocalLoraFineTuneBackend:
                     return FineTuneJob(
                         id=job_id, status="failed", error=f"the training process died:\n{tail}"
                     )
-                status, state = again, again["status"]
-        return FineTuneJob(
-            id=job_id,
-            status=state,
-            fine_tuned_model=job_id if state == "succeeded" else None,
-            adapter_path=status.get("adapter_path"),
-            error=status.get("error"),
-            trained_tokens=status.get("trained_tokens"),
-            training_loss=status.get("training_loss"),
-        )
+                status = again
+        return job_from_status(job_id, status)
 
     def _pid(self, job_dir: Path) -> int | None:
         try:
@@ -204,7 +205,7 @@ class LocalLoraFineTuneBackend:
         return [FineTuneEvent(**json.loads(line)) for line in path.read_text().splitlines()]
 
     def __repr__(self) -> str:
-        return f"LocalLoraFineTuneBackend(jobs_dir={str(self.jobs_dir)!r})"
+        return f"{type(self).__name__}(jobs_dir={str(self.jobs_dir)!r})"
 
 
 _ONE_JOB_AT_A_TIME = threading.Lock()
@@ -355,6 +356,3 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
         """Let queued and running jobs finish, then stop the worker thread."""
         self._queue.put(None)
         self._worker.join()
-
-    def __repr__(self) -> str:
-        return f"InProcessLoraFineTuneBackend(jobs_dir={str(self.jobs_dir)!r})"

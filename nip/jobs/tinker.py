@@ -45,7 +45,7 @@ from typing import Any, Protocol
 from nip.errors import AuthenticationError, FineTuneError, ModelNotFoundError
 from nip.extras import needs
 from nip.jobs._types import FineTuneJob, FineTuneSpec
-from nip.jobs.local_lora import LocalLoraFineTuneBackend, read_status
+from nip.jobs.local_lora import LocalLoraFineTuneBackend, job_from_status, read_status
 from nip.jobs.lora_train import add_event, write_status
 from nip.jobs.tinker_data import (
     datum,
@@ -251,16 +251,7 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
             return FineTuneJob(id=job_id, status="not_found")
         if status["status"] in ("pending", "running") and job_id not in self._tasks:
             status = await self._recover(job_id, job_dir, status)
-        state = status["status"]
-        return FineTuneJob(
-            id=job_id,
-            status=state,
-            fine_tuned_model=status.get("fine_tuned_model") if state == "succeeded" else None,
-            adapter_path=status.get("adapter_path"),
-            error=status.get("error"),
-            trained_tokens=status.get("trained_tokens"),
-            training_loss=status.get("training_loss"),
-        )
+        return job_from_status(job_id, status)
 
     async def _recover(self, job_id: str, job_dir: Path, status: dict[str, Any]) -> dict[str, Any]:
         """A job its process left unfinished (killed): finished if Tinker holds its sampler
@@ -284,9 +275,6 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         task = self._tasks.get(job_id)
         if task is not None:
             task.cancel()
-
-    def __repr__(self) -> str:
-        return f"TinkerFineTuneBackend(jobs_dir={str(self.jobs_dir)!r})"
 
 
 #: DPO's beta where the agent leaves it None (TRL's and Together's default).

@@ -44,6 +44,7 @@ from nip.errors import (
 from nip.jobs._types import TERMINAL_STATUSES, FineTuneEvent, FineTuneJob, FineTuneSpec
 from nip.jobs.openai_api import spec_to_jsonl
 from nip.parameters import PROVIDER_FACTS, PureTextAgentParameters
+from nip.protocols import build_protocol_handler
 from nip.providers._provider import Provider
 from nip.providers._together_api import (
     API_KEY_ENV,
@@ -95,6 +96,33 @@ def _chat(params: PureTextAgentParameters, settings: ExperimentSettings) -> Toge
     if settings.max_concurrency is not None:
         config["max_concurrency"] = settings.max_concurrency
     return TogetherChatBackend(OpenAIBackendConfig(**config))
+
+
+def first_turn_problem(handler: Any, name: str, mode: str) -> InvalidParameterError | None:
+    """Why a fine-tuned agent that speaks first, prompted by its system message alone, is
+    refused (None: it is not): its lines would have an assistant turn with no user turn
+    before it, which Together's format refuses; a supervisor message is that turn."""
+    if supervisor_enabled(mode, 0) or not any(name in handler.speakers(0, s) for s in range(8)):
+        return None
+    return InvalidParameterError(
+        f"agents.{name}.use_supervisor_message",
+        mode,
+        "'first' or 'all' for a Together AI agent that is fine-tuned and speaks first",
+        reason=f"under {handler.name} it speaks first, prompted by its system message alone, "
+        "and Together AI's format wants a user turn before each assistant turn: the "
+        "supervisor message is one, kept in its training lines",
+    )
+
+
+def first_turn_problems(hyper_params: Any, trained: Iterable[str]) -> list[str]:
+    """What the run will refuse, before its first dialogue, of these trained agents on
+    Together AI (:func:`first_turn_problem`), one line per agent, for the dry run."""
+    names = [n for n in sorted(trained) if hyper_params.agents[n].served_by == "TogetherAI"]
+    handler = build_protocol_handler(hyper_params) if names else None
+    found = (
+        first_turn_problem(handler, n, hyper_params.agents[n].use_supervisor_message) for n in names
+    )
+    return [str(problem) for problem in found if problem]
 
 
 # ---------------------------------------------------------------------- fine-tuning jobs
@@ -207,22 +235,12 @@ class TogetherFineTuneBackend:
             raise FineTuneError(f"Together AI cannot train this job: {'; '.join(problems)}")
 
     def check_agents(self, agents: Iterable[Any]) -> None:
-        """Refuse a trained agent that speaks first, prompted by its system message alone: its
-        lines would have an assistant turn with no user turn before it, which Together's
-        format refuses, and nip invents none; a supervisor message is that turn."""
+        """Refuse a trained agent that speaks first prompted by its system message alone
+        (:func:`first_turn_problem`)."""
         for agent in agents:
-            handler, mode = agent.protocol_handler, agent.agent_params.use_supervisor_message
-            if supervisor_enabled(mode, 0):
-                continue
-            if any(agent.agent_name in handler.speakers(0, seed) for seed in range(8)):
-                raise InvalidParameterError(
-                    f"agents.{agent.agent_name}.use_supervisor_message",
-                    mode,
-                    "'first' or 'all' for a Together AI agent that is fine-tuned and speaks first",
-                    reason=f"under {handler.name} it speaks first, prompted by its system "
-                    "message alone, and Together AI's format wants a user turn before each "
-                    "assistant turn: the supervisor message is one, kept in its training lines",
-                )
+            mode = agent.agent_params.use_supervisor_message
+            if problem := first_turn_problem(agent.protocol_handler, agent.agent_name, mode):
+                raise problem
 
     # ---------------------------------------------------------------- jobs
     async def create_job(self, spec: FineTuneSpec) -> str:

@@ -41,7 +41,7 @@ def turn_to_html(turn: AgentTurn) -> str:
     details = [
         turn.model or "",
         f"{turn.prompt_tokens} + {turn.completion_tokens} tokens",
-        f"{turn.retries} retries" if turn.retries else "",
+        f"{turn.retries} retr{'ies' if turn.retries > 1 else 'y'}" if turn.retries else "",
         "stopped at the token limit" if turn.token_limit else "",
         "from the cache" if turn.cached else "",
         "to " + ", ".join(turn.channels) if turn.channels else "",

@@ -3,6 +3,7 @@ accuracy plot (one series per split) and the comparison of runs (one per protoco
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -59,8 +60,10 @@ def accuracy_trace(
     )
 
 
-def frame_accuracy_figure(figure: go.Figure, *, title: str, legend_title: str) -> go.Figure:
-    """The chance line, axes (accuracy in %, whole iterations), title and legend."""
+def frame_accuracy_figure(
+    figure: go.Figure, *, title: str, legend_title: str, iterations: Iterable[float] = ()
+) -> go.Figure:
+    """The chance line, axes (accuracy in %, the ``iterations``' axis), title and legend."""
     figure.add_hline(
         y=0.5,
         line=dict(color=_style.CHANCE_COLOUR, dash="dot", width=1),
@@ -70,7 +73,7 @@ def frame_accuracy_figure(figure: go.Figure, *, title: str, legend_title: str) -
     figure.update_layout(
         template=_style.TEMPLATE,
         title=dict(text=title),
-        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
+        xaxis=_style.iteration_axis(iterations),
         yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
         legend=dict(title=dict(text=legend_title)),
         hovermode="closest",

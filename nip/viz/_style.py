@@ -1,6 +1,9 @@
-"""The look shared by every nip figure: template, colours, marker symbols."""
+"""The look shared by every nip figure: template, colours, marker symbols, iteration axis."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
 
 TEMPLATE = "plotly_white"
 
@@ -30,3 +33,12 @@ def speaker_symbols(speakers: list[str]) -> dict[str, str]:
     """A marker symbol per speaker label: the verifier first, then the others by name."""
     ordered = sorted(set(speakers), key=lambda s: (s != "verifier", s))
     return {s: SPEAKER_SYMBOLS[i % len(SPEAKER_SYMBOLS)] for i, s in enumerate(ordered)}
+
+
+def iteration_axis(iterations: Iterable[float]) -> dict[str, Any]:
+    """An x axis of whole iterations; with one iteration, its number the one tick."""
+    found = {int(i) for i in iterations if i == i}  # NaN (no iteration) left out
+    if len(found) == 1:
+        (only,) = found
+        return dict(title=dict(text="iteration"), tickvals=[only], range=[only - 0.5, only + 0.5])
+    return dict(title=dict(text="iteration"), tickmode="linear", dtick=1)

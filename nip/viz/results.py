@@ -219,6 +219,7 @@ def plot_accuracy(
         figure,
         title=title or f"Verifier accuracy per iteration ({confidence:.0%} Wilson intervals)",
         legend_title="split",
+        iterations=table["iteration"],
     )
     return figure
 
@@ -264,7 +265,7 @@ def plot_rewards(
     figure.update_layout(
         template=_style.TEMPLATE,
         title=dict(text=title or "Mean episode reward per iteration"),
-        xaxis=dict(title=dict(text="iteration"), tickmode="linear", dtick=1),
+        xaxis=_style.iteration_axis(frame["iteration"]),
         yaxis=dict(title=dict(text="mean episode reward")),
         legend=dict(title=dict(text="agent (split)")),
         hovermode="closest",

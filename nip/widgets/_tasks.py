@@ -46,6 +46,14 @@ def start(
     return task
 
 
+def button(description: str, icon: str, on_click: Callable[[], Any], **style: Any) -> Any:
+    """A button as wide as its label that calls ``on_click()`` when clicked."""
+    layout = ipywidgets.Layout(width="auto")
+    made = ipywidgets.Button(description=description, icon=icon, layout=layout, **style)
+    made.on_click(lambda _: on_click())
+    return made
+
+
 class Polling:
     """A widget that re-reads what it shows: :meth:`start` runs :meth:`watch` on the running
     event loop, which calls ``poll`` every ``poll_interval_s`` seconds until it returns
@@ -98,6 +106,12 @@ class Actions:
         """The errors shown so far, as text ("" when none)."""
         outputs = self.errors.outputs
         return "".join(o.get("text", "") for o in outputs if o.get("name") == "stderr")
+
+    def _button(
+        self, description: str, icon: str, action: Callable[[], Coroutine], exclusive: bool = True
+    ) -> ipywidgets.Button:
+        """A :func:`button` that runs ``action()`` (:meth:`_click`)."""
+        return button(description, icon, lambda: self._click(action(), exclusive=exclusive))
 
     def _click(self, action: Coroutine[Any, Any, Any], *, exclusive: bool = True) -> None:
         if not exclusive:

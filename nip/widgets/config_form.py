@@ -24,6 +24,7 @@ from nip.parameters import BaseParameters, FieldInfo, HyperParameters, PureTextA
 from nip.protocols import VERIFIER, protocol_class
 from nip.widgets._controls import Look, control_for, field_row
 from nip.widgets._html import PlainTextRepr, error_html, note_html, pre_html
+from nip.widgets._tasks import button
 
 
 def agents_for_protocol(
@@ -93,9 +94,8 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
         self._body = ipywidgets.VBox()
         self.yaml_preview = ipywidgets.HTML()
         self.save_path = ipywidgets.Text(value=str(save_path), description="save to")
-        self.save_button = ipywidgets.Button(description="Save", icon="save")
+        self.save_button = button("Save", "save", self.save)
         self.save_status = ipywidgets.HTML()
-        self.save_button.on_click(lambda _: self.save())
         preview = ipywidgets.Accordion([self.yaml_preview], titles=("YAML",))
         self.children = [
             self._body,

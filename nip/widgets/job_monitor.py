@@ -26,6 +26,7 @@ from nip.widgets._html import (
     pre_html,
 )
 from nip.widgets._tasks import Actions
+from nip.widgets.run_snapshot import loss_points
 
 if TYPE_CHECKING:
     from nip.jobs import FineTuneEvent, FineTuneJob
@@ -53,11 +54,8 @@ def job_loss(job: FineTuneJob, events: Sequence[FineTuneEvent]) -> float | None:
     """The job's final training loss, else the last loss its events report."""
     if job.training_loss is not None:
         return job.training_loss
-    for event in reversed(events):
-        for key in ("loss", "train_loss"):
-            if isinstance(event.data.get(key), int | float):
-                return float(event.data[key])
-    return None
+    points = loss_points([{"data": e.data} for e in events])
+    return points[-1][1] if points else None
 
 
 class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
@@ -127,20 +125,15 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
         self.job_name_box = ipywidgets.Text(
             value=job_name or "", description="job name", placeholder="(the backend's default)"
         )
-        self.launch_button = ipywidgets.Button(description="Launch", icon="rocket")
-        self.cancel_button = ipywidgets.Button(description="Cancel job", icon="stop")
-        self.switch_button = ipywidgets.Button(description="Switch to new model", icon="exchange")
-        for button in (self.launch_button, self.cancel_button, self.switch_button):
-            button.layout.width = "auto"
+        self.launch_button = self._button("Launch", "rocket", self.launch_and_watch)
+        # Cancelling must work while Launch is still watching the job.
+        self.cancel_button = self._button("Cancel job", "stop", self.cancel, exclusive=False)
+        self.switch_button = self._button("Switch to new model", "exchange", self.switch)
         self.progress = ipywidgets.FloatProgress(value=0.0, min=0.0, max=1.0, description="job")
         self.status = ipywidgets.HTML()
         self.events_view = ipywidgets.HTML()
         self.errors = ipywidgets.Output()
         self.select_box.observe(lambda _: self.rebuild(), "value")
-        self.launch_button.on_click(lambda _: self._click(self.launch_and_watch()))
-        # Cancelling must work while Launch is still watching the job.
-        self.cancel_button.on_click(lambda _: self._click(self.cancel(), exclusive=False))
-        self.switch_button.on_click(lambda _: self._click(self.switch()))
         self.children = [
             self.header,
             self.select_box,

@@ -21,7 +21,7 @@ from nip.runs.spend import usd
 from nip.training.context import RunContext
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html, table_html
-from nip.widgets._tasks import Polling
+from nip.widgets._tasks import Polling, button
 from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot, loss_points
 
 
@@ -97,16 +97,11 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         )
         self.stage_progress = ipywidgets.IntProgress(value=0, min=0, max=6, description="stage")
         self.progress_text = ipywidgets.HTML()
-        self.pause_button = ipywidgets.Button(description="Pause after stage", icon="pause")
-        self.resume_button = ipywidgets.Button(description="Resume", icon="play")
-        self.stop_button = ipywidgets.Button(
-            description="Stop after stage", icon="stop", button_style="danger"
+        self.pause_button = button("Pause after stage", "pause", lambda: self.ask("pause"))
+        self.resume_button = button("Resume", "play", lambda: self.ask("run"))
+        self.stop_button = button(
+            "Stop after stage", "stop", lambda: self.ask("stop"), button_style="danger"
         )
-        for button in (self.pause_button, self.resume_button, self.stop_button):
-            button.layout.width = "auto"
-        self.pause_button.on_click(lambda _: self.ask("pause"))
-        self.resume_button.on_click(lambda _: self.ask("run"))
-        self.stop_button.on_click(lambda _: self.ask("stop"))
         self.accuracy_plot = LiveFigure(
             _figure("Verifier accuracy", "accuracy", y_range=[-0.02, 1.02])
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import ipywidgets
 
 from nip.widgets._html import PlainTextRepr, escape
-from nip.widgets._tasks import Actions
+from nip.widgets._tasks import Actions, button
 from nip.widgets.prompt_inspector import PromptInspector
 
 if TYPE_CHECKING:
@@ -41,23 +41,15 @@ class DialogueController(Actions, PlainTextRepr, ipywidgets.VBox):
         self.dialogue = dialogue
         self.title = title
         self.branches: list[DialogueController] = []
-        self.next_button = ipywidgets.Button(description="Next round", icon="step-forward")
-        self.regenerate_button = ipywidgets.Button(
-            description="Regenerate last round", icon="refresh"
-        )
-        self.branch_button = ipywidgets.Button(description="Branch", icon="code-fork")
-        self.run_button = ipywidgets.Button(description="Run to end", icon="fast-forward")
-        for button in self.buttons:
-            button.layout.width = "auto"
+        self.next_button = self._button("Next round", "step-forward", self.next_round)
+        self.regenerate_button = self._button("Regenerate last round", "refresh", self.regenerate)
+        self.branch_button = button("Branch", "code-fork", self._click_branch)
+        self.run_button = self._button("Run to end", "fast-forward", self.run_to_end)
         self.status = ipywidgets.HTML()
         self.transcript_view = ipywidgets.HTML()
         self.inspector = PromptInspector(dialogue)
         self.errors = ipywidgets.Output()
         self._branch_area = ipywidgets.Accordion()
-        self.next_button.on_click(lambda _: self._click(self.next_round()))
-        self.regenerate_button.on_click(lambda _: self._click(self.regenerate()))
-        self.run_button.on_click(lambda _: self._click(self.run_to_end()))
-        self.branch_button.on_click(lambda _: self._click_branch())
         heading = [ipywidgets.HTML(f"<b>{escape(title)}</b>")] if title else []
         self.children = [
             *heading,

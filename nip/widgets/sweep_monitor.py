@@ -184,8 +184,10 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         figure.update_layout(height=360, margin=dict(t=50, b=40))
         self.comparison.figure = figure
         self.comparison.layout.display = None
+        points, runs = len(table), int(table["runs"].max())
         self.comparison_note.value = note_html(
-            f"{len(table)} points from {table['runs'].max()} run(s) at most per protocol"
+            f"{points} point{'s' * (points != 1)} from {runs} run{'s' * (runs != 1)} at most "
+            "per protocol"
         )
         self.comparison.draw()
 
