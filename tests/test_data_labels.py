@@ -8,7 +8,7 @@ import random
 import pytest
 
 from nip.data import check_solution, load_code_validation_dataset
-from nip.data._labelling import STEP_TIMEOUT_S
+from nip.data.build_code_validation import STEP_TIMEOUT_S
 from nip.data.humaneval import PROBLEMS_FILE, read_problems
 from nip.data.loader import SHIPPED_DIR
 

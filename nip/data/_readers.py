@@ -1,7 +1,8 @@
 """Turn rows into code-validation items, checking every field; read rows from JSONL or parquet.
 
-The row layouts (flat, and grouped Buggy-APPS rows) and item ids are in docs/dataset.md. A
-file's rows without a ``split`` get one from a hash of their problem.
+The row layouts (flat, and grouped Buggy-APPS rows), item ids and the APPS filters are in
+docs/dataset.md. A file's rows without a ``split`` get one from a hash of their problem. APPS
+(``codeparrot/apps``) stores ``solutions`` as a JSON string and has no buggy solutions.
 """
 
 from __future__ import annotations
@@ -14,14 +15,83 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nip.data._apps import PROBLEM_ID_COLUMNS, is_grouped, solution_list
+from nip.data._dataset import CodeValidationItem, Counterexample, Mutation
 from nip.data._errors import DatasetFormatError
-from nip.data._records import CodeValidationItem, Counterexample, Mutation
 from nip.extras import needs
 from nip.protocols import datapoint_stance
 
 SPLITS = ("train", "test", "validation")
 TRAIN_FRACTION = 0.8
+
+#: Older or newer names of the same column on the Hub -> the name nip reads.
+COLUMN_RENAMES = {
+    "apps_split": "original_split",
+    "apps_id": "original_id",
+    "apps_problem_id": "original_problem_id",
+    "apps_difficulty": "difficulty",
+}
+
+#: Columns that identify the problem, in order of preference.
+PROBLEM_ID_COLUMNS = ("source_task_id", "original_problem_id", "original_id", "problem_id")
+
+#: Flag values that mean "not flagged" once stripped and lower-cased.
+_UNFLAGGED_TEXT = {"", "[]", "{}", "null", "none", "nan", "false"}
+
+
+def normalise_columns(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` with renamed columns under the names nip reads (an existing name wins)."""
+    renamed = dict(row)
+    for old, new in COLUMN_RENAMES.items():
+        if old in renamed and new not in renamed:
+            renamed[new] = renamed.pop(old)
+    return renamed
+
+
+def is_grouped(row: Mapping[str, Any]) -> bool:
+    """Whether ``row`` is one problem with lists of solutions (the APPS layout)."""
+    return "solutions" in row or "buggy_solutions" in row
+
+
+def is_flagged(flags: Any) -> bool:
+    """Whether a ``flags`` value records a moderation flag (None, NaN, empty, "[]"... do not;
+    a mapping category -> bool does when any is true)."""
+    if flags is None or (isinstance(flags, float) and flags != flags):
+        return False
+    if isinstance(flags, bytes):
+        flags = flags.decode("utf-8", "replace")
+    if isinstance(flags, str):
+        text = flags.strip()
+        if text.lower() in _UNFLAGGED_TEXT:
+            return False
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return True
+        return is_flagged(parsed) if not isinstance(parsed, str) else bool(parsed.strip())
+    if isinstance(flags, Mapping):
+        return any(bool(value) for value in flags.values())
+    if hasattr(flags, "__len__"):
+        return len(flags) > 0
+    return bool(flags)
+
+
+def keeps_row(row: Mapping[str, Any], apps_difficulty: str, exclude_flagged: bool) -> bool:
+    """The original's filters: the APPS difficulty, and no moderation flags."""
+    if apps_difficulty != "all" and row.get("difficulty") != apps_difficulty:
+        return False
+    return not (exclude_flagged and is_flagged(row.get("flags")))
+
+
+def solution_list(value: Any) -> Any:
+    """A list column as a sequence; APPS stores ``solutions`` as a JSON string."""
+    if isinstance(value, str):
+        if not value.strip():
+            return []
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value  # the caller reports "expected a list of solutions"
+    return value
 
 
 def items_from_rows(

@@ -11,12 +11,17 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nip.data._apps import is_grouped, keeps_row, normalise_columns
-from nip.data._dataset import CodeValidationDataset
+from nip.data._dataset import CodeValidationDataset, CodeValidationItem
 from nip.data._errors import DatasetSplitError
 from nip.data._hub import load_hub_splits
-from nip.data._readers import SPLITS, items_from_rows, read_rows
-from nip.data._records import CodeValidationItem
+from nip.data._readers import (
+    SPLITS,
+    is_grouped,
+    items_from_rows,
+    keeps_row,
+    normalise_columns,
+    read_rows,
+)
 from nip.errors import InvalidParameterError
 from nip.parameters.scenario import (
     SHIPPED_DATASET_SPLITS,
@@ -165,12 +170,12 @@ def _numbered_rows(
     if kind in ("shipped", "file"):
         path = SHIPPED_DATASETS[name] if kind == "shipped" else Path(name).expanduser()
         return [(n, row, None) for n, row in read_rows(path)], str(path), None, kind
-    hub = load_hub_splits(name, revision)
-    if split != "all" and split not in hub.splits:
-        raise DatasetSplitError(name, split, tuple(hub.splits))
-    chosen = list(hub.splits) if split == "all" else [split]
-    numbered = [(n, row, s) for s in chosen for n, row in enumerate(hub.splits[s], start=1)]
-    return numbered, name, hub.revision, hub.origin
+    splits, resolved, origin = load_hub_splits(name, revision)
+    if split != "all" and split not in splits:
+        raise DatasetSplitError(name, split, tuple(splits))
+    chosen = list(splits) if split == "all" else [split]
+    numbered = [(n, row, s) for s in chosen for n, row in enumerate(splits[s], start=1)]
+    return numbered, name, resolved, origin
 
 
 def _items(
