@@ -96,7 +96,7 @@ def run_in_sandbox(
             command = ["unshare", "-rn", *command]
         env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "HOME": tmp}
         env["PYTHONHASHSEED"] = "random" if hash_seed is None else str(hash_seed)
-        limits = _Limits(cpu_limit, memory_mb * 2**20, max_file_mb * 2**20)
+        limits = functools.partial(_limit, cpu_limit, memory_mb * 2**20, max_file_mb * 2**20)
         out_path, err_path = workdir / "_nip_stdout", workdir / "_nip_stderr"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             start = time.perf_counter()
@@ -108,7 +108,7 @@ def run_in_sandbox(
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=limits.apply,
+                preexec_fn=limits,
             )
             timed_out = False
             try:
@@ -125,21 +125,14 @@ def run_in_sandbox(
     return SandboxResult(status, reason, returncode, stdout, stderr, wall_s)
 
 
-@dataclass(frozen=True)
-class _Limits:
+def _limit(cpu_s: int, address_space: int, file_size: int) -> None:
     """Resource limits applied in the child between ``fork`` and ``exec``."""
-
-    cpu_s: int
-    address_space: int
-    file_size: int
-
-    def apply(self) -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size, self.file_size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # No effect for root, but stops fork bombs for ordinary users.
-        resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # No effect for root, but stops fork bombs for ordinary users.
+    resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
 
 
 def _classify(
