@@ -9,7 +9,6 @@ code in a container or VM as well.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import resource
@@ -23,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from nip.utils.processes import stop_process_group
 
 SandboxStatus = Literal["ok", "error", "timeout", "memory", "violation", "killed"]
 """How a sandboxed run ended: ``error`` is an exception or non-zero exit, ``violation`` a
@@ -112,13 +113,11 @@ def run_in_sandbox(
             )
             timed_out = False
             try:
-                returncode = process.wait(timeout=timeout_s)
+                process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(process.pid)
-                returncode = process.wait()
-            else:
-                _kill_group(process.pid)  # leftovers, should any exist
+            stop_process_group(process, grace_s=0)  # and anything it left behind
+            returncode = process.returncode
             wall_s = time.perf_counter() - start
         stdout, stderr = _read_capped(out_path), _read_capped(err_path)
     status, reason = _classify(returncode, stderr, timed_out, timeout_s, cpu_limit, memory_mb)
@@ -160,12 +159,6 @@ def _classify(
         return "killed", f"killed by signal {signal.Signals(-returncode).name}"
     last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     return "error", last[:300] or f"exit status {returncode}"
-
-
-def _kill_group(pid: int) -> None:
-    """Kill the process group of ``pid`` (the child and anything it left behind)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _read_capped(path: Path) -> str:
