@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, InitVar, asdict, dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from nip.extras import needs
@@ -79,15 +80,14 @@ class CodeValidationItem:
 
     def to_row(self) -> dict[str, Any]:
         """A flat dict for a table: the mutation and counterexample fields are prefixed."""
-        row = {k: v for k, v in self.to_dict().items() if k not in ("mutation", "counterexample")}
-        for name in ("mutation", "counterexample"):
-            fields = (Mutation if name == "mutation" else Counterexample).__dataclass_fields__
-            nested = getattr(self, name)
-            for key in fields:
-                row[f"{name}_{key}"] = getattr(nested, key) if nested is not None else None
+        row = self.to_dict()
+        for name, record in (("mutation", Mutation), ("counterexample", Counterexample)):
+            nested = row.pop(name) or {}
+            row |= {f"{name}_{key}": nested.get(key) for key in record.__dataclass_fields__}
         return row
 
 
+@dataclass(eq=False, repr=False)
 class CodeValidationDataset(Sequence[CodeValidationItem]):
     """The items of a code-validation dataset, in a fixed order.
 
@@ -97,22 +97,16 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         origin: ``"shipped"``, ``"file"``, ``"directory"``, ``"hub"`` or ``"cache"``.
     """
 
-    def __init__(
-        self,
-        items: Sequence[CodeValidationItem],
-        *,
-        name: str = "",
-        split: str = "all",
-        difficulty: str = "all",
-        revision: str | None = None,
-        origin: str = "",
-    ):
+    items: InitVar[Sequence[CodeValidationItem]]
+    _: KW_ONLY
+    name: str = ""
+    split: str = "all"
+    difficulty: str = "all"
+    revision: str | None = None
+    origin: str = ""
+
+    def __post_init__(self, items: Sequence[CodeValidationItem]) -> None:
         self._items = tuple(items)
-        self.name = name
-        self.split = split
-        self.difficulty = difficulty
-        self.revision = revision
-        self.origin = origin
 
     def __len__(self) -> int:
         return len(self._items)
@@ -125,10 +119,7 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
 
     def __getitem__(self, index: int | slice) -> CodeValidationItem | CodeValidationDataset:
         if isinstance(index, slice):
-            fields = ("name", "split", "difficulty", "revision", "origin")
-            return CodeValidationDataset(
-                self._items[index], **{k: getattr(self, k) for k in fields}
-            )
+            return dataclasses.replace(self, items=self._items[index])
         return self._items[index]
 
     def __iter__(self) -> Iterator[CodeValidationItem]:
