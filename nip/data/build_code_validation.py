@@ -271,8 +271,7 @@ def _items(reports: list[ProblemReport], seed: int) -> list[dict]:
     items = []
     for report in usable:  # written in HumanEval order
         problem, bug = report.problem, chosen[report.problem.task_id]
-        items.append(_correct_item(problem, bug, split[problem.task_id]))
-        items.append(_incorrect_item(problem, bug, split[problem.task_id]))
+        items += [_item(problem, bug, split[problem.task_id], correct=c) for c in (True, False)]
     return items
 
 
@@ -288,40 +287,23 @@ def _pick(report: ProblemReport, operator_use: Counter[str], rng: random.Random)
     return choice
 
 
-def _base(problem: Problem, split: str, difficulty: str) -> dict:
+def _item(problem: Problem, bug: Candidate, split: str, *, correct: bool) -> dict:
+    """The reference (``correct``) or the chosen bug as a dataset row."""
+    mutation = {k: getattr(bug.mutant, k) for k in ("operator", "line", "before", "after")}
+    visible = True if problem.examples else None
     return {
+        "id": f"{problem.task_id}/{'correct' if correct else 'bug'}",
         "source_task_id": problem.task_id,
         "split": split,
-        "difficulty": difficulty,
+        "difficulty": bug.difficulty,
         "entry_point": problem.entry_point,
         "question": problem.question,
-    }
-
-
-def _correct_item(problem: Problem, bug: Candidate, split: str) -> dict:
-    return {
-        "id": f"{problem.task_id}/correct",
-        **_base(problem, split, bug.difficulty),
-        "solution": problem.reference,
-        "y": 1,
-        "mutation": None,
-        "counterexample": None,
-        "tests": {"total": bug.total_tests, "failed": 0},
-        "passes_visible_examples": True if problem.examples else None,
-    }
-
-
-def _incorrect_item(problem: Problem, bug: Candidate, split: str) -> dict:
-    mutant = bug.mutant
-    return {
-        "id": f"{problem.task_id}/bug",
-        **_base(problem, split, bug.difficulty),
-        "solution": mutant.source,
-        "y": 0,
-        "mutation": {k: getattr(mutant, k) for k in ("operator", "line", "before", "after")},
-        "counterexample": bug.counterexample,
-        "tests": {"total": bug.total_tests, "failed": bug.failed_tests},
-        "passes_visible_examples": bug.passes_visible_examples,
+        "solution": problem.reference if correct else bug.mutant.source,
+        "y": int(correct),
+        "mutation": None if correct else mutation,
+        "counterexample": None if correct else bug.counterexample,
+        "tests": {"total": bug.total_tests, "failed": 0 if correct else bug.failed_tests},
+        "passes_visible_examples": visible if correct else bug.passes_visible_examples,
     }
 
 
