@@ -37,7 +37,9 @@ def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
         DatasetUnavailableError: Neither the Hub nor the cache has it, or the cached copy is
             not the pinned revision.
     """
-    datasets = _import_datasets()
+    with needs("hub"):
+        import datasets
+        import datasets.exceptions
     folder = Path(name_or_dir).expanduser()
     if folder.is_dir():
         try:
@@ -127,10 +129,3 @@ def _hub_reachable(endpoint: str) -> bool:
     except httpx.HTTPError:
         return False
     return True
-
-
-def _import_datasets() -> Any:
-    with needs("hub"):
-        import datasets
-        import datasets.exceptions
-    return datasets

@@ -29,7 +29,7 @@ from nip.parameters.scenario import (
     CodeValidationParameters,
     Difficulty,
     dataset_kind,
-    inapplicable_fields,
+    refuse_inapplicable,
 )
 
 if TYPE_CHECKING:
@@ -186,16 +186,7 @@ def _items(
         (n, normalise_columns(row) if isinstance(row, dict) else row, s) for n, row, s in numbered
     ]
     family = "apps" if any(isinstance(r, dict) and is_grouped(r) for _, r, _ in rows) else "flat"
-    unused = inapplicable_fields(options, family)
-    if unused:
-        field, value = next(iter(unused.items()))
-        what = "APPS-style rows" if family == "apps" else "flat rows (question, solution, y)"
-        raise InvalidParameterError(
-            field,
-            value,
-            f"its default for {source!r}",
-            reason=f"{source!r} has {what}, which this filter does not apply to",
-        )
+    refuse_inapplicable(options, family, source)
     level = _apps_level(rows, options.apps_difficulty, source) if family == "apps" else "all"
     items: list[CodeValidationItem] = []
     for row_split in dict.fromkeys(s for _, _, s in rows):

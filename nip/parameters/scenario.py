@@ -71,13 +71,18 @@ def dataset_kind(dataset: str) -> DatasetKind | None:
     return "hub"
 
 
-def inapplicable_fields(options: CodeValidationParameters, family: str) -> dict[str, object]:
-    """The fields of ``options`` changed from their defaults (name -> value) that ``family``
-    (``"flat"``: ``difficulty`` applies, or ``"apps"``: the ``apps_*`` fields) ignores."""
+def refuse_inapplicable(
+    options: CodeValidationParameters, family: str, dataset: str, prefix: str = ""
+) -> None:
+    """Refuse a field of ``options`` changed from its default that ``family`` ignores
+    (``"flat"`` rows: ``difficulty`` applies; ``"apps"`` rows: the ``apps_*`` fields)."""
     defaults = CodeValidationParameters()
     unused = ("apps_difficulty", "apps_exclude_flagged") if family == "flat" else ("difficulty",)
-    return {
-        name: getattr(options, name)
-        for name in unused
-        if getattr(options, name) != getattr(defaults, name)
-    }
+    for name in (n for n in unused if getattr(options, n) != getattr(defaults, n)):
+        what = "APPS-style rows" if family == "apps" else "flat rows (question, solution, y)"
+        raise InvalidParameterError(
+            prefix + name,
+            getattr(options, name),
+            f"its default for {dataset!r}",
+            reason=f"{dataset!r} has {what}, which it does not apply to (see docs/dataset.md)",
+        )

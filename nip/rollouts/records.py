@@ -78,17 +78,12 @@ class AgentTurn:
     score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["decision"] = int(self.decision)
-        data["channels"] = list(self.channels)
-        return data
+        return asdict(self) | {"decision": int(self.decision), "channels": list(self.channels)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AgentTurn:
-        values = dict(data)
-        values["decision"] = Decision(values.get("decision", Decision.NONE))
-        values["channels"] = tuple(values.get("channels", ()))
-        return cls(**values)
+        decision = Decision(data.get("decision", Decision.NONE))
+        return cls(**{**data, "decision": decision, "channels": tuple(data.get("channels", ()))})
 
     def to_row(self) -> dict[str, Any]:
         """One flat row for a DataFrame: :meth:`to_dict` with the decision as a word."""
