@@ -55,7 +55,7 @@ def is_grouped(row: Mapping[str, Any]) -> bool:
 def is_flagged(flags: Any) -> bool:
     """Whether a ``flags`` value records a moderation flag (None, NaN, empty, "[]"... do not;
     a mapping category -> bool does when any is true)."""
-    if flags is None or (isinstance(flags, float) and flags != flags):
+    if _is_missing(flags):
         return False
     if isinstance(flags, bytes):
         flags = flags.decode("utf-8", "replace")
@@ -157,24 +157,22 @@ def _items_from_row(
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
         raise fail("question", "missing, or not a non-empty string")
-    problem = next(
-        (str(row[c]) for c in PROBLEM_ID_COLUMNS if c in row and not _is_missing(row[c])), None
-    )
+    problem = next((str(row[c]) for c in PROBLEM_ID_COLUMNS if not _is_missing(row.get(c))), None)
     original_split = row.get("original_split")
-    if problem is not None and original_split is not None and not _is_missing(original_split):
+    if problem is not None and not _is_missing(original_split):
         problem = f"{original_split}-{problem}"  # APPS numbers problems per split
     task = problem if problem is not None else _digest(question)
     if split is None:
         split = row.get("split")
-        if split is None or _is_missing(split):
+        if _is_missing(split):
             split = "train" if int(_digest(task), 16) % 100 < TRAIN_FRACTION * 100 else "test"
         elif split not in SPLITS:
             raise fail("split", f"{split!r} is not one of {', '.join(SPLITS)}")
     difficulty = row.get("difficulty")
-    difficulty = "unknown" if difficulty is None or _is_missing(difficulty) else str(difficulty)
+    difficulty = "unknown" if _is_missing(difficulty) else str(difficulty)
     common = dict(question=question, split=split, difficulty=difficulty, source_task_id=task)
     grouped = is_grouped(row)
-    if row.get("id") is not None and not _is_missing(row["id"]):
+    if not _is_missing(row.get("id")):
         base_id = str(row["id"])
     elif grouped and problem is not None:
         base_id = problem  # stable across files and row orders
@@ -185,7 +183,7 @@ def _items_from_row(
         items = []
         for field, y in (("solutions", 1), ("buggy_solutions", 0)):
             values = solution_list(row.get(field))
-            if values is None or _is_missing(values):
+            if _is_missing(values):
                 values = []
             if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
                 raise fail(field, "expected a list of solutions")
@@ -216,7 +214,7 @@ def _items_from_row(
             "mutation" if "mutation" not in extras else "counterexample", str(error)
         ) from None
     for field in ("entry_point", "passes_visible_examples"):
-        if row.get(field) is not None and not _is_missing(row[field]):
+        if not _is_missing(row.get(field)):
             extras[field] = row[field]
     return [_item(base_id, solution, int(y), common, extras)]
 

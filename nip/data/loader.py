@@ -84,15 +84,7 @@ def load_code_validation_dataset(
         apps_exclude_flagged=apps_exclude_flagged,
     )
     name = str(name_or_path)
-    kind = dataset_kind(name)
-    if kind is None:
-        allowed = (
-            f"one of {', '.join(map(repr, SHIPPED_DATASETS))}, a Hub dataset id, or the path "
-            "of a dataset file or folder"
-        )
-        raise InvalidParameterError(
-            "name_or_path", name, allowed, reason="no such dataset, file or folder"
-        )
+    kind = dataset_kind(name, "name_or_path")
     if revision is not None and kind != "hub":
         raise InvalidParameterError(
             "revision", revision, "None for a dataset that is not on the Hub"

@@ -85,14 +85,11 @@ def run_in_sandbox(
     with tempfile.TemporaryDirectory(prefix="nip-sandbox-") as tmp:
         workdir = Path(tmp)
         shutil.copyfile(_BOOT_FILE, workdir / "_nip_boot.py")
-        (workdir / "_nip_code.py").write_text(code, encoding="utf-8")
-        for name, content in (files or {}).items():
+        for name, content in {"_nip_code.py": code, **(files or {})}.items():
             data = content if isinstance(content, bytes) else content.encode("utf-8")
             (workdir / name).write_bytes(data)
-        command = [sys.executable, "-s", "-P", "-B"]
-        if not site_packages:
-            command.append("-S")
-        command.append("_nip_boot.py")
+        site = [] if site_packages else ["-S"]
+        command = [sys.executable, "-s", "-P", "-B", *site, "_nip_boot.py"]
         if isolate_network and _network_isolation_available():
             command = ["unshare", "-rn", *command]
         env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "HOME": tmp}

@@ -215,14 +215,6 @@ class HyperParameters(BaseParameters):
     def _check_dataset(self) -> None:
         """The dataset exists (or is a Hub id) and every changed option applies to it."""
         kind = dataset_kind(self.dataset)
-        if kind is None:
-            raise InvalidParameterError(
-                "dataset",
-                self.dataset,
-                f"one of {', '.join(map(repr, SHIPPED_DATASET_SPLITS))}, a Hub dataset id "
-                "such as 'lrhammond/buggy-apps', or the path of a dataset file or folder",
-                reason="no such shipped dataset, file or folder, and not a Hub id",
-            )
         options = self.code_validation
         family = {"shipped": "flat", "hub": "apps"}.get(kind)
         if family is not None:

@@ -56,9 +56,9 @@ class CodeValidationParameters(BaseParameters):
             )
 
 
-def dataset_kind(dataset: str) -> DatasetKind | None:
-    """What ``dataset`` names: a shipped dataset, an existing folder or file, a Hub id, or
-    None (a missing file, or a malformed name)."""
+def dataset_kind(dataset: str, field: str = "dataset") -> DatasetKind:
+    """What ``dataset`` names: a shipped dataset, an existing folder or file, or a Hub id
+    (InvalidParameterError, as ``field``, for a missing file or a malformed name)."""
     if dataset in SHIPPED_DATASET_SPLITS:
         return "shipped"
     path = Path(dataset).expanduser()
@@ -66,9 +66,15 @@ def dataset_kind(dataset: str) -> DatasetKind | None:
         return "directory"
     if path.is_file():
         return "file"
-    if dataset.lower().endswith(DATA_FILE_SUFFIXES) or not _HUB_ID.match(dataset):
-        return None
-    return "hub"
+    if not dataset.lower().endswith(DATA_FILE_SUFFIXES) and _HUB_ID.match(dataset):
+        return "hub"
+    raise InvalidParameterError(
+        field,
+        dataset,
+        f"one of {', '.join(map(repr, SHIPPED_DATASET_SPLITS))}, a Hub dataset id such as "
+        "'lrhammond/buggy-apps', or the path of a dataset file or folder",
+        reason="no such shipped dataset, file or folder, and not a Hub id",
+    )
 
 
 def refuse_inapplicable(
