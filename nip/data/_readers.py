@@ -75,15 +75,21 @@ def is_flagged(flags: Any) -> bool:
     return bool(flags)
 
 
-def keeps_row(row: Mapping[str, Any], apps_difficulty: str, exclude_flagged: bool) -> bool:
-    """The original's filters: the APPS difficulty, and no moderation flags."""
+def keeps_row(row: Any, apps_difficulty: str, exclude_flagged: bool) -> bool:
+    """The original's filters: the APPS difficulty, and no moderation flags (a row that is no
+    object is kept, to be refused when read)."""
+    if not isinstance(row, Mapping):
+        return True
     if apps_difficulty != "all" and row.get("difficulty") != apps_difficulty:
         return False
     return not (exclude_flagged and is_flagged(row.get("flags")))
 
 
 def solution_list(value: Any) -> Any:
-    """A list column as a sequence; APPS stores ``solutions`` as a JSON string."""
+    """A list column as a sequence (a missing one empty); APPS stores ``solutions`` as a JSON
+    string."""
+    if _is_missing(value):
+        return []
     if isinstance(value, str):
         if not value.strip():
             return []
@@ -183,8 +189,6 @@ def _items_from_row(
         items = []
         for field, y in (("solutions", 1), ("buggy_solutions", 0)):
             values = solution_list(row.get(field))
-            if _is_missing(values):
-                values = []
             if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
                 raise fail(field, "expected a list of solutions")
             for k in range(len(values)):

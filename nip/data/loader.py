@@ -179,19 +179,12 @@ def _items(
     ]
     family = "apps" if any(isinstance(r, dict) and is_grouped(r) for _, r, _ in rows) else "flat"
     refuse_inapplicable(options, family, source)
-    level = _apps_level(rows, options.apps_difficulty, source) if family == "apps" else "all"
+    if family == "apps":
+        level = _apps_level(rows, options.apps_difficulty, source)
+        rows = [(n, r, s) for n, r, s in rows if keeps_row(r, level, options.apps_exclude_flagged)]
     items: list[CodeValidationItem] = []
     for row_split in dict.fromkeys(s for _, _, s in rows):
-        kept = [
-            (n, row)
-            for n, row, s in rows
-            if s == row_split
-            and (
-                family == "flat"
-                or not isinstance(row, dict)
-                or keeps_row(row, level, options.apps_exclude_flagged)
-            )
-        ]
+        kept = [(n, row) for n, row, s in rows if s == row_split]
         items += items_from_rows(kept, source, split=row_split)
     if family == "flat":
         items = [i for i in items if options.difficulty in ("all", i.difficulty)]
