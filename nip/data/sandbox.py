@@ -132,12 +132,7 @@ def _limit(cpu_s: int, address_space: int, file_size: int) -> None:
 
 
 def _classify(
-    returncode: int,
-    stderr: str,
-    timed_out: bool,
-    timeout_s: float,
-    cpu_s: int,
-    memory_mb: int,
+    returncode: int, stderr: str, timed_out: bool, timeout_s: float, cpu_s: int, memory_mb: int
 ) -> tuple[SandboxStatus, str]:
     if timed_out:
         return "timeout", f"wall-clock limit of {timeout_s:g} s reached"

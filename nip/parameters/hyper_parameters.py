@@ -271,11 +271,7 @@ class HyperParameters(BaseParameters):
 
     @classmethod
     def from_dict(
-        cls,
-        params_dict: Mapping[str, Any],
-        ignore_extra_keys: bool = False,
-        *,
-        force: bool = False,
+        cls, params_dict: Mapping[str, Any], ignore_extra_keys: bool = False, *, force: bool = False
     ) -> Self:
         """As :meth:`BaseParameters.from_dict`, checking the ``_schema_version`` stamp (a dict
         without one is not) and dropping the original's ``is_random: false`` agent keys.

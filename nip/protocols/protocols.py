@@ -42,9 +42,7 @@ class _WithParameters(ProtocolHandler):
     params_field: ClassVar[str]
 
     def __init__(
-        self,
-        common: CommonProtocolParameters | None = None,
-        params: _OwnParameters | None = None,
+        self, common: CommonProtocolParameters | None = None, params: _OwnParameters | None = None
     ):
         #: Its parameters (their defaults when none are passed).
         self.params = params or HyperParameters.model_fields[self.params_field].default_factory()
