@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import html
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import KW_ONLY, InitVar, asdict, dataclass
 from typing import TYPE_CHECKING, Any, overload
 
@@ -121,9 +121,6 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         if isinstance(index, slice):
             return dataclasses.replace(self, items=self._items[index])
         return self._items[index]
-
-    def __iter__(self) -> Iterator[CodeValidationItem]:
-        return iter(self._items)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CodeValidationDataset):

@@ -189,16 +189,10 @@ class MnipProtocol(_TwoProverProtocol):
 
 
 #: Every protocol, by its name in configuration. Immutable: add a protocol by adding a class.
-PROTOCOLS: MappingProxyType[str, type[ProtocolHandler]] = MappingProxyType(
-    {
-        cls.name: cls
-        for cls in (
-            NipProtocol,
-            AdpProtocol,
-            DebateProtocol,
-            MerlinArthurProtocol,
-            MnipProtocol,
-            SoloVerifierProtocol,
-        )
-    }
-)
+PROTOCOLS: MappingProxyType[str, type[ProtocolHandler]] = MappingProxyType({
+    cls.name: cls
+    for cls in (
+        NipProtocol, AdpProtocol, DebateProtocol, MerlinArthurProtocol, MnipProtocol,
+        SoloVerifierProtocol,
+    )
+})  # fmt: skip
