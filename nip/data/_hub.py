@@ -23,7 +23,6 @@ SCRIPT_DATASET_FILES = {"codeparrot/apps": {"train": "train.jsonl", "test": "tes
 
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 
-
 #: The rows of every split, the Hub commit they come from (None for a local folder), and
 #: the origin: ``"hub"``, ``"cache"`` (the Hub did not answer) or ``"directory"``.
 HubSplits = tuple[dict[str, list[dict[str, Any]]], str | None, str]
