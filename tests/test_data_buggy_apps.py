@@ -386,7 +386,8 @@ def test_apps_from_the_hub_without_network_says_how_to_use_a_local_copy(tmp_path
 
 
 def test_a_local_folder_has_no_hub_revision(tmp_path):
-    assert load_hub_splits(str(_hub_folder(tmp_path / "d"))).revision is None
+    _, revision, origin = load_hub_splits(str(_hub_folder(tmp_path / "d")))
+    assert revision is None and origin == "directory"
 
 
 def test_a_run_on_a_hub_dataset_records_the_revision_it_used(tmp_path, monkeypatch):

@@ -8,8 +8,7 @@ import random
 import pytest
 
 from nip.data import check_solution, load_code_validation_dataset
-from nip.data._labelling import STEP_TIMEOUT_S
-from nip.data.humaneval import PROBLEMS_FILE, read_problems
+from nip.data.build_code_validation import PROBLEMS_FILE, STEP_TIMEOUT_S, read_problems
 from nip.data.loader import SHIPPED_DIR
 
 pytestmark = pytest.mark.timeout(120)
@@ -35,7 +34,7 @@ def test_a_random_sample_of_labels_is_confirmed_by_running_the_tests():
 
 
 def test_every_problem_in_the_dataset_ships_with_its_tests():
-    problems = read_problems(PROBLEMS_FILE)
+    problems = read_problems(SHIPPED_DIR / PROBLEMS_FILE)
     task_ids = {item.source_task_id for item in load_code_validation_dataset(split="all")}
     assert task_ids <= set(problems)
     for task_id in task_ids:

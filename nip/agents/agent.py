@@ -10,7 +10,7 @@ from typing import Any
 
 from nip.agents.parsing import ParsedResponse, parse_response
 from nip.agents.prompt_builder import build_chat_prompt
-from nip.agents.usage import AttemptsUsage, split_usage, with_usage_added
+from nip.agents.usage import attempts_usage, split_usage, with_usage_added
 from nip.backends import ChatBackend, ChatMessage, Completion, GenerationRequest
 from nip.errors import (
     ContentFilterError,
@@ -279,13 +279,13 @@ class PureTextWholeAgent:
             raise GenerationError(f"agent {self.agent_name!r} has no backend to generate with")
         retries = self.agent_params.num_invalid_generation_retries
         last_error: GenerationError | None = None
-        spent = AttemptsUsage()  # every attempt's tokens: rejected generations are billed too
+        results = []  # every attempt's tokens: rejected generations are billed too
         for attempt in range(retries + 1):
             request = self.make_request(
                 transcript, round_id, attempt=attempt, sample_index=sample_index
             )
             result = await self.backend.generate(request)
-            spent.add(result.usage, result.cached)
+            results.append(result)
             completion = result.completions[0]
             try:
                 parsed = self.parse_completion(completion, transcript, round_id)
@@ -302,7 +302,7 @@ class PureTextWholeAgent:
                 model=result.model or request.model,
                 latency_s=result.latency_s,
                 sample_index=sample_index,
-                **spent.turn_fields(),
+                **attempts_usage(results),
             )
         invalid = AgentTurn(
             round=round_id,
@@ -313,7 +313,7 @@ class PureTextWholeAgent:
             error=f"{type(last_error).__name__}: {last_error}",
             model=result.model or self.model_name,
             sample_index=sample_index,
-            **spent.turn_fields(),
+            **attempts_usage(results),
         )
         return invalid, []
 

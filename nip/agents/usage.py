@@ -4,38 +4,21 @@ billed); a turn is cached only when every attempt was."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from nip.backends import TokenUsage
+from nip.backends import GenerationResult, TokenUsage
 from nip.rollouts.records import AgentTurn
 
 
-@dataclass
-class AttemptsUsage:
-    """The tokens of a turn's attempts so far, and whether every one came from the cache."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    attempts: int = 0
-    cached_attempts: int = 0
-
-    def add(self, usage: TokenUsage, cached: bool) -> None:
-        self.prompt_tokens += usage.prompt_tokens
-        self.completion_tokens += usage.completion_tokens
-        self.attempts += 1
-        self.cached_attempts += int(cached)
-
-    @property
-    def cached(self) -> bool:
-        return self.attempts > 0 and self.cached_attempts == self.attempts
-
-    def turn_fields(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "cached": self.cached,
-        }
+def attempts_usage(results: Sequence[GenerationResult]) -> dict[str, Any]:
+    """The :class:`AgentTurn` fields of a turn's attempts: all their tokens, and ``cached``
+    when every one came from the cache."""
+    return {
+        "prompt_tokens": sum(r.usage.prompt_tokens for r in results),
+        "completion_tokens": sum(r.usage.completion_tokens for r in results),
+        "cached": bool(results) and all(r.cached for r in results),
+    }
 
 
 def split_usage(usage: TokenUsage, n: int) -> list[TokenUsage]:

@@ -4,9 +4,8 @@
 ``lrhammond/buggy-apps``, or a user's file or folder; ``docs/dataset.md`` explains the build.
 """
 
-from nip.data._dataset import CodeValidationDataset
+from nip.data._dataset import CodeValidationDataset, CodeValidationItem, Counterexample, Mutation
 from nip.data._errors import DatasetFormatError, DatasetSplitError, DatasetUnavailableError
-from nip.data._records import CodeValidationItem, Counterexample, Mutation
 from nip.data.checking import CheckResult, CheckSuite, StepResult, check_solution
 from nip.data.loader import (
     SHIPPED_DATASETS,

@@ -1,19 +1,93 @@
-""":class:`CodeValidationDataset`: an immutable sequence of items with a readable summary."""
+"""The records of a code-validation dataset (an item, its mutation and counterexample) and
+:class:`CodeValidationDataset`, an immutable sequence of items with a readable summary."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, InitVar, asdict, dataclass
+from typing import TYPE_CHECKING, Any, overload
 
-from nip.data._records import CodeValidationItem
 from nip.extras import needs
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
+@dataclass(frozen=True)
+class Mutation:
+    """The single edit (``operator``, at 1-based ``line``, ``before`` -> ``after``) that
+    turned the correct solution into this incorrect one."""
+
+    operator: str
+    line: int
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Counterexample:
+    """The first test an incorrect solution fails: concrete evidence that it is wrong.
+
+    Attributes:
+        test: The failing test's source (it calls the solution as ``candidate``).
+        error_type: ``AssertionError`` for a wrong answer, else the exception raised.
+        got, expected: For ``assert candidate(...) == expected``, both sides.
+    """
+
+    test_index: int
+    test: str
+    error_type: str | None
+    message: str | None = None
+    got: str | None = None
+    expected: str | None = None
+
+
+@dataclass(frozen=True)
+class CodeValidationItem:
+    """One question-solution pair to judge: is the solution correct?
+
+    Attributes:
+        y: 1 if the solution is correct, 0 if not.
+        split: ``"train"``, ``"test"`` or ``"validation"``, shared by a problem's items.
+        difficulty: ``"easy"``/``"hard"`` for ``humaneval_cv`` (see ``docs/dataset.md``), the
+            APPS difficulty for APPS data.
+        source_task_id: The problem the item comes from (e.g. ``"HumanEval/0"``).
+        prover_stance: A randomised prover's side (:func:`nip.protocols.datapoint_stance`).
+        mutation, counterexample: For a mutant, the edit and the first test it fails.
+        passes_visible_examples: Whether the solution gives the reference answers on the
+            calls shown in the question (``None`` when there are none or it is unknown).
+    """
+
+    id: str
+    question: str
+    solution: str
+    y: int
+    split: str
+    difficulty: str
+    source_task_id: str
+    prover_stance: int
+    entry_point: str | None = None
+    mutation: Mutation | None = None
+    counterexample: Counterexample | None = None
+    passes_visible_examples: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain, JSON-ready dict (nested records become dicts)."""
+        return asdict(self)
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat dict for a table: the mutation and counterexample fields are prefixed."""
+        row = self.to_dict()
+        for name, record in (("mutation", Mutation), ("counterexample", Counterexample)):
+            nested = row.pop(name) or {}
+            row |= {f"{name}_{key}": nested.get(key) for key in record.__dataclass_fields__}
+        return row
+
+
+@dataclass(eq=False, repr=False)
 class CodeValidationDataset(Sequence[CodeValidationItem]):
     """The items of a code-validation dataset, in a fixed order.
 
@@ -23,22 +97,16 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
         origin: ``"shipped"``, ``"file"``, ``"directory"``, ``"hub"`` or ``"cache"``.
     """
 
-    def __init__(
-        self,
-        items: Sequence[CodeValidationItem],
-        *,
-        name: str = "",
-        split: str = "all",
-        difficulty: str = "all",
-        revision: str | None = None,
-        origin: str = "",
-    ):
+    items: InitVar[Sequence[CodeValidationItem]]
+    _: KW_ONLY
+    name: str = ""
+    split: str = "all"
+    difficulty: str = "all"
+    revision: str | None = None
+    origin: str = ""
+
+    def __post_init__(self, items: Sequence[CodeValidationItem]) -> None:
         self._items = tuple(items)
-        self.name = name
-        self.split = split
-        self.difficulty = difficulty
-        self.revision = revision
-        self.origin = origin
 
     def __len__(self) -> int:
         return len(self._items)
@@ -51,14 +119,8 @@ class CodeValidationDataset(Sequence[CodeValidationItem]):
 
     def __getitem__(self, index: int | slice) -> CodeValidationItem | CodeValidationDataset:
         if isinstance(index, slice):
-            fields = ("name", "split", "difficulty", "revision", "origin")
-            return CodeValidationDataset(
-                self._items[index], **{k: getattr(self, k) for k in fields}
-            )
+            return dataclasses.replace(self, items=self._items[index])
         return self._items[index]
-
-    def __iter__(self) -> Iterator[CodeValidationItem]:
-        return iter(self._items)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CodeValidationDataset):

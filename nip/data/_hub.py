@@ -8,7 +8,6 @@ directly, rather than after ``datasets``' half-minute of retries.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +23,9 @@ SCRIPT_DATASET_FILES = {"codeparrot/apps": {"train": "train.jsonl", "test": "tes
 
 _COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
 
-
-@dataclass(frozen=True)
-class HubSplits:
-    """The rows of every split of a dataset read with ``datasets``.
-
-    Attributes:
-        revision: The Hub commit the rows come from; None for a local folder.
-        origin: ``"hub"``, ``"cache"`` (the Hub did not answer) or ``"directory"``.
-    """
-
-    splits: dict[str, list[dict[str, Any]]]
-    revision: str | None
-    origin: str
+#: The rows of every split, the Hub commit they come from (None for a local folder), and
+#: the origin: ``"hub"``, ``"cache"`` (the Hub did not answer) or ``"directory"``.
+HubSplits = tuple[dict[str, list[dict[str, Any]]], str | None, str]
 
 
 def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
@@ -47,13 +36,13 @@ def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
         DatasetUnavailableError: Neither the Hub nor the cache has it, or the cached copy is
             not the pinned revision.
     """
-    datasets = _import_datasets()
+    with needs("hub"):
+        import datasets
+        import datasets.exceptions
     folder = Path(name_or_dir).expanduser()
     if folder.is_dir():
         try:
-            return HubSplits(
-                _prepare(datasets.load_dataset_builder(str(folder))), None, "directory"
-            )
+            return _prepare(datasets.load_dataset_builder(str(folder))), None, "directory"
         except (datasets.exceptions.DatasetsError, ValueError) as error:
             cause = error.__cause__ or error
             raise DatasetFormatError(folder, f"datasets cannot read it ({cause})") from error
@@ -75,7 +64,7 @@ def load_hub_splits(name_or_dir: str, revision: str | None = None) -> HubSplits:
         splits = _prepare(builder)
     except (OSError, datasets.exceptions.DatasetsError) as error:
         raise DatasetUnavailableError(name_or_dir, str(error)) from error
-    return HubSplits(splits, resolved, origin)
+    return splits, resolved, origin
 
 
 def _prepare(builder: Any) -> dict[str, list[dict[str, Any]]]:
@@ -127,7 +116,7 @@ def _load_script_dataset(
         splits = _prepare(datasets.load_dataset_builder("json", data_files=files))
     except Exception as error:  # the Hub client raises many types; all mean "not loadable"
         raise DatasetUnavailableError(name, f"{type(error).__name__}: {error}") from error
-    return HubSplits(splits, info.sha, "hub")
+    return splits, info.sha, "hub"
 
 
 def _hub_reachable(endpoint: str) -> bool:
@@ -139,10 +128,3 @@ def _hub_reachable(endpoint: str) -> bool:
     except httpx.HTTPError:
         return False
     return True
-
-
-def _import_datasets() -> Any:
-    with needs("hub"):
-        import datasets
-        import datasets.exceptions
-    return datasets

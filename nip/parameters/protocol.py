@@ -83,15 +83,9 @@ def is_shipped_protocol(protocol: str) -> bool:
 
 #: The verifier decision scales (see :mod:`nip.protocols.decision_scales`).
 VerifierDecisionScale = Literal[
-    "accept_reject",
-    "likert_4",
-    "likert_5",
-    "likert_6",
-    "likert_7",
-    "likert_int_scale_11",
-    "out_of_10",
-    "out_of_100",
-]
+    "accept_reject", "likert_4", "likert_5", "likert_6", "likert_7", "likert_int_scale_11",
+    "out_of_10", "out_of_100",
+]  # fmt: skip
 
 
 class CommonProtocolParameters(BaseParameters):

@@ -39,19 +39,18 @@ PROVIDER_SETTINGS: Mapping[str, str] = MappingProxyType(
     }
 )
 
-_LORA = frozenset(
-    {
-        "num_epochs",
-        "use_lora",
-        "lora_rank",
-        "lora_alpha",
-        "lora_alpha_scale",
-        "lora_dropout",
-        "fine_tune_from_scratch",
-        "dpo_beta",
-        "rl.lr",
-    }
-)
+_LORA = frozenset({
+    "num_epochs", "use_lora", "lora_rank", "lora_alpha", "lora_alpha_scale", "lora_dropout",
+    "fine_tune_from_scratch", "dpo_beta", "rl.lr",
+})  # fmt: skip
+_OPENAI = frozenset({
+    "fine_tune_from_scratch", "openai_n_epochs", "openai_batch_size",
+    "openai_learning_rate_multiplier", "dpo_beta",
+})  # fmt: skip
+_TINKER = frozenset({
+    "num_epochs", "per_device_train_batch_size", "use_lora", "lora_rank", "fine_tune_from_scratch",
+    "dpo_beta", "rl.lr",
+})  # fmt: skip
 _TRAINED_HERE = _LORA | {"per_device_train_batch_size", "stack_lora_adapters"}
 
 
@@ -96,15 +95,7 @@ PROVIDER_FACTS: Mapping[str, ProviderFacts] = MappingProxyType(
             can_fine_tune=True,
             lora_only=False,
             where="at OpenAI",
-            settings=frozenset(
-                {
-                    "fine_tune_from_scratch",
-                    "openai_n_epochs",
-                    "openai_batch_size",
-                    "openai_learning_rate_multiplier",
-                    "dpo_beta",
-                }
-            ),
+            settings=_OPENAI,
             why_not="OpenAI's fine-tuning API chooses its own training (set openai_n_epochs, "
             "openai_batch_size or openai_learning_rate_multiplier instead) and serves its own "
             "weights",
@@ -151,17 +142,7 @@ PROVIDER_FACTS: Mapping[str, ProviderFacts] = MappingProxyType(
             can_fine_tune=True,
             lora_only=True,
             where="on Tinker",
-            settings=frozenset(
-                {
-                    "num_epochs",
-                    "per_device_train_batch_size",
-                    "use_lora",
-                    "lora_rank",
-                    "fine_tune_from_scratch",
-                    "dpo_beta",
-                    "rl.lr",
-                }
-            ),
+            settings=_TINKER,
             why_not="Tinker trains one LoRA adapter of lora_rank at a time (its own alpha, no "
             "dropout, no stacking) on its GPUs, from nip's loop",
         ),

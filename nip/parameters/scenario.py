@@ -56,9 +56,9 @@ class CodeValidationParameters(BaseParameters):
             )
 
 
-def dataset_kind(dataset: str) -> DatasetKind | None:
-    """What ``dataset`` names: a shipped dataset, an existing folder or file, a Hub id, or
-    None (a missing file, or a malformed name)."""
+def dataset_kind(dataset: str, field: str = "dataset") -> DatasetKind:
+    """What ``dataset`` names: a shipped dataset, an existing folder or file, or a Hub id
+    (InvalidParameterError, as ``field``, for a missing file or a malformed name)."""
     if dataset in SHIPPED_DATASET_SPLITS:
         return "shipped"
     path = Path(dataset).expanduser()
@@ -66,18 +66,29 @@ def dataset_kind(dataset: str) -> DatasetKind | None:
         return "directory"
     if path.is_file():
         return "file"
-    if dataset.lower().endswith(DATA_FILE_SUFFIXES) or not _HUB_ID.match(dataset):
-        return None
-    return "hub"
+    if not dataset.lower().endswith(DATA_FILE_SUFFIXES) and _HUB_ID.match(dataset):
+        return "hub"
+    raise InvalidParameterError(
+        field,
+        dataset,
+        f"one of {', '.join(map(repr, SHIPPED_DATASET_SPLITS))}, a Hub dataset id such as "
+        "'lrhammond/buggy-apps', or the path of a dataset file or folder",
+        reason="no such shipped dataset, file or folder, and not a Hub id",
+    )
 
 
-def inapplicable_fields(options: CodeValidationParameters, family: str) -> dict[str, object]:
-    """The fields of ``options`` changed from their defaults (name -> value) that ``family``
-    (``"flat"``: ``difficulty`` applies, or ``"apps"``: the ``apps_*`` fields) ignores."""
+def refuse_inapplicable(
+    options: CodeValidationParameters, family: str, dataset: str, prefix: str = ""
+) -> None:
+    """Refuse a field of ``options`` changed from its default that ``family`` ignores
+    (``"flat"`` rows: ``difficulty`` applies; ``"apps"`` rows: the ``apps_*`` fields)."""
     defaults = CodeValidationParameters()
     unused = ("apps_difficulty", "apps_exclude_flagged") if family == "flat" else ("difficulty",)
-    return {
-        name: getattr(options, name)
-        for name in unused
-        if getattr(options, name) != getattr(defaults, name)
-    }
+    for name in (n for n in unused if getattr(options, n) != getattr(defaults, n)):
+        what = "APPS-style rows" if family == "apps" else "flat rows (question, solution, y)"
+        raise InvalidParameterError(
+            prefix + name,
+            getattr(options, name),
+            f"its default for {dataset!r}",
+            reason=f"{dataset!r} has {what}, which it does not apply to (see docs/dataset.md)",
+        )

@@ -10,12 +10,7 @@ from typing import TYPE_CHECKING
 from nip.errors import InvalidParameterError, UnknownProtocolError
 from nip.protocols._handler import MAIN, VERIFIER, ProtocolHandler
 from nip.protocols._spec import AgentSpec, ChannelSpec, Decision, StepOutcome, datapoint_stance
-from nip.protocols.decision_scales import (
-    DECISION_SCALES,
-    DecisionScale,
-    ScalePoint,
-    decision_scale,
-)
+from nip.protocols.decision_scales import DECISION_SCALES, DecisionScale, ScalePoint, decision_scale
 from nip.protocols.protocols import (
     PROTOCOLS,
     AdpProtocol,

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from nip.errors import InvalidParameterError, ProtocolDefinitionError, ProtocolUsageError
 from nip.parameters import HyperParameters, PureTextAgentParameters
 from nip.parameters.protocol import (
+    PROTOCOL_AGENT_NAMES,
     PROTOCOL_ONLY_SETTINGS,
     CommonProtocolParameters,
     is_shipped_protocol,
@@ -49,7 +50,8 @@ class ProtocolHandler(ABC):
 
     #: The protocol's name in configuration (``interaction_protocol``).
     name: ClassVar[str]
-    #: The agents' names, known without building the handler (used to validate configs).
+    #: The agents' names, known without building the handler (used to validate configs; a
+    #: shipped protocol's come from ``PROTOCOL_AGENT_NAMES``).
     agent_names: ClassVar[tuple[str, ...]]
     #: Whether ``randomize_prover_stance`` applies (False for debate's fixed sides); refused
     #: otherwise. A shipped protocol's comes from ``PROTOCOL_ONLY_SETTINGS``, as does:
@@ -67,6 +69,7 @@ class ProtocolHandler(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if is_shipped_protocol(cls.__dict__.get("name", "")):
+            cls.agent_names = PROTOCOL_AGENT_NAMES[cls.name]
             for setting in PROTOCOL_ONLY_SETTINGS:
                 setattr(cls, setting.declared_by, cls.name in setting.acts_in)
 

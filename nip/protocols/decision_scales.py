@@ -160,14 +160,9 @@ def _numeric(name: str, top: int, meaning: str) -> DecisionScale:
 
 
 _LIKERT_7 = (
-    "strongly disagree",
-    "disagree",
-    "somewhat disagree",
-    "neither agree nor disagree",
-    "somewhat agree",
-    "agree",
-    "strongly agree",
-)
+    "strongly disagree", "disagree", "somewhat disagree", "neither agree nor disagree",
+    "somewhat agree", "agree", "strongly agree",
+)  # fmt: skip
 _LIKERT_5 = tuple(label for label in _LIKERT_7 if not label.startswith("somewhat"))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import ClassVar
 
+from nip.parameters import HyperParameters
 from nip.parameters.protocol import (
     CommonProtocolParameters,
     DebateProtocolParameters,
@@ -28,29 +29,35 @@ from nip.parameters.protocol import (
 from nip.protocols._handler import MAIN, VERIFIER, ProtocolHandler, Speakers, shuffled
 from nip.protocols._spec import AgentSpec, ChannelSpec
 
+_OwnParameters = NipProtocolParameters | DebateProtocolParameters | MnipProtocolParameters
+
 
 def _verifier(**kwargs) -> AgentSpec:
     return AgentSpec(name=VERIFIER, human_name="Verifier", is_verifier=True, **kwargs)
 
 
-class NipProtocol(ProtocolHandler):
+class _WithParameters(ProtocolHandler):
+    """A protocol with parameters of its own (the ``params_field`` of HyperParameters)."""
+
+    params_field: ClassVar[str]
+
+    def __init__(
+        self, common: CommonProtocolParameters | None = None, params: _OwnParameters | None = None
+    ):
+        #: Its parameters (their defaults when none are passed).
+        self.params = params or HyperParameters.model_fields[self.params_field].default_factory()
+        super().__init__(
+            common,
+            max_message_rounds=self.params.max_message_rounds,
+            min_message_rounds=self.params.min_message_rounds,
+        )
+
+
+class NipProtocol(_WithParameters):
     """Neural interactive proof: the verifier questions one prover, then decides."""
 
     name = "nip"
-    agent_names = ("prover", VERIFIER)
     params_field = "nip_protocol"
-
-    def __init__(
-        self,
-        common: CommonProtocolParameters | None = None,
-        params: NipProtocolParameters | None = None,
-    ):
-        params = params or NipProtocolParameters()
-        super().__init__(
-            common,
-            max_message_rounds=params.max_message_rounds,
-            min_message_rounds=params.min_message_rounds,
-        )
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
         return (AgentSpec("prover", "Expert", default_stance=1), _verifier())
@@ -64,7 +71,6 @@ class AdpProtocol(ProtocolHandler):
     """Abstract decision problem: the prover sends one message, the verifier decides."""
 
     name = "adp"
-    agent_names = ("prover", VERIFIER)
     max_message_rounds = 2
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
@@ -81,7 +87,6 @@ class MerlinArthurProtocol(ProtocolHandler):
     """
 
     name = "merlin_arthur"
-    agent_names = ("prover0", "prover1", VERIFIER)
     max_message_rounds = 2
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
@@ -101,7 +106,6 @@ class SoloVerifierProtocol(ProtocolHandler):
     """The verifier decides alone, in a single round (a baseline with no prover)."""
 
     name = "solo_verifier"
-    agent_names = (VERIFIER,)
     max_message_rounds = 1
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
@@ -111,7 +115,7 @@ class SoloVerifierProtocol(ProtocolHandler):
         return {VERIFIER: (MAIN,)}
 
 
-class _TwoProverProtocol(ProtocolHandler):
+class _TwoProverProtocol(_WithParameters):
     """Two provers, each with a channel to the verifier, who questions both at once.
 
     A 2-round cycle (verifier, both provers), or 3 when sequential (verifier, first, second).
@@ -121,23 +125,6 @@ class _TwoProverProtocol(ProtocolHandler):
     private_channels: ClassVar[bool]
     #: The stance prover0 argues by default (prover1 argues accept).
     prover0_stance: ClassVar[int]
-    #: The class of its parameters, whose defaults apply when none are passed.
-    params_class: ClassVar[type[DebateProtocolParameters | MnipProtocolParameters]]
-
-    def __init__(
-        self,
-        common: CommonProtocolParameters | None = None,
-        params: DebateProtocolParameters | MnipProtocolParameters | None = None,
-    ):
-        params = params or self.params_class()
-        self.sequential = params.sequential
-        self.prover0_first = params.prover0_first
-        self.randomize_channel_order = params.randomize_channel_order
-        super().__init__(
-            common,
-            max_message_rounds=params.max_message_rounds,
-            min_message_rounds=params.min_message_rounds,
-        )
 
     def _build_agents(self) -> tuple[AgentSpec, ...]:
         headers = {
@@ -162,11 +149,11 @@ class _TwoProverProtocol(ProtocolHandler):
 
     def speakers(self, round_id: int, seed: int = 0) -> Speakers:
         verifier_turn = {VERIFIER: ("prover0_channel", "prover1_channel")}
-        if not self.sequential:
+        if not self.params.sequential:
             if (round_id % 2 == 0) == self.common.verifier_first:
                 return verifier_turn
             return {"prover0": ("prover0_channel",), "prover1": ("prover1_channel",)}
-        first, second = ("prover0", "prover1") if self.prover0_first else ("prover1", "prover0")
+        first, second = ("prover0", "prover1")[:: 1 if self.params.prover0_first else -1]
         cycle = [verifier_turn, {first: (f"{first}_channel",)}, {second: (f"{second}_channel",)}]
         if not self.common.verifier_first:
             cycle = cycle[1:] + cycle[:1]
@@ -175,7 +162,7 @@ class _TwoProverProtocol(ProtocolHandler):
     def channel_order(self, agent_name: str, round_id: int, seed: int = 0) -> tuple[str, ...]:
         visible = self.visible_channels(agent_name)
         if agent_name == VERIFIER:
-            if self.randomize_channel_order:
+            if self.params.randomize_channel_order:
                 return shuffled(visible, seed=seed, round_id=round_id, salt=self.name)
             return visible
         # A prover reads the other prover's channel first and its own last.
@@ -187,9 +174,7 @@ class DebateProtocol(_TwoProverProtocol):
     """Debate: prover0 argues reject, prover1 argues accept; all read both channels."""
 
     name = "debate"
-    agent_names = ("prover0", "prover1", VERIFIER)
     params_field = "debate_protocol"
-    params_class = DebateProtocolParameters
     private_channels = False
     prover0_stance = 0
 
@@ -198,24 +183,16 @@ class MnipProtocol(_TwoProverProtocol):
     """Multi-prover NIP: two provers argue the same side (accept), each on a private channel."""
 
     name = "mnip"
-    agent_names = ("prover0", "prover1", VERIFIER)
     params_field = "mnip_protocol"
-    params_class = MnipProtocolParameters
     private_channels = True
     prover0_stance = 1
 
 
 #: Every protocol, by its name in configuration. Immutable: add a protocol by adding a class.
-PROTOCOLS: MappingProxyType[str, type[ProtocolHandler]] = MappingProxyType(
-    {
-        cls.name: cls
-        for cls in (
-            NipProtocol,
-            AdpProtocol,
-            DebateProtocol,
-            MerlinArthurProtocol,
-            MnipProtocol,
-            SoloVerifierProtocol,
-        )
-    }
-)
+PROTOCOLS: MappingProxyType[str, type[ProtocolHandler]] = MappingProxyType({
+    cls.name: cls
+    for cls in (
+        NipProtocol, AdpProtocol, DebateProtocol, MerlinArthurProtocol, MnipProtocol,
+        SoloVerifierProtocol,
+    )
+})  # fmt: skip

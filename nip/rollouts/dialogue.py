@@ -49,10 +49,7 @@ class Dialogue:
     """A dialogue between a protocol's agents about one datapoint."""
 
     def __init__(
-        self,
-        handler: ProtocolHandler,
-        agents: Mapping[str, DialogueAgent],
-        transcript: Transcript,
+        self, handler: ProtocolHandler, agents: Mapping[str, DialogueAgent], transcript: Transcript
     ):
         self.handler = handler
         self.agents = dict(agents)

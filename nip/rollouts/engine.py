@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,16 +58,13 @@ async def run_dialogues_async(
 
 
 @dataclass
-class RolloutBatch:
+class RolloutBatch(Sequence[Transcript]):
     """The transcripts of a batch of dialogues, with summaries and exports."""
 
     transcripts: list[Transcript]
 
     def __len__(self) -> int:
         return len(self.transcripts)
-
-    def __iter__(self) -> Iterator[Transcript]:
-        return iter(self.transcripts)
 
     def __getitem__(self, index: int) -> Transcript:
         return self.transcripts[index]

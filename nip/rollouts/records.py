@@ -6,6 +6,7 @@ A :class:`Transcript` grows by one :class:`AgentTurn` per agent per round and on
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping
@@ -77,17 +78,12 @@ class AgentTurn:
     score: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["decision"] = int(self.decision)
-        data["channels"] = list(self.channels)
-        return data
+        return asdict(self) | {"decision": int(self.decision), "channels": list(self.channels)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AgentTurn:
-        values = dict(data)
-        values["decision"] = Decision(values.get("decision", Decision.NONE))
-        values["channels"] = tuple(values.get("channels", ()))
-        return cls(**values)
+        decision = Decision(data.get("decision", Decision.NONE))
+        return cls(**{**data, "decision": decision, "channels": tuple(data.get("channels", ()))})
 
     def to_row(self) -> dict[str, Any]:
         """One flat row for a DataFrame: :meth:`to_dict` with the decision as a word."""
@@ -186,39 +182,17 @@ class Transcript:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict; :meth:`from_dict` rebuilds an equal transcript."""
-        return {
-            "id": self.id,
-            "protocol": self.protocol,
-            "iteration": self.iteration,
-            "seed": self.seed,
-            "datapoint": asdict(self.datapoint),
-            "stances": dict(self.stances),
-            "turns": [t.to_dict() for t in self.turns],
-            "messages": [asdict(m) for m in self.messages],
-            "rewards": [dict(r) for r in self.rewards],
-            "done": self.done,
-            "terminated": self.terminated,
-            "decision": int(self.decision),
-            "score": self.score,
-        }
+        data = asdict(self)  # copies every dict and list
+        return data | {"turns": [t.to_dict() for t in self.turns], "decision": int(self.decision)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Transcript:
-        return cls(
-            id=data.get("id", ""),
-            protocol=data["protocol"],
-            iteration=data.get("iteration", 0),
-            seed=data["seed"],
-            datapoint=Datapoint(**data["datapoint"]),
-            stances=dict(data.get("stances", {})),
-            turns=[AgentTurn.from_dict(t) for t in data.get("turns", [])],
-            messages=[ChannelMessage(**m) for m in data.get("messages", [])],
-            rewards=[dict(r) for r in data.get("rewards", [])],
-            done=data.get("done", False),
-            terminated=data.get("terminated", False),
-            decision=Decision(data.get("decision", Decision.NONE)),
-            score=data.get("score"),
-        )
+        values = copy.deepcopy({k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        values["datapoint"] = Datapoint(**data["datapoint"])
+        values["turns"] = [AgentTurn.from_dict(t) for t in data.get("turns", [])]
+        values["messages"] = [ChannelMessage(**m) for m in data.get("messages", [])]
+        values["decision"] = Decision(data.get("decision", Decision.NONE))
+        return cls(**values)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False)
