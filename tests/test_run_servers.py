@@ -111,6 +111,19 @@ def test_server_resources_without_ray_and_serve_is_refused_in_one_line(tmp_path,
     assert not (tmp_path / "s").exists()
 
 
+def test_a_notebook_sweep_starts_the_servers_its_grid_asks_for_before_any_cell(tmp_path):
+    import nip
+    from nip.errors import ModelNotFoundError
+
+    missing = str(tmp_path / "no-such-model")
+    (tmp_path / "base.yaml").write_text(yaml.safe_dump(_config(missing)))
+    grid = {"base": str(tmp_path / "base.yaml"), "axes": {"seed": [0]}, "serve": True}
+    sweep = nip.sweep(grid, sweep_dir=tmp_path / "s")
+    with pytest.raises(ModelNotFoundError, match="no-such-model"):
+        sweep.run(echo=False)  # the grid's serve: a server for the model, which is not there
+    assert not (tmp_path / "s" / "cells").exists()  # refused before any cell started
+
+
 # ------------------------------------------------------------------------ slow: real servers
 def _server_pids(marker: str) -> list[int]:
     """The ``nip serve`` processes whose command line names ``marker`` (a storage path)."""

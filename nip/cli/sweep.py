@@ -44,9 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from nip.errors import InvalidParameterError
-    from nip.runs.sweep_dir import SERVE
-    from nip.sweeps import grid
-    from nip.sweeps.run import run_sweep
+    from nip.sweeps import Sweep, grid
 
     action, target = (
         (args.target[0], args.target[1:])
@@ -83,9 +81,8 @@ def run(args: argparse.Namespace) -> int:
     if args.ray:
         outcomes = _run_on_ray(args, spec, sweep_dir, settings)
     else:
-        configs = [cell.hyper_params for cell in spec.cells()] if settings.serve else []
-        with _args.served(configs, settings, sweep_dir / SERVE) as settings:
-            outcomes = run_sweep(spec, sweep_dir, settings, max_parallel=args.max_parallel)
+        sweep = Sweep(spec, sweep_dir, settings)
+        outcomes = sweep.run(max_parallel=args.max_parallel, serve=settings.serve)
     failed = {name: o for name, o in outcomes.items() if o not in ("done", "stopped")}
     print(
         f"\nsweep directory: {sweep_dir} ({len(outcomes) - len(failed)}/{len(outcomes)} cells "

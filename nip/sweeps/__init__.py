@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,15 +74,25 @@ class Sweep:
 
         return estimate_sweep(self.spec, self.settings, sample_items=sample_items)
 
-    async def run_async(self, *, max_parallel: int | None = None, echo: bool = True):
+    async def run_async(
+        self, *, max_parallel: int | None = None, echo: bool = True, serve: bool | None = None
+    ):
         """Run (or resume) every unfinished cell, at most ``max_parallel`` at once
-        (:func:`run_sweep_async`); returns each cell's outcome: ``done``, ``stopped``, or the error
-        that ended it."""
+        (:func:`run_sweep_async`), with the ``nip serve`` its SelfHosted agents need started
+        first and stopped at the end if ``serve`` (None: ``settings.serve`` or the grid's
+        ``serve:``), as ``nip sweep --serve``; returns each cell's outcome: ``done``,
+        ``stopped``, or the error that ended it."""
+        from nip.runs.sweep_dir import SERVE
+        from nip.server.run_servers import serving
         from nip.sweeps.run import run_sweep_async
 
-        return await run_sweep_async(
-            self.spec, self.directory, self.settings, max_parallel=max_parallel, echo=echo
-        )
+        settings = self.settings or ExperimentSettings()
+        serve = (settings.serve or self.spec.serve) if serve is None else serve
+        configs = [cell.hyper_params for cell in self.cells] if serve else []
+        with serving(configs, replace(settings, serve=serve), self.directory / SERVE) as served:
+            return await run_sweep_async(
+                self.spec, self.directory, served, max_parallel=max_parallel, echo=echo
+            )
 
     def run(self, **options: Any) -> dict[str, str]:
         """Sync :meth:`run_async` (works in scripts and inside Jupyter)."""
