@@ -37,7 +37,7 @@ from nip.parameters import HyperParameters
 from nip.runs.spend import sum_known
 from nip.runs.sweep_dir import CELLS, cell_run_dir, read_manifest
 from nip.settings import ExperimentSettings
-from nip.training.cost_report import CostEstimate
+from nip.training.cost_report import CostEstimate, text_table
 
 __all__ = [
     "GridSpec",
@@ -286,17 +286,15 @@ class SweepEstimate:
         return f"{self.total_calls:,} model calls at most, about {usd}"
 
     def __str__(self) -> str:
-        width = max(8, *(len(cell.name) for cell, _ in self.cells))
-        head = f"{'cell':<{width}}  {'protocol':<14}{'iters':>6}{'dialogues':>11}"
-        head += f"{'calls':>10}{'USD':>12}"
-        lines = [f"Dry run of sweep {self.name!r}: {len(self.cells)} cells", "", head]
-        for row in self.rows():
-            usd = "?" if row["usd"] is None else f"{row['usd']:,.2f}"
-            lines.append(
-                f"{row['cell']:<{width}}  {row['protocol']:<14}{row['iterations']:>6}"
-                f"{row['dialogues']:>11,}{row['calls']:>10,}{usd:>12}"
-            )
-        return "\n".join([*lines, "", f"total: {self.total}"])
+        head = ("cell", "protocol", "iters", "dialogues", "calls", "USD")
+        formats = {"cell": "", "protocol": "", "iterations": "", "dialogues": ",", "calls": ","}
+        formats["usd"] = ",.2f"
+        rows = [
+            ["?" if r[k] is None else f"{r[k]:{f}}" for k, f in formats.items()]
+            for r in self.rows()
+        ]
+        title = f"Dry run of sweep {self.name!r}: {len(self.cells)} cells"
+        return "\n".join([title, "", text_table(head, rows), "", f"total: {self.total}"])
 
     def __repr__(self) -> str:
         return f"SweepEstimate({self.name!r}: {len(self.cells)} cells, {self.total})"
