@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import InvalidParameterError, require_count
-from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.parameters import HyperParameters
 from nip.protocols import ProtocolHandler
 from nip.providers import inference_price, prices_for, provider_for
 from nip.providers.openai import price_key
@@ -83,20 +83,10 @@ class _Estimator:
         self.unpriced: set[str] = set()
         self.plan = plan_for_session(hyper_params, self.session)
 
-    # ------------------------------------------------------------- pricing
-    def _price(self, model: str, params: PureTextAgentParameters, prompt: int, completion: int):
-        price = inference_price(params, model, self.prices)
-        if price is None:
-            self.unpriced.add(model)
-            return None
-        return (prompt * price[0] + completion * price[1]) / 1e6
-
-    def _training_price(
-        self, model: str, params: PureTextAgentParameters, tokens: int, method: str
-    ):
-        usd = training_usd(params, tokens, method, self.ft_prices.get(model))
+    def _priced(self, model: str, usd: float | None) -> float | None:
+        """``usd``, noting ``model`` as unpriced where it is unknown (None)."""
         if usd is None:
-            self.unpriced.add(f"fine-tuning {model}")
+            self.unpriced.add(model)
         return usd
 
     # ---------------------------------------------------------------- run
@@ -137,27 +127,29 @@ class _Estimator:
         items: int,
         dialogues: int,
     ) -> list[CostLine]:
-        return [
-            CostLine(
-                iteration=iteration,
-                stage=stage,
-                agent=agent,
-                model=models[agent],
-                free=not provider_for(self.hyper_params.agents[agent]).bills_tokens,
-                items=items,
-                dialogues=dialogues,
-                calls=cost.calls,
-                prompt_tokens=cost.prompt_tokens,
-                completion_tokens=cost.completion_tokens,
-                usd=self._price(
-                    models[agent],
-                    self.hyper_params.agents[agent],
-                    cost.prompt_tokens,
-                    cost.completion_tokens,
-                ),
+        lines = []
+        for agent, cost in usage.items():
+            params, model = self.hyper_params.agents[agent], models[agent]
+            price = inference_price(params, model, self.prices)
+            spent = (
+                cost.prompt_tokens * price[0] + cost.completion_tokens * price[1] if price else 0
             )
-            for agent, cost in usage.items()
-        ]
+            lines.append(
+                CostLine(
+                    iteration,
+                    stage,
+                    agent,
+                    model,
+                    free=not provider_for(params).bills_tokens,
+                    items=items,
+                    dialogues=dialogues,
+                    calls=cost.calls,
+                    prompt_tokens=cost.prompt_tokens,
+                    completion_tokens=cost.completion_tokens,
+                    usd=self._priced(model, None if price is None else spent / 1e6),
+                )
+            )
+        return lines
 
     def _fine_tune_lines(
         self, step: IterationPlan, train: Mapping[str, PassUsage]
@@ -185,7 +177,10 @@ class _Estimator:
                         free=not provider_for(params).bills_tokens,
                         examples=examples,
                         training_tokens=tokens,
-                        usd=self._training_price(model, params, tokens, group.method),
+                        usd=self._priced(
+                            f"fine-tuning {model}",
+                            training_usd(params, tokens, group.method, self.ft_prices.get(model)),
+                        ),
                     )
                 )
         return lines

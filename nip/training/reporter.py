@@ -84,9 +84,8 @@ class RunReporter(TrainerCallback):
         if self._iteration_started is None:
             self._iteration_started = time.monotonic()
         self._stage = None
-        if not self.enabled or stage in _QUIET_STAGES or not _shown(run, stage):
+        if not self.enabled or stage in _QUIET_STAGES or (label := _describe(run, stage)) is None:
             return
-        label = _describe(run, stage)
         self._print(f"iteration {run.state.iteration + 1}/{len(run.plan)} · {label}")
         ended = asyncio.Event()
         watcher = None
@@ -171,23 +170,16 @@ class RunReporter(TrainerCallback):
         print(line, file=self.stream, flush=True)
 
 
-def _describe(run: RunContext, stage: str) -> str:
+def _describe(run: RunContext, stage: str) -> str | None:
+    """The stage's line, or None where it does nothing worth one (a test only runs on some
+    iterations, fine-tuning where jobs were submitted)."""
     if stage == "sample_rollouts":
         return f"sampling {run.step.items} dialogues"
     if stage == "test":
-        return "testing"
+        return "testing" if run.step.tests else None
     if stage == "await_fine_tune_jobs":
-        return f"fine-tuning {' and '.join(run.submitted()) or 'nothing'}"
+        return f"fine-tuning {' and '.join(run.submitted())}" if run.submitted() else None
     return stage.replace("_", " ")
-
-
-def _shown(run: RunContext, stage: str) -> bool:
-    """Whether the stage does anything worth a line (a test only runs on some iterations)."""
-    if stage == "test":
-        return run.step.tests
-    if stage == "await_fine_tune_jobs":
-        return bool(run.submitted())
-    return True
 
 
 def _summary(run: RunContext, iteration: int, seconds: float) -> str:
