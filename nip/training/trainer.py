@@ -21,6 +21,7 @@ from typing import Any
 
 from nip._version import __version__
 from nip.data import dataset_provenance
+from nip.errors import BackendUnavailableError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
@@ -46,7 +47,7 @@ from nip.training.callbacks import (
 )
 from nip.training.checkpoint_start import apply_starting_models
 from nip.training.context import RunContext
-from nip.training.groups import PureTextSharedModelGroup, wait_for_groups
+from nip.training.groups import PureTextSharedModelGroup
 from nip.training.logging import check_wandb
 from nip.training.plan import RunPlan, check_saved_plan, plan_for_session
 from nip.training.reporter import RunReporter
@@ -276,9 +277,15 @@ class PureTextEiTrainer:
         """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is
         still loading, say), instead of failing the first requests."""
         await self._call("on_engines_wait", done=False)
-        try:
-            timeout_s, training = self.settings.server_ready_timeout_s, self.plan.trained_groups
-            await wait_for_groups(self.groups, timeout_s, training)
+        timeout_s, training = self.settings.server_ready_timeout_s, self.plan.trained_groups
+        try:  # the training groups' fine-tuning backends are built meanwhile
+            for name, group in self.groups.items():
+                await group.wait_for_ready(timeout_s, will_train=name in training)
+        except TimeoutError:
+            raise BackendUnavailableError(
+                f"the server of group {name!r} was not ready after {timeout_s:g} s "
+                "(ExperimentSettings.server_ready_timeout_s)"
+            ) from None
         finally:
             await self._call("on_engines_wait", done=True)
         self._servers_ready = True
