@@ -79,17 +79,12 @@ def model_in_run_directory(
             f"model_name={earlier_base!r}"
         )
     adapter = group_state.get("adapter_path")
-    if adapter is not None:
-        adapter = _find_adapter(path, group, adapter, where)
+    if adapter is not None:  # inside a downloaded artifact (adapters/<group>), or as saved
+        found = [p for p in (path / "adapters" / group, Path(adapter)) if p.is_dir()]
+        if not found:
+            raise CheckpointError(f"{where}: the adapter {adapter} of group {group!r} is gone")
+        adapter = str(found[0])
     return StartingModel(model, adapter, f"{path} (group {group!r})")
-
-
-def _find_adapter(run_dir: Path, group: str, saved_path: str, where: str) -> str:
-    """The adapter's folder: as saved, or inside a downloaded artifact (``adapters/<group>``)."""
-    for candidate in (run_dir / "adapters" / group, Path(saved_path)):
-        if candidate.is_dir():
-            return str(candidate)
-    raise CheckpointError(f"{where}: the adapter {saved_path} of group {group!r} is gone")
 
 
 def download_run_artifact(

@@ -229,8 +229,7 @@ def estimate_cost(
         num_iterations=hyper_params.rl.num_iterations,
         lines=lines,
         tokenizers={a: c.name for a, c in estimator.sizer.counters.items()},
-        assumptions=_assumptions(hyper_params, estimator.plan, sample_items, response_fill)
-        + _price_notes(hyper_params),
+        assumptions=_assumptions(hyper_params, estimator.plan, sample_items, response_fill),
         unpriced=sorted(estimator.unpriced),
     )
 
@@ -253,7 +252,12 @@ def _assumptions(
         "the response cache is ignored; agents on the dummy API, Local or SelfHosted cost 0 USD",
     ]
     auto = sorted(
-        {g.group for it in plan.iterations for g in it.groups if _sends_auto_epochs(g.job)}
+        {
+            g.group
+            for it in plan.iterations
+            for g in it.groups
+            if sent_hyperparameters(g.job).get("n_epochs") == "auto"
+        }
     )
     if auto:
         found.append(
@@ -262,21 +266,10 @@ def _assumptions(
         )
     for name in dict.fromkeys(it.algorithm for it in plan.iterations):
         found += BY_NAME[name].assumptions(hyper_params)
-    return found
-
-
-def _price_notes(hyper_params: HyperParameters) -> list[str]:
-    """What each paid provider's prices assume, once per note."""
-    notes: dict[str, None] = {}
-    for agent in hyper_params.agents.values():
+    for agent in hyper_params.agents.values():  # what each paid provider's prices assume
         prices = prices_for(agent)
-        if prices is not None:
-            notes.update(dict.fromkeys(prices.notes(agent.model_name)))
-    return list(notes)
-
-
-def _sends_auto_epochs(job: Mapping[str, Any] | None) -> bool:
-    return sent_hyperparameters(job).get("n_epochs") == "auto"
+        found += [] if prices is None else prices.notes(agent.model_name)
+    return list(dict.fromkeys(found))  # each note once
 
 
 def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:

@@ -95,37 +95,25 @@ def encoding_name(model: str) -> str | None:
     return None
 
 
-def _tiktoken_cache_path(encoding: str) -> str | None:
-    """Where tiktoken keeps ``encoding``'s file (its own rule), or None with caching off."""
+def token_counter(model: str) -> TokenCounter:
+    """The best offline counter for ``model``: tiktoken where its encoding's file is already in
+    tiktoken's cache (found by its own rule), else chars/4."""
+    encoding = encoding_name(model)
     cache_dir = os.environ.get(
         "TIKTOKEN_CACHE_DIR",
         os.environ.get("DATA_GYM_CACHE_DIR", os.path.join(tempfile.gettempdir(), "data-gym-cache")),
     )
-    if not cache_dir:
-        return None
+    if encoding is None or not cache_dir:  # not OpenAI's, or tiktoken's caching is off
+        return CharsPerTokenCounter()
     key = hashlib.sha1(_ENCODING_URLS[encoding].encode()).hexdigest()
-    return os.path.join(cache_dir, key)
-
-
-def _offline_tiktoken(encoding: str) -> TiktokenCounter | None:
+    if not os.path.isfile(os.path.join(cache_dir, key)):
+        return CharsPerTokenCounter()  # tiktoken would download it: not in a dry run
     try:
         import tiktoken
-    except ImportError:
-        return None
-    path = _tiktoken_cache_path(encoding)
-    if path is None or not os.path.isfile(path):
-        return None  # tiktoken would download it: not in a dry run
-    try:
+
         return TiktokenCounter(tiktoken.get_encoding(encoding))
-    except Exception:  # a corrupt cache file: tiktoken would try to download it again
-        return None
-
-
-def token_counter(model: str) -> TokenCounter:
-    """The best offline counter for ``model``: tiktoken where possible, else chars/4."""
-    encoding = encoding_name(model)
-    counter = _offline_tiktoken(encoding) if encoding else None
-    return counter or CharsPerTokenCounter()
+    except Exception:  # not installed, or a corrupt file (tiktoken would download it again)
+        return CharsPerTokenCounter()
 
 
 def count_chat_tokens(

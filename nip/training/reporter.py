@@ -106,8 +106,11 @@ class RunReporter(TrainerCallback):
                     await asyncio.wait_for(watcher, self.final_read_timeout_s)
             if error is None and not self.bars:
                 self._print(f"  {label}: done in {time.monotonic() - started:.1f} s")
-        if error is None:
-            self._maybe_summarise(run, stage)
+        if error is None and stage == run.step.stages[-1]:  # the iteration's last stage
+            seconds = time.monotonic() - (self._iteration_started or time.monotonic())
+            self._iteration_started = None
+            if self.enabled:
+                self._print(_summary(run, run.state.iteration, seconds))
 
     async def on_train_end(self, run: RunContext) -> None:
         """The run's spend beside its estimate (:mod:`nip.runs.spend`)."""
@@ -115,15 +118,6 @@ class RunReporter(TrainerCallback):
             self._print(f"run finished · {read_spend(run.run_dir.path).describe()}")
 
     # ------------------------------------------------------------------ details
-    def _maybe_summarise(self, run: RunContext, stage: str) -> None:
-        iteration = run.state.iteration
-        if stage != run.step.stages[-1]:  # the iteration goes on
-            return
-        seconds = time.monotonic() - (self._iteration_started or time.monotonic())
-        self._iteration_started = None
-        if self.enabled:
-            self._print(_summary(run, iteration, seconds))
-
     async def _watch_jobs(self, run: RunContext, ended: asyncio.Event) -> None:
         """Show the submitted jobs' steps and latest loss until ``ended`` (then a last read)."""
         groups = run.submitted()
