@@ -195,21 +195,15 @@ class GridSpec:
         out |= {"axes": self.axes, "zip": self.zipped, "max_parallel": self.max_parallel}
         return out | {"serve": self.serve}
 
-    def _dimensions(self) -> list[list[dict[str, Any]]]:
-        """Each dimension of the product as its list of ``{path: value}`` steps."""
-        dims = [[{path: v} for v in values] for path, values in self.axes.items()]
-        for group in self.zipped:
-            paths = list(group)
-            dims.append(
-                [dict(zip(paths, row, strict=True)) for row in zip(*group.values(), strict=True)]
-            )
-        return dims
-
     def cells(self) -> list[SweepCell]:
         """Every cell of the grid, configured and validated, in grid order (an
         :class:`InvalidParameterError` names a bad cell, or two cells of one name)."""
+        dimensions = [[{path: v} for v in values] for path, values in self.axes.items()]
+        for group in self.zipped:  # a zip group is one dimension: its paths move together
+            rows = zip(*group.values(), strict=True)
+            dimensions.append([dict(zip(group, row, strict=True)) for row in rows])
         cells, bases = [], {}
-        for combination in itertools.product(*self._dimensions()):
+        for combination in itertools.product(*dimensions):
             values = {path: value for step in combination for path, value in step.items()}
             base = str(values.get("base", self.base))
             if base not in bases:
