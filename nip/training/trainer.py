@@ -117,7 +117,7 @@ class PureTextEiTrainer:
             self.run_dir.write_json("hyper_params.json", hyper_params.to_dict())
             meta = {"nip_version": __version__, "created": time.time()}
             self.run_dir.write_json("meta.json", meta)
-            self.run_dir.save_dataset_provenance(provenance)
+            self.run_dir.write_json("dataset.json", provenance)  # two runs' data compare by it
             self.run_dir.write_json("plan.json", plan.to_dict())
         self.groups: dict[str, PureTextSharedModelGroup] = {
             name: PureTextSharedModelGroup(
