@@ -51,7 +51,6 @@ from nip.training.groups import PureTextSharedModelGroup
 from nip.training.logging import check_wandb
 from nip.training.plan import RunPlan, check_saved_plan, plan_for_session
 from nip.training.reporter import RunReporter
-from nip.training.results import analyse_run, analysis_dataframe
 from nip.training.stages import STAGES, algorithm_of
 from nip.utils.sync import run_sync
 
@@ -303,11 +302,34 @@ class PureTextEiTrainer:
     async def analyse_async(
         self, judge, *, analysers=None, split: str = "train"
     ) -> dict[str, float | None]:
-        """Judge every saved dialogue of ``split`` (:func:`~nip.training.results.analyse_run`:
-        the judgements go under ``analysis/``, each iteration's summary to the run's W&B
-        logger); returns the share of "yes" per analyser and agent."""
+        """Judge every saved dialogue of ``split`` with the ``judge`` model's parameters, store the
+        judgements under ``analysis/`` and return the last iteration's share of "yes" per analyser
+        and agent; each iteration's summary also goes to the run's W&B logger as ``analysis_*``."""
+        from nip.analysis.judges import ANALYSERS, analyse_async, summarise
+
         logger = self._logger or self._make_logger()
-        summary = await analyse_run(self.context, judge, logger, analysers=analysers, split=split)
+        backend = self.session.backends.backend_for(judge)
+        summary: dict[str, float | None] = {}
+        for iteration in range(self.state.iteration + 1):
+            if not self.run_dir.has_rollouts(split, iteration):
+                continue
+            results = await analyse_async(
+                self.run_dir.load_rollouts(split, iteration),
+                self.session.handler,
+                backend,
+                model=judge.model_name,
+                analysers=tuple(analysers or ANALYSERS),
+                seed=self.hyper_params.seed,
+            )
+            name = f"analysis/{split}_it{iteration:04d}"
+            self.run_dir.write_jsonl(f"{name}.jsonl", [r.to_dict() for r in results])
+            summary = summarise(results)
+            self.run_dir.write_json(f"{name}_summary.json", summary)
+            # No step: a finished run's W&B steps are past these iterations, and W&B drops data
+            # logged at an earlier step.
+            prefix = "analysis_" if split == "train" else f"analysis_{split}_"
+            logged = {f"{prefix}{k}": v for k, v in summary.items()}
+            logger.log({"analysis_iteration": iteration, **logged}, step=None)
         if logger is not self._logger:
             logger.finish()
         return summary
@@ -317,8 +339,13 @@ class PureTextEiTrainer:
         return run_sync(self.analyse_async(judge, **kwargs))
 
     def analysis_dataframe(self, split: str = "train"):
-        """Every stored judgement, one row each."""
-        return analysis_dataframe(self.run_dir, split)
+        """Every stored judgement of ``split``, one row each."""
+        import pandas as pd
+
+        files = sorted((self.run_dir.path / "analysis").glob(f"{split}_it*[0-9].jsonl"))
+        return pd.DataFrame(
+            [row for f in files for row in self.run_dir.read_jsonl(f"analysis/{f.name}")]
+        )
 
     def metrics_dataframe(self):
         """The run's metrics so far, one row per (split, iteration)."""
