@@ -32,7 +32,7 @@ from nip.settings import ExperimentSettings
 from nip.training.plan import test_plan
 from nip.utils.sync import run_sync
 
-__all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
+__all__ = ["iteration_models", "retest", "retest_async"]
 
 
 def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
@@ -49,11 +49,6 @@ def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
             if turn.model and turn.agent not in models:
                 models[turn.agent] = turn.model
     return models
-
-
-def retest_dir(run_dir: str | Path, split: str, passes: int) -> Path:
-    """Where a retest's results go, inside the run directory."""
-    return Path(run_dir) / "retest" / f"{split}-{passes}x"
 
 
 async def retest_async(
@@ -108,7 +103,7 @@ async def retest_async(
         passes_items = [
             session.datapoints_by_id(ids, split=split) for ids in step.test_pass_item_ids
         ]
-        out = RunDirectory(retest_dir(run_dir, split, passes))
+        out = RunDirectory(Path(run_dir) / "retest" / f"{split}-{passes}x")
         with owning(out.path, "a retest"):  # the run itself is only read
             out.write_json("hyper_params.json", params.to_dict())
             for iteration in iterations:

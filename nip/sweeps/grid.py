@@ -25,7 +25,7 @@ from __future__ import annotations
 import html
 import itertools
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +35,7 @@ from nip.errors import ConfigFileError, InvalidParameterError, NipError, require
 from nip.extras import needs
 from nip.parameters import HyperParameters
 from nip.runs.spend import sum_known
-from nip.runs.sweep_dir import CELLS, cell_run_dir, read_manifest
+from nip.runs.sweep_dir import cell_run_dir, read_manifest
 from nip.settings import ExperimentSettings
 from nip.training.cost_report import CostEstimate, text_table
 
@@ -312,19 +312,6 @@ def estimate_sweep(
         for cell in spec.cells()
     ]
     return SweepEstimate(spec.name, estimates)
-
-
-def grid_cells(cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
-    """The manifest's cell records."""
-    return [
-        {
-            "name": c.name,
-            "values": c.values,
-            "run_dir": f"{CELLS}/{c.name}",
-            "num_iterations": c.hyper_params.rl.num_iterations,
-        }
-        for c in cells
-    ]
 
 
 def default_sweep_dir(name: str) -> Path:

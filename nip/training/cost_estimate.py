@@ -76,7 +76,8 @@ class _Estimator:
         self.sizer = DialogueSizer(
             self.session, sample_items=sample_items, response_fill=response_fill
         )
-        self.agents = tuple(self.session.agents)
+        #: The price-table key each agent's calls are priced at (``ft:`` once it is trained).
+        self.keys = {a: price_key(hyper_params.agents[a].model_name) for a in self.session.agents}
         # The user's corrections; the rest from each agent's provider (``nip.providers``).
         self.prices = dict(settings.prices_usd_per_1m)
         self.ft_prices = dict(fine_tuning_prices)
@@ -90,18 +91,16 @@ class _Estimator:
         return usd
 
     # ---------------------------------------------------------------- run
-    def _model_key(self, agent: str, fine_tuned: bool) -> str:
-        """The price-table key the agent's calls are priced at."""
-        key = price_key(self.hyper_params.agents[agent].model_name)
-        return key if not fine_tuned or key.startswith("ft:") else f"ft:{key}"
-
     def run(self) -> list[CostLine]:
         """Price every pass of the run plan, the one the trainer executes."""
         lines: list[CostLine] = []
         fine_tuned: set[str] = set()
         for step in self.plan.iterations:
             iteration = step.iteration
-            models = {a: self._model_key(a, a in fine_tuned) for a in self.agents}
+            models = {
+                a: f"ft:{k}" if a in fine_tuned and not k.startswith("ft:") else k
+                for a, k in self.keys.items()
+            }
             items = self.session.datapoints_by_id(step.item_ids, split=self.plan.train_split)
             train, dialogues = BY_NAME[step.algorithm].estimate(self.sizer, step, items)
             lines += self._lines(iteration, "train", train, models, len(items), dialogues)
