@@ -36,18 +36,13 @@ class PlanDisplay:
 
     def jobs(self) -> list[str]:
         """Each distinct job's settings, as sent to its provider, with the first iteration."""
-        seen: set[str] = set()
-        lines = []
+        lines: dict[str, str] = {}  # by group and settings: the first iteration's line
         for it in self.iterations:
-            for g in it.groups:
-                if g.job is None:
-                    continue
+            for g in (g for g in it.groups if g.job is not None):
                 settings = {k: v for k, v in g.job.items() if k not in ("suffix", "job_name")}
                 key = f"{g.group}:{sorted(settings.items(), key=str)}"
-                if key not in seen:
-                    seen.add(key)
-                    lines.append(f"{g.group} (from iteration {it.iteration}): {settings}")
-        return lines
+                lines.setdefault(key, f"{g.group} (from iteration {it.iteration}): {settings}")
+        return list(lines.values())
 
     def _headline(self) -> str:
         head = (
