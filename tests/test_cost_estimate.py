@@ -22,7 +22,7 @@ from nip.providers.openai import OPENAI_FINE_TUNING_PRICES_USD_PER_1M, OPENAI_PR
 from nip.session import Session
 from nip.settings import ExperimentSettings
 from nip.training.cost_estimate import estimate_cost
-from nip.training.token_count import (
+from nip.training.dialogue_sizes import (
     CharsPerTokenCounter,
     count_chat_tokens,
     encoding_name,

@@ -53,17 +53,12 @@ def extension_schedule(run_dir: str | Path, iterations: int, *, from_sampling: b
     rows = [f"extending {run_dir}: rl.num_iterations {old} -> {old + iterations}"]
     for step in plan.iterations[old - 1 :]:
         trained = ", ".join(g.group for g in step.groups if g.method) or "nothing (all frozen)"
-        steps = (
-            [] if step.iteration < old else [f"sample {step.items} {BY_NAME[step.algorithm].unit}"]
-        )
-        if step.tests and step.iteration >= old:
-            steps.append(f"test ({step.test_passes} pass(es))")
-        if step.fine_tunes:
-            steps.append(f"fine-tune {trained}")
-        done = ""
-        if step.iteration < old:
-            done = " on its saved dialogues" if step.fine_tunes else "not fine-tuned on by itself"
-        rows.append(f"  iteration {step.iteration}: " + ", ".join(steps) + done)
+        ran = step.iteration < old  # the old last iteration: sampled and tested already
+        steps = [] if ran else [f"sample {step.items} {BY_NAME[step.algorithm].unit}"]
+        steps += [f"test ({step.test_passes} pass(es))"] if step.tests and not ran else []
+        steps += [f"fine-tune {trained}"] if step.fine_tunes else []
+        done = " on its saved dialogues" if step.fine_tunes else "not fine-tuned on by itself"
+        rows.append(f"  iteration {step.iteration}: " + ", ".join(steps) + (done if ran else ""))
     return "\n".join(rows)
 
 

@@ -286,9 +286,5 @@ def report_rows(
     gpu: str = DEFAULT_GPU,
 ) -> list[tuple[str, GpuTime]]:
     """The GPU time of each ``(name, parameters, dry run)`` with self-hosted agents."""
-    found = []
-    for name, hyper_params, estimate in runs:
-        time = gpu_time(hyper_params, estimate, table, gpu)
-        if time is not None:
-            found.append((name, time))
-    return found
+    times = [(name, gpu_time(params, estimate, table, gpu)) for name, params, estimate in runs]
+    return [(name, time) for name, time in times if time is not None]

@@ -32,7 +32,7 @@ from nip.settings import ExperimentSettings
 from nip.training.plan import test_plan
 from nip.utils.sync import run_sync
 
-__all__ = ["iteration_models", "retest", "retest_async", "retest_dir"]
+__all__ = ["iteration_models", "retest", "retest_async"]
 
 
 def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
@@ -49,19 +49,6 @@ def iteration_models(run_dir: str | Path, iteration: int) -> dict[str, str]:
             if turn.model and turn.agent not in models:
                 models[turn.agent] = turn.model
     return models
-
-
-def _register_local_adapter(backend, model: str, run_dir: str | Path) -> None:
-    """A local LoRA job's adapter (its job in the run's ``jobs/``), served under its name."""
-    host = capability(backend, AdapterHost)
-    status = read_status(Path(run_dir) / "jobs" / model) if host is not None else None
-    if status and status.get("adapter_path"):
-        host.register_adapter(model, status["adapter_path"])
-
-
-def retest_dir(run_dir: str | Path, split: str, passes: int) -> Path:
-    """Where a retest's results go, inside the run directory."""
-    return Path(run_dir) / "retest" / f"{split}-{passes}x"
 
 
 async def retest_async(
@@ -116,12 +103,16 @@ async def retest_async(
         passes_items = [
             session.datapoints_by_id(ids, split=split) for ids in step.test_pass_item_ids
         ]
-        out = RunDirectory(retest_dir(run_dir, split, passes))
+        out = RunDirectory(Path(run_dir) / "retest" / f"{split}-{passes}x")
         with owning(out.path, "a retest"):  # the run itself is only read
             out.write_json("hyper_params.json", params.to_dict())
             for iteration in iterations:
                 for agent, model in iteration_models(run_dir, iteration).items():
-                    _register_local_adapter(session.agents[agent].backend, model, run_dir)
+                    # A local LoRA job's adapter (its job in the run's jobs/), under its name.
+                    host = capability(session.agents[agent].backend, AdapterHost)
+                    status = read_status(Path(run_dir) / "jobs" / model) if host else None
+                    if status and status.get("adapter_path"):
+                        host.register_adapter(model, status["adapter_path"])
                     session.agents[agent].model_name = model
                 transcripts: list[Transcript] = []
                 for repeat, items in enumerate(passes_items):

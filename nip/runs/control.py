@@ -140,11 +140,8 @@ def report_status(
     error: str | None = None,
 ) -> None:
     """Write the trainer's report to ``run_status.json`` (``stages_total``: the plan's)."""
-    data: dict[str, Any] = {"status": status, "stages_completed": stages_completed}
-    if stages_total is not None:
-        data["stages_total"] = stages_total
-    if error is not None:
-        data["error"] = error
+    data = dict(status=status, stages_completed=stages_completed, stages_total=stages_total)
+    data = {k: v for k, v in (data | {"error": error}).items() if v is not None}
     atomic_write_text(
         Path(run_dir) / STATUS_FILE, json.dumps(data | {"updated": time.time()}) + "\n"
     )

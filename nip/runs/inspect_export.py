@@ -22,12 +22,10 @@ from nip._version import __version__
 from nip.extras import needs
 from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
+from nip.runs.sweep_dir import CELLS, is_sweep_dir
 from nip.utils.files import read_json_object
 
 __all__ = ["export_inspect"]
-
-#: The folder of a sweep's manifest (``nip.runs.sweep_dir.MANIFEST``) and its cells.
-_SWEEP_MANIFEST, _CELLS = "sweep.json", "cells"
 
 
 def export_inspect(run_dir: str | Path, out_dir: str | Path | None = None) -> list[Path]:
@@ -41,8 +39,8 @@ def export_inspect(run_dir: str | Path, out_dir: str | Path | None = None) -> li
     """
     path = Path(run_dir)
     out = Path(out_dir) if out_dir is not None else path / "inspect"
-    if (path / _SWEEP_MANIFEST).is_file():
-        cells = sorted(p for p in (path / _CELLS).glob("*") if (p / "hyper_params.json").is_file())
+    if is_sweep_dir(path):
+        cells = sorted(p for p in (path / CELLS).glob("*") if (p / "hyper_params.json").is_file())
         return [log for cell in cells for log in export_inspect(cell, out / cell.name)]
     directory = RunDirectory.of_run(path)
     with needs("inspect"):

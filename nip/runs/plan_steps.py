@@ -84,27 +84,12 @@ class IterationPlan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IterationPlan:
-        """From ``to_dict`` (``dataclasses.asdict``) of a plan's iteration, as saved."""
+        """From ``to_dict`` (``dataclasses.asdict``) of a plan's iteration, as saved (its lists
+        as tuples; a group's fields a later nip added are left out)."""
         known = {f.name for f in fields(GroupStep)}
-        return cls(
-            **{
-                **data,
-                "item_ids": _tuple(data.get("item_ids")),
-                "test_item_ids": _tuple(data.get("test_item_ids")),
-                "frozen_agents": tuple(data.get("frozen_agents", ())),
-                "groups": tuple(
-                    GroupStep(
-                        **{
-                            **{k: v for k, v in g.items() if k in known},
-                            "agents": tuple(g["agents"]),
-                            "data_iterations": tuple(g["data_iterations"]),
-                        }
-                    )
-                    for g in data.get("groups", ())
-                ),
-            }
-        )
+        groups = [{k: v for k, v in g.items() if k in known} for g in data.get("groups", ())]
+        return cls(**_tuples(data), groups=tuple(GroupStep(**_tuples(g)) for g in groups))
 
 
-def _tuple(value: Any) -> tuple | None:
-    return None if value is None else tuple(value)
+def _tuples(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k != "groups"}

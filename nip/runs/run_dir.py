@@ -158,11 +158,6 @@ class RunDirectory:
         # from_dict checks the schema version stamp (an error, or a warning for a minor one).
         return HyperParameters.from_dict(saved, ignore_extra_keys=force, force=force)
 
-    def save_dataset_provenance(self, splits: dict[str, dict[str, Any]]) -> Path:
-        """Record which data each split used (see ``nip.data.dataset_provenance``), so that
-        two runs can be compared: same fingerprint, same items."""
-        return self.write_json("dataset.json", splits)
-
     # ---------------------------------------------------------------- rollouts
     @staticmethod
     def rollouts_name(split: str, iteration: int) -> str:

@@ -45,6 +45,10 @@ def readable(transcript: Transcript) -> dict[str, Any]:
     }
 
 
+def _json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
+
+
 def _yaml(rows: list[dict[str, Any]]) -> str:
     import yaml
 
@@ -93,14 +97,10 @@ def _markdown(rows: list[dict[str, Any]]) -> str:
 
 def render(transcripts: Iterable[Transcript], transcript_format: str) -> str:
     """``transcripts`` as one readable document in ``transcript_format``."""
-    rows = [readable(t) for t in transcripts]
-    if transcript_format == "json":
-        return json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
-    if transcript_format == "yaml":
-        return _yaml(rows)
-    if transcript_format == "markdown":
-        return _markdown(rows)
-    raise ValueError(f"unknown transcript format {transcript_format!r}")
+    writers = {"json": _json, "yaml": _yaml, "markdown": _markdown}
+    if transcript_format not in writers:
+        raise ValueError(f"unknown transcript format {transcript_format!r}")
+    return writers[transcript_format]([readable(t) for t in transcripts])
 
 
 def transcript_file_name(split: str, iteration: int, transcript_format: str) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import html
 import itertools
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +35,9 @@ from nip.errors import ConfigFileError, InvalidParameterError, NipError, require
 from nip.extras import needs
 from nip.parameters import HyperParameters
 from nip.runs.spend import sum_known
-from nip.runs.sweep_dir import CELLS, cell_run_dir, read_manifest
+from nip.runs.sweep_dir import cell_run_dir, read_manifest
 from nip.settings import ExperimentSettings
-from nip.training.cost_report import CostEstimate
+from nip.training.cost_report import CostEstimate, text_table
 
 __all__ = [
     "GridSpec",
@@ -195,21 +195,15 @@ class GridSpec:
         out |= {"axes": self.axes, "zip": self.zipped, "max_parallel": self.max_parallel}
         return out | {"serve": self.serve}
 
-    def _dimensions(self) -> list[list[dict[str, Any]]]:
-        """Each dimension of the product as its list of ``{path: value}`` steps."""
-        dims = [[{path: v} for v in values] for path, values in self.axes.items()]
-        for group in self.zipped:
-            paths = list(group)
-            dims.append(
-                [dict(zip(paths, row, strict=True)) for row in zip(*group.values(), strict=True)]
-            )
-        return dims
-
     def cells(self) -> list[SweepCell]:
         """Every cell of the grid, configured and validated, in grid order (an
         :class:`InvalidParameterError` names a bad cell, or two cells of one name)."""
+        dimensions = [[{path: v} for v in values] for path, values in self.axes.items()]
+        for group in self.zipped:  # a zip group is one dimension: its paths move together
+            rows = zip(*group.values(), strict=True)
+            dimensions.append([dict(zip(group, row, strict=True)) for row in rows])
         cells, bases = [], {}
-        for combination in itertools.product(*self._dimensions()):
+        for combination in itertools.product(*dimensions):
             values = {path: value for step in combination for path, value in step.items()}
             base = str(values.get("base", self.base))
             if base not in bases:
@@ -286,17 +280,15 @@ class SweepEstimate:
         return f"{self.total_calls:,} model calls at most, about {usd}"
 
     def __str__(self) -> str:
-        width = max(8, *(len(cell.name) for cell, _ in self.cells))
-        head = f"{'cell':<{width}}  {'protocol':<14}{'iters':>6}{'dialogues':>11}"
-        head += f"{'calls':>10}{'USD':>12}"
-        lines = [f"Dry run of sweep {self.name!r}: {len(self.cells)} cells", "", head]
-        for row in self.rows():
-            usd = "?" if row["usd"] is None else f"{row['usd']:,.2f}"
-            lines.append(
-                f"{row['cell']:<{width}}  {row['protocol']:<14}{row['iterations']:>6}"
-                f"{row['dialogues']:>11,}{row['calls']:>10,}{usd:>12}"
-            )
-        return "\n".join([*lines, "", f"total: {self.total}"])
+        head = ("cell", "protocol", "iters", "dialogues", "calls", "USD")
+        formats = {"cell": "", "protocol": "", "iterations": "", "dialogues": ",", "calls": ","}
+        formats["usd"] = ",.2f"
+        rows = [
+            ["?" if r[k] is None else f"{r[k]:{f}}" for k, f in formats.items()]
+            for r in self.rows()
+        ]
+        title = f"Dry run of sweep {self.name!r}: {len(self.cells)} cells"
+        return "\n".join([title, "", text_table(head, rows), "", f"total: {self.total}"])
 
     def __repr__(self) -> str:
         return f"SweepEstimate({self.name!r}: {len(self.cells)} cells, {self.total})"
@@ -320,19 +312,6 @@ def estimate_sweep(
         for cell in spec.cells()
     ]
     return SweepEstimate(spec.name, estimates)
-
-
-def grid_cells(cells: Sequence[SweepCell]) -> list[dict[str, Any]]:
-    """The manifest's cell records."""
-    return [
-        {
-            "name": c.name,
-            "values": c.values,
-            "run_dir": f"{CELLS}/{c.name}",
-            "num_iterations": c.hyper_params.rl.num_iterations,
-        }
-        for c in cells
-    ]
 
 
 def default_sweep_dir(name: str) -> Path:

@@ -26,9 +26,9 @@ from nip.errors import IncompatibleParametersError, require_count
 from nip.providers.pool import BackendPool
 from nip.runs.ownership import owning
 from nip.runs.run_dir import RunDirectory
-from nip.runs.sweep_dir import MANIFEST, SweepEvents, read_manifest
+from nip.runs.sweep_dir import CELLS, MANIFEST, SweepEvents, read_manifest
 from nip.settings import ExperimentSettings
-from nip.sweeps.grid import GridSpec, SweepCell, grid_cells, in_cell
+from nip.sweeps.grid import GridSpec, SweepCell, in_cell
 from nip.training.trainer import PureTextEiTrainer, build_trainer
 from nip.utils.notices import labelled
 from nip.utils.sync import run_sync
@@ -79,7 +79,11 @@ def prepare_sweep(
 def _write_manifest(spec: GridSpec, cells: list[SweepCell], sweep_dir: str | Path) -> None:
     """Write the manifest, or check that the one there lists these cells."""
     directory = RunDirectory(sweep_dir)
-    records = grid_cells(cells)
+    records = [
+        {"name": c.name, "values": c.values, "run_dir": f"{CELLS}/{c.name}"}
+        | {"num_iterations": c.hyper_params.rl.num_iterations}
+        for c in cells
+    ]
     if directory.exists(MANIFEST):
         saved = read_manifest(sweep_dir)
         if [c["name"] for c in saved["cells"]] != [c["name"] for c in records]:

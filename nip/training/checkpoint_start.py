@@ -79,17 +79,12 @@ def model_in_run_directory(
             f"model_name={earlier_base!r}"
         )
     adapter = group_state.get("adapter_path")
-    if adapter is not None:
-        adapter = _find_adapter(path, group, adapter, where)
+    if adapter is not None:  # inside a downloaded artifact (adapters/<group>), or as saved
+        found = [p for p in (path / "adapters" / group, Path(adapter)) if p.is_dir()]
+        if not found:
+            raise CheckpointError(f"{where}: the adapter {adapter} of group {group!r} is gone")
+        adapter = str(found[0])
     return StartingModel(model, adapter, f"{path} (group {group!r})")
-
-
-def _find_adapter(run_dir: Path, group: str, saved_path: str, where: str) -> str:
-    """The adapter's folder: as saved, or inside a downloaded artifact (``adapters/<group>``)."""
-    for candidate in (run_dir / "adapters" / group, Path(saved_path)):
-        if candidate.is_dir():
-            return str(candidate)
-    raise CheckpointError(f"{where}: the adapter {saved_path} of group {group!r} is gone")
 
 
 def download_run_artifact(
@@ -117,30 +112,6 @@ def download_run_artifact(
         ) from error
 
 
-def starting_model(
-    params: PureTextAgentParameters,
-    agent_name: str,
-    *,
-    download_dir: Path,
-    wandb_online: bool,
-    api: Any = None,
-) -> StartingModel:
-    """Where ``agent_name`` starts: a run directory, or a W&B artifact when W&B is online
-    (:class:`CheckpointError` for neither, or no model for the agent)."""
-    run = str(params.checkpoint_run_id)
-    if Path(run).expanduser().is_dir():
-        return model_in_run_directory(
-            Path(run).expanduser(), agent_name, base_model=params.model_name
-        )
-    if not wandb_online and api is None:
-        raise CheckpointError(
-            f"checkpoint_run_id={run!r} is not a run directory, and W&B is not online "
-            "(set WANDB_API_KEY, or give the earlier run's directory)"
-        )
-    local = download_run_artifact(params, download_dir / run, api=api)
-    return model_in_run_directory(local, agent_name, base_model=params.model_name)
-
-
 def apply_starting_models(
     groups: Mapping[str, PureTextSharedModelGroup],
     run_dir: Path,
@@ -148,20 +119,25 @@ def apply_starting_models(
     wandb_online: bool,
     api: Any = None,
 ) -> dict[str, StartingModel]:
-    """Start every group whose agents ask for it from its earlier run's model; returns each
-    such group's starting model by name."""
+    """Start every group whose agents ask for it from its earlier run's model: a run directory,
+    or a W&B artifact when W&B is online (:class:`CheckpointError` for neither, or no model for
+    the agent); returns each such group's starting model by name."""
     started = {}
     for name, group in groups.items():
-        if not group.params.load_checkpoint_and_parameters:
+        params = group.params
+        if not params.load_checkpoint_and_parameters:
             continue
+        run = str(params.checkpoint_run_id)
+        earlier = Path(run).expanduser()
+        if not earlier.is_dir():
+            if not wandb_online and api is None:
+                raise CheckpointError(
+                    f"checkpoint_run_id={run!r} is not a run directory, and W&B is not online "
+                    "(set WANDB_API_KEY, or give the earlier run's directory)"
+                )
+            earlier = download_run_artifact(params, run_dir / "checkpoints" / run, api=api)
         agent_name = next(iter(group.agent_wholes))
-        start = starting_model(
-            group.params,
-            agent_name,
-            download_dir=run_dir / "checkpoints",
-            wandb_online=wandb_online,
-            api=api,
-        )
+        start = model_in_run_directory(earlier, agent_name, base_model=params.model_name)
         group.start_from(start.model, start.adapter_path)
         started[name] = start
     return started
@@ -200,5 +176,4 @@ __all__ = [
     "build_run_artifact",
     "download_run_artifact",
     "model_in_run_directory",
-    "starting_model",
 ]

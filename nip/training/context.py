@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING
 
-from nip.agents import PureTextWholeAgent
-from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
 from nip.runs.plan_steps import IterationPlan
 from nip.runs.run_dir import RunDirectory
@@ -16,27 +14,11 @@ from nip.runs.state import TrainerState
 from nip.session import Session
 from nip.settings import ExperimentSettings
 
+if TYPE_CHECKING:  # the groups' module imports the algorithms, which import this one
+    from nip.training.groups import PureTextSharedModelGroup
+
 #: ``(done, total)`` dialogues of a stage, as they finish.
 Progress = Callable[[int, int], None]
-
-
-class ModelGroup(Protocol):
-    """What plug-ins read of a shared model group (:mod:`nip.training.groups`)."""
-
-    group_name: str
-    agent_wholes: dict[str, PureTextWholeAgent]
-    #: Its job state (:class:`~nip.training.groups.PureTextSharedModelGroupState`).
-    state: Any
-
-    @property
-    def fine_tune_backend(self) -> FineTuneBackend: ...
-
-    @property
-    def submitted_job_id(self) -> str | None:
-        """The job submitted this iteration and not yet switched to (None: none)."""
-        ...
-
-    def get_state_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -51,7 +33,7 @@ class RunContext:
     run_dir: RunDirectory
     plan: Sequence[IterationPlan]
     state: TrainerState = field(default_factory=TrainerState)
-    groups: Mapping[str, ModelGroup] = field(default_factory=dict)
+    groups: Mapping[str, PureTextSharedModelGroup] = field(default_factory=dict)
     poll_interval_s: float = 2.0
 
     @property
@@ -68,6 +50,6 @@ class RunContext:
         self.state.groups = {n: g.get_state_dict() for n, g in self.groups.items()}
         self.run_dir.write_json("state.json", asdict(self.state))
 
-    def submitted(self) -> dict[str, ModelGroup]:
+    def submitted(self) -> dict[str, PureTextSharedModelGroup]:
         """The groups whose job of this iteration is submitted, by name."""
         return {n: g for n, g in self.groups.items() if g.submitted_job_id is not None}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import InvalidParameterError, require_count
-from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.parameters import HyperParameters
 from nip.protocols import ProtocolHandler
 from nip.providers import inference_price, prices_for, provider_for
 from nip.providers.openai import price_key
@@ -76,42 +76,31 @@ class _Estimator:
         self.sizer = DialogueSizer(
             self.session, sample_items=sample_items, response_fill=response_fill
         )
-        self.agents = tuple(self.session.agents)
+        #: The price-table key each agent's calls are priced at (``ft:`` once it is trained).
+        self.keys = {a: price_key(hyper_params.agents[a].model_name) for a in self.session.agents}
         # The user's corrections; the rest from each agent's provider (``nip.providers``).
         self.prices = dict(settings.prices_usd_per_1m)
         self.ft_prices = dict(fine_tuning_prices)
         self.unpriced: set[str] = set()
         self.plan = plan_for_session(hyper_params, self.session)
 
-    # ------------------------------------------------------------- pricing
-    def _price(self, model: str, params: PureTextAgentParameters, prompt: int, completion: int):
-        price = inference_price(params, model, self.prices)
-        if price is None:
-            self.unpriced.add(model)
-            return None
-        return (prompt * price[0] + completion * price[1]) / 1e6
-
-    def _training_price(
-        self, model: str, params: PureTextAgentParameters, tokens: int, method: str
-    ):
-        usd = training_usd(params, tokens, method, self.ft_prices.get(model))
+    def _priced(self, model: str, usd: float | None) -> float | None:
+        """``usd``, noting ``model`` as unpriced where it is unknown (None)."""
         if usd is None:
-            self.unpriced.add(f"fine-tuning {model}")
+            self.unpriced.add(model)
         return usd
 
     # ---------------------------------------------------------------- run
-    def _model_key(self, agent: str, fine_tuned: bool) -> str:
-        """The price-table key the agent's calls are priced at."""
-        key = price_key(self.hyper_params.agents[agent].model_name)
-        return key if not fine_tuned or key.startswith("ft:") else f"ft:{key}"
-
     def run(self) -> list[CostLine]:
         """Price every pass of the run plan, the one the trainer executes."""
         lines: list[CostLine] = []
         fine_tuned: set[str] = set()
         for step in self.plan.iterations:
             iteration = step.iteration
-            models = {a: self._model_key(a, a in fine_tuned) for a in self.agents}
+            models = {
+                a: f"ft:{k}" if a in fine_tuned and not k.startswith("ft:") else k
+                for a, k in self.keys.items()
+            }
             items = self.session.datapoints_by_id(step.item_ids, split=self.plan.train_split)
             train, dialogues = BY_NAME[step.algorithm].estimate(self.sizer, step, items)
             lines += self._lines(iteration, "train", train, models, len(items), dialogues)
@@ -137,27 +126,29 @@ class _Estimator:
         items: int,
         dialogues: int,
     ) -> list[CostLine]:
-        return [
-            CostLine(
-                iteration=iteration,
-                stage=stage,
-                agent=agent,
-                model=models[agent],
-                free=not provider_for(self.hyper_params.agents[agent]).bills_tokens,
-                items=items,
-                dialogues=dialogues,
-                calls=cost.calls,
-                prompt_tokens=cost.prompt_tokens,
-                completion_tokens=cost.completion_tokens,
-                usd=self._price(
-                    models[agent],
-                    self.hyper_params.agents[agent],
-                    cost.prompt_tokens,
-                    cost.completion_tokens,
-                ),
+        lines = []
+        for agent, cost in usage.items():
+            params, model = self.hyper_params.agents[agent], models[agent]
+            price = inference_price(params, model, self.prices)
+            spent = (
+                cost.prompt_tokens * price[0] + cost.completion_tokens * price[1] if price else 0
             )
-            for agent, cost in usage.items()
-        ]
+            lines.append(
+                CostLine(
+                    iteration,
+                    stage,
+                    agent,
+                    model,
+                    free=not provider_for(params).bills_tokens,
+                    items=items,
+                    dialogues=dialogues,
+                    calls=cost.calls,
+                    prompt_tokens=cost.prompt_tokens,
+                    completion_tokens=cost.completion_tokens,
+                    usd=self._priced(model, None if price is None else spent / 1e6),
+                )
+            )
+        return lines
 
     def _fine_tune_lines(
         self, step: IterationPlan, train: Mapping[str, PassUsage]
@@ -185,7 +176,10 @@ class _Estimator:
                         free=not provider_for(params).bills_tokens,
                         examples=examples,
                         training_tokens=tokens,
-                        usd=self._training_price(model, params, tokens, group.method),
+                        usd=self._priced(
+                            f"fine-tuning {model}",
+                            training_usd(params, tokens, group.method, self.ft_prices.get(model)),
+                        ),
                     )
                 )
         return lines
@@ -234,8 +228,7 @@ def estimate_cost(
         num_iterations=hyper_params.rl.num_iterations,
         lines=lines,
         tokenizers={a: c.name for a, c in estimator.sizer.counters.items()},
-        assumptions=_assumptions(hyper_params, estimator.plan, sample_items, response_fill)
-        + _price_notes(hyper_params),
+        assumptions=_assumptions(hyper_params, estimator.plan, sample_items, response_fill),
         unpriced=sorted(estimator.unpriced),
     )
 
@@ -258,7 +251,12 @@ def _assumptions(
         "the response cache is ignored; agents on the dummy API, Local or SelfHosted cost 0 USD",
     ]
     auto = sorted(
-        {g.group for it in plan.iterations for g in it.groups if _sends_auto_epochs(g.job)}
+        {
+            g.group
+            for it in plan.iterations
+            for g in it.groups
+            if sent_hyperparameters(g.job).get("n_epochs") == "auto"
+        }
     )
     if auto:
         found.append(
@@ -267,21 +265,10 @@ def _assumptions(
         )
     for name in dict.fromkeys(it.algorithm for it in plan.iterations):
         found += BY_NAME[name].assumptions(hyper_params)
-    return found
-
-
-def _price_notes(hyper_params: HyperParameters) -> list[str]:
-    """What each paid provider's prices assume, once per note."""
-    notes: dict[str, None] = {}
-    for agent in hyper_params.agents.values():
+    for agent in hyper_params.agents.values():  # what each paid provider's prices assume
         prices = prices_for(agent)
-        if prices is not None:
-            notes.update(dict.fromkeys(prices.notes(agent.model_name)))
-    return list(notes)
-
-
-def _sends_auto_epochs(job: Mapping[str, Any] | None) -> bool:
-    return sent_hyperparameters(job).get("n_epochs") == "auto"
+        found += [] if prices is None else prices.notes(agent.model_name)
+    return list(dict.fromkeys(found))  # each note once
 
 
 def estimate_summary(estimate: CostEstimate) -> dict[str, Any]:

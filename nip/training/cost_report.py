@@ -181,21 +181,9 @@ class CostEstimate:
         return f"CostEstimate({self._headline()})"
 
     def _repr_html_(self) -> str:
-        def table(head: Sequence[str], rows: list[list[str]]) -> str:
-            def cell(tag: str, index: int, text: str) -> str:
-                align = "left" if index < 2 else "right"  # labels left, numbers right
-                return f'<{tag} style="text-align:{align}">{html.escape(text)}</{tag}>'
-
-            th = "".join(cell("th", i, h) for i, h in enumerate(head))
-            body = "".join(
-                "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>"
-                for row in rows
-            )
-            return f"<table><tr>{th}</tr>{body}</table>"
-
         tokenizers = ", ".join(f"{a}: {t}" for a, t in self.tokenizers.items())
         assumptions = "".join(f"<li>{html.escape(a)}</li>" for a in self.assumptions)
-        tables = "".join(table(head, rows) for head, rows in self._tables())
+        tables = "".join(html_table(head, rows) for head, rows in self._tables())
         shares = self.shares()
         shares = f"<p>{html.escape(shares)}</p>" if shares else ""
         return (
@@ -236,3 +224,16 @@ def text_table(head: Sequence[str], rows: list[list[str]], labels: int = 2) -> s
         return "  ".join(first + rest).rstrip()
 
     return "\n".join([line(head), *(line(r) for r in rows)])
+
+
+def html_table(head: Sequence[str], rows: list[list[str]], labels: int = 2) -> str:
+    """:func:`text_table` in HTML."""
+
+    def cell(tag: str, index: int, text: str) -> str:
+        align = "left" if index < labels else "right"
+        return f'<{tag} style="text-align:{align}">{html.escape(text)}</{tag}>'
+
+    body = "".join(
+        "<tr>" + "".join(cell("td", i, c) for i, c in enumerate(row)) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{''.join(cell('th', i, h) for i, h in enumerate(head))}</tr>{body}</table>"

@@ -17,7 +17,6 @@ from typing import Any, Literal
 from nip.agents import PureTextWholeAgent
 from nip.backends import AdapterHost, ReportsReadiness, capability
 from nip.errors import (
-    BackendUnavailableError,
     FineTuneError,
     FineTuneJobFailed,
     SharedModelGroupError,
@@ -429,18 +428,3 @@ class PureTextSharedModelGroup:
 class OpenAiSharedModelGroup(PureTextSharedModelGroup):
     """The original's name for a shared model group; the fine-tuning backend is chosen by
     ``model_provider`` (OpenAI API, a self-hosted server, local LoRA or dummy)."""
-
-
-async def wait_for_groups(
-    groups: Mapping[str, PureTextSharedModelGroup], timeout: float, training: Iterable[str] = ()
-) -> None:
-    """Wait until every group's backends can generate, building the ``training`` groups'
-    fine-tuning backends meanwhile (:class:`BackendUnavailableError` after ``timeout`` s)."""
-    for name, group in groups.items():
-        try:
-            await group.wait_for_ready(timeout, will_train=name in training)
-        except TimeoutError:
-            raise BackendUnavailableError(
-                f"the server of group {name!r} was not ready after {timeout:g} s "
-                "(ExperimentSettings.server_ready_timeout_s)"
-            ) from None

@@ -23,27 +23,6 @@ from nip.utils.imports import heavy_imports
 from nip.utils.notices import warn
 
 
-class NullLogger:
-    """Logs nothing (metrics are in the run directory anyway)."""
-
-    def log(self, metrics: dict[str, Any], step: int | None) -> None:
-        return None
-
-    def finish(self) -> None:
-        return None
-
-    def summarise(self, metrics: dict[str, Any]) -> None:
-        return None
-
-    def save_run_artifact(self, run_dir: Path) -> None:
-        return None
-
-    def on_stage_end(
-        self, run_dir: Path, stage: str, iteration: int, agents: Mapping[str, Any] | None = None
-    ) -> None:
-        return None
-
-
 def _asked_for(mode: WandbMode) -> str | None:
     """The mode asked for explicitly (``WANDB_MODE``, then the setting), or None for "auto"."""
     return os.environ.get("WANDB_MODE") or (None if mode == "auto" else mode)
@@ -67,9 +46,7 @@ def resolve_mode(mode: WandbMode) -> str:
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
-def make_logger(
-    run_dir: Path, config: dict[str, Any], settings: ExperimentSettings
-) -> NullLogger | WandbLogger:
+def make_logger(run_dir: Path, config: dict[str, Any], settings: ExperimentSettings) -> WandbLogger:
     """The logger of a run: W&B as :func:`resolve_mode` says, else a :class:`NullLogger`."""
     mode = resolve_mode(settings.wandb_mode)
     if mode == "disabled":
@@ -203,7 +180,14 @@ class WandbLogger:
             warn(f"W&B could not save the rollouts' artifact: {error}")
 
     def __repr__(self) -> str:
-        return f"WandbLogger(mode={self.mode!r})"
+        return f"{type(self).__name__}(mode={self.mode!r})"
+
+
+class NullLogger(WandbLogger):
+    """Logs nothing (metrics are in the run directory anyway): a W&B logger without a run."""
+
+    def __init__(self) -> None:
+        self.mode, self._run = "disabled", None
 
 
 #: The artifacts of a run's records, by folder: the artifact name's prefix (the original's

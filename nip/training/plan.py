@@ -27,7 +27,7 @@ from nip.runs.run_dir import RunDirectory
 from nip.runs.state import ITERATION_STAGES, TrainerState
 from nip.session import Session
 from nip.training.algorithms import algorithm_of
-from nip.training.plan_display import plan_diff, plan_html, plan_rows, plan_text
+from nip.training.plan_display import PlanDisplay, plan_diff
 
 __all__ = [
     "TEST_ITERATION",
@@ -57,7 +57,7 @@ class PlanChangedError(IncompatibleParametersError):
 
 
 @dataclass(frozen=True)
-class RunPlan:
+class RunPlan(PlanDisplay):
     """What a run will do (see the module's documentation)."""
 
     protocol: str
@@ -125,17 +125,6 @@ class RunPlan:
             kept = {k: getattr(ran, k) for s in done for k in _STAGE_FIELDS.get(s, ())}
             iterations[i] = replace(iterations[i], **kept)
         return replace(self, iterations=tuple(iterations))
-
-    # ---------------------------------------------------------------- display
-    def rows(self) -> list[dict[str, str]]:
-        """One row per iteration: what it samples, tests and trains."""
-        return plan_rows(self)
-
-    def __str__(self) -> str:
-        return plan_text(self)
-
-    def _repr_html_(self) -> str:
-        return plan_html(self)
 
     def __repr__(self) -> str:
         return (

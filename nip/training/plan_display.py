@@ -4,96 +4,74 @@ plans (:mod:`nip.training.plan`); each algorithm says how its iterations read.""
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
-from nip.runs.plan_steps import GroupStep, IterationPlan
+from nip.runs.plan_steps import GroupStep
 from nip.training.algorithms import BY_NAME
+from nip.training.cost_report import html_table, text_table
 
 
-class RunPlan(Protocol):
-    """What is shown of a :class:`nip.training.plan.RunPlan`."""
+class PlanDisplay:
+    """How a :class:`~nip.training.plan.RunPlan` reads (its base class): a table per
+    iteration, and its jobs as sent."""
 
-    protocol: str
-    trainer: str
-    seed: int
-    train_split: str
-    test_split: str
-    iterations: Sequence[IterationPlan]
+    def rows(self) -> list[dict[str, str]]:
+        """One row per iteration: what it samples, tests and trains."""
+        rows = []
+        for it in self.iterations:
+            count = str(it.test_items) if it.test_items or it.test_item_ids is not None else "all"
+            test = f"{it.test_passes} x {count} {self.test_split}" if it.tests else "no test"
+            train = "; ".join(_describe_step(g) for g in it.groups) or "nothing (last iteration)"
+            algorithm = BY_NAME[it.algorithm]
+            rows.append(
+                {
+                    "iteration": str(it.iteration),
+                    "algorithm": algorithm.label,
+                    "samples": f"{it.items} {self.train_split} {algorithm.unit}",
+                    "test": test,
+                    "fine-tuning": train,
+                }
+            )
+        return rows
 
+    def jobs(self) -> list[str]:
+        """Each distinct job's settings, as sent to its provider, with the first iteration."""
+        lines: dict[str, str] = {}  # by group and settings: the first iteration's line
+        for it in self.iterations:
+            for g in (g for g in it.groups if g.job is not None):
+                settings = {k: v for k, v in g.job.items() if k not in ("suffix", "job_name")}
+                key = f"{g.group}:{sorted(settings.items(), key=str)}"
+                lines.setdefault(key, f"{g.group} (from iteration {it.iteration}): {settings}")
+        return list(lines.values())
 
-def plan_rows(self: RunPlan) -> list[dict[str, str]]:
-    """One row per iteration: what it samples, tests and trains."""
-    rows = []
-    for it in self.iterations:
-        count = str(it.test_items) if it.test_items or it.test_item_ids is not None else "all"
-        test = f"{it.test_passes} x {count} {self.test_split}" if it.tests else "no test"
-        train = "; ".join(_describe_step(g) for g in it.groups) or "nothing (last iteration)"
-        algorithm = BY_NAME[it.algorithm]
-        rows.append(
-            {
-                "iteration": str(it.iteration),
-                "algorithm": algorithm.label,
-                "samples": f"{it.items} {self.train_split} {algorithm.unit}",
-                "test": test,
-                "fine-tuning": train,
-            }
+    def _headline(self) -> str:
+        head = (
+            f"Run plan: {self.protocol}, {self.trainer}, seed {self.seed}, "
+            f"{len(self.iterations)} iteration(s)"
         )
-    return rows
-
-
-def plan_jobs(self: RunPlan) -> list[str]:
-    """Each distinct job's settings, as sent to its provider, with the first iteration."""
-    seen: dict[str, str] = {}
-    lines = []
-    for it in self.iterations:
-        for g in it.groups:
-            if g.job is None:
-                continue
-            settings = {k: v for k, v in g.job.items() if k not in ("suffix", "job_name")}
-            key = f"{g.group}:{sorted(settings.items(), key=str)}"
-            if key not in seen:
-                seen[key] = g.group
-                lines.append(f"{g.group} (from iteration {it.iteration}): {settings}")
-    return lines
-
-
-def plan_text(self: RunPlan) -> str:
-    """The plan as a text table, and its jobs."""
-    rows = plan_rows(self)
-    head = (
-        f"Run plan: {self.protocol}, {self.trainer}, seed {self.seed}, "
-        f"{len(self.iterations)} iteration(s)"
-    )
-    if self.iterations and self.iterations[0].item_ids is None:
-        head += " (the dataset is not at hand here: items are counted, not named)"
-    if not rows:
+        if self.iterations and self.iterations[0].item_ids is None:
+            head += " (the dataset is not at hand here: items are counted, not named)"
         return head
-    columns = list(rows[0])
-    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in columns[:-1]}
-    lines = [head, "  ".join(c.ljust(widths.get(c, 0)) for c in columns)]
-    for r in rows:
-        lines.append("  ".join(r[c].ljust(widths.get(c, 0)) for c in columns))
-    jobs = plan_jobs(self)
-    if jobs:
-        lines += ["", "Jobs as sent to their provider:"] + [f"  {j}" for j in jobs]
-    return "\n".join(lines)
 
+    def __str__(self) -> str:
+        rows, jobs = self.rows(), self.jobs()
+        if not rows:
+            return self._headline()
+        table = text_table(list(rows[0]), [list(r.values()) for r in rows], labels=len(rows[0]))
+        shown = ["", "Jobs as sent to their provider:", *(f"  {j}" for j in jobs)] if jobs else []
+        return "\n".join([self._headline(), table, *shown])
 
-def plan_html(self: RunPlan) -> str:
-    """The plan as an HTML table, and its jobs."""
-    rows = plan_rows(self)
-    head = html.escape(plan_text(self).splitlines()[0])
-    if not rows:
-        return f"<b>{head}</b>"
-    header = "".join(f"<th>{html.escape(c)}</th>" for c in rows[0])
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in r.values()) + "</tr>" for r in rows
-    )
-    jobs = "".join(f"<li><code>{html.escape(j)}</code></li>" for j in plan_jobs(self))
-    return f"<b>{head}</b><table><tr>{header}</tr>{body}</table>" + (
-        f"<p>Jobs as sent to their provider:</p><ul>{jobs}</ul>" if jobs else ""
-    )
+    def _repr_html_(self) -> str:
+        rows, head = self.rows(), f"<b>{html.escape(self._headline())}</b>"
+        if not rows:
+            return head
+        table = html_table(list(rows[0]), [list(r.values()) for r in rows], labels=len(rows[0]))
+        jobs = "".join(f"<li><code>{html.escape(j)}</code></li>" for j in self.jobs())
+        return (
+            head
+            + table
+            + (f"<p>Jobs as sent to their provider:</p><ul>{jobs}</ul>" if jobs else "")
+        )
 
 
 def _describe_step(step: GroupStep) -> str:

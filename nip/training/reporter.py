@@ -84,9 +84,8 @@ class RunReporter(TrainerCallback):
         if self._iteration_started is None:
             self._iteration_started = time.monotonic()
         self._stage = None
-        if not self.enabled or stage in _QUIET_STAGES or not _shown(run, stage):
+        if not self.enabled or stage in _QUIET_STAGES or (label := _describe(run, stage)) is None:
             return
-        label = _describe(run, stage)
         self._print(f"iteration {run.state.iteration + 1}/{len(run.plan)} · {label}")
         ended = asyncio.Event()
         watcher = None
@@ -107,8 +106,11 @@ class RunReporter(TrainerCallback):
                     await asyncio.wait_for(watcher, self.final_read_timeout_s)
             if error is None and not self.bars:
                 self._print(f"  {label}: done in {time.monotonic() - started:.1f} s")
-        if error is None:
-            self._maybe_summarise(run, stage)
+        if error is None and stage == run.step.stages[-1]:  # the iteration's last stage
+            seconds = time.monotonic() - (self._iteration_started or time.monotonic())
+            self._iteration_started = None
+            if self.enabled:
+                self._print(_summary(run, run.state.iteration, seconds))
 
     async def on_train_end(self, run: RunContext) -> None:
         """The run's spend beside its estimate (:mod:`nip.runs.spend`)."""
@@ -116,15 +118,6 @@ class RunReporter(TrainerCallback):
             self._print(f"run finished · {read_spend(run.run_dir.path).describe()}")
 
     # ------------------------------------------------------------------ details
-    def _maybe_summarise(self, run: RunContext, stage: str) -> None:
-        iteration = run.state.iteration
-        if stage != run.step.stages[-1]:  # the iteration goes on
-            return
-        seconds = time.monotonic() - (self._iteration_started or time.monotonic())
-        self._iteration_started = None
-        if self.enabled:
-            self._print(_summary(run, iteration, seconds))
-
     async def _watch_jobs(self, run: RunContext, ended: asyncio.Event) -> None:
         """Show the submitted jobs' steps and latest loss until ``ended`` (then a last read)."""
         groups = run.submitted()
@@ -171,23 +164,16 @@ class RunReporter(TrainerCallback):
         print(line, file=self.stream, flush=True)
 
 
-def _describe(run: RunContext, stage: str) -> str:
+def _describe(run: RunContext, stage: str) -> str | None:
+    """The stage's line, or None where it does nothing worth one (a test only runs on some
+    iterations, fine-tuning where jobs were submitted)."""
     if stage == "sample_rollouts":
         return f"sampling {run.step.items} dialogues"
     if stage == "test":
-        return "testing"
+        return "testing" if run.step.tests else None
     if stage == "await_fine_tune_jobs":
-        return f"fine-tuning {' and '.join(run.submitted()) or 'nothing'}"
+        return f"fine-tuning {' and '.join(run.submitted())}" if run.submitted() else None
     return stage.replace("_", " ")
-
-
-def _shown(run: RunContext, stage: str) -> bool:
-    """Whether the stage does anything worth a line (a test only runs on some iterations)."""
-    if stage == "test":
-        return run.step.tests
-    if stage == "await_fine_tune_jobs":
-        return bool(run.submitted())
-    return True
 
 
 def _summary(run: RunContext, iteration: int, seconds: float) -> str:

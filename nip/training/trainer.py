@@ -21,6 +21,7 @@ from typing import Any
 
 from nip._version import __version__
 from nip.data import dataset_provenance
+from nip.errors import BackendUnavailableError
 from nip.jobs import FineTuneBackend
 from nip.parameters import HyperParameters
 from nip.parameters.groups import group_members
@@ -46,11 +47,10 @@ from nip.training.callbacks import (
 )
 from nip.training.checkpoint_start import apply_starting_models
 from nip.training.context import RunContext
-from nip.training.groups import PureTextSharedModelGroup, wait_for_groups
+from nip.training.groups import PureTextSharedModelGroup
 from nip.training.logging import check_wandb
 from nip.training.plan import RunPlan, check_saved_plan, plan_for_session
 from nip.training.reporter import RunReporter
-from nip.training.results import analyse_run, analysis_dataframe
 from nip.training.stages import STAGES, algorithm_of
 from nip.utils.sync import run_sync
 
@@ -116,7 +116,7 @@ class PureTextEiTrainer:
             self.run_dir.write_json("hyper_params.json", hyper_params.to_dict())
             meta = {"nip_version": __version__, "created": time.time()}
             self.run_dir.write_json("meta.json", meta)
-            self.run_dir.save_dataset_provenance(provenance)
+            self.run_dir.write_json("dataset.json", provenance)  # two runs' data compare by it
             self.run_dir.write_json("plan.json", plan.to_dict())
         self.groups: dict[str, PureTextSharedModelGroup] = {
             name: PureTextSharedModelGroup(
@@ -276,9 +276,15 @@ class PureTextEiTrainer:
         """Wait until every group's backends can generate (a ``nip serve`` whose vLLM is
         still loading, say), instead of failing the first requests."""
         await self._call("on_engines_wait", done=False)
-        try:
-            timeout_s, training = self.settings.server_ready_timeout_s, self.plan.trained_groups
-            await wait_for_groups(self.groups, timeout_s, training)
+        timeout_s, training = self.settings.server_ready_timeout_s, self.plan.trained_groups
+        try:  # the training groups' fine-tuning backends are built meanwhile
+            for name, group in self.groups.items():
+                await group.wait_for_ready(timeout_s, will_train=name in training)
+        except TimeoutError:
+            raise BackendUnavailableError(
+                f"the server of group {name!r} was not ready after {timeout_s:g} s "
+                "(ExperimentSettings.server_ready_timeout_s)"
+            ) from None
         finally:
             await self._call("on_engines_wait", done=True)
         self._servers_ready = True
@@ -296,11 +302,34 @@ class PureTextEiTrainer:
     async def analyse_async(
         self, judge, *, analysers=None, split: str = "train"
     ) -> dict[str, float | None]:
-        """Judge every saved dialogue of ``split`` (:func:`~nip.training.results.analyse_run`:
-        the judgements go under ``analysis/``, each iteration's summary to the run's W&B
-        logger); returns the share of "yes" per analyser and agent."""
+        """Judge every saved dialogue of ``split`` with the ``judge`` model's parameters, store the
+        judgements under ``analysis/`` and return the last iteration's share of "yes" per analyser
+        and agent; each iteration's summary also goes to the run's W&B logger as ``analysis_*``."""
+        from nip.analysis.judges import ANALYSERS, analyse_async, summarise
+
         logger = self._logger or self._make_logger()
-        summary = await analyse_run(self.context, judge, logger, analysers=analysers, split=split)
+        backend = self.session.backends.backend_for(judge)
+        summary: dict[str, float | None] = {}
+        for iteration in range(self.state.iteration + 1):
+            if not self.run_dir.has_rollouts(split, iteration):
+                continue
+            results = await analyse_async(
+                self.run_dir.load_rollouts(split, iteration),
+                self.session.handler,
+                backend,
+                model=judge.model_name,
+                analysers=tuple(analysers or ANALYSERS),
+                seed=self.hyper_params.seed,
+            )
+            name = f"analysis/{split}_it{iteration:04d}"
+            self.run_dir.write_jsonl(f"{name}.jsonl", [r.to_dict() for r in results])
+            summary = summarise(results)
+            self.run_dir.write_json(f"{name}_summary.json", summary)
+            # No step: a finished run's W&B steps are past these iterations, and W&B drops data
+            # logged at an earlier step.
+            prefix = "analysis_" if split == "train" else f"analysis_{split}_"
+            logged = {f"{prefix}{k}": v for k, v in summary.items()}
+            logger.log({"analysis_iteration": iteration, **logged}, step=None)
         if logger is not self._logger:
             logger.finish()
         return summary
@@ -310,8 +339,13 @@ class PureTextEiTrainer:
         return run_sync(self.analyse_async(judge, **kwargs))
 
     def analysis_dataframe(self, split: str = "train"):
-        """Every stored judgement, one row each."""
-        return analysis_dataframe(self.run_dir, split)
+        """Every stored judgement of ``split``, one row each."""
+        import pandas as pd
+
+        files = sorted((self.run_dir.path / "analysis").glob(f"{split}_it*[0-9].jsonl"))
+        return pd.DataFrame(
+            [row for f in files for row in self.run_dir.read_jsonl(f"analysis/{f.name}")]
+        )
 
     def metrics_dataframe(self):
         """The run's metrics so far, one row per (split, iteration)."""

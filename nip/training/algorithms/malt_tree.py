@@ -222,13 +222,9 @@ class ResponseTree:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ResponseTree:
+        pairs = [PreferencePair(**p) for p in data.get("pairs", [])]
         tree = cls(
-            tree_id=data["tree_id"],
-            protocol=data["protocol"],
-            datapoint=Datapoint(**data["datapoint"]),
-            seed=data["seed"],
-            stances=dict(data["stances"]),
-            iteration=data.get("iteration", 0),
+            **{**data, "datapoint": Datapoint(**data["datapoint"]), "nodes": {}, "pairs": pairs}
         )
         for raw in data["nodes"]:
             node = TreeNode(
@@ -240,7 +236,6 @@ class ResponseTree:
                 }
             )
             tree.nodes[node.id] = node
-        tree.pairs = [PreferencePair(**p) for p in data.get("pairs", [])]
         return tree
 
     def __repr__(self) -> str:
