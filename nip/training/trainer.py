@@ -162,10 +162,6 @@ class PureTextEiTrainer:
         """Where the run stands (saved as ``state.json`` after every stage)."""
         return self.context.state
 
-    @state.setter
-    def state(self, state: TrainerState) -> None:
-        self.context.state = state
-
     @property
     def poll_interval_s(self) -> float:
         """How often jobs and the control file are polled."""
@@ -211,7 +207,7 @@ class PureTextEiTrainer:
                 _resuming=True,
             )
             if directory.exists("state.json"):
-                trainer.state = TrainerState(**directory.read_json("state.json"))
+                trainer.context.state = TrainerState(**directory.read_json("state.json"))
                 for name, group_state in trainer.state.groups.items():
                     trainer.groups[name].set_state(group_state)
             trainer.context.plan = check_saved_plan(
@@ -289,7 +285,7 @@ class PureTextEiTrainer:
             await self._call("on_engines_wait", done=True)
         self._servers_ready = True
 
-    def _make_logger(self):
+    def _make_logger(self):  # a seam of the tests
         return make_logger(self.context)
 
     @property
@@ -305,34 +301,16 @@ class PureTextEiTrainer:
         """Judge every saved dialogue of ``split`` with the ``judge`` model's parameters, store the
         judgements under ``analysis/`` and return the last iteration's share of "yes" per analyser
         and agent; each iteration's summary also goes to the run's W&B logger as ``analysis_*``."""
-        from nip.analysis.judges import ANALYSERS, analyse_async, summarise
+        from nip.training.analysis import analyse_run_async
 
         logger = self._logger or self._make_logger()
-        backend = self.session.backends.backend_for(judge)
-        summary: dict[str, float | None] = {}
-        for iteration in range(self.state.iteration + 1):
-            if not self.run_dir.has_rollouts(split, iteration):
-                continue
-            results = await analyse_async(
-                self.run_dir.load_rollouts(split, iteration),
-                self.session.handler,
-                backend,
-                model=judge.model_name,
-                analysers=tuple(analysers or ANALYSERS),
-                seed=self.hyper_params.seed,
+        try:
+            return await analyse_run_async(
+                self.context, judge, logger, analysers=analysers, split=split
             )
-            name = f"analysis/{split}_it{iteration:04d}"
-            self.run_dir.write_jsonl(f"{name}.jsonl", [r.to_dict() for r in results])
-            summary = summarise(results)
-            self.run_dir.write_json(f"{name}_summary.json", summary)
-            # No step: a finished run's W&B steps are past these iterations, and W&B drops data
-            # logged at an earlier step.
-            prefix = "analysis_" if split == "train" else f"analysis_{split}_"
-            logged = {f"{prefix}{k}": v for k, v in summary.items()}
-            logger.log({"analysis_iteration": iteration, **logged}, step=None)
-        if logger is not self._logger:
-            logger.finish()
-        return summary
+        finally:
+            if logger is not self._logger:
+                logger.finish()
 
     def analyse(self, judge, **kwargs) -> dict[str, float | None]:
         """Sync :meth:`analyse_async`."""
@@ -340,12 +318,9 @@ class PureTextEiTrainer:
 
     def analysis_dataframe(self, split: str = "train"):
         """Every stored judgement of ``split``, one row each."""
-        import pandas as pd
+        from nip.training.analysis import analysis_dataframe
 
-        files = sorted((self.run_dir.path / "analysis").glob(f"{split}_it*[0-9].jsonl"))
-        return pd.DataFrame(
-            [row for f in files for row in self.run_dir.read_jsonl(f"analysis/{f.name}")]
-        )
+        return analysis_dataframe(self.context, split)
 
     def metrics_dataframe(self):
         """The run's metrics so far, one row per (split, iteration)."""
