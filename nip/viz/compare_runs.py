@@ -36,27 +36,6 @@ from nip.viz._accuracy_plot import accuracy_trace, error_bars, frame_accuracy_fi
 from nip.viz.intervals import seed_interval, wilson_interval
 from nip.viz.results import RunResults
 
-#: The columns of :func:`comparison_table`, in order (``items`` only with ``by_label``).
-COLUMNS = [
-    "series",
-    "protocol",
-    "trainer",
-    "split",
-    "iteration",
-    "runs",
-    "seeds",
-    "dialogues",
-    "correct",
-    "accuracy",
-    "ci_low",
-    "ci_high",
-    "no_decision_rate",
-    "mean_rounds",
-    "spent_usd",
-    "estimated_usd",
-    "items",
-]
-
 #: The item subsets of ``by_label``: all items, and each true label's.
 SUBSETS = {"all items": (0, 1), "correct solutions": (1,), "incorrect solutions": (0,)}
 
@@ -212,7 +191,9 @@ def comparison_table(
             (NaN for a single run).
 
     Returns:
-        Columns :data:`COLUMNS`, sorted by series (a mapping's order, else by name) and
+        Columns series, protocol, trainer, split, iteration, runs, seeds, dialogues, correct,
+        accuracy, ci_low, ci_high, no_decision_rate, mean_rounds, spent_usd, estimated_usd (and
+        items with ``by_label``), sorted by series (a mapping's order, else by name) and
         iteration (None for dialogues outside a run). Unfinished runs count as far as they
         got; ``table.attrs["incomplete"]`` says how far.
 
@@ -265,7 +246,7 @@ def comparison_table(
                 "items": items,
             }
         )
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows)
     order = list(dict.fromkeys(frame["series"]))
     if not isinstance(sources, Mapping):
         order.sort()
