@@ -80,8 +80,21 @@ def plot_tree(
 
     pairs = [p for p in tree.pairs if p.agent == agent]
     traces = [
-        _edges(tree, layout),
-        _pair_links(pairs, layout, agent),
+        _segments(
+            [(layout[tree.nodes[i].parent_id], layout[i]) for i in ids[1:]],  # root first
+            meta="edges",
+            name="edges",
+            showlegend=False,
+            line=dict(color=_style.EDGE_COLOUR, width=1.5),
+        ),
+        _segments(
+            [(layout[p.chosen_id], layout[p.rejected_id]) for p in pairs],
+            meta="pair_links",
+            name=f"preference pair ({agent})",
+            legendgroup="pairs",
+            showlegend=bool(pairs),
+            line=dict(color=_style.PAIR_LINK_COLOUR, width=1.5, dash="dash"),
+        ),
         _rings([p.chosen_id for p in pairs], layout, "preferred", agent),
         _rings([p.rejected_id for p in pairs], layout, "non_preferred", agent),
         go.Scatter(
@@ -121,7 +134,12 @@ def plot_tree(
     round_at = {layout[i].depth: tree.nodes[i].round for i in ids}
     figure.update_layout(
         template=_style.TEMPLATE,
-        title=dict(text=title or _default_title(tree, agent)),
+        title=dict(
+            text=title
+            or f"MALT tree {tree.tree_id}: {agent}'s expected reward<br><sup>{tree.protocol} · "
+            f"datapoint {tree.datapoint.id} ({label_name(tree.datapoint.y)} solution) · "
+            f"{len(tree.leaves())} leaves · {len(tree.pairs)} preference pairs</sup>"
+        ),
         height=220 + 80 * len(depths),
         hovermode="closest",
         hoverlabel=dict(align="left"),
@@ -141,41 +159,11 @@ def plot_tree(
     return figure
 
 
-def _default_title(tree: ResponseTree, agent: str) -> str:
-    return (
-        f"MALT tree {tree.tree_id}: {agent}'s expected reward<br><sup>{tree.protocol} · "
-        f"datapoint {tree.datapoint.id} ({label_name(tree.datapoint.y)} solution) · "
-        f"{len(tree.leaves())} leaves · {len(tree.pairs)} preference pairs</sup>"
-    )
-
-
 def _segments(ends: list[tuple[NodePosition, NodePosition]], **options) -> go.Scatter:
     """One line trace of the segments between each pair of positions."""
     x = [v for a, b in ends for v in (a.x, b.x, None)]
     y = [v for a, b in ends for v in (a.depth, b.depth, None)]
     return go.Scatter(x=x, y=y, mode="lines", hoverinfo="skip", **options)
-
-
-def _edges(tree: ResponseTree, layout: dict[str, NodePosition]) -> go.Scatter:
-    parents = {i: tree.nodes[i].parent_id for i in layout}
-    return _segments(
-        [(layout[p], layout[i]) for i, p in parents.items() if p is not None],
-        meta="edges",
-        name="edges",
-        showlegend=False,
-        line=dict(color=_style.EDGE_COLOUR, width=1.5),
-    )
-
-
-def _pair_links(pairs, layout: dict[str, NodePosition], agent: str) -> go.Scatter:
-    return _segments(
-        [(layout[p.chosen_id], layout[p.rejected_id]) for p in pairs],
-        meta="pair_links",
-        name=f"preference pair ({agent})",
-        legendgroup="pairs",
-        showlegend=bool(pairs),
-        line=dict(color=_style.PAIR_LINK_COLOUR, width=1.5, dash="dash"),
-    )
 
 
 def _rings(node_ids: list[str], layout: dict[str, NodePosition], role: str, agent: str):

@@ -46,19 +46,8 @@ def _is_params_class(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, BaseParameters)
 
 
-def _is_params_mapping(tp: Any) -> bool:
-    return get_origin(tp) in (dict, Mapping) and _is_params_class(get_args(tp)[1])
-
-
 def _descendants(cls: type) -> list[type]:
     return [d for sub in cls.__subclasses__() for d in (sub, *_descendants(sub))]
-
-
-def _subclass_choices(declared: type[BaseParameters], current: type) -> list[type]:
-    """The classes a nested field may hold: the declared class's descendants (itself when it
-    has none), plus the current one."""
-    choices = _descendants(declared) or [declared]
-    return choices if current in choices else [current, *choices]
 
 
 class ParametersForm(PlainTextRepr, ipywidgets.VBox):
@@ -147,7 +136,9 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
         for info in obj.fields_info():
             if _is_params_class(info.type):
                 groups.append((info.name, self._nested_form(obj, prefix, info)))
-            elif _is_params_mapping(info.type):
+            elif get_origin(info.type) in (dict, Mapping) and _is_params_class(
+                get_args(info.type)[1]
+            ):
                 groups.append((info.name, self._mapping_form(obj, prefix + info.name)))
             else:
                 control = control_for(info, getattr(obj, info.name), self._look)
@@ -167,7 +158,10 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
     def _nested_form(self, parent: BaseParameters, prefix: str, info: FieldInfo) -> ipywidgets.VBox:
         address = prefix + info.name
         box = ipywidgets.VBox()
-        choices = _subclass_choices(info.type, type(getattr(parent, info.name)))
+        # The declared class's descendants (itself when it has none), and the current class.
+        choices = _descendants(info.type) or [info.type]
+        if (current := type(getattr(parent, info.name))) not in choices:
+            choices.insert(0, current)
 
         def build() -> None:
             child = getattr(parent, info.name)

@@ -29,17 +29,12 @@ class _Trainer(Protocol):
     context: RunContext
 
 
+#: Each status's colour ("not started" and "no run" grey).
 _STATUS_COLOURS = {
+    **dict.fromkeys(("pausing", "paused"), "#e37400"),
+    **dict.fromkeys(("stopping", "stopped", "failed", "interrupted"), "#c5221f"),
     "running": "#1a73e8",
-    "pausing": "#e37400",
-    "paused": "#e37400",
-    "stopping": "#c5221f",
-    "stopped": "#c5221f",
-    "failed": "#c5221f",
-    "interrupted": "#c5221f",
     "finished": "#188038",
-    "not started": "#666",
-    "no run": "#666",
 }
 
 
@@ -135,18 +130,7 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
 
     async def refresh_async(self) -> RunSnapshot:
         """Read the run directory (and, with a trainer, its jobs' events) and redraw."""
-        if self.context is not None:
-            await self._ask_backends_for_losses()
-        return self.refresh()
-
-    def refresh(self) -> RunSnapshot:
-        """Read the run directory once and redraw."""
-        self.snapshot = RunSnapshot.read(self.run_dir)
-        self._draw()
-        return self.snapshot
-
-    async def _ask_backends_for_losses(self) -> None:
-        for group in self.context.groups.values():  # type: ignore[union-attr]
+        for group in self.context.groups.values() if self.context is not None else ():
             job_id = group.state.fine_tune_job_id
             if not job_id or self._job_done.get(job_id):
                 continue
@@ -156,6 +140,13 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
                 events = await backend.list_events(job_id)
                 self._job_events[job_id] = loss_points([{"data": e.data} for e in events])
                 self._job_done[job_id] = job.done
+        return self.refresh()
+
+    def refresh(self) -> RunSnapshot:
+        """Read the run directory once and redraw."""
+        self.snapshot = RunSnapshot.read(self.run_dir)
+        self._draw()
+        return self.snapshot
 
     # ------------------------------------------------------------------ control
     def ask(self, what: str) -> None:

@@ -55,7 +55,6 @@ class JobSnapshot:
 
 #: A group's ``last_job_outcome`` in words, where its name says too little.
 _OUTCOME_WORDS = {
-    "submitted": "submitted",
     "frozen": "frozen: never trained",
     "insufficient_data": "too few examples: not trained",
     "not_scheduled": "not scheduled this iteration",
@@ -109,9 +108,6 @@ class RunSnapshot:
         status, reported = read_status(directory.path), reported_status(directory.path)
         stages_completed = int(state.get("stages_completed", 0))
         fresh = status.get("stages_completed") == stages_completed
-        metrics = (
-            tuple(directory.metrics_records()) if (directory.path / "metrics").is_dir() else ()
-        )
         iteration = int(state.get("iteration", 0))
         stage = str(state.get("stage", "sample_rollouts"))
         played = read_stage_progress(directory.path)
@@ -128,7 +124,7 @@ class RunSnapshot:
             request=read_request(directory.path),
             reported=reported if fresh or reported == "interrupted" else None,
             error=status.get("error") if fresh else None,
-            metrics=metrics,
+            metrics=tuple(directory.metrics_records()),
             jobs=tuple(_jobs(directory.path, state, params, plan)),
             stage_done=int(played["done"]) if current else None,
             stage_total=int(played["total"]) if current else None,
@@ -263,7 +259,10 @@ def _jobs(
         job_id = group_state.get("fine_tune_job_id")
         history = group_state.get("model_history") or []
         model = group_state.get("fine_tuned_model_name") or (history[-1] if history else None)
-        status, losses = _local_job(run_dir, job_id) if job_id else (None, ())
+        folder = run_dir / "jobs" / job_id if job_id else None  # a local LoRA job's folder
+        local = folder is not None and folder.is_dir()
+        status = read_json_object(folder / "status.json").get("status") if local else None
+        losses = loss_points(read_growing_jsonl(folder / "events.jsonl")) if local else ()
         dummy = [agents.get(a, {}).get("use_dummy_api") for a in members.get(group, ())]
         jobs.append(
             JobSnapshot(
@@ -281,15 +280,6 @@ def _jobs(
             )
         )
     return jobs
-
-
-def _local_job(run_dir: Path, job_id: str) -> tuple[str | None, tuple[tuple[int, float], ...]]:
-    """A local LoRA job's status and losses, from its folder under ``jobs/``."""
-    folder = run_dir / "jobs" / job_id
-    if not folder.is_dir():
-        return None, ()
-    status = read_json_object(folder / "status.json").get("status")
-    return status, loss_points(read_growing_jsonl(folder / "events.jsonl"))
 
 
 def loss_points(events: list[dict[str, Any]]) -> tuple[tuple[int, float], ...]:

@@ -29,10 +29,6 @@ from nip.widgets.run_snapshot import RunSnapshot
 __all__ = ["SweepMonitor"]
 
 
-def _status(snapshot: RunSnapshot) -> str:
-    return snapshot.status if snapshot.exists else "not started"
-
-
 class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
     """Each cell of a sweep, its comparison so far, and a cell's own dashboard on a click.
 
@@ -134,11 +130,12 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         if snapshot.metrics and spend.difference_pct is not None:
             cost += f" of {usd(spend.estimate_usd)} ({spend.difference_pct:+.0f}%)"
         where = snapshot.position if snapshot.started else ""
+        status = snapshot.status if snapshot.exists else "not started"
         return [
             escape(cell["name"]),
             *(escape(cell["values"].get(path, "")) for path in axes),
             escape(self._protocol(cell)),
-            error_html(f"failed: {error}") if error else escape(_status(snapshot)),
+            error_html(f"failed: {error}") if error else escape(status),
             escape(where),
             "–" if accuracy is None else f"{accuracy:.0%} ({split})",
             escape(cost),
