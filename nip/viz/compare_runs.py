@@ -88,12 +88,6 @@ def _unfinished(path: Path, in_sweep: bool, split: str, saved: bool) -> str | No
     return f"{name} ({stage}, iteration {shown}/{iterations}{none_yet})"
 
 
-def _models(hyper_params: dict[str, Any]) -> str:
-    """The run's agents' models (``gpt-4o-mini-2024-07-18``; several joined by ``+``)."""
-    agents = (hyper_params.get("agents") or {}).values()
-    return "+".join(sorted({str(agent.get("model_name", "?")) for agent in agents})) or "?"
-
-
 def _counts(transcripts: list[Transcript], **fields: Any) -> list[dict[str, Any]]:
     """One record per item subset: dialogues, correct decisions, no decisions, rounds."""
     records = []
@@ -136,12 +130,14 @@ def _run_records(path: Path, label: str | None, split: str, iteration: int | Non
     """The records of one saved run."""
     run = RunResults(path)
     hp = run.hyper_params
+    agents = (hp.get("agents") or {}).values()
     fields = {
         "label": label,
         "protocol": hp.get("interaction_protocol", "?"),
         "trainer": hp.get("trainer", "?"),
         "seed": hp.get("seed"),
-        "models": _models(hp),
+        # the agents' models (``gpt-4o-mini-2024-07-18``; several joined by ``+``)
+        "models": "+".join(sorted({str(a.get("model_name", "?")) for a in agents})) or "?",
         "run": str(path),
         "variant": f" (retest {path.name})" if path.parent.name == "retest" else "",
     }

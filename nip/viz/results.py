@@ -314,7 +314,12 @@ def plot_rewards(
     for index, agent in enumerate(agents):
         for split, rows in frame.groupby("split", sort=True):
             mean = rows[f"{agent}{suffix}"].astype(float)
-            error = _standard_error(rows, agent)
+            error = None
+            if f"{agent}.std_episode_reward" in rows and "num_dialogues" in rows:
+                # The saved std is the population std: the standard error is std / sqrt(n - 1).
+                n = rows["num_dialogues"].astype(float)
+                std = rows[f"{agent}.std_episode_reward"].astype(float)
+                error = (std / (n - 1).clip(lower=1) ** 0.5).where(n > 1, 0.0)
             figure.add_trace(
                 go.Scatter(
                     x=rows["iteration"],
@@ -341,12 +346,3 @@ def plot_rewards(
 
 def _line(index: int, split: str) -> dict[str, str]:
     return dict(color=_style.series_colour(index), dash=_style.SPLIT_DASHES.get(split, "solid"))
-
-
-def _standard_error(rows: pd.DataFrame, agent: str):
-    std_column = f"{agent}.std_episode_reward"
-    if std_column not in rows or "num_dialogues" not in rows:
-        return None
-    n = rows["num_dialogues"].astype(float)
-    # The saved std is the population std: the standard error is std / sqrt(n - 1).
-    return (rows[std_column].astype(float) / (n - 1).clip(lower=1) ** 0.5).where(n > 1, 0.0)

@@ -192,7 +192,14 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         self.pause_button.disabled = ended or snapshot.request == "pause"
         self.resume_button.disabled = ended or snapshot.request == "run"
         self.stop_button.disabled = ended or snapshot.request == "stop"
-        self._draw_metrics()
+        self._set_traces(
+            self.accuracy_plot,
+            {split: snapshot.metric(split, "accuracy") for split in ("train", "test")},
+        )
+        self._set_traces(
+            self.reward_plot,
+            {a: snapshot.metric("train", f"{a}.mean_episode_reward") for a in snapshot.agents},
+        )
         self._draw_jobs()
 
     @staticmethod
@@ -204,17 +211,6 @@ class RunMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
                 xs, ys = zip(*points, strict=True)
                 plot.figure.add_scatter(name=name, mode="lines+markers", x=list(xs), y=list(ys))
         plot.draw()
-
-    def _draw_metrics(self) -> None:
-        snapshot = self.snapshot
-        self._set_traces(
-            self.accuracy_plot,
-            {split: snapshot.metric(split, "accuracy") for split in ("train", "test")},
-        )
-        self._set_traces(
-            self.reward_plot,
-            {a: snapshot.metric("train", f"{a}.mean_episode_reward") for a in snapshot.agents},
-        )
 
     def job_losses(self, job: JobSnapshot) -> tuple[tuple[int, float], ...]:
         """A job's loss points: from its folder, else from its backend (with a trainer)."""

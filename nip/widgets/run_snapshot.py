@@ -111,7 +111,11 @@ class RunSnapshot:
         iteration = int(state.get("iteration", 0))
         stage = str(state.get("stage", "sample_rollouts"))
         played = read_stage_progress(directory.path)
-        plan = _read_plan(directory.path)
+        plan_data = read_json_object(directory.path / "plan.json")
+        try:
+            plan = RunPlan.from_dict(plan_data) if plan_data else None
+        except (TypeError, KeyError):  # a plan.json of another nip
+            plan = None
         current = (played.get("stage"), played.get("iteration")) == (stage, iteration)
         return cls(
             run_dir=directory.path,
@@ -237,14 +241,6 @@ class RunSnapshot:
     def describe(self) -> str:
         """One line: the status and the position."""
         return f"{self.status} · {self.position}"
-
-
-def _read_plan(run_dir: Path) -> RunPlan | None:
-    data = read_json_object(run_dir / "plan.json")
-    try:
-        return RunPlan.from_dict(data) if data else None
-    except (TypeError, KeyError):  # a plan.json of another nip
-        return None
 
 
 def _jobs(

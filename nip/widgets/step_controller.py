@@ -100,7 +100,8 @@ class PromptInspector(PlainTextRepr, ipywidgets.VBox):
         """Re-read the dialogue: offer the rounds as they now are and redraw."""
         rounds = self.rounds()
         keep = self.round_picker.value
-        options = [(self._round_label(r), r) for r in rounds]
+        playing = None if self.dialogue.done else self.dialogue.round_id
+        options = [(f"{r} (next)" if r == playing else str(r), r) for r in rounds]
         self._refreshing = True
         try:
             self.round_picker.options = options
@@ -110,11 +111,6 @@ class PromptInspector(PlainTextRepr, ipywidgets.VBox):
         self._render()
 
     # -------------------------------------------------------------- drawing
-    def _round_label(self, round_id: int) -> str:
-        if round_id == self.dialogue.round_id and not self.dialogue.done:
-            return f"{round_id} (next)"
-        return str(round_id)
-
     def _render(self) -> None:
         if self._refreshing:
             return
