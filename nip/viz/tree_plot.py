@@ -311,9 +311,7 @@ def plot_trees_summary(
     tree_ids = [t.tree_id for t in trees]
     if len(set(tree_ids)) != len(tree_ids):
         raise ValueError(f"tree ids must be unique, got {tree_ids}")
-    ids, parents, labels, values, colours, hover = [ALL_TREES], [""], [], [], [], []
-    total_leaves = 0
-    weighted_reward = 0.0
+    ids, parents, labels, values, colours, hover = [ALL_TREES], [""], [""], [0], [0.0], [""]
     for tree in trees:
         rewards = expected_rewards(tree, agent)
         for node_id in tree_layout(tree):
@@ -324,13 +322,12 @@ def plot_trees_summary(
             values.append(node.num_leaves)
             colours.append(rewards[node_id])
             hover.append(node_hover(tree, node, agent, max_chars))
-        total_leaves += tree.root.num_leaves
-        weighted_reward += rewards[tree.tree_id] * tree.root.num_leaves
-    overall = weighted_reward / total_leaves if total_leaves else 0.0
-    labels.insert(0, f"{len(trees)} trees")
-    values.insert(0, total_leaves)
-    colours.insert(0, overall)
-    hover.insert(0, f"<b>{len(trees)} trees</b><br>{agent}'s mean expected reward: {overall:+.3g}")
+    # The top block: every tree's leaves, and their mean expected reward.
+    roots = [i for i, parent in enumerate(parents) if parent == ALL_TREES]
+    values[0] = sum(values[i] for i in roots)
+    colours[0] = sum(values[i] * colours[i] for i in roots) / values[0] if values[0] else 0.0
+    labels[0] = f"{len(trees)} trees"
+    hover[0] = f"<b>{labels[0]}</b><br>{agent}'s mean expected reward: {colours[0]:+.3g}"
 
     figure = go.Figure(
         go.Icicle(

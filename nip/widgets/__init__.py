@@ -17,8 +17,7 @@ from nip.extras import needs
 with needs("widgets"):  # without ipywidgets: one line naming the extra
     from nip.widgets.config_form import OptionalControl, ParametersForm, agents_for_protocol
     from nip.widgets.job_monitor import FineTuneLauncher, job_loss, job_progress
-    from nip.widgets.run_monitor import RunMonitor
-    from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot
+    from nip.widgets.run_monitor import JobSnapshot, RunMonitor, RunSnapshot
     from nip.widgets.step_controller import DialogueController, PromptInspector
     from nip.widgets.sweep_monitor import SweepMonitor
 

@@ -26,7 +26,7 @@ from nip.widgets._html import (
     pre_html,
 )
 from nip.widgets._tasks import Actions
-from nip.widgets.run_snapshot import loss_points
+from nip.widgets.run_monitor import loss_points
 
 if TYPE_CHECKING:
     from nip.jobs import FineTuneEvent, FineTuneJob

@@ -23,8 +23,7 @@ from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html, table_html
 from nip.widgets._tasks import Polling
-from nip.widgets.run_monitor import RunMonitor
-from nip.widgets.run_snapshot import RunSnapshot
+from nip.widgets.run_monitor import RunMonitor, RunSnapshot
 
 __all__ = ["SweepMonitor"]
 
