@@ -58,7 +58,7 @@ class Polling:
 
 
 class Actions:
-    """Buttons whose coroutines run one at a time (:func:`start`), their errors shown in
+    """Buttons whose coroutines run one at a time (:meth:`_click`), their errors shown in
     ``errors``; ``_redraw`` updates the buttons (disabled while one runs: ``_busy``)."""
 
     task: asyncio.Task | None = None
