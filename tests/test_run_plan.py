@@ -171,7 +171,7 @@ def test_nip_resume_takes_accept_plan_change():
 
 
 def test_the_dashboard_snapshot_shows_what_the_plan_has_this_iteration_do(dataset, tmp_path):
-    from nip.widgets.run_snapshot import RunSnapshot
+    from nip.widgets import RunSnapshot
 
     run = tmp_path / "run"
     trainer = PureTextEiTrainer(params(dataset), settings(run))

@@ -42,7 +42,7 @@ from nip.viz import (
     tree_layout,
     wilson_interval,
 )
-from nip.viz.tree_summary import ALL_TREES
+from nip.viz.tree_plot import ALL_TREES
 
 
 # ------------------------------------------------------------------ fixtures

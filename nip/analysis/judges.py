@@ -130,31 +130,6 @@ def judge_prompt(
     return messages
 
 
-async def _judge(
-    backend: ChatBackend,
-    model: str,
-    messages: list[ChatMessage],
-    seed: int,
-    retries: int,
-) -> tuple[bool | None, str]:
-    raw = ""
-    for attempt in range(retries + 1):
-        request = GenerationRequest(
-            model=model,
-            messages=tuple(messages),
-            max_tokens=8,
-            temperature=0.0,
-            seed=derive_seed(seed, attempt),
-            metadata={"expects": "yes_no"},
-        )
-        result = await backend.generate(request)
-        raw = result.completions[0].text or ""
-        match = _YES_NO.match(raw)
-        if match:
-            return match.group(1).lower() == "yes", raw
-    return None, raw
-
-
 async def analyse_async(
     transcripts: Sequence[Transcript],
     handler: ProtocolHandler,
@@ -181,14 +156,22 @@ async def analyse_async(
 
     async def run(job) -> AnalysisResult:
         analyser, transcript, agent, channel = job
-        prompt = judge_prompt(analyser, transcript, handler, agent, channel)
-        answer, raw = await _judge(
-            backend,
-            model,
-            prompt,
-            derive_seed(seed, analyser.name, transcript.id, agent, channel),
-            retries,
-        )
+        prompt = tuple(judge_prompt(analyser, transcript, handler, agent, channel))
+        job_seed = derive_seed(seed, analyser.name, transcript.id, agent, channel)
+        answer, raw = None, ""
+        for attempt in range(retries + 1):
+            request = GenerationRequest(
+                model=model,
+                messages=prompt,
+                max_tokens=8,
+                temperature=0.0,
+                seed=derive_seed(job_seed, attempt),
+                metadata={"expects": "yes_no"},
+            )
+            raw = (await backend.generate(request)).completions[0].text or ""
+            if match := _YES_NO.match(raw):
+                answer = match.group(1).lower() == "yes"
+                break
         return AnalysisResult(
             analyser.name, transcript.id, agent, channel, answer, raw, transcript.iteration
         )

@@ -8,14 +8,16 @@ from nip.extras import needs
 from nip.utils.lazy import lazy_attributes
 
 with needs("viz"):  # without pandas or plotly: one line naming the extra
-    from nip.viz.compare import run_protocols, run_protocols_async
-    from nip.viz.compare_runs import compare_runs, comparison_table
+    from nip.viz.compare_runs import (
+        compare_runs,
+        comparison_table,
+        run_protocols,
+        run_protocols_async,
+    )
     from nip.viz.confusion import confusion_matrix, plot_confusion
     from nip.viz.intervals import wilson_interval
     from nip.viz.results import RunResults, accuracy_table, load_run, plot_accuracy, plot_rewards
-    from nip.viz.tree_layout import NodePosition, tree_layout
-    from nip.viz.tree_plot import plot_tree
-    from nip.viz.tree_summary import plot_trees_summary
+    from nip.viz.tree_plot import NodePosition, plot_tree, plot_trees_summary, tree_layout
 
 __all__ = [
     "NodePosition",

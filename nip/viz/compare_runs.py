@@ -13,49 +13,33 @@ interval of their pooled dialogues shows how precisely the accuracy is measured,
 varies between seeds (``runs`` says how many runs a point pools). ``pool_seeds=False`` draws each
 run as its own series, ``over_seeds=True`` the seeds' mean with a Student-t interval. Several
 iterations are drawn as lines; a single one (dialogues, or ``iteration=``) as bars.
+:func:`run_protocols` plays the same items under each protocol, for the comparison.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import plotly.graph_objects as go
 
-from nip.protocols import Decision
+from nip.parameters import HyperParameters, PureTextAgentParameters
+from nip.protocols import Decision, protocol_class
 from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
 from nip.runs.spend import RunSpend, read_spend, sum_known
 from nip.runs.sweep_dir import is_sweep_dir, sweep_run_dirs
+from nip.settings import ExperimentSettings
 from nip.viz import _style
-from nip.viz._accuracy_plot import accuracy_trace, error_bars, frame_accuracy_figure
 from nip.viz.intervals import seed_interval, wilson_interval
-from nip.viz.results import RunResults
+from nip.viz.results import RunResults, accuracy_trace, error_bars, frame_accuracy_figure
 
-#: The columns of :func:`comparison_table`, in order (``items`` only with ``by_label``).
-COLUMNS = [
-    "series",
-    "protocol",
-    "trainer",
-    "split",
-    "iteration",
-    "runs",
-    "seeds",
-    "dialogues",
-    "correct",
-    "accuracy",
-    "ci_low",
-    "ci_high",
-    "no_decision_rate",
-    "mean_rounds",
-    "spent_usd",
-    "estimated_usd",
-    "items",
-]
+if TYPE_CHECKING:
+    from nip.rollouts.engine import RolloutBatch
 
 #: The item subsets of ``by_label``: all items, and each true label's.
 SUBSETS = {"all items": (0, 1), "correct solutions": (1,), "incorrect solutions": (0,)}
@@ -104,12 +88,6 @@ def _unfinished(path: Path, in_sweep: bool, split: str, saved: bool) -> str | No
     return f"{name} ({stage}, iteration {shown}/{iterations}{none_yet})"
 
 
-def _models(hyper_params: dict[str, Any]) -> str:
-    """The run's agents' models (``gpt-4o-mini-2024-07-18``; several joined by ``+``)."""
-    agents = (hyper_params.get("agents") or {}).values()
-    return "+".join(sorted({str(agent.get("model_name", "?")) for agent in agents})) or "?"
-
-
 def _counts(transcripts: list[Transcript], **fields: Any) -> list[dict[str, Any]]:
     """One record per item subset: dialogues, correct decisions, no decisions, rounds."""
     records = []
@@ -152,12 +130,14 @@ def _run_records(path: Path, label: str | None, split: str, iteration: int | Non
     """The records of one saved run."""
     run = RunResults(path)
     hp = run.hyper_params
+    agents = (hp.get("agents") or {}).values()
     fields = {
         "label": label,
         "protocol": hp.get("interaction_protocol", "?"),
         "trainer": hp.get("trainer", "?"),
         "seed": hp.get("seed"),
-        "models": _models(hp),
+        # the agents' models (``gpt-4o-mini-2024-07-18``; several joined by ``+``)
+        "models": "+".join(sorted({str(a.get("model_name", "?")) for a in agents})) or "?",
         "run": str(path),
         "variant": f" (retest {path.name})" if path.parent.name == "retest" else "",
     }
@@ -212,7 +192,9 @@ def comparison_table(
             (NaN for a single run).
 
     Returns:
-        Columns :data:`COLUMNS`, sorted by series (a mapping's order, else by name) and
+        Columns series, protocol, trainer, split, iteration, runs, seeds, dialogues, correct,
+        accuracy, ci_low, ci_high, no_decision_rate, mean_rounds, spent_usd, estimated_usd (and
+        items with ``by_label``), sorted by series (a mapping's order, else by name) and
         iteration (None for dialogues outside a run). Unfinished runs count as far as they
         got; ``table.attrs["incomplete"]`` says how far.
 
@@ -238,7 +220,7 @@ def comparison_table(
     keys = ["series", "iteration", "items"]
     for (series, step, items), group in frame.groupby(keys, sort=False, dropna=False):
         n, correct = int(group["dialogues"].sum()), int(group["correct"].sum())
-        low, high = wilson_interval(correct, n, confidence) if n else (float("nan"),) * 2
+        low, high = wilson_interval(correct, n, confidence)
         accuracy = correct / n if n else float("nan")
         if over_seeds:
             per_run = group.groupby("run")[["correct", "dialogues"]].sum()
@@ -265,7 +247,7 @@ def comparison_table(
                 "items": items,
             }
         )
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows)
     order = list(dict.fromkeys(frame["series"]))
     if not isinstance(sources, Mapping):
         order.sort()
@@ -375,3 +357,66 @@ def compare_runs(
     frame_accuracy_figure(figure, title=title, legend_title="items")
     figure.update_layout(barmode="group", xaxis=dict(title=dict(text=legend), tickmode="auto"))
     return figure, table
+
+
+# ----------------------------------------------------- the same items, each protocol
+def _protocol_params(
+    params: HyperParameters, protocol: str, default_agent: PureTextAgentParameters | None
+) -> HyperParameters:
+    names = protocol_class(protocol).agent_names
+    provers = sorted(a for a in params.agents if a != "verifier")
+    fallback = default_agent or (params.agents[provers[0]] if provers else None)
+    sources = {name: params.agents.get(name, fallback) for name in names}
+    agents = {name: source.to_dict() for name, source in sources.items() if source is not None}
+    return HyperParameters.from_dict(
+        {**params.to_dict(), "interaction_protocol": protocol, "agents": agents}
+    )
+
+
+async def run_protocols_async(
+    params: HyperParameters,
+    protocols: Sequence[str],
+    *,
+    items: Sequence[Any] | None = None,
+    n: int | None = None,
+    split: str = "test",
+    settings: ExperimentSettings | None = None,
+    default_agent: PureTextAgentParameters | None = None,
+) -> dict[str, RolloutBatch]:
+    """Run the same items under each protocol, with ``params`` otherwise unchanged.
+
+    An agent ``params`` lacks (debate's provers for a nip config) gets ``default_agent``,
+    or else ``params``' first prover's parameters.
+
+    Args:
+        items: The datapoints; by default ``n`` (``rl.rollouts_per_iteration``) of ``split``.
+
+    Returns:
+        Protocol -> ``RolloutBatch``, ready for :func:`~nip.viz.compare_runs`.
+    """
+    from nip.providers.pool import BackendPool
+    from nip.session import Session
+
+    settings = settings or ExperimentSettings(show_progress=False)
+    pool = BackendPool(settings)
+    batches = {}
+    try:
+        for protocol in protocols:
+            session = Session(
+                _protocol_params(params, protocol, default_agent), settings, backends=pool
+            )
+            if items is None:
+                items = session.datapoints(n or params.rl.rollouts_per_iteration, split=split)
+            batches[protocol] = await session.rollouts_async(items, description=protocol)
+    finally:
+        await pool.aclose()
+    return batches
+
+
+def run_protocols(
+    params: HyperParameters, protocols: Sequence[str], **kwargs: Any
+) -> dict[str, RolloutBatch]:
+    """Sync :func:`run_protocols_async` (works in scripts and inside Jupyter)."""
+    from nip.utils.sync import run_sync
+
+    return run_sync(run_protocols_async(params, protocols, **kwargs))

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import html
-import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,6 @@ from nip.rollouts.records import Transcript
 from nip.runs.run_dir import RunDirectory
 from nip.training.algorithms.malt_tree import ResponseTree
 from nip.viz import _style
-from nip.viz._accuracy_plot import accuracy_trace, frame_accuracy_figure
 from nip.viz.confusion import plot_confusion
 from nip.viz.intervals import wilson_interval
 
@@ -176,12 +175,79 @@ def accuracy_table(
         {"split": frame["split"], "iteration": frame["iteration"].astype(int)}
         | {"num_dialogues": n, "correct": correct, "accuracy": accuracy}
     )
-    intervals = [
-        wilson_interval(c, k, confidence) if k else (math.nan,) * 2
-        for c, k in zip(correct, n, strict=True)
-    ]
+    intervals = [wilson_interval(c, k, confidence) for c, k in zip(correct, n, strict=True)]
     table["ci_low"], table["ci_high"] = zip(*intervals, strict=True)
     return table.sort_values(["split", "iteration"], kind="stable").reset_index(drop=True)
+
+
+# ------------------- accuracy with Wilson intervals (here and in the comparison of runs)
+def error_bars(rows: pd.DataFrame, **style: Any) -> dict[str, Any]:
+    """Asymmetric error bars from ``accuracy`` to ``ci_low`` and ``ci_high``."""
+    return dict(
+        type="data",
+        symmetric=False,
+        array=rows["ci_high"] - rows["accuracy"],
+        arrayminus=rows["accuracy"] - rows["ci_low"],
+        thickness=1.5,
+        **style,
+    )
+
+
+def accuracy_trace(
+    rows: pd.DataFrame,
+    *,
+    name: str,
+    offset: float,
+    line: dict[str, Any],
+    confidence: float,
+    dialogues_column: str,
+    extra_hover: tuple[str, str] | None = None,
+) -> go.Scatter:
+    """One series: accuracy per iteration with Wilson error bars, drawn ``offset`` aside.
+
+    ``rows`` has ``iteration``, ``accuracy``, ``ci_low``, ``ci_high``, ``correct`` and
+    ``dialogues_column``; ``extra_hover`` is a ``(column, text)`` added to the count.
+    """
+    columns = ["correct", dialogues_column, "ci_low", "ci_high", "iteration"]
+    count = "(%{customdata[0]}/%{customdata[1]})"
+    if extra_hover is not None:
+        columns.append(extra_hover[0])
+        count = f"(%{{customdata[0]}}/%{{customdata[1]}}, %{{customdata[5]}} {extra_hover[1]})"
+    return go.Scatter(
+        x=rows["iteration"] + offset,
+        y=rows["accuracy"],
+        mode="lines+markers",
+        name=name,
+        line=line,
+        error_y=error_bars(rows, width=5),
+        customdata=rows[columns].to_numpy(),
+        hovertemplate=(
+            f"<b>{name}</b>, iteration %{{customdata[4]}}<br>accuracy %{{y:.1%}} {count}<br>"
+            f"{confidence:.0%} CI %{{customdata[2]:.1%}} to %{{customdata[3]:.1%}}"
+            "<extra></extra>"
+        ),
+    )
+
+
+def frame_accuracy_figure(
+    figure: go.Figure, *, title: str, legend_title: str, iterations: Iterable[float] = ()
+) -> go.Figure:
+    """The chance line, axes (accuracy in %, the ``iterations``' axis), title and legend."""
+    figure.add_hline(
+        y=0.5,
+        line=dict(color=_style.CHANCE_COLOUR, dash="dot", width=1),
+        annotation_text="chance",
+        annotation_position="bottom right",
+    )
+    figure.update_layout(
+        template=_style.TEMPLATE,
+        title=dict(text=title),
+        xaxis=_style.iteration_axis(iterations),
+        yaxis=dict(title=dict(text="accuracy"), range=[0, 1.04], tickformat=".0%"),
+        legend=dict(title=dict(text=legend_title)),
+        hovermode="closest",
+    )
+    return figure
 
 
 #: How far apart (in iterations) the splits' points of one iteration are drawn.
@@ -248,7 +314,12 @@ def plot_rewards(
     for index, agent in enumerate(agents):
         for split, rows in frame.groupby("split", sort=True):
             mean = rows[f"{agent}{suffix}"].astype(float)
-            error = _standard_error(rows, agent)
+            error = None
+            if f"{agent}.std_episode_reward" in rows and "num_dialogues" in rows:
+                # The saved std is the population std: the standard error is std / sqrt(n - 1).
+                n = rows["num_dialogues"].astype(float)
+                std = rows[f"{agent}.std_episode_reward"].astype(float)
+                error = (std / (n - 1).clip(lower=1) ** 0.5).where(n > 1, 0.0)
             figure.add_trace(
                 go.Scatter(
                     x=rows["iteration"],
@@ -275,12 +346,3 @@ def plot_rewards(
 
 def _line(index: int, split: str) -> dict[str, str]:
     return dict(color=_style.series_colour(index), dash=_style.SPLIT_DASHES.get(split, "solid"))
-
-
-def _standard_error(rows: pd.DataFrame, agent: str):
-    std_column = f"{agent}.std_episode_reward"
-    if std_column not in rows or "num_dialogues" not in rows:
-        return None
-    n = rows["num_dialogues"].astype(float)
-    # The saved std is the population std: the standard error is std / sqrt(n - 1).
-    return (rows[std_column].astype(float) / (n - 1).clip(lower=1) ** 0.5).where(n > 1, 0.0)

@@ -2,18 +2,117 @@
 
 Traces, always in this order, each with its role as ``meta``: "edges", "pair_links",
 "preferred", "non_preferred", "nodes" (``customdata``: node ids, for click handlers), one
-"speaker" legend entry per speaker.
+"speaker" legend entry per speaker. :func:`plot_trees_summary` draws many trees at a glance: an
+icicle with one branch per tree, sized by leaves.
+
+The layout is tidy: one level per round, leaves at x = 0, 1, 2... depth-first, a parent centred
+over its first and last child, so subtrees occupy disjoint x ranges and edges never cross.
 """
 
 from __future__ import annotations
 
+import html
+import itertools
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import plotly.graph_objects as go
 
-from nip.training.algorithms.malt_tree import ResponseTree
+from nip.protocols import Decision
+from nip.training.algorithms.malt_tree import ResponseTree, TreeNode
 from nip.viz import _style
-from nip.viz._text import ROOT_LABEL, label_name, node_hover, speaker_label
-from nip.viz.tree_layout import NodePosition, tree_layout
 
+
+@dataclass(frozen=True)
+class NodePosition:
+    """Where a node is drawn: ``x`` across, ``depth`` levels below the root."""
+
+    x: float
+    depth: int
+
+
+def tree_layout(tree: ResponseTree) -> dict[str, NodePosition]:
+    """Node id -> position of every node reachable from the root, depth-first (root first)."""
+    positions: dict[str, NodePosition] = {}
+    leaves = itertools.count()
+
+    def place(node_id: str, depth: int) -> float:
+        positions[node_id] = NodePosition(0.0, depth)  # its place in the order: before its children
+        xs = [place(child, depth + 1) for child in tree.nodes[node_id].children]
+        x = (xs[0] + xs[-1]) / 2 if xs else float(next(leaves))
+        positions[node_id] = NodePosition(x, depth)
+        return x
+
+    place(tree.tree_id, 0)
+    return positions
+
+
+# ------------------------------------- text on the figures: labels, messages, hover
+ROOT_LABEL = "start"
+
+
+def speaker_label(node: TreeNode) -> str:
+    """Who spoke in the node's round ("prover0+prover1" when several did; "start" at a root)."""
+    if node.parent_id is None:
+        return ROOT_LABEL
+    return "+".join(dict.fromkeys(t.agent for t in node.turns)) or "nobody"
+
+
+def shorten(text: str, max_chars: int) -> str:
+    """``text`` cut to ``max_chars`` characters, with an ellipsis when cut."""
+    return text if len(text) <= max_chars else text[: max_chars - 1].rstrip() + "…"
+
+
+def wrap_html(text: str, width: int = 70) -> str:
+    """``text`` HTML-escaped and wrapped at ``width`` characters with ``<br>`` (newlines kept)."""
+    lines = [
+        wrapped
+        for paragraph in text.splitlines() or [""]
+        for wrapped in (textwrap.wrap(paragraph, width, replace_whitespace=False) or [""])
+    ]
+    return "<br>".join(html.escape(line) for line in lines)
+
+
+def label_name(y: int) -> str:
+    return "correct" if y == 1 else "incorrect"
+
+
+def format_rewards(rewards: dict[str, float], first: str | None = None) -> str:
+    """``"verifier +0.33, prover +0.5"``, with ``first`` leading and in bold."""
+    names = sorted(rewards, key=lambda a: (a != first, a))
+    parts = [f"{a} {rewards[a]:+.3g}" for a in names]
+    if first in rewards:
+        parts[0] = f"<b>{parts[0]}</b>"
+    return ", ".join(parts)
+
+
+def node_hover(tree: ResponseTree, node: TreeNode, agent: str, max_chars: int) -> str:
+    """Hover text of one node: speaker, round, message, decision, rewards and pair roles."""
+    if node.parent_id is None:
+        head = (
+            f"<b>{ROOT_LABEL}</b> · datapoint {html.escape(tree.datapoint.id)} "
+            f"({label_name(tree.datapoint.y)} solution)"
+        )
+        lines = [head]
+    else:
+        lines = [f"<b>{html.escape(speaker_label(node))}</b> · round {node.round}"]
+        for turn in node.turns:
+            text = shorten(turn.raw_text, max_chars) if turn.valid else "(invalid turn)"
+            lines.append(wrap_html(f"[{turn.agent}] {text}"))
+        if node.decision is not Decision.NONE:
+            lines.append(f"decision: {Decision(node.decision).word}")
+    lines.append(f"expected reward: {format_rewards(node.expected_reward, agent)}")
+    if node.rewards:
+        lines.append(f"reward this round: {format_rewards(node.rewards)}")
+    lines.append(f"leaves below: {node.num_leaves}")
+    for name, role in sorted(node.pair_role.items()):
+        lines.append(f"{'preferred' if role == 'positive' else 'non-preferred'} for {name}")
+    lines.append(f"<i>{html.escape(node.id)}</i>")
+    return "<br>".join(lines)
+
+
+# ------------------------------------------------------------------- the figure
 NODE_SIZE = 15
 RING_SIZE = 27
 LEGEND_OUTLINE = dict(color=_style.NODE_OUTLINE, width=1.5)
@@ -80,8 +179,21 @@ def plot_tree(
 
     pairs = [p for p in tree.pairs if p.agent == agent]
     traces = [
-        _edges(tree, layout),
-        _pair_links(pairs, layout, agent),
+        _segments(
+            [(layout[tree.nodes[i].parent_id], layout[i]) for i in ids[1:]],  # root first
+            meta="edges",
+            name="edges",
+            showlegend=False,
+            line=dict(color=_style.EDGE_COLOUR, width=1.5),
+        ),
+        _segments(
+            [(layout[p.chosen_id], layout[p.rejected_id]) for p in pairs],
+            meta="pair_links",
+            name=f"preference pair ({agent})",
+            legendgroup="pairs",
+            showlegend=bool(pairs),
+            line=dict(color=_style.PAIR_LINK_COLOUR, width=1.5, dash="dash"),
+        ),
         _rings([p.chosen_id for p in pairs], layout, "preferred", agent),
         _rings([p.rejected_id for p in pairs], layout, "non_preferred", agent),
         go.Scatter(
@@ -121,7 +233,12 @@ def plot_tree(
     round_at = {layout[i].depth: tree.nodes[i].round for i in ids}
     figure.update_layout(
         template=_style.TEMPLATE,
-        title=dict(text=title or _default_title(tree, agent)),
+        title=dict(
+            text=title
+            or f"MALT tree {tree.tree_id}: {agent}'s expected reward<br><sup>{tree.protocol} · "
+            f"datapoint {tree.datapoint.id} ({label_name(tree.datapoint.y)} solution) · "
+            f"{len(tree.leaves())} leaves · {len(tree.pairs)} preference pairs</sup>"
+        ),
         height=220 + 80 * len(depths),
         hovermode="closest",
         hoverlabel=dict(align="left"),
@@ -141,41 +258,11 @@ def plot_tree(
     return figure
 
 
-def _default_title(tree: ResponseTree, agent: str) -> str:
-    return (
-        f"MALT tree {tree.tree_id}: {agent}'s expected reward<br><sup>{tree.protocol} · "
-        f"datapoint {tree.datapoint.id} ({label_name(tree.datapoint.y)} solution) · "
-        f"{len(tree.leaves())} leaves · {len(tree.pairs)} preference pairs</sup>"
-    )
-
-
 def _segments(ends: list[tuple[NodePosition, NodePosition]], **options) -> go.Scatter:
     """One line trace of the segments between each pair of positions."""
     x = [v for a, b in ends for v in (a.x, b.x, None)]
     y = [v for a, b in ends for v in (a.depth, b.depth, None)]
     return go.Scatter(x=x, y=y, mode="lines", hoverinfo="skip", **options)
-
-
-def _edges(tree: ResponseTree, layout: dict[str, NodePosition]) -> go.Scatter:
-    parents = {i: tree.nodes[i].parent_id for i in layout}
-    return _segments(
-        [(layout[p], layout[i]) for i, p in parents.items() if p is not None],
-        meta="edges",
-        name="edges",
-        showlegend=False,
-        line=dict(color=_style.EDGE_COLOUR, width=1.5),
-    )
-
-
-def _pair_links(pairs, layout: dict[str, NodePosition], agent: str) -> go.Scatter:
-    return _segments(
-        [(layout[p.chosen_id], layout[p.rejected_id]) for p in pairs],
-        meta="pair_links",
-        name=f"preference pair ({agent})",
-        legendgroup="pairs",
-        showlegend=bool(pairs),
-        line=dict(color=_style.PAIR_LINK_COLOUR, width=1.5, dash="dash"),
-    )
 
 
 def _rings(node_ids: list[str], layout: dict[str, NodePosition], role: str, agent: str):
@@ -197,3 +284,87 @@ def _rings(node_ids: list[str], layout: dict[str, NodePosition], role: str, agen
             line=dict(width=3),
         ),
     )
+
+
+# ------------------------------------------------------- many trees at a glance
+#: The id of the icicle's top block, above every tree (no node id has a space).
+ALL_TREES = "all trees"
+
+
+def plot_trees_summary(
+    trees: Sequence[ResponseTree],
+    agent: str = "verifier",
+    *,
+    max_depth: int | None = None,
+    reward_range: tuple[float, float] | None = None,
+    max_chars: int = 200,
+    title: str | None = None,
+) -> go.Figure:
+    """An icicle of ``trees``: a block per node, as wide as its leaves, coloured by reward.
+
+    The top block holds every tree, below it each tree's root, then its rounds; ``ids`` and
+    ``customdata`` are node ids. Click a block to zoom into it.
+
+    ``max_depth`` levels show at once (all by default). ``ValueError`` when two trees share an
+    id, or a tree lacks expected rewards for ``agent``.
+    """
+    tree_ids = [t.tree_id for t in trees]
+    if len(set(tree_ids)) != len(tree_ids):
+        raise ValueError(f"tree ids must be unique, got {tree_ids}")
+    ids, parents, labels, values, colours, hover = [ALL_TREES], [""], [""], [0], [0.0], [""]
+    for tree in trees:
+        rewards = expected_rewards(tree, agent)
+        for node_id in tree_layout(tree):
+            node = tree.nodes[node_id]
+            ids.append(node_id)
+            parents.append(node.parent_id or ALL_TREES)
+            labels.append(_block_label(tree, node_id))
+            values.append(node.num_leaves)
+            colours.append(rewards[node_id])
+            hover.append(node_hover(tree, node, agent, max_chars))
+    # The top block: every tree's leaves, and their mean expected reward.
+    roots = [i for i, parent in enumerate(parents) if parent == ALL_TREES]
+    values[0] = sum(values[i] for i in roots)
+    colours[0] = sum(values[i] * colours[i] for i in roots) / values[0] if values[0] else 0.0
+    labels[0] = f"{len(trees)} trees"
+    hover[0] = f"<b>{labels[0]}</b><br>{agent}'s mean expected reward: {colours[0]:+.3g}"
+
+    figure = go.Figure(
+        go.Icicle(
+            ids=ids,
+            parents=parents,
+            labels=labels,
+            values=values,
+            branchvalues="total",
+            customdata=ids,
+            hovertext=hover,
+            hovertemplate="%{hovertext}<extra></extra>",
+            maxdepth=-1 if max_depth is None else max_depth,
+            tiling=dict(orientation="v"),
+            sort=False,
+            marker=dict(
+                colors=colours,
+                showscale=True,
+                **reward_colours(agent, colours, reward_range),
+            ),
+        )
+    )
+    figure.update_layout(
+        template=_style.TEMPLATE,
+        title=dict(
+            text=title
+            or f"{len(trees)} MALT trees: {agent}'s expected reward<br><sup>block width = "
+            "number of leaves below; click a block to zoom</sup>"
+        ),
+        height=560,
+        margin=dict(l=20, r=20, t=80, b=20),
+    )
+    return figure
+
+
+def _block_label(tree: ResponseTree, node_id: str) -> str:
+    node = tree.nodes[node_id]
+    if node.parent_id is None:
+        return f"{tree.datapoint.id} ({label_name(tree.datapoint.y)})"
+    text = " ".join(t.raw_text for t in node.turns).replace("\n", " ")
+    return f"{speaker_label(node)}: {shorten(text, 30)}"

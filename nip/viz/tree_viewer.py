@@ -17,9 +17,8 @@ import plotly.graph_objects as go
 from nip.protocols import Decision
 from nip.rollouts._transcript_html import chat_bubble, transcript_to_html
 from nip.training.algorithms.malt_tree import ResponseTree
-from nip.viz._text import format_rewards, speaker_label
 from nip.viz.live_figure import LiveFigure
-from nip.viz.tree_plot import plot_tree, tree_agents
+from nip.viz.tree_plot import format_rewards, plot_tree, speaker_label, tree_agents
 
 
 def clicks_available() -> bool:

@@ -15,13 +15,10 @@ Needs the ``notebook`` extra (``pip install 'nip[notebook]'``); ``import nip`` n
 from nip.extras import needs
 
 with needs("widgets"):  # without ipywidgets: one line naming the extra
-    from nip.widgets._controls import OptionalControl
-    from nip.widgets.config_form import ParametersForm, agents_for_protocol
+    from nip.widgets.config_form import OptionalControl, ParametersForm, agents_for_protocol
     from nip.widgets.job_monitor import FineTuneLauncher, job_loss, job_progress
-    from nip.widgets.prompt_inspector import PromptInspector
-    from nip.widgets.run_monitor import RunMonitor
-    from nip.widgets.run_snapshot import JobSnapshot, RunSnapshot
-    from nip.widgets.step_controller import DialogueController
+    from nip.widgets.run_monitor import JobSnapshot, RunMonitor, RunSnapshot
+    from nip.widgets.step_controller import DialogueController, PromptInspector
     from nip.widgets.sweep_monitor import SweepMonitor
 
 __all__ = [

@@ -10,9 +10,6 @@ from nip.rollouts._transcript_html import chat_bubble
 
 _ROLE_COLOURS = {"system": "#f1f3f4", "user": "#e8f0fe", "assistant": "#fef7e0"}
 
-#: Style of the name column of forms, so that controls line up.
-LABEL_WIDTH = "16em"
-
 
 def escape(text: Any) -> str:
     """``text`` as HTML-safe text."""

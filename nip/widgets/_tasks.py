@@ -13,39 +13,6 @@ import ipywidgets
 from nip.utils.sync import run_sync
 
 
-def start(
-    coroutine: Coroutine[Any, Any, Any],
-    *,
-    on_error: Callable[[BaseException], None],
-    on_done: Callable[[], None],
-) -> asyncio.Task | None:
-    """Run ``coroutine``; report an exception to ``on_error``; call ``on_done`` at the end.
-
-    Returns:
-        The task when it was scheduled on a running loop (await it to wait for the action),
-        None when it already ran.
-    """
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        try:
-            run_sync(coroutine)
-        except Exception as error:
-            on_error(error)
-        finally:
-            on_done()
-        return None
-    task = loop.create_task(coroutine)
-
-    def finished(task: asyncio.Task) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            on_error(task.exception())  # type: ignore[arg-type]
-        on_done()
-
-    task.add_done_callback(finished)
-    return task
-
-
 def button(description: str, icon: str, on_click: Callable[[], Any], **style: Any) -> Any:
     """A button as wide as its label that calls ``on_click()`` when clicked."""
     layout = ipywidgets.Layout(width="auto")
@@ -91,7 +58,7 @@ class Polling:
 
 
 class Actions:
-    """Buttons whose coroutines run one at a time (:func:`start`), their errors shown in
+    """Buttons whose coroutines run one at a time (:meth:`_click`), their errors shown in
     ``errors``; ``_redraw`` updates the buttons (disabled while one runs: ``_busy``)."""
 
     task: asyncio.Task | None = None
@@ -114,16 +81,37 @@ class Actions:
         return button(description, icon, lambda: self._click(action(), exclusive=exclusive))
 
     def _click(self, action: Coroutine[Any, Any, Any], *, exclusive: bool = True) -> None:
-        if not exclusive:
-            start(action, on_error=self._show_error, on_done=self._redraw)
-            return
-        if self._busy:  # a click that raced the disabling of the buttons
-            action.close()
-            return
-        self.errors.outputs = ()
-        self._busy = True
-        self._redraw()
-        self.task = start(action, on_error=self._show_error, on_done=self._finished)
+        """Run ``action`` (an exclusive one is dropped while another runs); its task is
+        :attr:`task` when it is exclusive and was scheduled on a running loop."""
+        if exclusive:
+            if self._busy:  # a click that raced the disabling of the buttons
+                action.close()
+                return
+            self.errors.outputs = ()
+            self._busy = True
+            self._redraw()
+        on_done = self._finished if exclusive else self._redraw
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            try:
+                run_sync(action)
+            except Exception as error:
+                self._show_error(error)
+            finally:
+                on_done()
+            task = None
+        else:
+            task = loop.create_task(action)
+
+            def finished(done: asyncio.Task) -> None:
+                if not done.cancelled() and done.exception() is not None:
+                    self._show_error(done.exception())  # type: ignore[arg-type]
+                on_done()
+
+            task.add_done_callback(finished)
+        if exclusive:
+            self.task = task
 
     def _show_error(self, error: BaseException) -> None:
         """Append ``error`` and its traceback to ``errors`` (kept in ``errors.outputs`` when

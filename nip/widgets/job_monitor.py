@@ -26,7 +26,7 @@ from nip.widgets._html import (
     pre_html,
 )
 from nip.widgets._tasks import Actions
-from nip.widgets.run_snapshot import loss_points
+from nip.widgets.run_monitor import loss_points
 
 if TYPE_CHECKING:
     from nip.jobs import FineTuneEvent, FineTuneJob
@@ -225,8 +225,7 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
             )
         else:
             job_id = await self.group.create_dpo_fine_tune_job(self._data, job_name=name)
-        self.job_id = job_id
-        self._declined = job_id is None
+        self.job_id, self._declined = job_id, job_id is None
         self._update_buttons()
         submitted = escape(f"job {job_id} submitted")
         self.status.value = error_html(self.no_job_reason or "") or submitted
@@ -253,8 +252,8 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
 
     def _follow(self, job_id: str | None) -> None:
         """Show ``job_id`` from now on, forgetting everything about the previous job."""
-        self.job_id, self.job, self.events, self._switched = job_id, None, [], False
-        self._declined = False
+        self.job_id, self.job, self.events = job_id, None, []
+        self._switched = self._declined = False
         self.progress.value, self.progress.bar_style = 0.0, ""
         self._update_buttons()
 
@@ -321,15 +320,14 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
         assert job is not None
         self.progress.value = job_progress(job, self.events, self.group.num_epochs)
         self.progress.bar_style = _BAR_STYLE.get(job.status, "danger")
-        parts = [f"job {job.id}: {job.status}"]
         loss = job_loss(job, self.events)
-        if loss is not None:
-            parts.append(f"loss {loss:.4g}")
-        if job.trained_tokens:
-            parts.append(f"{job.trained_tokens} tokens trained")
-        if job.status == "succeeded":
-            parts.append(f"new model {job.fine_tuned_model}")
-        text = escape(" · ".join(parts))
+        parts = [
+            f"job {job.id}: {job.status}",
+            f"loss {loss:.4g}" if loss is not None else "",
+            f"{job.trained_tokens} tokens trained" if job.trained_tokens else "",
+            f"new model {job.fine_tuned_model}" if job.status == "succeeded" else "",
+        ]
+        text = escape(" · ".join(filter(None, parts)))
         self.status.value = text + (f"<br>{error_html(job.error)}" if job.error else "")
         lines = [f"{e.level}: {e.message}" for e in self.events[-5:]]
         self.events_view.value = pre_html("\n".join(lines)) if lines else ""

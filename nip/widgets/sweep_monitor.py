@@ -23,14 +23,9 @@ from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html, table_html
 from nip.widgets._tasks import Polling
-from nip.widgets.run_monitor import RunMonitor
-from nip.widgets.run_snapshot import RunSnapshot
+from nip.widgets.run_monitor import RunMonitor, RunSnapshot
 
 __all__ = ["SweepMonitor"]
-
-
-def _status(snapshot: RunSnapshot) -> str:
-    return snapshot.status if snapshot.exists else "not started"
 
 
 class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
@@ -134,11 +129,12 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         if snapshot.metrics and spend.difference_pct is not None:
             cost += f" of {usd(spend.estimate_usd)} ({spend.difference_pct:+.0f}%)"
         where = snapshot.position if snapshot.started else ""
+        status = snapshot.status if snapshot.exists else "not started"
         return [
             escape(cell["name"]),
             *(escape(cell["values"].get(path, "")) for path in axes),
             escape(self._protocol(cell)),
-            error_html(f"failed: {error}") if error else escape(_status(snapshot)),
+            error_html(f"failed: {error}") if error else escape(status),
             escape(where),
             "–" if accuracy is None else f"{accuracy:.0%} ({split})",
             escape(cost),
