@@ -94,11 +94,11 @@ def parse_training_file(content: bytes, method: str | None) -> list[dict[str, An
                     f"training file line {number}: the last message must be the assistant's"
                 )
         else:
-            if not {"input", "preferred_output", "non_preferred_output"} <= set(row):
+            if not row.keys() >= _DPO_KEYS:
                 raise RequestError(f"training file line {number}: {_DPO_HINT}")
             _check_messages((row["input"] or {}).get("messages"), number, "input.messages")
-            _check_messages(row["preferred_output"], number, "preferred_output")
-            _check_messages(row["non_preferred_output"], number, "non_preferred_output")
+            for key in ("preferred_output", "non_preferred_output"):
+                _check_messages(row[key], number, key)
         lines.append(row)
     if not lines:
         raise RequestError("the training file has no examples")
@@ -161,9 +161,8 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     extra: dict[str, Any] = {}
     lora = body.get("lora") or {}
     if lora:
-        _number(lora.get("rank"), "lora.rank", low=1, high=1024, integer=True)
-        _number(lora.get("alpha"), "lora.alpha", low=0.0)
-        _number(lora.get("dropout"), "lora.dropout", low=0.0, high=0.99)
+        for key, low, high in (("rank", 1, 1024), ("alpha", 0.0, None), ("dropout", 0.0, 0.99)):
+            _number(lora.get(key), f"lora.{key}", low=low, high=high, integer=key == "rank")
         if lora.get("quantization", "none") not in ("none", "bitsandbytes"):
             raise RequestError(
                 f"lora.quantization={lora['quantization']!r}: must be 'none' or 'bitsandbytes'",
