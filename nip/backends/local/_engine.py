@@ -156,9 +156,8 @@ class Engine:
         ``model`` is a base name)."""
         groups: dict[str | None, list[int]] = {}
         for index, request in enumerate(requests):
-            groups.setdefault(request.model if request.model in adapters else None, []).append(
-                index
-            )
+            model = request.model if request.model in adapters else None
+            groups.setdefault(model, []).append(index)
         results: list[GenerationResult | BaseException | None] = [None] * len(requests)
         calls, tokens, seconds, prompt_tokens = 0, 0, 0.0, 0
         reused_before = self.prefix_cache.reused_tokens if self.prefix_cache else 0
@@ -309,14 +308,12 @@ class Engine:
                 )
                 cache = _cache_of(output)
             rows.append([(layer.keys, layer.values) for layer in cache.layers])
-        layers = []
-        for index in range(len(rows[0])):
-            keys, values = [], []
-            for row, pad in zip(rows, pad_lengths, strict=True):
-                k, v = row[index]
-                keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
-                values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
-            layers.append((torch.cat(keys), torch.cat(values)))
+        padded = [
+            [[torch.nn.functional.pad(t, (0, 0, pad, 0)) for t in layer] for layer in row]
+            for row, pad in zip(rows, pad_lengths, strict=True)
+        ]  # each row's layers' keys and values; concatenated along the batch, layer by layer
+        by_layer = zip(*padded, strict=True)
+        layers = [tuple(map(torch.cat, zip(*layer, strict=True))) for layer in by_layer]
         return DynamicCache(ddp_cache_data=layers)
 
     def _remember(

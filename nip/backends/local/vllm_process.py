@@ -372,8 +372,7 @@ def stop_stale_vllm(pid_path: Path) -> int | None:
         pid = int(pid_path.read_text())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ValueError, OSError):
-        pid_path.unlink(missing_ok=True)
-        return None
+        cmdline = b""
     pid_path.unlink(missing_ok=True)
     if API_SERVER.encode() not in cmdline:
         return None
