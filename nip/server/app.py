@@ -21,10 +21,11 @@ with needs("server"):
     from fastapi import FastAPI, Request
     from fastapi.responses import Response, StreamingResponse
 
+from nip._version import __version__
 from nip.backends.local.vllm_python import vllm_available
+from nip.backends.self_hosted import API_VERSION
 from nip.jobs import FineTuneBackend
 from nip.server.auth import BearerTokenMiddleware
-from nip.server.compat import version_info
 from nip.server.config import ServerConfig, check_exposure
 from nip.server.engine import Endpoint, EngineReply, InferenceEngine, NoEngine
 from nip.server.fine_tuning import FineTuneQueue, RequestError
@@ -204,7 +205,7 @@ def create_server_app(
 
     @app.get("/version")
     async def version() -> dict[str, str]:
-        return version_info()
+        return {"version": __version__, "api_version": API_VERSION}
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

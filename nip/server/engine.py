@@ -62,10 +62,12 @@ class EngineReply:
         return cls(status, json.dumps(content).encode(), headers=dict(headers))
 
     @classmethod
-    def error(cls, status: int, message: str, code: str | None = None, **headers) -> EngineReply:
+    def error(
+        cls, status: int, message: str, code: str | None = None, param: str | None = None, **headers
+    ) -> EngineReply:
         """An error in the OpenAI shape (``{"error": {"message": ...}}``)."""
         kind = "invalid_request_error" if status < 500 else "server_error"
-        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
         return cls.json(status, body, **headers)
 
 

@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import File, Form, Request, UploadFile
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
+from nip.server.engine import EngineReply
 from nip.server.fine_tuning import (
     FineTuneQueue,
     RequestError,
@@ -20,19 +21,10 @@ from nip.server.store import ServerStore
 MAX_FILE_BYTES = 512 * 1024 * 1024
 
 
-async def _refuse(request: Request, error: RequestError) -> JSONResponse:
+async def _refuse(request: Request, error: RequestError) -> Response:
     """A :class:`RequestError` a route raised, in the OpenAI API's error shape."""
-    return JSONResponse(
-        status_code=error.status,
-        content={
-            "error": {
-                "message": str(error),
-                "type": "invalid_request_error",
-                "param": error.param,
-                "code": None,
-            }
-        },
-    )
+    reply = EngineReply.error(error.status, str(error), param=error.param)
+    return Response(reply.body, reply.status, media_type=reply.media_type)
 
 
 def add_fine_tuning_routes(
