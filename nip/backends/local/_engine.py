@@ -25,7 +25,7 @@ from nip.backends._types import Completion, GenerationRequest, GenerationResult,
 from nip.backends.local._memory import release_free_memory
 from nip.backends.local._prefix_cache import PrefixCache
 from nip.backends.local._quiet import quiet_libraries
-from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit, StopWhenSet
+from nip.backends.local._sampling import RowSampler, RowSettings, RowStop
 from nip.backends.local.adapters import AdapterLayer, AdapterStack
 from nip.backends.local.model_store import ensure_local_model
 from nip.errors import GenerationError, ModelNotFoundError
@@ -264,10 +264,7 @@ class Engine:
                 **reused,
                 generation_config=config,
                 logits_processor=[RowSampler(rows, pad_lengths, self.device)],
-                stopping_criteria=[
-                    RowTokenLimit(limits, width, self.device),
-                    StopWhenSet(self.stop),
-                ],
+                stopping_criteria=[RowStop(limits, width, self.stop, self.device)],
             )
         sequences = output.sequences if reuse else output
         generated = sequences[:, width:].tolist()

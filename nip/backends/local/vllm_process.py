@@ -311,10 +311,10 @@ class VllmProcess:
             if self._loaded.get(name) == served:
                 return served
             if (previous := self._loaded.pop(name, None)) is not None:
-                await self.unload_adapter(previous)
+                await self._adapter_call("unload", {"lora_name": previous})
             if predecessors(path):  # vLLM applies one adapter per request: the stack's sum
                 path = await asyncio.to_thread(self._write_stack, path, served)
-            await self.load_adapter(served, path)
+            await self._adapter_call("load", {"lora_name": served, "lora_path": str(path)})
             self._loaded[name] = served
         return served
 
@@ -338,16 +338,9 @@ class VllmProcess:
         async with httpx.AsyncClient(timeout=300.0, headers=headers) as client:
             return await client.post(self.url(path), json=json, params=params)
 
-    async def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts)."""
-        await self._adapter_call("load", {"lora_name": name, "lora_path": str(path)})
-
-    async def unload_adapter(self, name: str) -> None:
-        """Stop serving adapter ``name``."""
-        await self._adapter_call("unload", {"lora_name": name})
-
     async def _adapter_call(self, verb: str, body: dict[str, Any]) -> None:
-        """:class:`VllmAdapterError` when vLLM refuses or does not answer."""
+        """Load (already loaded counts) or unload an adapter; :class:`VllmAdapterError` when vLLM
+        refuses or does not answer."""
         import httpx
 
         try:
