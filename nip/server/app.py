@@ -74,9 +74,8 @@ def build_fine_tune_backend(config: ServerConfig) -> FineTuneBackend:
     """LoRA training processes (under accelerate for several processes or a config)."""
     from nip.jobs.local_lora import LocalLoraFineTuneBackend
 
-    env = {}
-    if config.training_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = config.training_devices
+    devices = config.training_devices
+    env = {"CUDA_VISIBLE_DEVICES": devices} if devices is not None else {}
     return LocalLoraFineTuneBackend(
         config.storage_path / "jobs",
         processes=config.training_processes,

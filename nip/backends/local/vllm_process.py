@@ -128,17 +128,15 @@ class VllmLaunch:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        if "VLLM_CPU_OMP_THREADS_BIND" not in env and self.one_worker:
-            # vLLM's CPU build otherwise runs an engine-core process that spins on shared memory
-            # beside the worker: one process for both is faster and starts sooner.
-            env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if (
-            "VLLM_CPU_OMP_THREADS_BIND" not in env
-            and env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0"
-        ):
-            # vLLM binds CPU workers to cores itself: an inherited OMP_NUM_THREADS oversubscribes.
-            for name in THREAD_COUNT_VARIABLES:
-                env.pop(name, None)
+        if "VLLM_CPU_OMP_THREADS_BIND" not in env:
+            if self.one_worker:
+                # vLLM's CPU build otherwise runs an engine-core process that spins on shared
+                # memory beside the worker: one process for both is faster and starts sooner.
+                env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            if env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+                # vLLM binds its CPU workers to cores: an inherited thread count oversubscribes.
+                for name in THREAD_COUNT_VARIABLES:
+                    env.pop(name, None)
         env.update(self.environment)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         env["VLLM_API_KEY"] = token
