@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local._batcher import MicroBatcher
 from nip.backends.local.adapters import AdapterStack, ServedModels
-from nip.backends.openai_compatible import _html_table
 from nip.errors import GenerationError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
@@ -237,6 +236,3 @@ class LocalBackend(ServedModels):
             f"adapters={sorted(self._adapters)}, requests={d['requests served']}, "
             f"mean_batch_size={d['mean batch size']})"
         )
-
-    def _repr_html_(self) -> str:
-        return _html_table("LocalBackend", self._describe())
