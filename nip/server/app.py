@@ -13,7 +13,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ with needs("server"):
     from fastapi.responses import Response, StreamingResponse
 
 from nip._version import __version__
+from nip.backends.local.adapters import read_adapter_stack
+from nip.backends.local.stacked_adapters import concatenated_rank
 from nip.backends.local.vllm_python import vllm_available
 from nip.backends.self_hosted import API_VERSION
 from nip.jobs import FineTuneBackend
@@ -54,14 +58,11 @@ ENGINE_EXTRAS = {"transformers": "local"}
 def engine_kind(config: ServerConfig) -> str:
     """The engine ``config.engine`` names; ``auto`` is vLLM on a GPU where vLLM is installed,
     and the transformers engine otherwise."""
-    import sys
-
-    kind = config.engine
-    if kind == "auto":
-        python = config.vllm_python or sys.executable
-        gpu = config.resolved_device == "cuda"
-        kind = "vllm" if gpu and vllm_available(python) else "transformers"
-    return kind
+    if config.engine != "auto":
+        return config.engine
+    python = config.vllm_python or sys.executable
+    gpu = config.resolved_device == "cuda"
+    return "vllm" if gpu and vllm_available(python) else "transformers"
 
 
 def build_engine(
@@ -130,8 +131,14 @@ MAX_FILE_BYTES = 512 * 1024 * 1024
 
 async def _refuse(request: Request, error: RequestError) -> Response:
     """A :class:`RequestError` a route raised, in the OpenAI API's error shape."""
-    reply = EngineReply.error(error.status, str(error), param=error.param)
-    return Response(reply.body, reply.status, media_type=reply.media_type)
+    return _reply(EngineReply.error(error.status, str(error), param=error.param))
+
+
+def _found(value: Any, what: str) -> Any:
+    """``value``, unless it is None or False: then a 404 saying there is no ``what``."""
+    if value is None or value is False:
+        raise RequestError(f"no {what}", status=404)
+    return value
 
 
 def add_fine_tuning_routes(
@@ -163,22 +170,16 @@ def add_fine_tuning_routes(
 
     @app.get("/v1/files/{file_id}")
     async def retrieve_file(file_id: str):
-        found = store.get_file(file_id)
-        if found is None:
-            raise RequestError(f"no file {file_id}", status=404)
-        return found
+        return _found(store.get_file(file_id), f"file {file_id}")
 
     @app.get("/v1/files/{file_id}/content")
     async def file_content(file_id: str):
-        content = store.file_content(file_id)
-        if content is None:
-            raise RequestError(f"no file {file_id}", status=404)
+        content = _found(store.file_content(file_id), f"file {file_id}")
         return Response(content, media_type="application/jsonl")
 
     @app.delete("/v1/files/{file_id}")
     async def delete_file(file_id: str):
-        if not store.delete_file(file_id):
-            raise RequestError(f"no file {file_id}", status=404)
+        _found(store.delete_file(file_id), f"file {file_id}")
         return {"object": "file", "id": file_id, "deleted": True}
 
     @app.post("/v1/fine_tuning/jobs")
@@ -193,14 +194,8 @@ def add_fine_tuning_routes(
         if content is None:
             raise RequestError(f"no file {body['training_file']}", param="training_file")
         parse_training_file(content, method["type"])
-        job = store.add_job(
-            body["model"],
-            body["training_file"],
-            method,
-            body.get("suffix"),
-            body.get("seed"),
-            extra,
-        )
+        suffix, seed = body.get("suffix"), body.get("seed")
+        job = store.add_job(body["model"], body["training_file"], method, suffix, seed, extra)
         queue.wake()
         return job.to_openai()
 
@@ -214,10 +209,7 @@ def add_fine_tuning_routes(
 
     @app.get("/v1/fine_tuning/jobs/{job_id}")
     async def retrieve_job(job_id: str):
-        job = store.get_job(job_id)
-        if job is None:
-            raise RequestError(f"no fine-tuning job {job_id}", status=404)
-        return job.to_openai()
+        return _found(store.get_job(job_id), f"fine-tuning job {job_id}").to_openai()
 
     @app.post("/v1/fine_tuning/jobs/{job_id}/cancel")
     async def cancel_job(job_id: str):
@@ -225,8 +217,7 @@ def add_fine_tuning_routes(
 
     @app.get("/v1/fine_tuning/jobs/{job_id}/events")
     async def job_events(job_id: str, limit: int = 20):
-        if store.get_job(job_id) is None:
-            raise RequestError(f"no fine-tuning job {job_id}", status=404)
+        _found(store.get_job(job_id), f"fine-tuning job {job_id}")
         events = store.events(job_id)
         return {"object": "list", "data": events[:limit], "has_more": len(events) > limit}
 
@@ -305,9 +296,6 @@ def create_server_app(
             )
         if lora.get("stack") and previous is not None:
             # vLLM gets one adapter as wide as the whole stack: refuse now, not after training.
-            from nip.backends.local.adapters import read_adapter_stack
-            from nip.backends.local.stacked_adapters import concatenated_rank
-
             total = concatenated_rank(read_adapter_stack(previous)) + rank
             if total > config.max_lora_rank:
                 raise RequestError(
@@ -327,7 +315,7 @@ def create_server_app(
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
-            "engine": engine.status().to_dict(),
+            "engine": asdict(engine.status()),
             "jobs": {s: len(store.list_jobs(s)) for s in ("queued", "running")},
         }
 

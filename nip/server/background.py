@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_PYTHON_ENV, find_vllm_python
 from nip.backends.openai_compatible import _html_table
 from nip.backends.self_hosted import API_KEY_ENV
-from nip.errors import NipError
+from nip.errors import InvalidParameterError, NipError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
@@ -279,8 +279,6 @@ def serve_in_background(
             ready (the message holds the end of its log).
         MissingExtraError: ``nip[server]`` is not installed here.
     """
-    from nip.errors import InvalidParameterError
-
     require("server")  # the child process is this interpreter's `nip serve`
     if engine not in ("auto", "vllm", "transformers"):
         raise InvalidParameterError("engine", engine, "'auto', 'vllm' or 'transformers'")

@@ -13,7 +13,7 @@ import json
 import logging
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from nip.backends._chat_wire import completion_body, request_from_body
@@ -48,9 +48,6 @@ class EngineStatus:
     adapters: list[str] = field(default_factory=list)
     restarts: int = 0
     error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -53,9 +53,8 @@ class JobRow:
 
     def to_openai(self) -> dict[str, Any]:
         """The job as the OpenAI API returns it."""
-        error = None
-        if self.error:
-            error = {"code": "training_failed", "message": self.error, "param": None}
+        failed = {"code": "training_failed", "message": self.error, "param": None}
+        error = failed if self.error else None
         running_s = self.extra.get("running_s")  # from training's start to the job's end
         return {
             "object": "fine_tuning.job",

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.backends.local.adapters import predecessors, read_adapter_stack
+from nip.backends.local.stacked_adapters import concatenated_rank, write_concatenated_adapter
 from nip.backends.local.vllm_python import vllm_rank_at_least, vllm_ranks_up_to
 from nip.errors import BackendUnavailableError, GenerationError, UnservableAdapterError
 from nip.utils.processes import OwnedProcess, free_port
@@ -146,8 +147,6 @@ class VllmLaunch:
 def check_servable(name: str, path: str | os.PathLike[str], max_lora_rank: int) -> None:
     """Raises UnservableAdapterError: vLLM started with ``--max-lora-rank max_lora_rank`` cannot
     serve the adapter in ``path`` (a stack: as one adapter, of its ranks' sum)."""
-    from nip.backends.local.stacked_adapters import concatenated_rank
-
     path = Path(path)
     if below := predecessors(path):
         rank, what = concatenated_rank(read_adapter_stack(path)), f" and the {len(below)} below it"
@@ -317,8 +316,6 @@ class VllmProcess:
         return served
 
     def _write_stack(self, path: Path, served: str) -> Path:
-        from nip.backends.local.stacked_adapters import write_concatenated_adapter
-
         out = path.with_name(f"{path.name}-for-vllm")
         if self.stacks_dir is not None:
             out = self.stacks_dir / served
