@@ -406,7 +406,7 @@ def test_hosted_providers_get_their_base_url_and_key_variable(
 
 @pytest.mark.timeout(5)
 def test_self_hosted_goes_through_nip_serve_not_straight_to_vllm(monkeypatch):
-    from nip.server.client import SelfHostedBackend
+    from nip.backends.self_hosted import SelfHostedBackend
 
     monkeypatch.delenv("NIP_SERVER_API_KEY", raising=False)
     params = PureTextAgentParameters(

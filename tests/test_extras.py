@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def block(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
     """Make ``modules`` (and every nip module that imported them) fail to import."""
     for name in list(sys.modules):
-        if name.startswith(("nip.viz", "nip.widgets", "nip.server.app", "nip.server.routes")):
+        if name.startswith(("nip.viz", "nip.widgets", "nip.server.app")):
             monkeypatch.delitem(sys.modules, name)
     for module in modules:
         monkeypatch.setitem(sys.modules, module, None)

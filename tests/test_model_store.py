@@ -170,7 +170,7 @@ def test_inside_gguf_read_once_a_file_is_parsed_once_and_everything_is_restored_
     import gguf
     import numpy as np
 
-    from nip.backends.local._gguf_once import gguf_read_once
+    from nip.backends.local.model_store import gguf_read_once
 
     path = tmp_path / "tiny.gguf"
     writer = gguf.GGUFWriter(str(path), "llama")

@@ -471,7 +471,7 @@ def test_with_pause_sharing_vllm_sleeps_while_a_job_trains_on_the_gpu(tiny_model
     app = create_server_app(config)
 
     async def scenario(url: str) -> list[str]:
-        from nip.server.client import wait_for_server
+        from nip.backends.self_hosted import wait_for_server
 
         await wait_for_server(url, None, timeout_s=600)
         backend = SelfHostedFineTuneBackend(url)

@@ -12,17 +12,17 @@ import warnings
 import httpx
 import pytest
 
-from nip.cli import main as nip_main
-from nip.errors import AuthenticationError, FineTuneError
-from nip.jobs import FineTuneEvent, FineTuneJob, FineTuneSpec
-from nip.jobs.self_hosted import SelfHostedFineTuneBackend
-from nip.server.app import create_server_app, run_server
-from nip.server.compat import (
+from nip.backends.self_hosted import (
     API_VERSION,
     IncompatibleServerError,
     ServerVersionWarning,
     check_server_version,
 )
+from nip.cli import main as nip_main
+from nip.errors import AuthenticationError, FineTuneError
+from nip.jobs import FineTuneEvent, FineTuneJob, FineTuneSpec
+from nip.jobs.self_hosted import SelfHostedFineTuneBackend
+from nip.server.app import create_server_app, run_server
 from nip.server.config import InsecureServerError, ServerConfig, check_exposure
 from nip.server.engine import EngineReply, EngineStatus
 from nip.testing.server import serve
@@ -330,9 +330,9 @@ def test_a_full_fine_tuning_request_is_refused_at_creation_not_trained_as_lora(t
 
 # ---------------------------------------------------------------------- the client side
 def test_self_hosted_agents_talk_to_the_server_port_with_the_server_token(monkeypatch):
+    from nip.backends.self_hosted import SelfHostedBackend
     from nip.parameters import PureTextAgentParameters
     from nip.providers.pool import BackendPool, endpoint_key
-    from nip.server.client import SelfHostedBackend
     from nip.settings import ExperimentSettings
 
     monkeypatch.setenv("NIP_SERVER_API_KEY", TOKEN)
@@ -351,9 +351,9 @@ def test_self_hosted_agents_talk_to_the_server_port_with_the_server_token(monkey
 
 
 def test_the_settings_concurrency_limit_applies_to_self_hosted_agents_too():
+    from nip.backends.self_hosted import SelfHostedBackend
     from nip.parameters import PureTextAgentParameters
     from nip.providers.pool import BackendPool
-    from nip.server.client import SelfHostedBackend
     from nip.settings import ExperimentSettings
 
     pool = BackendPool(ExperimentSettings(cache="off", max_concurrency=3))
@@ -363,8 +363,8 @@ def test_the_settings_concurrency_limit_applies_to_self_hosted_agents_too():
 
 
 def test_waiting_for_a_server_whose_engine_failed_raises_its_error(tmp_path):
+    from nip.backends.self_hosted import wait_for_server
     from nip.errors import BackendUnavailableError
-    from nip.server.client import wait_for_server
 
     class FailedEngine(RecordingEngine):
         def status(self) -> EngineStatus:
@@ -378,8 +378,8 @@ def test_waiting_for_a_server_whose_engine_failed_raises_its_error(tmp_path):
 def test_waiting_for_a_server_that_is_not_there_times_out():
     import socket
 
+    from nip.backends.self_hosted import wait_for_server
     from nip.errors import BackendUnavailableError
-    from nip.server.client import wait_for_server
 
     with socket.socket() as sock:  # a port that nothing listens on
         sock.bind(("127.0.0.1", 0))

@@ -7,6 +7,7 @@ everything else maps to a final :mod:`nip.errors` type.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import random
@@ -94,21 +95,11 @@ class RetryPolicy:
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds to wait according to ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP
     date, against ``now``); None when no usable header is present."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
+    for name, per_s in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        with contextlib.suppress(ValueError):  # absent, or not a number
+            return max(0.0, float(headers.get(name, "")) / per_s)
     try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        moment = email.utils.parsedate_to_datetime(value)
+        moment = email.utils.parsedate_to_datetime(headers.get("retry-after", ""))
     except (TypeError, ValueError):
         return None
     return max(0.0, moment.timestamp() - (time.time() if now is None else now))

@@ -38,16 +38,8 @@ class GenerationRequest:
 
     def cache_key(self, sample_index: int = 0) -> str:
         """A stable hash of everything that shapes the output, plus the sample index."""
-        payload = {
-            "model": self.model,
-            "messages": [dict(m) for m in self.messages],
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "repetition_penalty": self.repetition_penalty,
-            "seed": self.seed,
-            "sample_index": sample_index,
-        }
+        payload = {**asdict(self), "sample_index": sample_index}
+        del payload["n"], payload["metadata"]  # n is the sample count; metadata is never sent
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")
         return hashlib.sha256(blob).hexdigest()
 

@@ -24,6 +24,8 @@ from nip.backends._types import (
 )
 
 _SCHEMA = """
+PRAGMA journal_mode=WAL;
+PRAGMA synchronous=NORMAL;
 CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY,
     text TEXT,
@@ -45,10 +47,7 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._connection = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
         with self._lock:
-            self._connection.execute("PRAGMA journal_mode=WAL")
-            self._connection.execute("PRAGMA synchronous=NORMAL")
-            self._connection.execute(_SCHEMA)
-            self._connection.commit()
+            self._connection.executescript(_SCHEMA)
 
     def get_many(self, keys: list[str]) -> dict[str, tuple]:
         marks = ",".join("?" * len(keys))

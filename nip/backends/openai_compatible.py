@@ -118,10 +118,6 @@ class OpenAIBackendConfig:
             raise MissingAPIKeyError(self.api_key_env, self.name)
         return key
 
-    def without_secret(self) -> OpenAIBackendConfig:
-        """The same settings with any explicit key removed (``api_key_env`` is kept)."""
-        return dataclasses.replace(self, api_key=None)
-
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain values, without the key."""
         data = dataclasses.asdict(self)
@@ -336,7 +332,8 @@ class OpenAIBackend:
     def __getstate__(self) -> dict[str, Any]:
         # A copy gets no client, no explicit key and fresh counters; self is left untouched.
         state = self.__dict__.copy()
-        state.update(config=self.config.without_secret(), _loops={}, _ssl_context=None)
+        config = dataclasses.replace(self.config, api_key=None)  # api_key_env is kept
+        state.update(config=config, _loops={}, _ssl_context=None)
         state["_counters"] = BackendStats()
         return state
 

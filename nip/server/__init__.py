@@ -15,7 +15,7 @@ _LAZY = {
     "EngineStatus": "nip.server.engine",
     "EngineError": "nip.server.engine",
     "VllmEngine": "nip.server.vllm_engine",
-    "TransformersEngine": "nip.server.local_engine",
+    "TransformersEngine": "nip.server.engine",
     "create_server_app": "nip.server.app",
     "run_server": "nip.server.app",
     "SelfHostedBackend": "nip.backends.self_hosted",

@@ -11,24 +11,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import sys
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from nip.extras import needs, require
 
 with needs("server"):
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI, File, Form, Request, UploadFile
     from fastapi.responses import Response, StreamingResponse
 
+from nip._version import __version__
+from nip.backends.local.adapters import read_adapter_stack
+from nip.backends.local.stacked_adapters import concatenated_rank
 from nip.backends.local.vllm_python import vllm_available
+from nip.backends.self_hosted import API_VERSION
 from nip.jobs import FineTuneBackend
 from nip.server.auth import BearerTokenMiddleware
-from nip.server.compat import version_info
 from nip.server.config import ServerConfig, check_exposure
-from nip.server.engine import Endpoint, EngineReply, InferenceEngine, NoEngine
-from nip.server.fine_tuning import FineTuneQueue, RequestError
-from nip.server.routes import add_fine_tuning_routes
+from nip.server.engine import (
+    Endpoint,
+    EngineReply,
+    InferenceEngine,
+    NoEngine,
+    TransformersEngine,
+)
+from nip.server.fine_tuning import (
+    FineTuneQueue,
+    RequestError,
+    parse_training_file,
+    validate_job_request,
+)
 from nip.server.store import JobRow, ServerStore
 
 log = logging.getLogger(__name__)
@@ -41,14 +58,11 @@ ENGINE_EXTRAS = {"transformers": "local"}
 def engine_kind(config: ServerConfig) -> str:
     """The engine ``config.engine`` names; ``auto`` is vLLM on a GPU where vLLM is installed,
     and the transformers engine otherwise."""
-    import sys
-
-    kind = config.engine
-    if kind == "auto":
-        python = config.vllm_python or sys.executable
-        gpu = config.resolved_device == "cuda"
-        kind = "vllm" if gpu and vllm_available(python) else "transformers"
-    return kind
+    if config.engine != "auto":
+        return config.engine
+    python = config.vllm_python or sys.executable
+    gpu = config.resolved_device == "cuda"
+    return "vllm" if gpu and vllm_available(python) else "transformers"
 
 
 def build_engine(
@@ -63,8 +77,6 @@ def build_engine(
         return VllmEngine(config, model, log_dir)
     if kind == "transformers":
         require(ENGINE_EXTRAS[kind])
-        from nip.server.local_engine import TransformersEngine
-
         return TransformersEngine(str(model), config.base_model_name, config.resolved_device)
     return NoEngine(config.base_model_name)
 
@@ -73,9 +85,8 @@ def build_fine_tune_backend(config: ServerConfig) -> FineTuneBackend:
     """LoRA training processes (under accelerate for several processes or a config)."""
     from nip.jobs.local_lora import LocalLoraFineTuneBackend
 
-    env = {}
-    if config.training_devices is not None:
-        env["CUDA_VISIBLE_DEVICES"] = config.training_devices
+    devices = config.training_devices
+    env = {"CUDA_VISIBLE_DEVICES": devices} if devices is not None else {}
     return LocalLoraFineTuneBackend(
         config.storage_path / "jobs",
         processes=config.training_processes,
@@ -112,6 +123,103 @@ def _reply(reply: EngineReply) -> Response:
     if reply.stream is not None:
         return StreamingResponse(reply.stream, reply.status, reply.headers, reply.media_type)
     return Response(reply.body, reply.status, reply.headers, reply.media_type)
+
+
+#: Largest upload accepted, in bytes.
+MAX_FILE_BYTES = 512 * 1024 * 1024
+
+
+async def _refuse(request: Request, error: RequestError) -> Response:
+    """A :class:`RequestError` a route raised, in the OpenAI API's error shape."""
+    return _reply(EngineReply.error(error.status, str(error), param=error.param))
+
+
+def _found(value: Any, what: str) -> Any:
+    """``value``, unless it is None or False: then a 404 saying there is no ``what``."""
+    if value is None or value is False:
+        raise RequestError(f"no {what}", status=404)
+    return value
+
+
+def add_fine_tuning_routes(
+    app,
+    store: ServerStore,
+    queue: FineTuneQueue,
+    *,
+    check_job: Callable[[dict[str, Any]], None],
+) -> None:
+    """Mount ``/v1/files`` and ``/v1/fine_tuning/jobs`` on ``app``; ``check_job`` may refuse a
+    job-creation body with a :class:`RequestError`, answered (as any a route raises) with its
+    status and message."""
+    app.add_exception_handler(RequestError, _refuse)
+
+    @app.post("/v1/files")
+    async def upload_file(file: UploadFile = File(...), purpose: str = Form(...)):  # noqa: B008
+        if purpose != "fine-tune":
+            raise RequestError(f"purpose={purpose!r}: only 'fine-tune' is supported")
+        content = await file.read(MAX_FILE_BYTES + 1)
+        if len(content) > MAX_FILE_BYTES:
+            raise RequestError("the file is larger than 512 MiB", status=413)
+        # Either format is fine at upload; the job's method decides which is required.
+        parse_training_file(content, None)
+        return store.add_file(file.filename or "upload.jsonl", purpose, content)
+
+    @app.get("/v1/files")
+    async def list_files():
+        return {"object": "list", "data": store.list_files()}
+
+    @app.get("/v1/files/{file_id}")
+    async def retrieve_file(file_id: str):
+        return _found(store.get_file(file_id), f"file {file_id}")
+
+    @app.get("/v1/files/{file_id}/content")
+    async def file_content(file_id: str):
+        content = _found(store.file_content(file_id), f"file {file_id}")
+        return Response(content, media_type="application/jsonl")
+
+    @app.delete("/v1/files/{file_id}")
+    async def delete_file(file_id: str):
+        _found(store.delete_file(file_id), f"file {file_id}")
+        return {"object": "file", "id": file_id, "deleted": True}
+
+    @app.post("/v1/fine_tuning/jobs")
+    async def create_job(request: Request):
+        try:
+            body: dict[str, Any] = await request.json()
+        except json.JSONDecodeError:
+            raise RequestError("the request body is not JSON") from None
+        method, extra = validate_job_request(body)
+        check_job(body)
+        content = store.file_content(body["training_file"])
+        if content is None:
+            raise RequestError(f"no file {body['training_file']}", param="training_file")
+        parse_training_file(content, method["type"])
+        suffix, seed = body.get("suffix"), body.get("seed")
+        job = store.add_job(body["model"], body["training_file"], method, suffix, seed, extra)
+        queue.wake()
+        return job.to_openai()
+
+    @app.get("/v1/fine_tuning/jobs")
+    async def list_jobs(limit: int = 20, after: str | None = None):
+        jobs = [j.to_openai() for j in store.list_jobs()][::-1]
+        if after is not None:
+            ids = [j["id"] for j in jobs]
+            jobs = jobs[ids.index(after) + 1 :] if after in ids else []
+        return {"object": "list", "data": jobs[:limit], "has_more": len(jobs) > limit}
+
+    @app.get("/v1/fine_tuning/jobs/{job_id}")
+    async def retrieve_job(job_id: str):
+        return _found(store.get_job(job_id), f"fine-tuning job {job_id}").to_openai()
+
+    @app.post("/v1/fine_tuning/jobs/{job_id}/cancel")
+    async def cancel_job(job_id: str):
+        return (await queue.cancel(job_id)).to_openai()
+
+    @app.get("/v1/fine_tuning/jobs/{job_id}/events")
+    async def job_events(job_id: str, limit: int = 20):
+        _found(store.get_job(job_id), f"fine-tuning job {job_id}")
+        events = store.events(job_id)
+        return {"object": "list", "data": events[:limit], "has_more": len(events) > limit}
 
 
 def create_server_app(
@@ -188,9 +296,6 @@ def create_server_app(
             )
         if lora.get("stack") and previous is not None:
             # vLLM gets one adapter as wide as the whole stack: refuse now, not after training.
-            from nip.backends.local.adapters import read_adapter_stack
-            from nip.backends.local.stacked_adapters import concatenated_rank
-
             total = concatenated_rank(read_adapter_stack(previous)) + rank
             if total > config.max_lora_rank:
                 raise RequestError(
@@ -204,13 +309,13 @@ def create_server_app(
 
     @app.get("/version")
     async def version() -> dict[str, str]:
-        return version_info()
+        return {"version": __version__, "api_version": API_VERSION}
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
-            "engine": engine.status().to_dict(),
+            "engine": asdict(engine.status()),
             "jobs": {s: len(store.list_jobs(s)) for s in ("queued", "running")},
         }
 

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import secrets
 from typing import Any
 
-_UNAUTHORIZED = json.dumps(
-    {
-        "error": {
-            "message": "missing or wrong bearer token (send 'Authorization: Bearer <key>')",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "invalid_api_key",
-        }
-    }
-).encode()
+from nip.server.engine import EngineReply
+
+_UNAUTHORIZED = EngineReply.error(
+    401, "missing or wrong bearer token (send 'Authorization: Bearer <key>')", "invalid_api_key"
+).body
 
 
 class BearerTokenMiddleware:

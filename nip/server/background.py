@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_PYTHON_ENV, find_vllm_python
+from nip.backends.openai_compatible import _html_table
 from nip.backends.self_hosted import API_KEY_ENV
-from nip.errors import NipError
+from nip.errors import InvalidParameterError, NipError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
@@ -232,11 +233,6 @@ class ServerHandle:
             "state": state,
             "adapters": ", ".join(adapters) or "none yet",
         }
-        table = "".join(
-            f"<tr><td style='padding-right:1em;color:#666;text-align:left'>{k}</td>"
-            f"<td style='text-align:left'>{html.escape(v)}</td></tr>"
-            for k, v in rows.items()
-        )
         logs = [("server log", self.log_tail(12))]
         if self.engine == "vllm":
             logs.append(("vLLM log", self.log_tail(8, vllm=True)))
@@ -248,7 +244,7 @@ class ServerHandle:
         )
         return (
             "<div style='border:1px solid #ddd;border-radius:6px;padding:.6em;max-width:60em'>"
-            f"<b>nip serve</b><table style='margin:.3em 0'>{table}</table>{pre}</div>"
+            f"{_html_table('nip serve', rows)}{pre}</div>"
         )
 
 
@@ -283,8 +279,6 @@ def serve_in_background(
             ready (the message holds the end of its log).
         MissingExtraError: ``nip[server]`` is not installed here.
     """
-    from nip.errors import InvalidParameterError
-
     require("server")  # the child process is this interpreter's `nip serve`
     if engine not in ("auto", "vllm", "transformers"):
         raise InvalidParameterError("engine", engine, "'auto', 'vllm' or 'transformers'")

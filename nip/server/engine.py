@@ -1,7 +1,8 @@
-"""The inference engine behind the server: one small Protocol, two implementations.
+"""The inference engine behind the server: one small Protocol, three implementations.
 
 :class:`~nip.server.vllm_engine.VllmEngine` supervises a vLLM process (the GPU path);
-:class:`~nip.server.local_engine.TransformersEngine` generates in-process (the CPU fallback).
+:class:`TransformersEngine` generates in-process (the CPU fallback); :class:`NoEngine` serves
+nothing.
 The server calls :meth:`InferenceEngine.load_adapter` when a job succeeds, and
 :meth:`~InferenceEngine.pause` / :meth:`~InferenceEngine.resume` around training.
 """
@@ -9,11 +10,16 @@ The server calls :meth:`InferenceEngine.load_adapter` when a job succeeds, and
 from __future__ import annotations
 
 import json
+import logging
+import secrets
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from nip.errors import NipError
+from nip.backends._chat_wire import completion_body, request_from_body
+from nip.errors import GenerationError, ModelNotFoundError, NipError
+
+log = logging.getLogger(__name__)
 
 EngineState = Literal["stopped", "starting", "ready", "paused", "crashed", "failed"]
 Endpoint = Literal["chat/completions", "completions"]
@@ -43,9 +49,6 @@ class EngineStatus:
     restarts: int = 0
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class EngineReply:
@@ -62,10 +65,12 @@ class EngineReply:
         return cls(status, json.dumps(content).encode(), headers=dict(headers))
 
     @classmethod
-    def error(cls, status: int, message: str, code: str | None = None, **headers) -> EngineReply:
+    def error(
+        cls, status: int, message: str, code: str | None = None, param: str | None = None, **headers
+    ) -> EngineReply:
         """An error in the OpenAI shape (``{"error": {"message": ...}}``)."""
         kind = "invalid_request_error" if status < 500 else "server_error"
-        body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
+        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
         return cls.json(status, body, **headers)
 
 
@@ -132,3 +137,76 @@ class NoEngine(InferenceEngine):
 
     async def forward(self, endpoint: Endpoint, body: dict[str, Any]) -> EngineReply:
         return EngineReply.error(501, "this server runs no inference engine (--engine none)")
+
+
+class TransformersEngine(InferenceEngine):
+    """The CPU fallback: :class:`~nip.backends.local.LocalBackend` on ``device`` (loaded on first
+    use), batched like the ``Local`` provider, serving chat completions (not streamed) for the base
+    model and every loaded adapter; pause and resume do nothing. ``model`` is the folder or
+    embedded model, ``base_model`` the name clients use."""
+
+    kind = "transformers"
+
+    def __init__(self, model: str, base_model: str, device: str = "auto"):
+        self.model = model
+        self.base_model = base_model
+        self.device = device
+        self._backend: Any = None
+        self._adapters: dict[str, str] = {}
+        self._state: EngineState = "stopped"
+
+    def status(self) -> EngineStatus:
+        return EngineStatus(self.kind, self._state, self.base_model, sorted(self._adapters))
+
+    async def start(self) -> None:
+        from nip.backends.local import LocalBackend
+
+        self._backend = LocalBackend(self.model, device=self.device)
+        for name, path in list(self._adapters.items()):
+            try:
+                self._backend.register_adapter(name, path)
+            except (ModelNotFoundError, ValueError) as error:  # e.g. its folder was deleted
+                log.warning("not serving adapter %r: %s", name, error)
+                del self._adapters[name]
+        self._state = "ready"
+
+    async def stop(self) -> None:
+        if self._backend is not None:
+            await self._backend.aclose()
+            self._backend = None
+        self._state = "stopped"
+
+    async def load_adapter(self, name: str, path: str) -> None:
+        if self._backend is not None:
+            try:
+                self._backend.register_adapter(name, path)
+            except (ModelNotFoundError, ValueError) as error:
+                raise EngineError(f"cannot serve adapter {name!r}: {error}") from None
+        self._adapters[name] = path
+
+    async def forward(self, endpoint: Endpoint, body: dict[str, Any]) -> EngineReply:
+        if endpoint != "chat/completions":
+            return EngineReply.error(400, f"the transformers engine does not serve /v1/{endpoint}")
+        if body.get("stream"):
+            return EngineReply.error(400, "the transformers engine does not stream")
+        if self._backend is None:
+            return EngineReply.error(503, "the engine is not running", **{"retry-after": "5"})
+        try:
+            request = request_from_body(body)
+        except (KeyError, TypeError, ValueError) as error:
+            return EngineReply.error(400, f"bad chat request: {error}")
+        if request.model == self.base_model:  # the backend knows the base model by its folder
+            request = replace(request, model=self.model)
+        try:
+            result = await self._backend.generate(request)
+        except ModelNotFoundError as error:
+            return EngineReply.error(404, str(error), code="model_not_found")
+        except GenerationError as error:
+            return EngineReply.error(500, str(error))
+        reply = completion_body(
+            f"chatcmpl-{secrets.token_hex(8)}", body["model"], result.completions, result.usage
+        )
+        return EngineReply.json(200, reply)
+
+    def __repr__(self) -> str:
+        return f"TransformersEngine(model={self.model!r}, adapters={sorted(self._adapters)})"

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from nip.errors import NipError
@@ -55,14 +55,6 @@ def _check_messages(messages: Any, line: int, where: str) -> None:
 _DPO_KEYS = frozenset({"input", "preferred_output", "non_preferred_output"})
 
 
-def _format_of(row: dict[str, Any]) -> str | None:
-    """The format a training line is written in: any DPO key makes it DPO, else
-    ``messages`` makes it supervised; None for neither."""
-    if row.keys() & _DPO_KEYS:
-        return "dpo"
-    return "supervised" if "messages" in row else None
-
-
 def parse_training_file(content: bytes, method: str | None) -> list[dict[str, Any]]:
     """Check a JSONL training file for ``method`` (``"supervised"``, ``"dpo"``; None for an upload:
     its first line's format) and return its lines; a :class:`RequestError` names a bad line."""
@@ -80,7 +72,10 @@ def parse_training_file(content: bytes, method: str | None) -> list[dict[str, An
             raise RequestError(f"training file line {number} is not JSON: {error.msg}") from None
         if not isinstance(row, dict):
             raise RequestError(f"training file line {number} is not a JSON object")
-        if method is None and (method := _format_of(row)) is None:
+        if method is None:  # an upload: any DPO key makes it DPO, else messages supervised
+            method = "supervised" if "messages" in row else None
+            method = "dpo" if row.keys() & _DPO_KEYS else method
+        if method is None:
             raise RequestError(
                 f"training file line {number}: for supervised fine-tuning {_SFT_HINT}; "
                 f"for DPO {_DPO_HINT}"
@@ -94,11 +89,11 @@ def parse_training_file(content: bytes, method: str | None) -> list[dict[str, An
                     f"training file line {number}: the last message must be the assistant's"
                 )
         else:
-            if not {"input", "preferred_output", "non_preferred_output"} <= set(row):
+            if not row.keys() >= _DPO_KEYS:
                 raise RequestError(f"training file line {number}: {_DPO_HINT}")
             _check_messages((row["input"] or {}).get("messages"), number, "input.messages")
-            _check_messages(row["preferred_output"], number, "preferred_output")
-            _check_messages(row["non_preferred_output"], number, "non_preferred_output")
+            for key in ("preferred_output", "non_preferred_output"):
+                _check_messages(row[key], number, key)
         lines.append(row)
     if not lines:
         raise RequestError("the training file has no examples")
@@ -161,9 +156,8 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     extra: dict[str, Any] = {}
     lora = body.get("lora") or {}
     if lora:
-        _number(lora.get("rank"), "lora.rank", low=1, high=1024, integer=True)
-        _number(lora.get("alpha"), "lora.alpha", low=0.0)
-        _number(lora.get("dropout"), "lora.dropout", low=0.0, high=0.99)
+        for key, low, high in (("rank", 1, 1024), ("alpha", 0.0, None), ("dropout", 0.0, 0.99)):
+            _number(lora.get(key), f"lora.{key}", low=low, high=high, integer=key == "rank")
         if lora.get("quantization", "none") not in ("none", "bitsandbytes"):
             raise RequestError(
                 f"lora.quantization={lora['quantization']!r}: must be 'none' or 'bitsandbytes'",
@@ -180,6 +174,7 @@ def validate_job_request(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str
     return {"type": kind, kind: {"hyperparameters": hyper}}, extra
 
 
+@dataclass(eq=False)
 class FineTuneQueue:
     """Runs queued jobs from ``store`` on ``backend``, ``max_concurrent`` at a time (1: one GPU).
 
@@ -197,32 +192,20 @@ class FineTuneQueue:
             the last one ends (to pause and resume inference).
     """
 
-    def __init__(
-        self,
-        store: ServerStore,
-        backend: FineTuneBackend,
-        *,
-        max_concurrent: int = 1,
-        poll_interval_s: float = 0.5,
-        on_succeeded: Callable[[JobRow], Awaitable[None]] | None = None,
-        resolve_model: Callable[[str], tuple[str, str | None]] | None = None,
-        reserved_names: Collection[str] = (),
-        before_training: Callable[[], Awaitable[None]] | None = None,
-        after_training: Callable[[], Awaitable[None]] | None = None,
-    ):
-        self.store = store
-        self.backend = backend
-        self.max_concurrent = max_concurrent
-        self.poll_interval_s = poll_interval_s
-        self.on_succeeded = on_succeeded
-        self.resolve_model = resolve_model
-        self.reserved_names = frozenset(reserved_names)
-        self.before_training = before_training
-        self.after_training = after_training
-        self._wake = asyncio.Event()
-        self._running: dict[str, asyncio.Task] = {}
-        self._training_jobs = 0
-        self._hook_lock = asyncio.Lock()
+    store: ServerStore
+    backend: FineTuneBackend
+    _: KW_ONLY
+    max_concurrent: int = 1
+    poll_interval_s: float = 0.5
+    on_succeeded: Callable[[JobRow], Awaitable[None]] | None = None
+    resolve_model: Callable[[str], tuple[str, str | None]] | None = None
+    reserved_names: Collection[str] = ()
+    before_training: Callable[[], Awaitable[None]] | None = None
+    after_training: Callable[[], Awaitable[None]] | None = None
+    _wake: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _running: dict[str, asyncio.Task] = field(default_factory=dict, init=False)
+    _training_jobs: int = field(default=0, init=False)
+    _hook_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
 
     def wake(self) -> None:
         self._wake.set()

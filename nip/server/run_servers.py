@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.errors import ConfigFileError, ModelNotFoundError
+from nip.extras import require
 from nip.parameters import HyperParameters
 from nip.settings import ExperimentSettings
 
@@ -129,7 +130,6 @@ def serving_models(
     echo: bool = True,
 ) -> Iterator[ExperimentSettings]:
     """:func:`serving` for the given base models (a Ray node's servers start this way)."""
-    from nip.extras import require
     from nip.server.background import serve_in_background
 
     require("server")

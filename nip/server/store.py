@@ -53,9 +53,8 @@ class JobRow:
 
     def to_openai(self) -> dict[str, Any]:
         """The job as the OpenAI API returns it."""
-        error = None
-        if self.error:
-            error = {"code": "training_failed", "message": self.error, "param": None}
+        failed = {"code": "training_failed", "message": self.error, "param": None}
+        error = failed if self.error else None
         running_s = self.extra.get("running_s")  # from training's start to the job's end
         return {
             "object": "fine_tuning.job",
@@ -109,31 +108,28 @@ class ServerStore:
             self._db.execute(statement, values)
             self._db.commit()
 
+    def _rows(self, query: str, values: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(query, values).fetchall()
+
     def add_file(self, filename: str, purpose: str, content: bytes) -> dict[str, Any]:
         file_id = "file-" + secrets.token_hex(12)
         (self.files_dir / file_id).write_bytes(content)
         name = Path(filename.replace("\\", "/")).name[:200]
-        row = (
-            file_id,
-            name if name not in ("", ".", "..") else "upload.jsonl",  # a label, never a path
-            purpose,
-            len(content),
-            int(time.time()),
-        )
+        name = name if name not in ("", ".", "..") else "upload.jsonl"  # a label, never a path
+        row = (file_id, name, purpose, len(content), int(time.time()))
         self._write("INSERT INTO files VALUES (?, ?, ?, ?, ?)", row)
         return self.get_file(file_id)  # type: ignore[return-value]
 
     def get_file(self, file_id: str) -> dict[str, Any] | None:
-        with self._lock:
-            row = self._db.execute("SELECT * FROM files WHERE id = ?", (file_id,)).fetchone()
-        if row is None:
-            return None
-        return {"object": "file", "status": "processed", **dict(row)}
+        return next(iter(self._files("WHERE id = ?", (file_id,))), None)
 
     def list_files(self) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute("SELECT id FROM files ORDER BY created_at").fetchall()
-        return [self.get_file(r["id"]) for r in rows]  # type: ignore[misc]
+        return self._files("ORDER BY created_at")
+
+    def _files(self, where: str, values: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        rows = self._rows(f"SELECT * FROM files {where}", values)
+        return [{"object": "file", "status": "processed", **dict(row)} for row in rows]
 
     def file_content(self, file_id: str) -> bytes | None:
         if self.get_file(file_id) is None:
@@ -157,39 +153,28 @@ class ServerStore:
         extra: dict[str, Any],
     ) -> JobRow:
         job_id = "ftjob-" + secrets.token_hex(12)
+        row = (job_id, model, training_file, json.dumps(method), suffix, seed, json.dumps(extra))
         self._write(
             "INSERT INTO jobs VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, NULL, NULL, NULL, NULL,"
             " ?, NULL)",
-            (
-                job_id,
-                model,
-                training_file,
-                json.dumps(method),
-                suffix,
-                seed,
-                json.dumps(extra),
-                int(time.time()),
-            ),
+            (*row, int(time.time())),
         )
         self.add_event(job_id, "info", "Job queued.")
         return self.get_job(job_id)  # type: ignore[return-value]
 
     def get_job(self, job_id: str) -> JobRow | None:
-        with self._lock:
-            row = self._db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row is None:
-            return None
-        data = dict(row)
-        data["method"] = json.loads(data["method"])
-        data["extra"] = json.loads(data["extra"])
-        return JobRow(**data)
+        return next(iter(self._jobs("WHERE id = ?", (job_id,))), None)
 
     def list_jobs(self, status: str | None = None) -> list[JobRow]:
         where, args = ("WHERE status = ? ", (status,)) if status is not None else ("", ())
-        with self._lock:
-            query = f"SELECT id FROM jobs {where}ORDER BY created_at, rowid"
-            rows = self._db.execute(query, args).fetchall()
-        return [self.get_job(r["id"]) for r in rows]  # type: ignore[misc]
+        return self._jobs(f"{where}ORDER BY created_at, rowid", args)
+
+    def _jobs(self, where: str, values: tuple[Any, ...] = ()) -> list[JobRow]:
+        rows = map(dict, self._rows(f"SELECT * FROM jobs {where}", values))
+        return [
+            JobRow(**{**r, "method": json.loads(r["method"]), "extra": json.loads(r["extra"])})
+            for r in rows
+        ]
 
     def update_job(self, job_id: str, **fields: Any) -> None:
         if fields.get("status") in ("succeeded", "failed", "cancelled"):
@@ -208,11 +193,10 @@ class ServerStore:
         )
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT rowid, * FROM events WHERE job_id = ? ORDER BY created_at DESC, rowid DESC",
-                (job_id,),
-            ).fetchall()
+        rows = self._rows(
+            "SELECT rowid, * FROM events WHERE job_id = ? ORDER BY created_at DESC, rowid DESC",
+            (job_id,),
+        )
         return [
             {
                 "object": "fine_tuning.job.event",

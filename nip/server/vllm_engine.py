@@ -120,14 +120,8 @@ class VllmEngine:
         return self.config.gpu_sharing == "pause" and self.config.resolved_device == "cuda"
 
     def status(self) -> EngineStatus:
-        return EngineStatus(
-            self.kind,
-            self._state,
-            self.config.base_model_name,
-            sorted(self.vllm.adapters),
-            self._restarts,
-            self._error,
-        )
+        name, adapters = self.config.base_model_name, sorted(self.vllm.adapters)
+        return EngineStatus(self.kind, self._state, name, adapters, self._restarts, self._error)
 
     async def start(self) -> None:
         import httpx

@@ -25,7 +25,7 @@ from nip.backends._types import Completion, GenerationRequest, GenerationResult,
 from nip.backends.local._memory import release_free_memory
 from nip.backends.local._prefix_cache import PrefixCache
 from nip.backends.local._quiet import quiet_libraries
-from nip.backends.local._sampling import RowSampler, RowSettings, RowTokenLimit, StopWhenSet
+from nip.backends.local._sampling import RowSampler, RowSettings, RowStop
 from nip.backends.local.adapters import AdapterLayer, AdapterStack
 from nip.backends.local.model_store import ensure_local_model
 from nip.errors import GenerationError, ModelNotFoundError
@@ -156,9 +156,8 @@ class Engine:
         ``model`` is a base name)."""
         groups: dict[str | None, list[int]] = {}
         for index, request in enumerate(requests):
-            groups.setdefault(request.model if request.model in adapters else None, []).append(
-                index
-            )
+            model = request.model if request.model in adapters else None
+            groups.setdefault(model, []).append(index)
         results: list[GenerationResult | BaseException | None] = [None] * len(requests)
         calls, tokens, seconds, prompt_tokens = 0, 0, 0.0, 0
         reused_before = self.prefix_cache.reused_tokens if self.prefix_cache else 0
@@ -265,10 +264,7 @@ class Engine:
                 **reused,
                 generation_config=config,
                 logits_processor=[RowSampler(rows, pad_lengths, self.device)],
-                stopping_criteria=[
-                    RowTokenLimit(limits, width, self.device),
-                    StopWhenSet(self.stop),
-                ],
+                stopping_criteria=[RowStop(limits, width, self.stop, self.device)],
             )
         sequences = output.sequences if reuse else output
         generated = sequences[:, width:].tolist()
@@ -309,14 +305,12 @@ class Engine:
                 )
                 cache = _cache_of(output)
             rows.append([(layer.keys, layer.values) for layer in cache.layers])
-        layers = []
-        for index in range(len(rows[0])):
-            keys, values = [], []
-            for row, pad in zip(rows, pad_lengths, strict=True):
-                k, v = row[index]
-                keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
-                values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
-            layers.append((torch.cat(keys), torch.cat(values)))
+        padded = [
+            [[torch.nn.functional.pad(t, (0, 0, pad, 0)) for t in layer] for layer in row]
+            for row, pad in zip(rows, pad_lengths, strict=True)
+        ]  # each row's layers' keys and values; concatenated along the batch, layer by layer
+        by_layer = zip(*padded, strict=True)
+        layers = [tuple(map(torch.cat, zip(*layer, strict=True))) for layer in by_layer]
         return DynamicCache(ddp_cache_data=layers)
 
     def _remember(

@@ -91,28 +91,19 @@ class RowSampler(LogitsProcessor):
         return order.gather(1, picked).squeeze(1)
 
 
-class RowTokenLimit(StoppingCriteria):
-    """Stops each row after its own token limit (``prompt_length``: where generation starts)."""
+class RowStop(StoppingCriteria):
+    """Stops each row after its own token limit (``prompt_length``: where generation starts), and
+    every row once ``event`` is set, from any thread (the backend is closing)."""
 
-    def __init__(self, limits: list[int], prompt_length: int, device: torch.device):
+    def __init__(
+        self, limits: list[int], prompt_length: int, event: threading.Event, device: torch.device
+    ):
         self.limits = torch.tensor(limits, device=device)
         self.prompt_length = prompt_length
-
-    def __call__(
-        self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: object
-    ) -> torch.BoolTensor:
-        return (input_ids.shape[1] - self.prompt_length) >= self.limits
-
-
-class StopWhenSet(StoppingCriteria):
-    """Stops every row once ``event`` is set, from any thread (the backend is closing)."""
-
-    def __init__(self, event: threading.Event):
         self.event = event
 
     def __call__(
         self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: object
     ) -> torch.BoolTensor:
-        return torch.full(
-            (input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device
-        )
+        done = (input_ids.shape[1] - self.prompt_length) >= self.limits
+        return done | self.event.is_set()

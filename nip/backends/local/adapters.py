@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nip.backends.local.model_store import canonical_model_name, check_model_name
+from nip.backends.openai_compatible import _html_table
 from nip.errors import ModelNotFoundError
 
 STACK_FILE = "nip_adapter_stack.json"
@@ -107,7 +108,8 @@ def _canonical_config(path: Path) -> bytes:
 
 class ServedModels:
     """The names a local backend answers to: its base model's (as given, its folder's name,
-    its known name) and the LoRA adapters registered on it; both local engines are one."""
+    its known name) and the LoRA adapters registered on it; both local engines are one, and
+    show their ``_describe()`` as a table."""
 
     def __init__(self, model: str):
         check_model_name(model)
@@ -133,6 +135,9 @@ class ServedModels:
         if name in self._base_names:
             raise ValueError(f"{name!r} is the base model's name; pick another adapter name.")
         return read_adapter_stack(path)
+
+    def _repr_html_(self) -> str:
+        return _html_table(type(self).__name__, self._describe())  # type: ignore[attr-defined]
 
     def _check_served(self, model: str) -> None:
         """Raises ModelNotFoundError: ``model`` is neither the base model nor an adapter."""

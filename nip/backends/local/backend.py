@@ -15,13 +15,12 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, astuple, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local._batcher import MicroBatcher
 from nip.backends.local.adapters import AdapterStack, ServedModels
-from nip.backends.openai_compatible import _html_table
 from nip.errors import GenerationError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
@@ -184,15 +183,9 @@ class LocalBackend(ServedModels):
         adapters = dict(self._adapters)  # a snapshot: registration may go on meanwhile
         loop = asyncio.get_running_loop()
         report = await loop.run_in_executor(self._executor, self._work, requests, adapters)
-        stats = self._stats
-        self._stats = LocalBackendStats(
-            requests=stats.requests + len(requests),
-            batches=stats.batches + report.generate_calls,
-            tokens_generated=stats.tokens_generated + report.completion_tokens,
-            generation_seconds=stats.generation_seconds + report.seconds,
-            prompt_tokens=stats.prompt_tokens + report.prompt_tokens,
-            reused_prompt_tokens=stats.reused_prompt_tokens + report.reused_prompt_tokens,
-        )
+        counts = (len(requests), report.generate_calls, report.completion_tokens, report.seconds)
+        counts += (report.prompt_tokens, report.reused_prompt_tokens)  # in the fields' order
+        self._stats = LocalBackendStats(*map(sum, zip(astuple(self._stats), counts, strict=True)))
         return report.results
 
     def _work(
@@ -243,6 +236,3 @@ class LocalBackend(ServedModels):
             f"adapters={sorted(self._adapters)}, requests={d['requests served']}, "
             f"mean_batch_size={d['mean batch size']})"
         )
-
-    def _repr_html_(self) -> str:
-        return _html_table("LocalBackend", self._describe())

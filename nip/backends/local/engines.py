@@ -28,10 +28,6 @@ if TYPE_CHECKING:
     from nip.parameters import PureTextAgentParameters
 
 
-def _no_options(params: PureTextAgentParameters) -> dict[str, Any]:
-    return {}
-
-
 def _vllm_options(params: PureTextAgentParameters) -> dict[str, Any]:
     """vLLM fixes the largest adapter rank when it starts: the agents' ``lora_rank``, rounded
     up to a rank vLLM accepts (a stack's ranks add up: pass ``max_lora_rank`` for more)."""
@@ -43,7 +39,7 @@ class LocalEngineEntry:
     """One engine: its backend class, and the options an agent's parameters give it."""
 
     backend: Callable[..., ChatBackend]
-    options: Callable[[PureTextAgentParameters], dict[str, Any]] = field(default=_no_options)
+    options: Callable[[PureTextAgentParameters], dict[str, Any]] = lambda params: {}
 
 
 #: Every ``local_engine`` (see :class:`~nip.settings.ExperimentSettings`), by name.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -24,11 +25,12 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from nip.backends.local._gguf_once import gguf_read_once
 from nip.backends.local._quiet import quiet_libraries
 from nip.errors import GenerationError, ModelNotFoundError
 from nip.extras import require
@@ -248,3 +250,36 @@ def _convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     del quantised
     plain.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+
+
+_patching = threading.Lock()
+
+
+@contextlib.contextmanager
+def gguf_read_once() -> Iterator[None]:
+    """While inside, ``gguf.GGUFReader`` of a path and ``gguf.get_tensor_name_map`` of an
+    architecture are built once and shared: transformers builds a new reader for the config, the
+    tokenizer and the weights, and a name map per module. The converted folder is the same; where
+    either library lacks these names, nothing is changed."""
+    import gguf
+
+    if not all(hasattr(gguf, name) for name in ("GGUFReader", "get_tensor_name_map")):
+        yield
+        return
+    with _patching:
+        real_reader, real_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        readers: dict[tuple[str, str], object] = {}
+
+        def shared_reader(path, mode: str = "r"):
+            key = (str(path), mode)
+            if key not in readers:
+                readers[key] = real_reader(path, mode)
+            return readers[key]
+
+        gguf.GGUFReader = shared_reader
+        gguf.get_tensor_name_map = functools.cache(real_name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = real_reader, real_name_map
+            readers.clear()

@@ -64,17 +64,13 @@ def write_concatenated_adapter(
     for module, per_layer in pairs.items():
         known = next(p for p in per_layer if p is not None)
         fan_in, fan_out = known[0].shape[1], known[1].shape[0]
-        a_parts, b_parts = [], []
-        for r, pair in zip(ranks, per_layer, strict=True):
-            a, b = pair if pair is not None else (torch.zeros(r, fan_in), torch.zeros(fan_out, r))
-            a_parts.append(a.float())
-            b_parts.append(b.float())
-        padding = rank - sum(ranks)
-        a_parts.append(torch.zeros(padding, fan_in))
-        b_parts.append(torch.zeros(fan_out, padding))
-        dtype = known[0].dtype
-        tensors[f"{module}.lora_A.weight"] = torch.cat(a_parts, 0).to(dtype).contiguous()
-        tensors[f"{module}.lora_B.weight"] = torch.cat(b_parts, 1).to(dtype).contiguous()
+        parts = [  # zeros where an adapter lacks the module, and for the padding
+            pair if pair is not None else (torch.zeros(r, fan_in), torch.zeros(fan_out, r))
+            for pair, r in zip([*per_layer, None], [*ranks, rank - sum(ranks)], strict=True)
+        ]
+        for side, axis in (("A", 0), ("B", 1)):  # A stacked along rows, B along columns
+            joined = torch.cat([part[axis].float() for part in parts], axis)
+            tensors[f"{module}.lora_{side}.weight"] = joined.to(known[0].dtype).contiguous()
     config = dict(configs[-1])
     config.update(r=rank, lora_alpha=rank, use_rslora=False, rank_pattern={}, alpha_pattern={})
     config["target_modules"] = sorted(

@@ -23,7 +23,7 @@ from nip.backends._types import GenerationRequest, GenerationResult
 from nip.backends.local.adapters import ServedModels
 from nip.backends.local.vllm_process import VllmLaunch, VllmProcess, _LoopLock, check_servable
 from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_LORA_RANKS, find_vllm_python
-from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig, _html_table
+from nip.backends.openai_compatible import OpenAIBackend, OpenAIBackendConfig
 from nip.errors import BackendUnavailableError, GenerationError, InvalidParameterError
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.utils.precision import cpu_dtype
@@ -247,6 +247,3 @@ class LocalVllmBackend(ServedModels):
             f"LocalVllmBackend(model={d['model']!r}, state={d['state']!r}, "
             f"adapters={sorted(self._adapters)})"
         )
-
-    def _repr_html_(self) -> str:
-        return _html_table("LocalVllmBackend", self._describe())

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nip.backends.local.adapters import predecessors, read_adapter_stack
+from nip.backends.local.stacked_adapters import concatenated_rank, write_concatenated_adapter
 from nip.backends.local.vllm_python import vllm_rank_at_least, vllm_ranks_up_to
 from nip.errors import BackendUnavailableError, GenerationError, UnservableAdapterError
 from nip.utils.processes import OwnedProcess, free_port
@@ -128,17 +129,15 @@ class VllmLaunch:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("DO_NOT_TRACK", "1")
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-        if "VLLM_CPU_OMP_THREADS_BIND" not in env and self.one_worker:
-            # vLLM's CPU build otherwise runs an engine-core process that spins on shared memory
-            # beside the worker: one process for both is faster and starts sooner.
-            env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        if (
-            "VLLM_CPU_OMP_THREADS_BIND" not in env
-            and env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0"
-        ):
-            # vLLM binds CPU workers to cores itself: an inherited OMP_NUM_THREADS oversubscribes.
-            for name in THREAD_COUNT_VARIABLES:
-                env.pop(name, None)
+        if "VLLM_CPU_OMP_THREADS_BIND" not in env:
+            if self.one_worker:
+                # vLLM's CPU build otherwise runs an engine-core process that spins on shared
+                # memory beside the worker: one process for both is faster and starts sooner.
+                env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            if env.get("VLLM_ENABLE_V1_MULTIPROCESSING") != "0":
+                # vLLM binds its CPU workers to cores: an inherited thread count oversubscribes.
+                for name in THREAD_COUNT_VARIABLES:
+                    env.pop(name, None)
         env.update(self.environment)
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         env["VLLM_API_KEY"] = token
@@ -148,8 +147,6 @@ class VllmLaunch:
 def check_servable(name: str, path: str | os.PathLike[str], max_lora_rank: int) -> None:
     """Raises UnservableAdapterError: vLLM started with ``--max-lora-rank max_lora_rank`` cannot
     serve the adapter in ``path`` (a stack: as one adapter, of its ranks' sum)."""
-    from nip.backends.local.stacked_adapters import concatenated_rank
-
     path = Path(path)
     if below := predecessors(path):
         rank, what = concatenated_rank(read_adapter_stack(path)), f" and the {len(below)} below it"
@@ -311,16 +308,14 @@ class VllmProcess:
             if self._loaded.get(name) == served:
                 return served
             if (previous := self._loaded.pop(name, None)) is not None:
-                await self.unload_adapter(previous)
+                await self._adapter_call("unload", {"lora_name": previous})
             if predecessors(path):  # vLLM applies one adapter per request: the stack's sum
                 path = await asyncio.to_thread(self._write_stack, path, served)
-            await self.load_adapter(served, path)
+            await self._adapter_call("load", {"lora_name": served, "lora_path": str(path)})
             self._loaded[name] = served
         return served
 
     def _write_stack(self, path: Path, served: str) -> Path:
-        from nip.backends.local.stacked_adapters import write_concatenated_adapter
-
         out = path.with_name(f"{path.name}-for-vllm")
         if self.stacks_dir is not None:
             out = self.stacks_dir / served
@@ -338,16 +333,9 @@ class VllmProcess:
         async with httpx.AsyncClient(timeout=300.0, headers=headers) as client:
             return await client.post(self.url(path), json=json, params=params)
 
-    async def load_adapter(self, name: str, path: str | os.PathLike[str]) -> None:
-        """Serve the LoRA adapter in ``path`` as ``name`` (already loaded counts)."""
-        await self._adapter_call("load", {"lora_name": name, "lora_path": str(path)})
-
-    async def unload_adapter(self, name: str) -> None:
-        """Stop serving adapter ``name``."""
-        await self._adapter_call("unload", {"lora_name": name})
-
     async def _adapter_call(self, verb: str, body: dict[str, Any]) -> None:
-        """:class:`VllmAdapterError` when vLLM refuses or does not answer."""
+        """Load (already loaded counts) or unload an adapter; :class:`VllmAdapterError` when vLLM
+        refuses or does not answer."""
         import httpx
 
         try:
@@ -372,8 +360,7 @@ def stop_stale_vllm(pid_path: Path) -> int | None:
         pid = int(pid_path.read_text())
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except (FileNotFoundError, ValueError, OSError):
-        pid_path.unlink(missing_ok=True)
-        return None
+        cmdline = b""
     pid_path.unlink(missing_ok=True)
     if API_SERVER.encode() not in cmdline:
         return None
