@@ -88,19 +88,8 @@ def create_app(
             return _fastapi_response(Reply(499))
         return _fastapi_response(reply)
 
-    for path, methods in (
-        ("/v1/chat/completions", ["POST"]),
-        ("/v1/models", ["GET"]),
-        ("/stats", ["GET"]),
-        ("/stats/reset", ["POST"]),
-        ("/health", ["GET"]),
-        *(
-            [("/v1/files", ["POST"]), ("/v1/fine_tuning/jobs", ["POST"])]
-            if fine_tuning_closed
-            else []
-        ),
-    ):
-        app.add_route(path, route, methods=methods, include_in_schema=False)
+    # Every path: respond() routes, and answers 404/405 as an OpenAI-style error.
+    app.add_route("/{path:path}", route, methods=["GET", "POST"], include_in_schema=False)
     return app
 
 
