@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from nip.backends._chat_wire import completion_body, request_from_body
-from nip.backends._types import ChatBackend, GenerationRequest, GenerationResult
+from nip.backends._types import ChatBackend
 from nip.errors import GenerationError, InsufficientCreditsError, ModelNotFoundError
 from nip.testing.faults import (
     MALFORMED_BODY,
@@ -96,9 +96,6 @@ def error_reply(status: int, message: str, *, code: str | int | None = None) -> 
     return json_reply({"error": {"message": message, "type": kind, "code": code or status}}, status)
 
 
-DROPPED = Reply(200, drop=True)
-
-
 async def respond(
     state: ChatState,
     method: str,
@@ -112,7 +109,9 @@ async def respond(
     if path == "/v1/chat/completions" and method == "POST":
         return await chat(state, headers, body, wait_for_disconnect)
     if path == "/v1/models" and method == "GET":
-        return json_reply(models(state))
+        listed = state.model_names if state.model_names is not None else (state.backend.name,)
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "nip"} for m in listed]
+        return json_reply({"object": "list", "data": data})
     if path == "/stats" and method == "GET":
         return json_reply(state.snapshot().to_dict())
     if path == "/stats/reset" and method == "POST":
@@ -145,13 +144,6 @@ async def respond(
     if path in known:
         return error_reply(405, f"method {method} not allowed on {path}")
     return error_reply(404, f"no route {path}")
-
-
-def models(state: ChatState) -> dict[str, Any]:
-    """The ``GET /v1/models`` body."""
-    listed = state.model_names if state.model_names is not None else (state.backend.name,)
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "nip"} for m in listed]
-    return {"object": "list", "data": data}
 
 
 async def chat(
@@ -212,7 +204,10 @@ async def _chat(
     except GenerationError as error:
         return error_reply(500, f"backend failed: {error}")
     state.stats.completed += 1
-    return json_reply(completion_json(number, generation_request, result, fault))
+    # After a content_filter or length fault, the completions as that fault leaves them.
+    completions = apply_to_completions(fault, list(result.completions))
+    model = result.model or generation_request.model
+    return json_reply(completion_body(f"chatcmpl-nip-{number}", model, completions, result.usage))
 
 
 async def _inject(
@@ -226,18 +221,8 @@ async def _inject(
     if fault == "malformed":
         return Reply(200, MALFORMED_BODY)
     if fault == "drop":
-        return DROPPED
+        return Reply(200, drop=True)
     if fault == "timeout":
         # Hold until the client gives up (then the answer goes nowhere) or the hold ends.
         await wait_for_disconnect(plan.timeout_hold_s)
     return None  # timeout (late), content_filter and length still produce completions
-
-
-def completion_json(
-    number: int, request: GenerationRequest, result: GenerationResult, fault: FaultKind | None
-) -> dict[str, Any]:
-    """The ``chat.completion`` body of a result (after a ``content_filter``/``length`` fault)."""
-    completions = apply_to_completions(fault, list(result.completions))
-    return completion_body(
-        f"chatcmpl-nip-{number}", result.model or request.model, completions, result.usage
-    )

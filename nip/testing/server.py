@@ -115,14 +115,9 @@ def _fastapi_response(reply: Reply) -> Any:
 
 
 # ------------------------------------------------------------------------- running it
-class _QuietDroppedConnections(logging.Filter):
+def _not_a_drop(record: logging.LogRecord) -> bool:
     """Hides uvicorn's error line for the connections the ``drop`` fault closes on purpose."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != _DROP_MESSAGE
-
-
-_QUIET = _QuietDroppedConnections()
+    return record.msg != _DROP_MESSAGE
 
 
 class RunningServer:
@@ -195,13 +190,28 @@ def serve(
 ) -> RunningServer:
     """Serve ``app`` (any ASGI app) with uvicorn in a background thread with its own event
     loop; port 0 picks a free one. Stop it with ``.stop()`` or use it as a context manager."""
+    import uvicorn
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP (not 0): asyncio only sets TCP_NODELAY on sockets that say they are TCP;
     # without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    server = _uvicorn_server(app, graceful_shutdown_s)
+    logging.getLogger("uvicorn.error").addFilter(_not_a_drop)  # adding it again: a no-op
+    config = uvicorn.Config(
+        app,
+        log_config=None,  # leave the host process's logging alone
+        access_log=False,
+        backlog=4096,
+        limit_concurrency=None,
+        timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
+        # Idle connections stay open: a retry on one uvicorn closes after 5 s would race.
+        timeout_keep_alive=300,
+        lifespan="auto",  # apps with a lifespan (the fine-tuning queue) need it
+        ws="none",
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(
         target=lambda: asyncio.run(server.serve(sockets=[sock])),
         name="nip-test-server",
@@ -218,25 +228,6 @@ def serve(
             raise RuntimeError(f"the test server on {host}:{port} did not start")
         time.sleep(0.005)  # sync start-up, not a coroutine: the caller's loop is not running it
     return running
-
-
-def _uvicorn_server(app: Any, graceful_shutdown_s: float) -> Any:
-    import uvicorn
-
-    logging.getLogger("uvicorn.error").addFilter(_QUIET)  # adding the same filter is a no-op
-    config = uvicorn.Config(
-        app,
-        log_config=None,  # leave the host process's logging alone
-        access_log=False,
-        backlog=4096,
-        limit_concurrency=None,
-        timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
-        # Idle connections stay open: a retry on one uvicorn closes after 5 s would race.
-        timeout_keep_alive=300,
-        lifespan="auto",  # apps with a lifespan (the fine-tuning queue) need it
-        ws="none",
-    )
-    return uvicorn.Server(config)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
