@@ -225,7 +225,8 @@ def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_
 
 
 def test_nip_run_and_resume_take_the_local_engine():
-    from nip.cli import _settings, build_parser
+    from nip.cli import build_parser
+    from nip.cli._args import run_settings as _settings
 
     for command in (["run", "quickstart"], ["resume", "runs/x"]):
         args = build_parser().parse_args([*command, "--local-engine", "vllm"])
