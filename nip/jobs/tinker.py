@@ -44,8 +44,8 @@ from typing import Any, Protocol
 
 from nip.errors import AuthenticationError, FineTuneError, ModelNotFoundError
 from nip.extras import needs
-from nip.jobs._types import FineTuneJob, FineTuneSpec
-from nip.jobs.local_lora import LocalLoraFineTuneBackend, job_from_status, read_status
+from nip.jobs._types import FineTuneSpec
+from nip.jobs.local_lora import LocalLoraFineTuneBackend, read_status
 from nip.jobs.lora_train import add_event, write_status
 from nip.jobs.tinker_data import (
     datum,
@@ -244,18 +244,11 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
             write_status(job_dir, "failed", training_run=run, error=message)
             add_event(job_dir, f"the job failed: {message}", level="error")
 
-    async def get_job(self, job_id: str) -> FineTuneJob:
-        job_dir = self._dir(job_id)
-        status = read_status(job_dir)
-        if status is None:
-            return FineTuneJob(id=job_id, status="not_found")
-        if status["status"] in ("pending", "running") and job_id not in self._tasks:
-            status = await self._recover(job_id, job_dir, status)
-        return job_from_status(job_id, status)
-
-    async def _recover(self, job_id: str, job_dir: Path, status: dict[str, Any]) -> dict[str, Any]:
-        """A job its process left unfinished (killed): finished if Tinker holds its sampler
-        weights, else trained again from its spec."""
+    async def _unfinished(self, job_id: str, job_dir: Path, status: dict) -> dict[str, Any]:
+        """A job its process left unfinished (killed; none of this process's tasks trains
+        it): finished if Tinker holds its sampler weights, else trained again from its spec."""
+        if job_id in self._tasks:
+            return status
         run = status.get("training_run")
         if run:
             listed = await self.clients.rest.list_checkpoints(run)
