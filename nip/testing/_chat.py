@@ -13,15 +13,9 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from nip.backends._chat_wire import completion_body, request_from_body
-from nip.backends._types import ChatBackend
+from nip.backends._types import ChatBackend, Completion
 from nip.errors import GenerationError, InsufficientCreditsError, ModelNotFoundError
-from nip.testing.faults import (
-    MALFORMED_BODY,
-    FaultKind,
-    FaultPlan,
-    apply_to_completions,
-    error_response,
-)
+from nip.testing.faults import ERROR_CODES, MALFORMED_BODY, FaultKind, FaultPlan
 
 #: The refusal of a job creation with ``fine_tuning_closed`` (the wording is nip's).
 FINE_TUNING_CLOSED_MESSAGE = (
@@ -204,8 +198,12 @@ async def _chat(
     except GenerationError as error:
         return error_reply(500, f"backend failed: {error}")
     state.stats.completed += 1
-    # After a content_filter or length fault, the completions as that fault leaves them.
-    completions = apply_to_completions(fault, list(result.completions))
+    completions = list(result.completions)
+    if fault == "content_filter":  # no content
+        completions = [Completion(text=None, finish_reason="content_filter") for _ in completions]
+    if fault == "length":  # cut short
+        cut = [(c.text or "").split() for c in completions]
+        completions = [Completion(" ".join(w[: max(1, len(w) // 2)]), "length") for w in cut]
     model = result.model or generation_request.model
     return json_reply(completion_body(f"chatcmpl-nip-{number}", model, completions, result.usage))
 
@@ -214,10 +212,15 @@ async def _inject(
     fault: FaultKind, plan: FaultPlan, wait_for_disconnect: WaitForDisconnect
 ) -> Reply | None:
     """The reply of an injected fault, or None to carry on and answer normally."""
-    error = error_response(fault, plan)
-    if error is not None:
-        status, body, headers = error
-        return json_reply(body, status, tuple(headers.items()))
+    if fault in ERROR_CODES and (fault != "timeout" or plan.in_body_errors):
+        code, wait = ERROR_CODES[fault], plan.retry_after_s
+        retry_after = str(int(wait)) if float(wait).is_integer() else f"{wait:g}"
+        headers = (("retry-after", retry_after),) if fault == "rate_limit" else ()
+        error = {"message": f"injected fault: {fault}", "code": code}
+        if plan.in_body_errors:  # as OpenRouter reports errors: HTTP 200, an error object
+            return json_reply({"error": {**error, "metadata": {}}}, 200, headers)
+        kind = {429: "rate_limit_error", 402: "billing_error"}.get(code, "server_error")
+        return json_reply({"error": {**error, "type": kind}}, code, headers)
     if fault == "malformed":
         return Reply(200, MALFORMED_BODY)
     if fault == "drop":
