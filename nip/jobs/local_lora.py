@@ -326,7 +326,9 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
                     import_training_libraries()
                 with _ONE_JOB_AT_A_TIME:
                     if not cancelled.is_set():
-                        keep = self._keeps()
+                        import torch  # imported above: keep by default on a GPU
+
+                        keep = self._keep if self._keep is not None else torch.cuda.is_available()
                         options = TrainingOptions(
                             quiet=True,
                             stop=cancelled,
@@ -337,13 +339,6 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
                     release_free_memory()  # the training peak is not kept for the run
             finally:
                 self._running.discard(job_id)
-
-    def _keeps(self) -> bool:
-        if self._keep is not None:
-            return self._keep
-        import torch
-
-        return torch.cuda.is_available()
 
     def _weights_for(self, model: str) -> Mapping[str, Any] | None:
         """The base weights a job shares: the local backend's, else those a job kept."""

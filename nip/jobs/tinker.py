@@ -259,7 +259,8 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
                 write_status(job_dir, "succeeded", training_run=run, fine_tuned_model=sampler,
                              adapter_path=state if state in paths else None)  # fmt: skip
                 return read_status(job_dir) or status
-        spec = _read_spec(job_dir)
+        data = json.loads((job_dir / "spec.json").read_text())
+        spec = FineTuneSpec(**{**data, "examples": tuple(data["examples"])})
         write_status(job_dir, "pending")
         await self._start(job_id, job_dir, spec)
         return read_status(job_dir) or status
@@ -280,12 +281,6 @@ def _loss(method: str, output: Any, batch: Sequence[Any]) -> float:
         return float(output.metrics["dpo_loss"])
     total = sum(sum(d.loss_fn_inputs["weights"].data) for d in batch)
     return float(output.metrics["loss:sum"]) / max(total, 1.0)
-
-
-def _read_spec(job_dir: Path) -> FineTuneSpec:
-    data = json.loads((job_dir / "spec.json").read_text())
-    data["examples"] = tuple(data["examples"])
-    return FineTuneSpec(**data)
 
 
 def _is_refusal(error: Exception) -> bool:

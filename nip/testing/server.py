@@ -150,11 +150,6 @@ class RunningServer:
         """The server's counters (the same as ``GET /stats``)."""
         return self.app.state.nip.snapshot()
 
-    def wait(self) -> None:
-        """Block until the server stops (used by the command line)."""
-        while self._thread.is_alive():
-            self._thread.join(0.5)
-
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop serving and join the thread: gracefully, then forcibly after ``timeout_s``
         (TimeoutError if it still runs)."""
@@ -272,7 +267,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     running = serve(app, args.host, args.port)
     print(f"nip test server listening on {running.base_url}", flush=True)
     try:
-        running.wait()
+        while running.running:  # until it stops (join with a timeout: Ctrl-C gets through)
+            running._thread.join(0.5)
     except KeyboardInterrupt:
         pass
     finally:
