@@ -173,18 +173,16 @@ class OpenAIFineTuneBackend:
             error = f"{job.error.code}: {job.error.message}" + (
                 f" (param {job.error.param})" if job.error.param else ""
             )
+        # nip serve reports how long the job ran, by its clock (its GPU time).
+        running_s = (job.metadata or {}).get("running_s") if self.send_lora_settings else None
         return FineTuneJob(
             id=job.id,
             status=STATUS_MAP.get(job.status, "pending"),
             fine_tuned_model=job.fine_tuned_model,
             error=error,
             trained_tokens=job.trained_tokens,
-            **self._measured(job),
+            running_s=None if running_s is None else float(running_s),
         )
-
-    def _measured(self, job: Any) -> dict[str, Any]:
-        """What a compatible server reports of ``job`` beyond OpenAI's fields (none here)."""
-        return {}
 
     async def cancel_job(self, job_id: str) -> None:
         async with self._client() as client:

@@ -52,7 +52,7 @@ class BackendPool:
         key = endpoint_key(params)
         if key not in self._backends:
             self._backends[key] = self._cached(
-                provider_for(params).chat_backend(params, self.settings), key
+                provider_for(params).chat(params, self.settings), key
             )
         return self._backends[key]
 
