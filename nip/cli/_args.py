@@ -259,10 +259,10 @@ def train(trainer) -> None:
 
 def print_metrics(trainer) -> None:
     rows = trainer.run_dir.metrics_records()
-    columns = {"accuracy": "accuracy", "precision": "precision", "recall": "recall"}
-    columns |= {"no_decision_rate": "no decision"}
-    columns |= {f"{a}.mean_episode_reward": f"{a} reward" for a in ("verifier", "prover")}
-    columns = {k: v for k, v in columns.items() if any(k in row for row in rows)}
+    labels = {"accuracy": "accuracy", "precision": "precision", "recall": "recall",
+              "no_decision_rate": "no decision", "verifier.mean_episode_reward": "verifier reward",
+              "prover.mean_episode_reward": "prover reward"}  # fmt: skip
+    columns = {k: v for k, v in labels.items() if any(k in row for row in rows)}
     print(f"\n{'split':<7}{'iter':>5}" + "".join(f"{label:>17}" for label in columns.values()))
     for row in rows:
         cells = "".join(
