@@ -100,42 +100,29 @@ async def respond(
 ) -> Reply:
     """Route one request (header names lower-case) and produce its reply."""
     path = path.split("?", 1)[0].rstrip("/") or "/"
-    if path == "/v1/chat/completions" and method == "POST":
+    route = (method, path)
+    if route == ("POST", "/v1/chat/completions"):
         return await chat(state, headers, body, wait_for_disconnect)
-    if path == "/v1/models" and method == "GET":
+    if route == ("GET", "/v1/models"):
         listed = state.model_names if state.model_names is not None else (state.backend.name,)
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "nip"} for m in listed]
         return json_reply({"object": "list", "data": data})
-    if path == "/stats" and method == "GET":
-        return json_reply(state.snapshot().to_dict())
-    if path == "/stats/reset" and method == "POST":
+    if route == ("POST", "/stats/reset"):
         state.reset()
+    if route in (("GET", "/stats"), ("POST", "/stats/reset")):
         return json_reply(state.snapshot().to_dict())
-    if path == "/health" and method == "GET":
+    if route == ("GET", "/health"):
         return json_reply({"status": "ok"})
-    if state.fine_tuning_closed and method == "POST" and path == "/v1/files":
+    if state.fine_tuning_closed and route == ("POST", "/v1/files"):
+        file = {"id": "file-0", "object": "file", "bytes": len(body), "created_at": 0}
         return json_reply(
-            {
-                "id": "file-0",
-                "object": "file",
-                "bytes": len(body),
-                "created_at": 0,
-                "filename": "train.jsonl",
-                "purpose": "fine-tune",
-                "status": "processed",
-            }
+            {**file, "filename": "train.jsonl", "purpose": "fine-tune", "status": "processed"}
         )
-    if state.fine_tuning_closed and method == "POST" and path == "/v1/fine_tuning/jobs":
+    if state.fine_tuning_closed and route == ("POST", "/v1/fine_tuning/jobs"):
         state.stats.fine_tuning_jobs += 1
-        body_ = {
-            "message": FINE_TUNING_CLOSED_MESSAGE,
-            "type": "invalid_request_error",
-            "param": None,
-            "code": None,
-        }
-        return json_reply({"error": body_}, 403)
-    known = {"/v1/chat/completions", "/v1/models", "/stats", "/stats/reset", "/health"}
-    if path in known:
+        error = {"message": FINE_TUNING_CLOSED_MESSAGE, "type": "invalid_request_error"}
+        return json_reply({"error": {**error, "param": None, "code": None}}, 403)
+    if path in ("/v1/chat/completions", "/v1/models", "/stats", "/stats/reset", "/health"):
         return error_reply(405, f"method {method} not allowed on {path}")
     return error_reply(404, f"no route {path}")
 
