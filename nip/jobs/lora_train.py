@@ -275,14 +275,13 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model)
-    lora = LoraConfig(
+    peft_config: LoraConfig | None = LoraConfig(
         r=spec["lora_rank"],
         lora_alpha=spec["lora_alpha"],
         lora_dropout=spec["lora_dropout"],
         target_modules="all-linear",
         task_type="CAUSAL_LM",
     )
-    peft_config: LoraConfig | None = lora
     if previous:
         for layer in beneath:
             model = PeftModel.from_pretrained(model, str(layer)).merge_and_unload()
