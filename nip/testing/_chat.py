@@ -102,7 +102,14 @@ async def respond(
     path = path.split("?", 1)[0].rstrip("/") or "/"
     route = (method, path)
     if route == ("POST", "/v1/chat/completions"):
-        return await chat(state, headers, body, wait_for_disconnect)
+        stats = state.stats
+        stats.requests += 1
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        try:
+            return await chat(state, stats.requests, headers, body, wait_for_disconnect)
+        finally:
+            state.stats.in_flight -= 1  # state.stats, not stats: a reset may have replaced it
     if route == ("GET", "/v1/models"):
         listed = state.model_names if state.model_names is not None else (state.backend.name,)
         data = [{"id": m, "object": "model", "created": 0, "owned_by": "nip"} for m in listed]
@@ -129,30 +136,13 @@ async def respond(
 
 async def chat(
     state: ChatState,
-    headers: Mapping[str, str],
-    body: bytes,
-    wait_for_disconnect: WaitForDisconnect,
-) -> Reply:
-    """``POST /v1/chat/completions``, counted in the stats."""
-    stats = state.stats
-    stats.requests += 1
-    number = stats.requests
-    stats.in_flight += 1
-    stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
-    try:
-        return await _chat(state, number, headers, body, wait_for_disconnect)
-    finally:
-        state.stats.in_flight -= 1  # state.stats, not stats: a reset may have replaced it
-
-
-async def _chat(
-    state: ChatState,
     number: int,
     headers: Mapping[str, str],
     body: bytes,
     wait_for_disconnect: WaitForDisconnect,
 ) -> Reply:
-    """Handle chat request ``number``: check it, inject its fault, or answer it."""
+    """``POST /v1/chat/completions``, request ``number``: check it, inject its fault, or
+    answer it."""
     if state.api_key is not None:
         sent = headers.get("authorization", "")
         if sent != f"Bearer {state.api_key}":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import html
 import logging
 import socket
@@ -229,27 +230,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Command line: ``python -m nip.testing.server [--latency S] [--port P] [--fault-rate R]``
     (``--help`` lists the rest)."""
     parser = argparse.ArgumentParser(description="Run nip's OpenAI-compatible test server.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8123, help="0 picks a free port")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds added per request")
-    parser.add_argument("--fault-rate", type=float, default=0.0, help="share of failing requests")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=8123, help="0 picks a free port")
+    add("--latency", type=float, default=0.0, help="seconds added per request")
+    add("--fault-rate", type=float, default=0.0, help="share of failing requests")
+    add(
         "--fault-kinds",
         default=",".join(TRANSIENT_FAULTS),
         help="comma-separated kinds the fault rate is spread over (see nip.testing.faults)",
     )
-    parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After of a 429")
-    parser.add_argument(
-        "--timeout-hold", type=float, default=30.0, help="longest a timeout fault holds a request"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
-    parser.add_argument("--model", action="append", help="serve only these model names")
-    parser.add_argument(
-        "--decide-on-turn",
-        type=int,
-        default=None,
-        help="the dummy verifier decides on exactly this turn (fixed dialogue lengths)",
-    )
+    add("--retry-after", type=float, default=1.0, help="Retry-After of a 429")
+    add("--timeout-hold", type=float, default=30.0, help="longest a timeout fault holds a request")
+    add("--seed", type=int, default=0, help="seed of the fault draws")
+    add("--model", action="append", help="serve only these model names")
+    add("--decide-on-turn", type=int, help="the dummy verifier decides on exactly this turn")
     args = parser.parse_args(argv)
     faults = None
     if args.fault_rate > 0:
@@ -266,13 +261,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     app = create_app(backend, latency_s=args.latency, faults=faults, model_names=args.model)
     running = serve(app, args.host, args.port)
     print(f"nip test server listening on {running.base_url}", flush=True)
-    try:
+    with running, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop it
         while running.running:  # until it stops (join with a timeout: Ctrl-C gets through)
             running._thread.join(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
 
 
 if __name__ == "__main__":
