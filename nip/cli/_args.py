@@ -216,20 +216,14 @@ def check_serve_options(settings) -> None:
         server_settings(settings)
 
 
-def served(configs, settings, storage):
-    """``with`` the servers ``--serve`` starts (nothing without it; see nip.server.serving)."""
-    from nip.server.run_servers import serving
-
-    return serving(configs, settings, storage)
-
-
 def served_run(run_dir, settings):
     """``with`` the servers ``--serve`` starts for a saved run, on its adapters' storage."""
     from nip.runs.changes import saved_parameters
     from nip.runs.sweep_dir import serve_storage
+    from nip.server.run_servers import serving
 
     configs = [saved_parameters(run_dir)] if settings.serve else []
-    return served(configs, settings, serve_storage(run_dir))
+    return serving(configs, settings, serve_storage(run_dir))
 
 
 def opened_run(args: argparse.Namespace, run_dir=None):

@@ -391,10 +391,5 @@ def run_job(job_dir: Path, options: TrainingOptions | None = None) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    return 0 if run_job(Path(args[0])) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(0 if run_job(Path(sys.argv[1])) else 1)
