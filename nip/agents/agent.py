@@ -66,14 +66,7 @@ class PureTextWholeAgent:
             if custom_path is not None
             else self.protocol_handler.system_prompt_template(agent_name)
         )
-        self._check_template_states_the_scale()
-        self.backend = backend
-        self.base_model_name = self.agent_params.model_name
-        #: The model generating now: the base model or the latest fine-tuned one.
-        self.model_name = self.base_model_name
-
-    def _check_template_states_the_scale(self) -> None:
-        """A verifier template must state a scale other than the default one."""
+        # A verifier template must state a scale other than the default one.
         scale = self.protocol_handler.decision_scale.name
         if (
             self.agent_spec.is_verifier
@@ -85,6 +78,10 @@ class PureTextWholeAgent:
                 f"{scale!r} scale, so its template must contain $verifier_decision_instructions "
                 "(which says how to write a decision on that scale)"
             )
+        self.backend = backend
+        self.base_model_name = self.agent_params.model_name
+        #: The model generating now: the base model or the latest fine-tuned one.
+        self.model_name = self.base_model_name
 
     @property
     def agent_id(self) -> int:

@@ -176,7 +176,9 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         except ModelNotFoundError as error:
             raise FineTuneError(str(error)) from error
         except Exception as error:
-            if _is_refusal(error):
+            # A 4xx answer other than a rate limit: the request will not pass later.
+            status = getattr(error, "status_code", None)
+            if isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 429):
                 raise FineTuneError(
                     f"Tinker refused a LoRA of lora_rank={spec.lora_rank} on "
                     f"{spec.base_model!r}: {error}"
@@ -281,9 +283,3 @@ def _loss(method: str, output: Any, batch: Sequence[Any]) -> float:
         return float(output.metrics["dpo_loss"])
     total = sum(sum(d.loss_fn_inputs["weights"].data) for d in batch)
     return float(output.metrics["loss:sum"]) / max(total, 1.0)
-
-
-def _is_refusal(error: Exception) -> bool:
-    """A 4xx answer of the SDK other than a rate limit: the request will not pass later."""
-    status = getattr(error, "status_code", None)
-    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 429)
