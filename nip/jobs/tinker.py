@@ -144,10 +144,6 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         self.session = session
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    @property
-    def clients(self) -> TinkerClients:
-        return self.session.clients
-
     async def create_job(self, spec: FineTuneSpec) -> str:
         if spec.stack_lora_adapters or not spec.use_lora:
             raise FineTuneError("Tinker trains one LoRA adapter at a time (no stacking, no full)")
@@ -165,11 +161,11 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         self._tasks[job_id] = task
 
     async def _training_client(self, spec: FineTuneSpec) -> Any:
-        service = self.clients.service
+        service = self.session.clients.service
         try:
             if spec.previous_adapter:  # training on from the previous job's state
                 return await service.create_training_client_from_state(spec.previous_adapter)
-            await check_model(self.clients, spec.base_model, train=True)
+            await check_model(self.session.clients, spec.base_model, train=True)
             return await service.create_lora_training_client(
                 base_model=spec.base_model, rank=spec.lora_rank, seed=spec.seed
             )
@@ -253,7 +249,7 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
             return status
         run = status.get("training_run")
         if run:
-            listed = await self.clients.rest.list_checkpoints(run)
+            listed = await self.session.clients.rest.list_checkpoints(run)
             paths = {c.tinker_path for c in listed.checkpoints}
             sampler = f"tinker://{SAMPLER_PATH.format(run=run, job=job_id)}"
             state = sampler.replace("/sampler_weights/", "/weights/")
