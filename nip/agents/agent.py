@@ -407,9 +407,7 @@ class PureTextWholeAgent:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and copy without the backend (which holds clients and keys)."""
-        state = dict(self.__dict__)
-        state["backend"] = None
-        return state
+        return {**self.__dict__, "backend": None}
 
     def __repr__(self) -> str:
         return (

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nip.extras import require
+from nip.utils.files import atomic_write_text
 from nip.utils.precision import cpu_dtype
 
 #: ChatML with the assistant's content (and its end token) marked for the loss.
@@ -48,8 +49,6 @@ def is_main_process() -> bool:
 
 def write_status(job_dir: Path, status: str, **fields: Any) -> None:
     """Replace ``status.json`` atomically (from the main process only)."""
-    from nip.utils.files import atomic_write_text
-
     if not is_main_process():
         return
     data = {"status": status, "updated": time.time(), **fields}

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -15,7 +14,7 @@ from typing import Any
 from nip.backends._chat_wire import completion_body, request_from_body
 from nip.backends._types import ChatBackend, Completion
 from nip.errors import GenerationError, InsufficientCreditsError, ModelNotFoundError
-from nip.testing.faults import ERROR_CODES, MALFORMED_BODY, FaultKind, FaultPlan
+from nip.testing.faults import ERROR_CODES, MALFORMED_BODY, FaultKind, FaultPlan, fields_html
 
 #: The refusal of a job creation with ``fine_tuning_closed`` (the wording is nip's).
 FINE_TUNING_CLOSED_MESSAGE = (
@@ -42,11 +41,7 @@ class ServerStats:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in asdict(self).items()
-        )
-        return f"<table><caption>ServerStats</caption>{rows}</table>"
+    _repr_html_ = fields_html
 
 
 @dataclass

@@ -49,6 +49,16 @@ ERROR_CODES: dict[FaultKind, int] = {
 MALFORMED_BODY = b'{"id": "chatcmpl-broken", "choices": [{"ind'
 
 
+def fields_html(record: Any) -> str:
+    """A dataclass as a notebook shows it: a table of its fields, captioned with its class."""
+    rows = "".join(
+        f"<tr><th style='text-align:left'>{name}</th>"
+        f"<td style='text-align:left'>{html.escape(repr(getattr(record, name)))}</td></tr>"
+        for name in record.__dataclass_fields__
+    )
+    return f"<table><caption>{type(record).__name__}</caption>{rows}</table>"
+
+
 @dataclass(frozen=True)
 class FaultPlan:
     """Which chat requests (numbered from 1 since start or reset) the test server makes fail.
@@ -124,10 +134,4 @@ class FaultPlan:
             draw -= p
         return None
 
-    def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th style='text-align:left'>{name}</th>"
-            f"<td style='text-align:left'>{html.escape(repr(getattr(self, name)))}</td></tr>"
-            for name in self.__dataclass_fields__
-        )
-        return f"<table><caption>FaultPlan</caption>{rows}</table>"
+    _repr_html_ = fields_html
