@@ -32,10 +32,6 @@ def spec_to_jsonl(spec: FineTuneSpec) -> bytes:
     return "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in spec.examples).encode()
 
 
-def _auto(value: Any) -> Any:
-    return "auto" if value is None else value
-
-
 def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
     """The ``method`` argument of ``fine_tuning.jobs.create``: ``"auto"`` for each ``openai_*``
     setting left None, or the LoRA training's epochs and batch size for ``nip serve``."""
@@ -44,12 +40,11 @@ def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[s
         if lora_settings
         else (spec.openai_n_epochs, spec.openai_batch_size, spec.openai_learning_rate_multiplier)
     )
-    hyperparameters = {"n_epochs": _auto(epochs), "batch_size": _auto(batch),
-                       "learning_rate_multiplier": _auto(lr)}  # fmt: skip
+    sent = {"n_epochs": epochs, "batch_size": batch, "learning_rate_multiplier": lr}
     if spec.method == "dpo":
-        hyperparameters["beta"] = _auto(spec.dpo_beta)
-        return {"type": "dpo", "dpo": {"hyperparameters": hyperparameters}}
-    return {"type": "supervised", "supervised": {"hyperparameters": hyperparameters}}
+        sent["beta"] = spec.dpo_beta
+    hyperparameters = {k: "auto" if v is None else v for k, v in sent.items()}
+    return {"type": spec.method, spec.method: {"hyperparameters": hyperparameters}}
 
 
 def job_request(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
