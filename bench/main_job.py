@@ -89,7 +89,7 @@ def main() -> None:
     load_before = os.getloadavg()
 
     from nip.backends.local import _engine
-    from nip.cli import _load_config
+    from nip.cli._args import load_config as _load_config
     from nip.settings import ExperimentSettings
     from nip.training.stages import STAGES
     from nip.training.trainer import build_trainer

@@ -377,7 +377,7 @@ def chat_backend(params: PureTextAgentParameters, **settings) -> OpenAIBackend:
     from nip.providers import provider_for
     from nip.settings import ExperimentSettings
 
-    return provider_for(params).chat_backend(params, ExperimentSettings(**settings))
+    return provider_for(params).chat(params, ExperimentSettings(**settings))
 
 
 @pytest.mark.parametrize(

@@ -419,7 +419,7 @@ def test_a_numeric_option_given_text_is_refused_naming_it(option, text, scratch,
 def _counts() -> list[tuple[str, str]]:
     from nip import cli
 
-    return [(c, o) for c, o, kind in _typed_options() if kind is cli._count]
+    return [(c, o) for c, o, kind in _typed_options() if kind is cli._args.count]
 
 
 @settings(

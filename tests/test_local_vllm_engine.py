@@ -49,13 +49,13 @@ def fake_vllm(tmp_path, monkeypatch) -> str:
 def test_the_settings_choose_the_local_engine(fake_vllm):
     params = PureTextAgentParameters.local_default()
     local = PROVIDERS["Local"]
-    assert isinstance(local.chat_backend(params, ExperimentSettings()), LocalBackend)
-    chosen = local.chat_backend(params, ExperimentSettings(local_engine="vllm"))
+    assert isinstance(local.chat(params, ExperimentSettings()), LocalBackend)
+    chosen = local.chat(params, ExperimentSettings(local_engine="vllm"))
     assert isinstance(chosen, LocalVllmBackend) and not chosen.running  # starts on first use
     assert chosen.python == fake_vllm
     assert chosen.max_lora_rank == params.lora_rank == 8  # room for the agents' adapters
     params.lora_rank = 12  # rounded up to a rank vLLM accepts
-    assert local.chat_backend(params, ExperimentSettings(local_engine="vllm")).max_lora_rank == 16
+    assert local.chat(params, ExperimentSettings(local_engine="vllm")).max_lora_rank == 16
     with pytest.raises(InvalidParameterError, match="'transformers', 'vllm' or 'auto'"):
         ExperimentSettings(local_engine="llama.cpp")
     with pytest.raises(InvalidParameterError, match="local_engine"):
@@ -69,7 +69,7 @@ def test_auto_picks_vllm_on_a_cuda_device_where_vllm_is_installed(fake_vllm, mon
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     params = PureTextAgentParameters.local_default()
-    chosen = PROVIDERS["Local"].chat_backend(params, ExperimentSettings(local_engine="auto"))
+    chosen = PROVIDERS["Local"].chat(params, ExperimentSettings(local_engine="auto"))
     assert isinstance(chosen, LocalVllmBackend) and chosen.python == fake_vllm
     assert chosen.dtype == "auto" and "--gpu-memory-utilization" in chosen.vllm_args
     assert chosen.max_lora_rank == 8  # the agents' options still apply
@@ -225,7 +225,8 @@ def test_the_vllm_engine_answers_as_the_transformers_engine_does(tmp_path, tiny_
 
 
 def test_nip_run_and_resume_take_the_local_engine():
-    from nip.cli import _settings, build_parser
+    from nip.cli import build_parser
+    from nip.cli._args import run_settings as _settings
 
     for command in (["run", "quickstart"], ["resume", "runs/x"]):
         args = build_parser().parse_args([*command, "--local-engine", "vllm"])

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nip.cli import _load_config
+from nip.cli._args import load_config as _load_config
 from nip.utils.precision import bfloat16_is_emulated
 
 #: bfloat16 forced on a CPU that emulates it (``NIP_CPU_DTYPE``) runs the model several times

@@ -63,12 +63,13 @@ def test_the_open_model_is_named_in_one_file_and_one_set_switches_every_agent():
 
 
 def test_nip_run_set_with_a_star_reaches_every_agent_of_the_preset():
-    from nip.cli import _load_config, build_parser
+    from nip.cli import build_parser
+    from nip.cli._args import load_config as _load_config
 
     args = build_parser().parse_args(
         ["run", "open/mnip-ei", "--set", "agents.*.model_name=Qwen/Qwen2.5-3B-Instruct"]
     )
-    from nip.cli import _overrides
+    from nip.cli._args import cli_overrides as _overrides
 
     params = _load_config(args.config).with_overrides(_overrides(args), from_text=True)
     assert {a.model_name for a in params.agents.values()} == {"Qwen/Qwen2.5-3B-Instruct"}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nip.cli import _load_config, build_parser, main
+from nip.cli import build_parser, main
+from nip.cli._args import load_config as _load_config
 from nip.configs import UnknownPresetError, get_preset, list_presets, load_preset
 from nip.errors import ConfigFileError
 from nip.parameters import HyperParameters

@@ -265,7 +265,7 @@ def test_a_repetition_penalty_is_refused_before_anything_is_sent(standin):
     agent = PureTextAgentParameters(model_provider="Tinker", model_name=MODEL)
     agent.repetition_penalty = 1.2
     with pytest.raises(InvalidParameterError, match=r"repetition_penalty=1\.2"):
-        PROVIDERS["Tinker"].chat_backend(agent, ExperimentSettings())
+        PROVIDERS["Tinker"].chat(agent, ExperimentSettings())
 
 
 async def test_a_transient_sampling_failure_is_retried_and_a_refusal_is_not(standin):

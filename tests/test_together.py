@@ -587,7 +587,7 @@ def test_a_bad_key_is_refused_in_one_line_without_the_key(fakes, monkeypatch):
     assert "wrong-key-1234" not in str(refused.value) and not fake.files
 
     agent = PureTextAgentParameters(model_provider="TogetherAI", model_name=BASE_MODEL)
-    chat = together.PROVIDER.chat_backend(agent, ExperimentSettings())
+    chat = together.PROVIDER.chat(agent, ExperimentSettings())
     request = GenerationRequest(model=BASE_MODEL, messages=({"role": "user", "content": "hi"},))
     with pytest.raises(AuthenticationError, match="HTTP 401") as refused:
         asyncio.run(chat.generate(request))
@@ -602,7 +602,7 @@ def test_chat_goes_through_one_sdk_client_per_loop_made_once(fakes):
 
     fake = fakes()
     agent = PureTextAgentParameters(model_provider="TogetherAI", model_name=BASE_MODEL)
-    chat = together.PROVIDER.chat_backend(agent, ExperimentSettings())
+    chat = together.PROVIDER.chat(agent, ExperimentSettings())
     request = GenerationRequest(model=BASE_MODEL, messages=({"role": "user", "content": "hi"},))
 
     async def twice() -> list[object]:

@@ -5,13 +5,20 @@ Retries a completion that cannot be used; which backend answers is configuration
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nip.agents.parsing import ParsedResponse, parse_response
 from nip.agents.prompt_builder import build_chat_prompt
-from nip.agents.usage import attempts_usage, split_usage, with_usage_added
-from nip.backends import ChatBackend, ChatMessage, Completion, GenerationRequest
+from nip.backends import (
+    ChatBackend,
+    ChatMessage,
+    Completion,
+    GenerationRequest,
+    GenerationResult,
+    TokenUsage,
+)
 from nip.errors import (
     ContentFilterError,
     GenerationError,
@@ -59,14 +66,7 @@ class PureTextWholeAgent:
             if custom_path is not None
             else self.protocol_handler.system_prompt_template(agent_name)
         )
-        self._check_template_states_the_scale()
-        self.backend = backend
-        self.base_model_name = self.agent_params.model_name
-        #: The model generating now: the base model or the latest fine-tuned one.
-        self.model_name = self.base_model_name
-
-    def _check_template_states_the_scale(self) -> None:
-        """A verifier template must state a scale other than the default one."""
+        # A verifier template must state a scale other than the default one.
         scale = self.protocol_handler.decision_scale.name
         if (
             self.agent_spec.is_verifier
@@ -78,6 +78,10 @@ class PureTextWholeAgent:
                 f"{scale!r} scale, so its template must contain $verifier_decision_instructions "
                 "(which says how to write a decision on that scale)"
             )
+        self.backend = backend
+        self.base_model_name = self.agent_params.model_name
+        #: The model generating now: the base model or the latest fine-tuned one.
+        self.model_name = self.base_model_name
 
     @property
     def agent_id(self) -> int:
@@ -403,9 +407,7 @@ class PureTextWholeAgent:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle and copy without the backend (which holds clients and keys)."""
-        state = dict(self.__dict__)
-        state["backend"] = None
-        return state
+        return {**self.__dict__, "backend": None}
 
     def __repr__(self) -> str:
         return (
@@ -418,3 +420,38 @@ class PureTextWholeAgent:
 
 class OpenAiWholeAgent(PureTextWholeAgent):
     """The original's name for a text agent; ``model_provider`` chooses the backend."""
+
+
+# What a turn's generations cost: every attempt's tokens, rejected ones included (all are
+# billed); a turn is cached only when every attempt was.
+def attempts_usage(results: Sequence[GenerationResult]) -> dict[str, Any]:
+    """The :class:`AgentTurn` fields of a turn's attempts: all their tokens, and ``cached``
+    when every one came from the cache."""
+    return {
+        "prompt_tokens": sum(r.usage.prompt_tokens for r in results),
+        "completion_tokens": sum(r.usage.completion_tokens for r in results),
+        "cached": bool(results) and all(r.cached for r in results),
+    }
+
+
+def split_usage(usage: TokenUsage, n: int) -> list[TokenUsage]:
+    """One request's usage over its ``n`` samples: the prompt to the first (it was sent once),
+    the completion tokens evenly, the remainder to the first ones; the shares add up to it."""
+    per_sample, remainder = divmod(usage.completion_tokens, max(n, 1))
+    return [
+        TokenUsage(
+            prompt_tokens=usage.prompt_tokens if i == 0 else 0,
+            completion_tokens=per_sample + (1 if i < remainder else 0),
+        )
+        for i in range(n)
+    ]
+
+
+def with_usage_added(turn: AgentTurn, usage: TokenUsage, cached: bool) -> AgentTurn:
+    """``turn`` also carrying ``usage`` (a sample generated again); cached only if both were."""
+    return dataclasses.replace(
+        turn,
+        prompt_tokens=turn.prompt_tokens + usage.prompt_tokens,
+        completion_tokens=turn.completion_tokens + usage.completion_tokens,
+        cached=turn.cached and cached,
+    )

@@ -11,10 +11,6 @@ from collections.abc import Sequence
 from importlib import import_module
 
 from nip.cli._args import Parser
-from nip.cli._args import cli_overrides as _overrides  # noqa: F401 (the tests' names)
-from nip.cli._args import count as _count  # noqa: F401
-from nip.cli._args import load_config as _load_config  # noqa: F401
-from nip.cli._args import run_settings as _settings  # noqa: F401
 
 #: Each command's module (in ``nip.cli``), in the order ``nip --help`` lists them.
 COMMANDS: dict[str, str] = {

@@ -216,20 +216,14 @@ def check_serve_options(settings) -> None:
         server_settings(settings)
 
 
-def served(configs, settings, storage):
-    """``with`` the servers ``--serve`` starts (nothing without it; see nip.server.serving)."""
-    from nip.server.run_servers import serving
-
-    return serving(configs, settings, storage)
-
-
 def served_run(run_dir, settings):
     """``with`` the servers ``--serve`` starts for a saved run, on its adapters' storage."""
     from nip.runs.changes import saved_parameters
     from nip.runs.sweep_dir import serve_storage
+    from nip.server.run_servers import serving
 
     configs = [saved_parameters(run_dir)] if settings.serve else []
-    return served(configs, settings, serve_storage(run_dir))
+    return serving(configs, settings, serve_storage(run_dir))
 
 
 def opened_run(args: argparse.Namespace, run_dir=None):
@@ -259,10 +253,10 @@ def train(trainer) -> None:
 
 def print_metrics(trainer) -> None:
     rows = trainer.run_dir.metrics_records()
-    columns = {"accuracy": "accuracy", "precision": "precision", "recall": "recall"}
-    columns |= {"no_decision_rate": "no decision"}
-    columns |= {f"{a}.mean_episode_reward": f"{a} reward" for a in ("verifier", "prover")}
-    columns = {k: v for k, v in columns.items() if any(k in row for row in rows)}
+    labels = {"accuracy": "accuracy", "precision": "precision", "recall": "recall",
+              "no_decision_rate": "no decision", "verifier.mean_episode_reward": "verifier reward",
+              "prover.mean_episode_reward": "prover reward"}  # fmt: skip
+    columns = {k: v for k, v in labels.items() if any(k in row for row in rows)}
     print(f"\n{'split':<7}{'iter':>5}" + "".join(f"{label:>17}" for label in columns.values()))
     for row in rows:
         cells = "".join(

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from nip.runs.run_dir import new_run_path, refuse_existing_run
+    from nip.server.run_servers import serving
     from nip.training.trainer import build_trainer
 
     _args.refuse_gpu_options_without_dry_run(args)
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
             f"resume it with nip resume {settings.run_dir} --serve, or pass --overwrite",
         )
     storage = Path(settings.run_dir or ".") / "serve"
-    with _args.served([hyper_params], settings, storage) as settings:
+    # ``--serve``'s servers (nothing without it), stopped at the end.
+    with serving([hyper_params], settings, storage) as settings:
         trainer = build_trainer(hyper_params, settings, overwrite=args.overwrite)
         _args.train(trainer)
     _args.print_metrics(trainer)

@@ -47,30 +47,25 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from nip.server.app import run_server
-    from nip.server.config import API_KEY_ENV, InsecureServerError
+    from nip.server.config import API_KEY_ENV, InsecureServerError, ServerConfig
     from nip.utils.processes import exit_with_owner
 
     if args.owner_pid is not None:
         if os.getppid() != args.owner_pid:  # the owner died before we got here
             return 1
         exit_with_owner(args.owner_pid)
+    # --config, then the flags given.
+    config = ServerConfig.load(args.config) if args.config else ServerConfig()
+    config.update(
+        **{
+            info.name: value
+            for info in ServerConfig.fields_info()
+            if (value := getattr(args, info.name, None)) is not None
+        }
+    )
     try:
-        run_server(_server_config(args), api_key=args.api_key or os.environ.get(API_KEY_ENV))
+        run_server(config, api_key=args.api_key or os.environ.get(API_KEY_ENV))
     except InsecureServerError as error:
         print(f"nip serve: {error}", file=sys.stderr)
         return 2
     return 0
-
-
-def _server_config(args: argparse.Namespace):
-    """A :class:`~nip.server.config.ServerConfig` from ``--config`` and the given flags."""
-    from nip.server.config import ServerConfig
-
-    config = ServerConfig.load(args.config) if args.config else ServerConfig()
-    changes = {
-        info.name: value
-        for info in ServerConfig.fields_info()
-        if (value := getattr(args, info.name, None)) is not None
-    }
-    config.update(**changes)
-    return config

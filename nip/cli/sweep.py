@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     if action == "status":
         if args.set:
             raise InvalidParameterError("--set", args.set, "a grid to run or price, not status")
-        _print_status(target[0])
+        from nip.runs.spend import sweep_status_text
+
+        print(sweep_status_text(target[0]))  # refuses a folder that holds no sweep
         return 0
     if action == "resume":
         spec, sweep_dir = grid.load_sweep_spec(target[0]), Path(target[0])
@@ -123,9 +125,3 @@ def _run_on_ray(args: argparse.Namespace, spec, sweep_dir, settings) -> dict[str
 
     parse_resources(args.cell_resources)  # refused before the cells start
     return run_sweep_ray(spec, sweep_dir, settings, address=args.ray, resources=args.cell_resources)
-
-
-def _print_status(sweep_dir: str) -> None:
-    from nip.runs.spend import sweep_status_text
-
-    print(sweep_status_text(sweep_dir))  # refuses a folder that holds no sweep

@@ -163,19 +163,21 @@ class LocalLoraFineTuneBackend:
         status = read_status(job_dir)
         if status is None:
             return FineTuneJob(id=job_id, status="not_found")
-        state = status["status"]
-        if state in ("pending", "running"):
-            pid = self._pid(job_dir)
-            if pid is not None and not _alive(pid):
-                # The process ended without saying so (killed, out of memory...).
-                again = read_status(job_dir) or status
-                if again["status"] in ("pending", "running"):
-                    tail = end_of_file(job_dir / "log.txt", 1500)
-                    return FineTuneJob(
-                        id=job_id, status="failed", error=f"the training process died:\n{tail}"
-                    )
-                status = again
+        if status["status"] in ("pending", "running"):
+            status = await self._unfinished(job_id, job_dir, status)
         return job_from_status(job_id, status)
+
+    async def _unfinished(self, job_id: str, job_dir: Path, status: dict) -> dict[str, Any]:
+        """The status of a job pending or running: failed if its process ended without saying
+        so (killed, out of memory...)."""
+        pid = self._pid(job_dir)
+        if pid is None or _alive(pid):
+            return status
+        again = read_status(job_dir) or status
+        if again["status"] not in ("pending", "running"):
+            return again
+        tail = end_of_file(job_dir / "log.txt", 1500)
+        return {"status": "failed", "error": f"the training process died:\n{tail}"}
 
     def _pid(self, job_dir: Path) -> int | None:
         try:
@@ -286,22 +288,18 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
             self._start(job_id, job_dir)
         return job_id
 
-    async def get_job(self, job_id: str) -> FineTuneJob:
-        job_dir = self._dir(job_id)
-        status = read_status(job_dir)
-        if status is None:
-            return FineTuneJob(id=job_id, status="not_found")
-        if status["status"] in ("pending", "running") and job_id not in self._running:
-            pid = self._pid(job_dir)
-            # In this process but not ours: another backend instance is training it.
-            if pid is None or (pid != os.getpid() and not _alive(pid)):
-                # Its process died (a killed run): train it again from its spec.
-                atomic_write_text(
-                    job_dir / "status.json",
-                    json.dumps({"status": "pending", "updated": time.time()}),
-                )
-                self._start(job_id, job_dir)
-        return await super().get_job(job_id)
+    async def _unfinished(self, job_id: str, job_dir: Path, status: dict) -> dict[str, Any]:
+        """A job pending or running that no backend of a live process trains (a killed run)
+        is trained again from its spec (its ``pid`` this process's: another backend of this
+        process may be training it)."""
+        pid = self._pid(job_dir)
+        if job_id not in self._running and (
+            pid is None or (pid != os.getpid() and not _alive(pid))
+        ):
+            status = {"status": "pending", "updated": time.time()}
+            atomic_write_text(job_dir / "status.json", json.dumps(status))
+            self._start(job_id, job_dir)
+        return status
 
     def _stop(self, job_id: str, job_dir: Path, state: str) -> None:
         if job_id in self._cancelled:
@@ -328,7 +326,9 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
                     import_training_libraries()
                 with _ONE_JOB_AT_A_TIME:
                     if not cancelled.is_set():
-                        keep = self._keeps()
+                        import torch  # imported above: keep by default on a GPU
+
+                        keep = self._keep if self._keep is not None else torch.cuda.is_available()
                         options = TrainingOptions(
                             quiet=True,
                             stop=cancelled,
@@ -339,13 +339,6 @@ class InProcessLoraFineTuneBackend(LocalLoraFineTuneBackend):
                     release_free_memory()  # the training peak is not kept for the run
             finally:
                 self._running.discard(job_id)
-
-    def _keeps(self) -> bool:
-        if self._keep is not None:
-            return self._keep
-        import torch
-
-        return torch.cuda.is_available()
 
     def _weights_for(self, model: str) -> Mapping[str, Any] | None:
         """The base weights a job shares: the local backend's, else those a job kept."""

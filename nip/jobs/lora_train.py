@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nip.extras import require
+from nip.utils.files import atomic_write_text
 from nip.utils.precision import cpu_dtype
 
 #: ChatML with the assistant's content (and its end token) marked for the loss.
@@ -48,8 +49,6 @@ def is_main_process() -> bool:
 
 def write_status(job_dir: Path, status: str, **fields: Any) -> None:
     """Replace ``status.json`` atomically (from the main process only)."""
-    from nip.utils.files import atomic_write_text
-
     if not is_main_process():
         return
     data = {"status": status, "updated": time.time(), **fields}
@@ -275,14 +274,13 @@ def _train(job_dir: Path, options: TrainingOptions) -> None:
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model)
-    lora = LoraConfig(
+    peft_config: LoraConfig | None = LoraConfig(
         r=spec["lora_rank"],
         lora_alpha=spec["lora_alpha"],
         lora_dropout=spec["lora_dropout"],
         target_modules="all-linear",
         task_type="CAUSAL_LM",
     )
-    peft_config: LoraConfig | None = lora
     if previous:
         for layer in beneath:
             model = PeftModel.from_pretrained(model, str(layer)).merge_and_unload()
@@ -392,10 +390,5 @@ def run_job(job_dir: Path, options: TrainingOptions | None = None) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    return 0 if run_job(Path(args[0])) else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(0 if run_job(Path(sys.argv[1])) else 1)

@@ -32,10 +32,6 @@ def spec_to_jsonl(spec: FineTuneSpec) -> bytes:
     return "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in spec.examples).encode()
 
 
-def _auto(value: Any) -> Any:
-    return "auto" if value is None else value
-
-
 def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
     """The ``method`` argument of ``fine_tuning.jobs.create``: ``"auto"`` for each ``openai_*``
     setting left None, or the LoRA training's epochs and batch size for ``nip serve``."""
@@ -44,12 +40,11 @@ def spec_to_method(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[s
         if lora_settings
         else (spec.openai_n_epochs, spec.openai_batch_size, spec.openai_learning_rate_multiplier)
     )
-    hyperparameters = {"n_epochs": _auto(epochs), "batch_size": _auto(batch),
-                       "learning_rate_multiplier": _auto(lr)}  # fmt: skip
+    sent = {"n_epochs": epochs, "batch_size": batch, "learning_rate_multiplier": lr}
     if spec.method == "dpo":
-        hyperparameters["beta"] = _auto(spec.dpo_beta)
-        return {"type": "dpo", "dpo": {"hyperparameters": hyperparameters}}
-    return {"type": "supervised", "supervised": {"hyperparameters": hyperparameters}}
+        sent["beta"] = spec.dpo_beta
+    hyperparameters = {k: "auto" if v is None else v for k, v in sent.items()}
+    return {"type": spec.method, spec.method: {"hyperparameters": hyperparameters}}
 
 
 def job_request(spec: FineTuneSpec, *, lora_settings: bool = False) -> dict[str, Any]:
@@ -173,18 +168,16 @@ class OpenAIFineTuneBackend:
             error = f"{job.error.code}: {job.error.message}" + (
                 f" (param {job.error.param})" if job.error.param else ""
             )
+        # nip serve reports how long the job ran, by its clock (its GPU time).
+        running_s = (job.metadata or {}).get("running_s") if self.send_lora_settings else None
         return FineTuneJob(
             id=job.id,
             status=STATUS_MAP.get(job.status, "pending"),
             fine_tuned_model=job.fine_tuned_model,
             error=error,
             trained_tokens=job.trained_tokens,
-            **self._measured(job),
+            running_s=None if running_s is None else float(running_s),
         )
-
-    def _measured(self, job: Any) -> dict[str, Any]:
-        """What a compatible server reports of ``job`` beyond OpenAI's fields (none here)."""
-        return {}
 
     async def cancel_job(self, job_id: str) -> None:
         async with self._client() as client:

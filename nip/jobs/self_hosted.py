@@ -8,7 +8,6 @@ The server trains a LoRA adapter per job and serves it under the job's ``fine_tu
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from nip.backends.self_hosted import API_KEY_ENV, check_server, server_url
 from nip.jobs._types import FineTuneSpec
@@ -42,10 +41,6 @@ class SelfHostedFineTuneBackend(OpenAIFineTuneBackend):
     async def create_job(self, spec: FineTuneSpec) -> str:
         await self.check_server()
         return await super().create_job(spec)
-
-    def _measured(self, job: Any) -> dict[str, Any]:
-        running_s = (job.metadata or {}).get("running_s")  # the server's clock: its GPU time
-        return {"running_s": float(running_s)} if running_s is not None else {}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

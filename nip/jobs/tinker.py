@@ -44,8 +44,8 @@ from typing import Any, Protocol
 
 from nip.errors import AuthenticationError, FineTuneError, ModelNotFoundError
 from nip.extras import needs
-from nip.jobs._types import FineTuneJob, FineTuneSpec
-from nip.jobs.local_lora import LocalLoraFineTuneBackend, job_from_status, read_status
+from nip.jobs._types import FineTuneSpec
+from nip.jobs.local_lora import LocalLoraFineTuneBackend, read_status
 from nip.jobs.lora_train import add_event, write_status
 from nip.jobs.tinker_data import (
     datum,
@@ -144,10 +144,6 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         self.session = session
         self._tasks: dict[str, asyncio.Task[None]] = {}
 
-    @property
-    def clients(self) -> TinkerClients:
-        return self.session.clients
-
     async def create_job(self, spec: FineTuneSpec) -> str:
         if spec.stack_lora_adapters or not spec.use_lora:
             raise FineTuneError("Tinker trains one LoRA adapter at a time (no stacking, no full)")
@@ -165,18 +161,20 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         self._tasks[job_id] = task
 
     async def _training_client(self, spec: FineTuneSpec) -> Any:
-        service = self.clients.service
+        service = self.session.clients.service
         try:
             if spec.previous_adapter:  # training on from the previous job's state
                 return await service.create_training_client_from_state(spec.previous_adapter)
-            await check_model(self.clients, spec.base_model, train=True)
+            await check_model(self.session.clients, spec.base_model, train=True)
             return await service.create_lora_training_client(
                 base_model=spec.base_model, rank=spec.lora_rank, seed=spec.seed
             )
         except ModelNotFoundError as error:
             raise FineTuneError(str(error)) from error
         except Exception as error:
-            if _is_refusal(error):
+            # A 4xx answer other than a rate limit: the request will not pass later.
+            status = getattr(error, "status_code", None)
+            if isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 429):
                 raise FineTuneError(
                     f"Tinker refused a LoRA of lora_rank={spec.lora_rank} on "
                     f"{spec.base_model!r}: {error}"
@@ -244,21 +242,14 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
             write_status(job_dir, "failed", training_run=run, error=message)
             add_event(job_dir, f"the job failed: {message}", level="error")
 
-    async def get_job(self, job_id: str) -> FineTuneJob:
-        job_dir = self._dir(job_id)
-        status = read_status(job_dir)
-        if status is None:
-            return FineTuneJob(id=job_id, status="not_found")
-        if status["status"] in ("pending", "running") and job_id not in self._tasks:
-            status = await self._recover(job_id, job_dir, status)
-        return job_from_status(job_id, status)
-
-    async def _recover(self, job_id: str, job_dir: Path, status: dict[str, Any]) -> dict[str, Any]:
-        """A job its process left unfinished (killed): finished if Tinker holds its sampler
-        weights, else trained again from its spec."""
+    async def _unfinished(self, job_id: str, job_dir: Path, status: dict) -> dict[str, Any]:
+        """A job its process left unfinished (killed; none of this process's tasks trains
+        it): finished if Tinker holds its sampler weights, else trained again from its spec."""
+        if job_id in self._tasks:
+            return status
         run = status.get("training_run")
         if run:
-            listed = await self.clients.rest.list_checkpoints(run)
+            listed = await self.session.clients.rest.list_checkpoints(run)
             paths = {c.tinker_path for c in listed.checkpoints}
             sampler = f"tinker://{SAMPLER_PATH.format(run=run, job=job_id)}"
             state = sampler.replace("/sampler_weights/", "/weights/")
@@ -266,7 +257,8 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
                 write_status(job_dir, "succeeded", training_run=run, fine_tuned_model=sampler,
                              adapter_path=state if state in paths else None)  # fmt: skip
                 return read_status(job_dir) or status
-        spec = _read_spec(job_dir)
+        data = json.loads((job_dir / "spec.json").read_text())
+        spec = FineTuneSpec(**{**data, "examples": tuple(data["examples"])})
         write_status(job_dir, "pending")
         await self._start(job_id, job_dir, spec)
         return read_status(job_dir) or status
@@ -287,15 +279,3 @@ def _loss(method: str, output: Any, batch: Sequence[Any]) -> float:
         return float(output.metrics["dpo_loss"])
     total = sum(sum(d.loss_fn_inputs["weights"].data) for d in batch)
     return float(output.metrics["loss:sum"]) / max(total, 1.0)
-
-
-def _read_spec(job_dir: Path) -> FineTuneSpec:
-    data = json.loads((job_dir / "spec.json").read_text())
-    data["examples"] = tuple(data["examples"])
-    return FineTuneSpec(**data)
-
-
-def _is_refusal(error: Exception) -> bool:
-    """A 4xx answer of the SDK other than a rate limit: the request will not pass later."""
-    status = getattr(error, "status_code", None)
-    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 429)

@@ -78,12 +78,6 @@ class Provider:
     def bills_tokens(self) -> bool:
         return self.facts.bills_tokens
 
-    def chat_backend(
-        self, params: PureTextAgentParameters, settings: ExperimentSettings
-    ) -> ChatBackend:
-        """A new chat backend for agents with these parameters."""
-        return self.chat(params, settings)
-
     def fine_tune_backend(
         self,
         params: PureTextAgentParameters,

@@ -35,26 +35,23 @@ class BackendPool:
         self._backends: dict[str, ChatBackend] = dict(overrides or {})
         self._cache: ResponseCache | None = None
 
-    def _cached(self, backend: ChatBackend, key: str) -> ChatBackend:
-        mode = self.settings.cache
-        if mode == "off" or (mode == "auto" and isinstance(backend, DummyBackend)):
-            return backend
-        if self._cache is None:
-            from nip.backends.local.model_store import cache_root
-
-            path = self.settings.cache_path or cache_root() / "responses.sqlite"
-            self._cache = ResponseCache(path)
-        return CachedBackend(backend, self._cache, namespace=key)
-
     def backend_for(self, params: PureTextAgentParameters) -> ChatBackend:
         """The (shared) backend serving an agent with these parameters."""
         params = served_params(params, self.settings)  # to the server its run owns, if any
         key = endpoint_key(params)
-        if key not in self._backends:
-            self._backends[key] = self._cached(
-                provider_for(params).chat_backend(params, self.settings), key
-            )
-        return self._backends[key]
+        if key in self._backends:
+            return self._backends[key]
+        backend = provider_for(params).chat(params, self.settings)
+        mode = self.settings.cache
+        if mode == "on" or (mode == "auto" and not isinstance(backend, DummyBackend)):
+            if self._cache is None:
+                from nip.backends.local.model_store import cache_root
+
+                path = self.settings.cache_path or cache_root() / "responses.sqlite"
+                self._cache = ResponseCache(path)
+            backend = CachedBackend(backend, self._cache, namespace=key)
+        self._backends[key] = backend
+        return backend
 
     @property
     def backends(self) -> dict[str, ChatBackend]:

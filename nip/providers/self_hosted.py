@@ -10,10 +10,10 @@ from nip.providers._provider import Provider
 
 
 def _chat(params, settings):
-    overrides = {}
-    if settings.max_concurrency is not None:
-        overrides["max_concurrency"] = settings.max_concurrency
-    return SelfHostedBackend.from_agent_params(params, **overrides)
+    limit = settings.max_concurrency
+    return SelfHostedBackend.from_agent_params(
+        params, **({} if limit is None else {"max_concurrency": limit})
+    )
 
 
 PROVIDER = Provider(

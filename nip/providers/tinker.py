@@ -83,18 +83,15 @@ class TinkerChatBackend:
     async def sampler(self, model: str) -> Any:
         """The sampling client of ``model``: a base model or a ``tinker://`` sampler path."""
         if model not in self._samplers:  # one client per model, however many ask at once
-            self._samplers[model] = asyncio.ensure_future(self._open(model))
+            # A base model by name, an adapter by its sampler path.
+            source = "model_path" if model.startswith("tinker://") else "base_model"
+            opening = self.clients.service.create_sampling_client(**{source: model})
+            self._samplers[model] = asyncio.ensure_future(opening)
         try:
             return await self._samplers[model]
         except Exception:
             self._samplers.pop(model, None)  # asked again, it is opened again
             raise
-
-    async def _open(self, model: str) -> Any:
-        service = self.clients.service
-        if model.startswith("tinker://"):
-            return await service.create_sampling_client(model_path=model)
-        return await service.create_sampling_client(base_model=model)
 
     async def generate(self, request: GenerationRequest) -> GenerationResult:
         from tinker import types

@@ -8,12 +8,7 @@ doubles live in ``tests/doubles``.
 from nip.testing.faults import FaultKind, FaultPlan
 from nip.utils.lazy import lazy_attributes
 
-_LAZY = {
-    "create_app": "nip.testing.server",
-    "serve": "nip.testing.server",
-    "RunningServer": "nip.testing.server",
-    "ServerStats": "nip.testing.server",
-}
+_LAZY = dict.fromkeys(("create_app", "serve", "RunningServer", "ServerStats"), "nip.testing.server")
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -6,22 +6,15 @@
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from nip.backends._chat_wire import completion_body, request_from_body
-from nip.backends._types import ChatBackend, GenerationRequest, GenerationResult
+from nip.backends._types import ChatBackend, Completion
 from nip.errors import GenerationError, InsufficientCreditsError, ModelNotFoundError
-from nip.testing.faults import (
-    MALFORMED_BODY,
-    FaultKind,
-    FaultPlan,
-    apply_to_completions,
-    error_response,
-)
+from nip.testing.faults import ERROR_CODES, MALFORMED_BODY, FaultKind, FaultPlan, fields_html
 
 #: The refusal of a job creation with ``fine_tuning_closed`` (the wording is nip's).
 FINE_TUNING_CLOSED_MESSAGE = (
@@ -48,11 +41,7 @@ class ServerStats:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th>{k}</th><td>{html.escape(str(v))}</td></tr>" for k, v in asdict(self).items()
-        )
-        return f"<table><caption>ServerStats</caption>{rows}</table>"
+    _repr_html_ = fields_html
 
 
 @dataclass
@@ -96,9 +85,6 @@ def error_reply(status: int, message: str, *, code: str | int | None = None) -> 
     return json_reply({"error": {"message": message, "type": kind, "code": code or status}}, status)
 
 
-DROPPED = Reply(200, drop=True)
-
-
 async def respond(
     state: ChatState,
     method: str,
@@ -109,77 +95,49 @@ async def respond(
 ) -> Reply:
     """Route one request (header names lower-case) and produce its reply."""
     path = path.split("?", 1)[0].rstrip("/") or "/"
-    if path == "/v1/chat/completions" and method == "POST":
-        return await chat(state, headers, body, wait_for_disconnect)
-    if path == "/v1/models" and method == "GET":
-        return json_reply(models(state))
-    if path == "/stats" and method == "GET":
-        return json_reply(state.snapshot().to_dict())
-    if path == "/stats/reset" and method == "POST":
+    route = (method, path)
+    if route == ("POST", "/v1/chat/completions"):
+        stats = state.stats
+        stats.requests += 1
+        stats.in_flight += 1
+        stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
+        try:
+            return await chat(state, stats.requests, headers, body, wait_for_disconnect)
+        finally:
+            state.stats.in_flight -= 1  # state.stats, not stats: a reset may have replaced it
+    if route == ("GET", "/v1/models"):
+        listed = state.model_names if state.model_names is not None else (state.backend.name,)
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "nip"} for m in listed]
+        return json_reply({"object": "list", "data": data})
+    if route == ("POST", "/stats/reset"):
         state.reset()
+    if route in (("GET", "/stats"), ("POST", "/stats/reset")):
         return json_reply(state.snapshot().to_dict())
-    if path == "/health" and method == "GET":
+    if route == ("GET", "/health"):
         return json_reply({"status": "ok"})
-    if state.fine_tuning_closed and method == "POST" and path == "/v1/files":
+    if state.fine_tuning_closed and route == ("POST", "/v1/files"):
+        file = {"id": "file-0", "object": "file", "bytes": len(body), "created_at": 0}
         return json_reply(
-            {
-                "id": "file-0",
-                "object": "file",
-                "bytes": len(body),
-                "created_at": 0,
-                "filename": "train.jsonl",
-                "purpose": "fine-tune",
-                "status": "processed",
-            }
+            {**file, "filename": "train.jsonl", "purpose": "fine-tune", "status": "processed"}
         )
-    if state.fine_tuning_closed and method == "POST" and path == "/v1/fine_tuning/jobs":
+    if state.fine_tuning_closed and route == ("POST", "/v1/fine_tuning/jobs"):
         state.stats.fine_tuning_jobs += 1
-        body_ = {
-            "message": FINE_TUNING_CLOSED_MESSAGE,
-            "type": "invalid_request_error",
-            "param": None,
-            "code": None,
-        }
-        return json_reply({"error": body_}, 403)
-    known = {"/v1/chat/completions", "/v1/models", "/stats", "/stats/reset", "/health"}
-    if path in known:
+        error = {"message": FINE_TUNING_CLOSED_MESSAGE, "type": "invalid_request_error"}
+        return json_reply({"error": {**error, "param": None, "code": None}}, 403)
+    if path in ("/v1/chat/completions", "/v1/models", "/stats", "/stats/reset", "/health"):
         return error_reply(405, f"method {method} not allowed on {path}")
     return error_reply(404, f"no route {path}")
 
 
-def models(state: ChatState) -> dict[str, Any]:
-    """The ``GET /v1/models`` body."""
-    listed = state.model_names if state.model_names is not None else (state.backend.name,)
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "nip"} for m in listed]
-    return {"object": "list", "data": data}
-
-
 async def chat(
-    state: ChatState,
-    headers: Mapping[str, str],
-    body: bytes,
-    wait_for_disconnect: WaitForDisconnect,
-) -> Reply:
-    """``POST /v1/chat/completions``, counted in the stats."""
-    stats = state.stats
-    stats.requests += 1
-    number = stats.requests
-    stats.in_flight += 1
-    stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
-    try:
-        return await _chat(state, number, headers, body, wait_for_disconnect)
-    finally:
-        state.stats.in_flight -= 1  # state.stats, not stats: a reset may have replaced it
-
-
-async def _chat(
     state: ChatState,
     number: int,
     headers: Mapping[str, str],
     body: bytes,
     wait_for_disconnect: WaitForDisconnect,
 ) -> Reply:
-    """Handle chat request ``number``: check it, inject its fault, or answer it."""
+    """``POST /v1/chat/completions``, request ``number``: check it, inject its fault, or
+    answer it."""
     if state.api_key is not None:
         sent = headers.get("authorization", "")
         if sent != f"Bearer {state.api_key}":
@@ -212,32 +170,34 @@ async def _chat(
     except GenerationError as error:
         return error_reply(500, f"backend failed: {error}")
     state.stats.completed += 1
-    return json_reply(completion_json(number, generation_request, result, fault))
+    completions = list(result.completions)
+    if fault == "content_filter":  # no content
+        completions = [Completion(text=None, finish_reason="content_filter") for _ in completions]
+    if fault == "length":  # cut short
+        cut = [(c.text or "").split() for c in completions]
+        completions = [Completion(" ".join(w[: max(1, len(w) // 2)]), "length") for w in cut]
+    model = result.model or generation_request.model
+    return json_reply(completion_body(f"chatcmpl-nip-{number}", model, completions, result.usage))
 
 
 async def _inject(
     fault: FaultKind, plan: FaultPlan, wait_for_disconnect: WaitForDisconnect
 ) -> Reply | None:
     """The reply of an injected fault, or None to carry on and answer normally."""
-    error = error_response(fault, plan)
-    if error is not None:
-        status, body, headers = error
-        return json_reply(body, status, tuple(headers.items()))
+    if fault in ERROR_CODES and (fault != "timeout" or plan.in_body_errors):
+        code, wait = ERROR_CODES[fault], plan.retry_after_s
+        retry_after = str(int(wait)) if float(wait).is_integer() else f"{wait:g}"
+        headers = (("retry-after", retry_after),) if fault == "rate_limit" else ()
+        error = {"message": f"injected fault: {fault}", "code": code}
+        if plan.in_body_errors:  # as OpenRouter reports errors: HTTP 200, an error object
+            return json_reply({"error": {**error, "metadata": {}}}, 200, headers)
+        kind = {429: "rate_limit_error", 402: "billing_error"}.get(code, "server_error")
+        return json_reply({"error": {**error, "type": kind}}, code, headers)
     if fault == "malformed":
         return Reply(200, MALFORMED_BODY)
     if fault == "drop":
-        return DROPPED
+        return Reply(200, drop=True)
     if fault == "timeout":
         # Hold until the client gives up (then the answer goes nowhere) or the hold ends.
         await wait_for_disconnect(plan.timeout_hold_s)
     return None  # timeout (late), content_filter and length still produce completions
-
-
-def completion_json(
-    number: int, request: GenerationRequest, result: GenerationResult, fault: FaultKind | None
-) -> dict[str, Any]:
-    """The ``chat.completion`` body of a result (after a ``content_filter``/``length`` fault)."""
-    completions = apply_to_completions(fault, list(result.completions))
-    return completion_body(
-        f"chatcmpl-nip-{number}", result.model or request.model, completions, result.usage
-    )

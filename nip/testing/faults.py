@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from nip.backends._types import Completion
 from nip.errors import InvalidParameterError
 
 FaultKind = Literal[
@@ -48,6 +47,16 @@ ERROR_CODES: dict[FaultKind, int] = {
 
 #: A truncated JSON body, what the ``malformed`` fault sends.
 MALFORMED_BODY = b'{"id": "chatcmpl-broken", "choices": [{"ind'
+
+
+def fields_html(record: Any) -> str:
+    """A dataclass as a notebook shows it: a table of its fields, captioned with its class."""
+    rows = "".join(
+        f"<tr><th style='text-align:left'>{name}</th>"
+        f"<td style='text-align:left'>{html.escape(repr(getattr(record, name)))}</td></tr>"
+        for name in record.__dataclass_fields__
+    )
+    return f"<table><caption>{type(record).__name__}</caption>{rows}</table>"
 
 
 @dataclass(frozen=True)
@@ -125,43 +134,4 @@ class FaultPlan:
             draw -= p
         return None
 
-    def retry_after_header(self) -> str:
-        """The ``Retry-After`` value sent with a 429."""
-        seconds = self.retry_after_s
-        return str(int(seconds)) if float(seconds).is_integer() else f"{seconds:g}"
-
-    def _repr_html_(self) -> str:
-        rows = "".join(
-            f"<tr><th style='text-align:left'>{name}</th>"
-            f"<td style='text-align:left'>{html.escape(repr(getattr(self, name)))}</td></tr>"
-            for name in self.__dataclass_fields__
-        )
-        return f"<table><caption>FaultPlan</caption>{rows}</table>"
-
-
-def error_response(
-    fault: FaultKind, plan: FaultPlan
-) -> tuple[int, dict[str, Any], dict[str, str]] | None:
-    """Status, JSON body and headers of a fault that is an error response, else None."""
-    if fault not in ERROR_CODES or (fault == "timeout" and not plan.in_body_errors):
-        return None
-    code = ERROR_CODES[fault]
-    headers = {"retry-after": plan.retry_after_header()} if fault == "rate_limit" else {}
-    error = {"message": f"injected fault: {fault}", "code": code}
-    if plan.in_body_errors:
-        return 200, {"error": {**error, "metadata": {}}}, headers
-    kind = {429: "rate_limit_error", 402: "billing_error"}.get(code, "server_error")
-    return code, {"error": {**error, "type": kind}}, headers
-
-
-def apply_to_completions(
-    fault: FaultKind | None, completions: list[Completion]
-) -> list[Completion]:
-    """The completions as a ``content_filter`` (no content) or ``length`` (cut short) fault
-    returns them; other faults leave them as they are."""
-    if fault == "content_filter":
-        return [Completion(text=None, finish_reason="content_filter") for _ in completions]
-    if fault == "length":
-        cut = [(c.text or "").split() for c in completions]
-        return [Completion(" ".join(w[: max(1, len(w) // 2)]), "length") for w in cut]
-    return completions
+    _repr_html_ = fields_html

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import html
 import logging
 import socket
@@ -88,19 +89,8 @@ def create_app(
             return _fastapi_response(Reply(499))
         return _fastapi_response(reply)
 
-    for path, methods in (
-        ("/v1/chat/completions", ["POST"]),
-        ("/v1/models", ["GET"]),
-        ("/stats", ["GET"]),
-        ("/stats/reset", ["POST"]),
-        ("/health", ["GET"]),
-        *(
-            [("/v1/files", ["POST"]), ("/v1/fine_tuning/jobs", ["POST"])]
-            if fine_tuning_closed
-            else []
-        ),
-    ):
-        app.add_route(path, route, methods=methods, include_in_schema=False)
+    # Every path: respond() routes, and answers 404/405 as an OpenAI-style error.
+    app.add_route("/{path:path}", route, methods=["GET", "POST"], include_in_schema=False)
     return app
 
 
@@ -126,14 +116,9 @@ def _fastapi_response(reply: Reply) -> Any:
 
 
 # ------------------------------------------------------------------------- running it
-class _QuietDroppedConnections(logging.Filter):
+def _not_a_drop(record: logging.LogRecord) -> bool:
     """Hides uvicorn's error line for the connections the ``drop`` fault closes on purpose."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg != _DROP_MESSAGE
-
-
-_QUIET = _QuietDroppedConnections()
+    return record.msg != _DROP_MESSAGE
 
 
 class RunningServer:
@@ -165,11 +150,6 @@ class RunningServer:
     def stats(self) -> ServerStats:
         """The server's counters (the same as ``GET /stats``)."""
         return self.app.state.nip.snapshot()
-
-    def wait(self) -> None:
-        """Block until the server stops (used by the command line)."""
-        while self._thread.is_alive():
-            self._thread.join(0.5)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop serving and join the thread: gracefully, then forcibly after ``timeout_s``
@@ -206,13 +186,28 @@ def serve(
 ) -> RunningServer:
     """Serve ``app`` (any ASGI app) with uvicorn in a background thread with its own event
     loop; port 0 picks a free one. Stop it with ``.stop()`` or use it as a context manager."""
+    import uvicorn
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP (not 0): asyncio only sets TCP_NODELAY on sockets that say they are TCP;
     # without it every keep-alive response waits ~40 ms for a delayed ACK (Nagle).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    server = _uvicorn_server(app, graceful_shutdown_s)
+    logging.getLogger("uvicorn.error").addFilter(_not_a_drop)  # adding it again: a no-op
+    config = uvicorn.Config(
+        app,
+        log_config=None,  # leave the host process's logging alone
+        access_log=False,
+        backlog=4096,
+        limit_concurrency=None,
+        timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
+        # Idle connections stay open: a retry on one uvicorn closes after 5 s would race.
+        timeout_keep_alive=300,
+        lifespan="auto",  # apps with a lifespan (the fine-tuning queue) need it
+        ws="none",
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(
         target=lambda: asyncio.run(server.serve(sockets=[sock])),
         name="nip-test-server",
@@ -231,50 +226,25 @@ def serve(
     return running
 
 
-def _uvicorn_server(app: Any, graceful_shutdown_s: float) -> Any:
-    import uvicorn
-
-    logging.getLogger("uvicorn.error").addFilter(_QUIET)  # adding the same filter is a no-op
-    config = uvicorn.Config(
-        app,
-        log_config=None,  # leave the host process's logging alone
-        access_log=False,
-        backlog=4096,
-        limit_concurrency=None,
-        timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
-        # Idle connections stay open: a retry on one uvicorn closes after 5 s would race.
-        timeout_keep_alive=300,
-        lifespan="auto",  # apps with a lifespan (the fine-tuning queue) need it
-        ws="none",
-    )
-    return uvicorn.Server(config)
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line: ``python -m nip.testing.server [--latency S] [--port P] [--fault-rate R]``
     (``--help`` lists the rest)."""
     parser = argparse.ArgumentParser(description="Run nip's OpenAI-compatible test server.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8123, help="0 picks a free port")
-    parser.add_argument("--latency", type=float, default=0.0, help="seconds added per request")
-    parser.add_argument("--fault-rate", type=float, default=0.0, help="share of failing requests")
-    parser.add_argument(
+    add = parser.add_argument
+    add("--host", default="127.0.0.1")
+    add("--port", type=int, default=8123, help="0 picks a free port")
+    add("--latency", type=float, default=0.0, help="seconds added per request")
+    add("--fault-rate", type=float, default=0.0, help="share of failing requests")
+    add(
         "--fault-kinds",
         default=",".join(TRANSIENT_FAULTS),
         help="comma-separated kinds the fault rate is spread over (see nip.testing.faults)",
     )
-    parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After of a 429")
-    parser.add_argument(
-        "--timeout-hold", type=float, default=30.0, help="longest a timeout fault holds a request"
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws")
-    parser.add_argument("--model", action="append", help="serve only these model names")
-    parser.add_argument(
-        "--decide-on-turn",
-        type=int,
-        default=None,
-        help="the dummy verifier decides on exactly this turn (fixed dialogue lengths)",
-    )
+    add("--retry-after", type=float, default=1.0, help="Retry-After of a 429")
+    add("--timeout-hold", type=float, default=30.0, help="longest a timeout fault holds a request")
+    add("--seed", type=int, default=0, help="seed of the fault draws")
+    add("--model", action="append", help="serve only these model names")
+    add("--decide-on-turn", type=int, help="the dummy verifier decides on exactly this turn")
     args = parser.parse_args(argv)
     faults = None
     if args.fault_rate > 0:
@@ -291,12 +261,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     app = create_app(backend, latency_s=args.latency, faults=faults, model_names=args.model)
     running = serve(app, args.host, args.port)
     print(f"nip test server listening on {running.base_url}", flush=True)
-    try:
-        running.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        running.stop()
+    with running, contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: stop it
+        while running.running:  # until it stops (join with a timeout: Ctrl-C gets through)
+            running._thread.join(0.5)
 
 
 if __name__ == "__main__":

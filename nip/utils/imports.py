@@ -4,14 +4,11 @@ two threads importing one package at once can hand one a half-initialised module
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 _IMPORTING = threading.RLock()
 
 
-@contextmanager
-def heavy_imports() -> Iterator[None]:
-    """Hold the process-wide, re-entrant import turn while importing heavy libraries."""
-    with _IMPORTING:
-        yield
+def heavy_imports() -> AbstractContextManager[bool]:
+    """The process-wide, re-entrant import turn to hold (``with``) while importing them."""
+    return _IMPORTING

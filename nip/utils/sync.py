@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -21,17 +22,13 @@ def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(coroutine)
-    result: dict[str, Any] = {}
+    done: Future[T] = Future()
 
     def runner() -> None:
         try:
-            result["value"] = asyncio.run(coroutine)
+            done.set_result(asyncio.run(coroutine))
         except BaseException as error:  # re-raised in the caller's thread
-            result["error"] = error
+            done.set_exception(error)
 
-    thread = threading.Thread(target=runner, name="nip-run-sync", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
+    threading.Thread(target=runner, name="nip-run-sync", daemon=True).start()
+    return done.result()
