@@ -317,6 +317,30 @@ def test_a_trained_agent_speaking_first_with_no_user_turn_is_refused_before_any_
         asyncio.run(backend(fake).create_job(FineTuneSpec(BASE_MODEL, "supervised", (line,))))
 
 
+@pytest.mark.parametrize(("protocol", "unprompted"), [("mnip", True), ("debate", False)])
+def test_a_prover_answering_second_is_refused_where_it_cannot_read_the_first_answer(
+    protocol, unprompted
+):
+    """Sequential provers, the verifier last: under mnip (private channels) the second prover's
+    first turn comes before any message it can read, as the first's does; under debate it
+    reads the first prover's answer, which is its user turn."""
+    from nip.parameters import HyperParameters
+    from nip.protocols import build_protocol_handler
+    from nip.providers.together import first_turn_problem
+
+    handler = build_protocol_handler(HyperParameters.from_dict({
+        "interaction_protocol": protocol, "protocol_common": {"verifier_first": False},
+        f"{protocol}_protocol": {"sequential": True},
+    }))  # fmt: skip
+    assert first_turn_problem(handler, "prover0", "none") is not None
+    problem = first_turn_problem(handler, "prover1", "none")
+    assert (problem is not None) == unprompted
+    if unprompted:
+        assert "agents.prover1.use_supervisor_message='none' is not allowed" in str(problem)
+    assert first_turn_problem(handler, "prover1", "first") is None
+    assert first_turn_problem(handler, "verifier", "none") is None
+
+
 def test_with_its_supervisor_message_a_first_speakers_lines_have_that_user_turn(
     fakes, dataset, tmp_path
 ):

@@ -62,6 +62,7 @@ from nip.providers._together_prices import INFERENCE_USD_PER_1M as INFERENCE_USD
 from nip.providers._together_prices import PRICES
 from nip.providers._together_prices import PRICES_READ_ON as PRICES_READ_ON
 from nip.settings import ExperimentSettings
+from nip.utils.files import atomic_write_text
 
 T = TypeVar("T")
 
@@ -98,19 +99,38 @@ def _chat(params: PureTextAgentParameters, settings: ExperimentSettings) -> Toge
     return TogetherChatBackend(OpenAIBackendConfig(**config))
 
 
+#: The seeds tried for a protocol whose order of speakers depends on the seed (MAC's prover).
+_ORDER_SEEDS = range(8)
+
+
+def _speaks_unprompted(handler: Any, name: str) -> bool:
+    """Whether, for some seed, ``name``'s first turn comes before any message it can read
+    (it speaks first, or every earlier message went to channels it cannot see)."""
+    visible = set(handler.visible_channels(name))
+    for seed in _ORDER_SEEDS:
+        for round_id in range(handler.max_message_rounds):
+            speakers = handler.speakers(round_id, seed)
+            if name in speakers:
+                return True
+            if any(visible & set(channels) for channels in speakers.values()):
+                break  # it reads a message before its first turn
+    return False
+
+
 def first_turn_problem(handler: Any, name: str, mode: str) -> InvalidParameterError | None:
-    """Why a fine-tuned agent that speaks first, prompted by its system message alone, is
-    refused (None: it is not): its lines would have an assistant turn with no user turn
-    before it, which Together's format refuses; a supervisor message is that turn."""
-    if supervisor_enabled(mode, 0) or not any(name in handler.speakers(0, s) for s in range(8)):
+    """Why a fine-tuned agent whose first turn comes before any message it can read, prompted
+    by its system message alone, is refused (None: it is not): its lines would have an
+    assistant turn with no user turn before it, which Together's format refuses; a supervisor
+    message is that turn."""
+    if supervisor_enabled(mode, 0) or not _speaks_unprompted(handler, name):
         return None
     return InvalidParameterError(
         f"agents.{name}.use_supervisor_message",
         mode,
         "'first' or 'all' for a Together AI agent that is fine-tuned and speaks first",
-        reason=f"under {handler.name} it speaks first, prompted by its system message alone, "
-        "and Together AI's format wants a user turn before each assistant turn: the "
-        "supervisor message is one, kept in its training lines",
+        reason=f"under {handler.name} its first turn comes before any message it can read, "
+        "prompted by its system message alone, and Together AI's format wants a user turn "
+        "before each assistant turn: the supervisor message is one, kept in its training lines",
     )
 
 
@@ -168,9 +188,9 @@ class TogetherFineTuneBackend:
         """Record an upload (None: its deletion), merged with the run's other groups'."""
         files = {**self._recorded(), **self.uploaded, digest: file_id}
         self.uploaded = {d: f for d, f in {**self.uploaded, digest: file_id}.items() if f}
-        if self.record is not None:
+        if self.record is not None:  # atomic: a kill -9 leaves the old record or the new
             self.record.parent.mkdir(parents=True, exist_ok=True)
-            self.record.write_text(json.dumps({d: f for d, f in files.items() if f}))
+            atomic_write_text(self.record, json.dumps({d: f for d, f in files.items() if f}))
 
     # ----------------------------------------------------------------- calls
     def _client(self) -> Any:
