@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -79,11 +79,11 @@ def read_status(run_dir: str | Path) -> dict[str, Any]:
     return read_json_object(Path(run_dir) / STATUS_FILE)
 
 
-def reported_status(run_dir: str | Path) -> str | None:
+def reported_status(run_dir: str | Path, report: Mapping[str, Any] | None = None) -> str | None:
     """The trainer's last reported status (None before the first), or "interrupted" where it
     says running or paused but its owner died (``kill -9``, a lost node): the one rule of the
-    dashboards and ``nip sweep status``."""
-    status = read_status(run_dir).get("status")
+    dashboards and ``nip sweep status``. ``report``: ``run_status.json`` already read."""
+    status = (read_status(run_dir) if report is None else report).get("status")
     return "interrupted" if status in ("running", "paused") and abandoned(run_dir) else status
 
 

@@ -18,12 +18,12 @@ from typing import Any
 
 from nip.jobs import FineTuneJob
 from nip.parameters import PureTextAgentParameters
-from nip.providers import prices_for, provider_for
+from nip.providers import prices_for
 from nip.providers.openai import price_key
 from nip.runs.control import read_status, reported_status
 from nip.runs.ownership import current_owner
 from nip.runs.run_dir import RunDirectory
-from nip.runs.sweep_dir import sweep_run_dirs, sweep_status
+from nip.runs.sweep_dir import cell_run_dir, sweep_run_dirs, sweep_status
 from nip.utils.files import read_json_object
 
 __all__ = [
@@ -89,7 +89,7 @@ def job_spend(
     ``nip serve`` job's cost is its ``{group}.gpu_hours`` at ``gpu_hour_usd`` (None without)."""
     tokens = job.trained_tokens if job is not None else None
     spent: dict[str, Any] = {f"{group}.trained_tokens": tokens}
-    if provider_for(params).name == "SelfHosted":
+    if params.served_by == "SelfHosted":
         running_s = job.running_s if job is not None else None
         hours = None if running_s is None else running_s / 3600
         cost = None if hours is None or gpu_hour_usd is None else hours * gpu_hour_usd
@@ -259,7 +259,7 @@ def sweep_status_text(sweep_dir: str | Path) -> str:
     lines = [f"{sweep_dir}: " + (f"running ({owner})" if owner else "not running")]
     spends = sweep_spend(sweep_dir)
     for cell in cells:
-        cell_dir = Path(sweep_dir) / "cells" / cell.name
+        cell_dir = cell_run_dir(sweep_dir, cell.name)
         reported, spend = read_status(cell_dir), spends.cells.get(cell.name, RunSpend())
         if cell.error:
             lines.append(f"{cell.name:<32}{'failed':<12}{cell.error}")
@@ -267,7 +267,8 @@ def sweep_status_text(sweep_dir: str | Path) -> str:
         if cell.stage == "not started":
             lines.append(f"{cell.name:<32}not started")
             continue
-        status = "finished" if cell.stage == "done" else reported_status(cell_dir) or cell.stage
+        done = cell.stage == "done"
+        status = "finished" if done else reported_status(cell_dir, reported) or cell.stage
         where = f"iteration {cell.progress}"
         stages = reported.get("stages_total")
         stages = f"{reported['stages_completed']}/{stages} stages" if stages else ""

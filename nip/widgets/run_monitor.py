@@ -119,7 +119,8 @@ class RunSnapshot:
         path = directory.path
         params = read_json_object(path / "hyper_params.json")
         state = read_json_object(path / "state.json")
-        status, reported = control.read_status(path), control.reported_status(path)
+        status = control.read_status(path)
+        reported = control.reported_status(path, status)
         stages_completed = int(state.get("stages_completed", 0))
         fresh = status.get("stages_completed") == stages_completed
         iteration = int(state.get("iteration", 0))
