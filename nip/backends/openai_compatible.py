@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import html
 import itertools
 import os
 import random
@@ -29,6 +28,7 @@ from nip.backends._retry import (
 )
 from nip.backends._types import Completion, GenerationRequest, GenerationResult, TokenUsage
 from nip.errors import AuthenticationError, InvalidParameterError
+from nip.utils.html import caption_table
 
 if TYPE_CHECKING:
     import openai
@@ -153,7 +153,7 @@ class BackendStats:
         return dataclasses.asdict(self)
 
     def _repr_html_(self) -> str:
-        return _html_table("BackendStats", self.to_dict())
+        return caption_table("BackendStats", self.to_dict())
 
 
 @dataclass
@@ -347,7 +347,7 @@ class OpenAIBackend:
     def _repr_html_(self) -> str:
         rows = {"name": self.name, "base_url": self.config.base_url}
         rows.update(max_concurrency=self.config.max_concurrency, **self.stats().to_dict())
-        return _html_table("OpenAIBackend", rows)
+        return caption_table("OpenAIBackend", rows)
 
 
 @functools.cache
@@ -357,12 +357,3 @@ def sdk_httpx_module() -> Any:
 
     base = next(c for c in openai.DefaultAsyncHttpxClient.__mro__ if c.__name__ == "AsyncClient")
     return sys.modules[base.__module__.split(".")[0]]
-
-
-def _html_table(caption: str, rows: dict[str, Any]) -> str:
-    body = "".join(
-        f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
-        f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
-        for k, v in rows.items()
-    )
-    return f"<table><caption>{html.escape(caption)}</caption>{body}</table>"

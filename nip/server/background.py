@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nip.backends.local.vllm_python import HOW_TO_GET_VLLM, VLLM_PYTHON_ENV, find_vllm_python
-from nip.backends.openai_compatible import _html_table
 from nip.backends.self_hosted import API_KEY_ENV
 from nip.errors import InvalidParameterError, NipError
 from nip.extras import require
 from nip.parameters.agents import DEFAULT_LOCAL_MODEL
 from nip.server.config import EngineKind, ServerConfig, is_loopback
+from nip.utils.html import caption_table
 from nip.utils.processes import OwnedProcess, free_port
 
 if TYPE_CHECKING:
@@ -244,7 +244,7 @@ class ServerHandle:
         )
         return (
             "<div style='border:1px solid #ddd;border-radius:6px;padding:.6em;max-width:60em'>"
-            f"{_html_table('nip serve', rows)}{pre}</div>"
+            f"{caption_table('nip serve', rows)}{pre}</div>"
         )
 
 

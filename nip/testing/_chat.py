@@ -14,7 +14,8 @@ from typing import Any
 from nip.backends._chat_wire import completion_body, request_from_body
 from nip.backends._types import ChatBackend, Completion
 from nip.errors import GenerationError, InsufficientCreditsError, ModelNotFoundError
-from nip.testing.faults import ERROR_CODES, MALFORMED_BODY, FaultKind, FaultPlan, fields_html
+from nip.testing.faults import ERROR_CODES, MALFORMED_BODY, FaultKind, FaultPlan
+from nip.utils.html import fields_table
 
 #: The refusal of a job creation with ``fine_tuning_closed`` (the wording is nip's).
 FINE_TUNING_CLOSED_MESSAGE = (
@@ -41,7 +42,7 @@ class ServerStats:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    _repr_html_ = fields_html
+    _repr_html_ = fields_table
 
 
 @dataclass

@@ -10,13 +10,13 @@ Examples:
 
 from __future__ import annotations
 
-import html
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from nip.errors import InvalidParameterError
+from nip.utils.html import fields_table
 
 FaultKind = Literal[
     "rate_limit",
@@ -47,16 +47,6 @@ ERROR_CODES: dict[FaultKind, int] = {
 
 #: A truncated JSON body, what the ``malformed`` fault sends.
 MALFORMED_BODY = b'{"id": "chatcmpl-broken", "choices": [{"ind'
-
-
-def fields_html(record: Any) -> str:
-    """A dataclass as a notebook shows it: a table of its fields, captioned with its class."""
-    rows = "".join(
-        f"<tr><th style='text-align:left'>{name}</th>"
-        f"<td style='text-align:left'>{html.escape(repr(getattr(record, name)))}</td></tr>"
-        for name in record.__dataclass_fields__
-    )
-    return f"<table><caption>{type(record).__name__}</caption>{rows}</table>"
 
 
 @dataclass(frozen=True)
@@ -134,4 +124,4 @@ class FaultPlan:
             draw -= p
         return None
 
-    _repr_html_ = fields_html
+    _repr_html_ = fields_table

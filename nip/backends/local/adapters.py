@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nip.backends.local.model_store import canonical_model_name, check_model_name
-from nip.backends.openai_compatible import _html_table
 from nip.errors import ModelNotFoundError
+from nip.utils.html import caption_table
 
 STACK_FILE = "nip_adapter_stack.json"
 """The file in an adapter folder listing the adapters it sits on (``{"predecessors": [...]}``)."""
@@ -137,7 +137,7 @@ class ServedModels:
         return read_adapter_stack(path)
 
     def _repr_html_(self) -> str:
-        return _html_table(type(self).__name__, self._describe())  # type: ignore[attr-defined]
+        return caption_table(type(self).__name__, self._describe())  # type: ignore[attr-defined]
 
     def _check_served(self, model: str) -> None:
         """Raises ModelNotFoundError: ``model`` is neither the base model nor an adapter."""
