@@ -94,6 +94,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["{config}", "--dummy-latency", "-1"], "--dummy-latency"),
         (["{config}", "--cache", "sometimes"], "--cache"),
         (["{config}", "--local-engine", "x"], "--local-engine"),
+        (["{config}", "--gpu-hour-usd", "cheap"], "--gpu-hour-usd='cheap'"),
     ],
     "resume": [
         ([], "RUN_DIR"),
@@ -104,6 +105,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["{run}", "--set", "rl.num_iterationz=1"], "num_iterationz"),
         (["{run}", "--set", "seed=5"], "--accept-changes"),
         (["{run}", "--dummy-latency", "x"], "--dummy-latency"),
+        (["{unfinished}", "--gpu-hour-usd", "-1"], "--gpu-hour-usd='-1'"),
     ],
     "sweep": [
         ([], "GRID.yaml"),
@@ -134,6 +136,7 @@ CASES: dict[str, list[tuple[list[str], str]]] = {
         (["{grid}", "--max-parallel", "0"], "--max-parallel"),
         (["{grid}", "--max-parallel", "-1"], "--max-parallel"),
         (["{grid}", "--max-parallel", "x"], "--max-parallel"),
+        (["{grid}", "--gpu-hour-usd", "0"], "--gpu-hour-usd='0'"),
         (["{grid}", "--dry-run", "--sample-items", "0"], "--sample-items"),
         (["{grid}", "--sweep-dir", "{file}"], "{file} is a file"),
         (["{grid}", "--sweep-dir", "{sweep_other}"], "other cells"),
