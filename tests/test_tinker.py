@@ -113,6 +113,10 @@ def test_an_expert_iteration_run_trains_the_verifier_on_tinker_and_samples_from_
     status = json.loads((tmp_path / "run" / "jobs" / "verifier-it0" / "status.json").read_text())
     assert status["trained_tokens"] > 0  # what the steps sent, for the run's training cost
     assert adapter_logprobs(sampler) != adapter_logprobs(None)  # the trained weights sample
+    # One training run on Tinker: the client opened before the first dialogue (to check the
+    # LoRA) is the one the job trained, not an empty run beside it.
+    assert json.loads((standin / "runs.json").read_text()) == 1
+    assert status["training_run"] == sampler.removeprefix("tinker://").split("/")[0]
 
 
 def adapter_logprobs(path: str | None) -> list[float | None]:
@@ -331,14 +335,15 @@ def test_without_the_key_the_run_says_which_variable_to_set(monkeypatch, dataset
     assert "TINKER_API_KEY" in error and "Traceback" not in error
 
 
-def test_a_lora_rank_above_the_models_limit_stops_the_run_with_one_line_rollouts_kept(
+def test_a_lora_rank_above_the_models_limit_is_refused_in_one_line_before_any_dialogue(
     standin, dataset, tmp_path, capsys
 ):
     assert run(config(tmp_path, dataset, lora_rank=128), tmp_path / "run") != 0
     error = capsys.readouterr().err
-    assert "lora_rank=128" in error and "Traceback" not in error
-    assert (tmp_path / "run" / "rollouts" / "train_it0000.jsonl").exists()
-    assert not list(standin.glob("run-*"))  # nothing was trained
+    assert "lora_rank=128" in error and "exceeds the maximum 64" in error
+    assert "Traceback" not in error
+    assert not list((tmp_path / "run").glob("rollouts/*.jsonl"))  # nothing was sampled
+    assert not (standin / "runs.json").exists()  # nor trained
 
 
 def test_settings_tinker_cannot_act_on_are_refused_naming_the_setting():
@@ -418,6 +423,9 @@ def test_kill_minus_nine_during_a_job_then_resume_trains_it_again_and_goes_on(
     (sampler,) = saved_group(run_dir)["model_history"]
     assert sampler.endswith("/sampler_weights/verifier-it0")
     assert turn_models(run_dir, 1) == {sampler}
+    # The killed job's run, then its new one: the resume checked no LoRA of its own (the
+    # killed job had opened one of that rank on that model).
+    assert json.loads((standin / "runs.json").read_text()) == 2
 
 
 async def test_a_job_whose_process_died_after_saving_is_found_finished_not_trained_again(

@@ -19,6 +19,12 @@ run as a task of nip's process, with the folder of a local LoRA job (``<jobs_dir
   job: the sampler path (``tinker://<run>/sampler_weights/<job id>``) is the model the group
   generates with next, the state path (``.../weights/<job id>``) its ``adapter_path``.
 
+Before the first dialogue (:meth:`TinkerFineTuneBackend.check_job`) the group's first
+LoRA training client is opened and kept for its first job: Tinker publishes no LoRA rank
+limit and the SDK reads none before a training client exists, so a rank Tinker will not
+train is refused before anything is sampled. Opening it costs no tokens; a run that never
+trains leaves that one empty training run (no checkpoint) in Tinker's console.
+
 Resuming: ``status.json`` records the job's Tinker training run as soon as it exists. A job
 found pending or running that no task of this process trains (the run was killed) is
 finished if its training run holds a sampler checkpoint named after the job, else it is
@@ -143,6 +149,27 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         super().__init__(jobs_dir)
         self.session = session
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._opened: dict[tuple[str, int, int], Any] = {}  # check_job's, for a job
+
+    async def check_job(self, spec: FineTuneSpec) -> None:
+        """Open the LoRA training client the first job will train (kept for it), so that a
+        model or a rank Tinker will not train is refused before the first dialogue. Not when
+        the job trains on from a saved state, nor when a job of this run already opened one."""
+        key = _lora_key(spec)
+        if spec.previous_adapter or key in self._opened or self._opened_before(key):
+            return
+        self._opened[key] = await self._training_client(spec)
+
+    def _opened_before(self, key: tuple[str, int, int]) -> bool:
+        """A job of this run has a training run on Tinker for such a LoRA."""
+        for spec_file in self.jobs_dir.glob("*/spec.json"):
+            status = read_status(spec_file.parent) or {}
+            spec = json.loads(spec_file.read_text())
+            if status.get("training_run") and key == (
+                spec["base_model"], spec["lora_rank"], spec["seed"]
+            ):
+                return True
+        return False
 
     async def create_job(self, spec: FineTuneSpec) -> str:
         if spec.stack_lora_adapters or not spec.use_lora:
@@ -165,6 +192,8 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         try:
             if spec.previous_adapter:  # training on from the previous job's state
                 return await service.create_training_client_from_state(spec.previous_adapter)
+            if (opened := self._opened.pop(_lora_key(spec), None)) is not None:
+                return opened
             await check_model(self.session.clients, spec.base_model, train=True)
             return await service.create_lora_training_client(
                 base_model=spec.base_model, rank=spec.lora_rank, seed=spec.seed
@@ -267,6 +296,11 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
         task = self._tasks.get(job_id)
         if task is not None:
             task.cancel()
+
+
+def _lora_key(spec: FineTuneSpec) -> tuple[str, int, int]:
+    """What a new LoRA training client is opened with."""
+    return spec.base_model, spec.lora_rank, spec.seed
 
 
 #: DPO's beta where the agent leaves it None (TRL's and Together's default).
