@@ -163,11 +163,9 @@ class TinkerFineTuneBackend(LocalLoraFineTuneBackend):
     def _opened_before(self, key: tuple[str, int, int]) -> bool:
         """A job of this run has a training run on Tinker for such a LoRA."""
         for spec_file in self.jobs_dir.glob("*/spec.json"):
-            status = read_status(spec_file.parent) or {}
             spec = json.loads(spec_file.read_text())
-            if status.get("training_run") and key == (
-                spec["base_model"], spec["lora_rank"], spec["seed"]
-            ):
+            opened = (spec["base_model"], spec["lora_rank"], spec["seed"])
+            if opened == key and (read_status(spec_file.parent) or {}).get("training_run"):
                 return True
         return False
 
