@@ -371,7 +371,7 @@ def test_the_dry_run_shows_the_test_stages_share_and_how_to_test_after_training(
 def test_the_estimate_shows_as_text_html_and_a_dataframe():
     estimate = estimate_cost(openai_params())
     text = str(estimate)
-    assert text.splitlines()[0].startswith("Dry run of nip with pure_text_ei, 2 iteration(s)")
+    assert text.splitlines()[0].startswith("Dry run of nip with pure_text_ei, 2 iterations")
     assert "chars/4" in text
     html = estimate._repr_html_()
     assert html.count("<table>") == 2 and "assumes" in html

@@ -77,6 +77,15 @@ def test_the_plan_says_what_each_iteration_samples_tests_and_trains():
     assert "verifier: dpo on its 1-2" in str(plan)
 
 
+@pytest.mark.parametrize("iterations, counted", [(1, "1 iteration"), (3, "3 iterations")])
+def test_the_plans_and_dry_runs_first_lines_count_iterations_in_words(iterations, counted):
+    hp = HyperParameters.construct_test_params()
+    hp.rl = RlParameters(num_iterations=iterations, rollouts_per_iteration=2)
+    plan = make_run_plan(hp, train_ids=[f"t{i}" for i in range(6)], test_ids=["a"])
+    assert str(plan).splitlines()[0].endswith(f"seed {hp.seed}, {counted}")
+    assert f", {counted}: " in str(estimate_cost(hp)).splitlines()[0]
+
+
 def test_the_plan_round_trips_through_a_dict_and_json():
     plan = plan_run(HyperParameters.construct_test_params())
     assert RunPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan

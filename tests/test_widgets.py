@@ -415,7 +415,7 @@ def test_the_launcher_previews_the_groups_sft_examples():
     launcher = FineTuneLauncher(verifier_group(session), batch, preview_count=2)
     assert len(launcher.examples) == len(ITEMS)  # the verifier spoke in every dialogue
     assert launcher.preview.value.count("<hr>") == 1  # two examples shown
-    assert "12 supervised example(s) for verifier" in launcher.summary.value
+    assert "12 supervised examples for verifier" in launcher.summary.value
 
 
 def test_expert_iteration_selection_keeps_the_dialogues_the_agent_won():
@@ -530,7 +530,7 @@ async def test_a_dpo_launcher_without_pairs_says_no_job_was_launched_and_why():
     assert launcher.launch_button.disabled and "too few examples" in launcher.summary.value
 
     assert await launcher.launch() is None
-    why = "no job was launched: group 'verifier': too few examples to fine-tune (0 dpo example(s)"
+    why = "no job was launched: group 'verifier': too few examples to fine-tune (0 dpo examples"
     assert launcher.no_job_reason.startswith(why)
     assert "no job was launched: group &#x27;verifier&#x27;: too few" in launcher.status.value
     with pytest.raises(FineTuneError, match=r"^verifier: cannot switch to a new model: no job"):

@@ -2,6 +2,8 @@
 
 import argparse
 
+from nip.utils import counted
+
 HELP = "Write a run's dialogues in another tool's format (inspect: for inspect view)."
 
 
@@ -18,5 +20,8 @@ def run(args: argparse.Namespace) -> int:
 
     logs = export_inspect(args.run_dir, args.out)
     out = Path(args.out) if args.out else Path(args.run_dir) / "inspect"
-    print(f"{len(logs)} Inspect log(s) in {out}; open them with: inspect view --log-dir {out}")
+    print(
+        f"{counted(len(logs), 'Inspect log')} in {out}; "
+        f"open them with: inspect view --log-dir {out}"
+    )
     return 0

@@ -14,6 +14,7 @@ from nip.extras import needs
 from nip.protocols import Decision
 from nip.rollouts.dialogue import Dialogue
 from nip.rollouts.records import Transcript, transcripts_from_jsonl, transcripts_to_jsonl
+from nip.utils import counted
 
 
 async def run_dialogues_async(
@@ -50,7 +51,7 @@ async def run_dialogues_async(
     except BaseExceptionGroup as failures:
         first = failures.exceptions[0]
         if len(failures.exceptions) > 1:
-            first.add_note(f"{len(failures.exceptions) - 1} other dialogue(s) failed too")
+            first.add_note(f"{counted(len(failures.exceptions) - 1, 'other dialogue')} failed too")
         raise first from None
     finally:
         bar.close()

@@ -25,6 +25,7 @@ from nip.errors import ConfigFileError, ModelNotFoundError
 from nip.extras import require
 from nip.parameters import HyperParameters
 from nip.settings import ExperimentSettings
+from nip.utils import counted
 
 __all__ = [
     "PER_SERVER_FIELDS",
@@ -154,4 +155,4 @@ def serving_models(
                 print(f"nip serve for {model}: ready at {handle.url} ({handle.engine_kind})")
         yield replace(settings, serve=True, servers={**settings.servers, **servers})
         if echo and servers:
-            print(f"nip serve: stopping {len(servers)} server(s)", flush=True)
+            print(f"nip serve: stopping {counted(len(servers), 'server')}", flush=True)

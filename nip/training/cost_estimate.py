@@ -32,6 +32,7 @@ from nip.training.dialogue_sizes import (
     dry_run_session,
 )
 from nip.training.plan import IterationPlan, RunPlan, plan_for_session, sent_hyperparameters
+from nip.utils import counted
 from nip.utils.files import atomic_write_text
 
 __all__ = [
@@ -243,7 +244,7 @@ def _assumptions(
         f"every response is {response_fill:.0%} of its agent's token limit "
         "(max_tokens_per_message, or 1.5 x max_response_words); prompts grow by these "
         "responses round by round",
-        f"prompts are the real prompts of the first {sample_items} item(s) of each pass; "
+        f"prompts are the real prompts of the first {counted(sample_items, 'item')} of each pass; "
         "the other items are assumed to be like them",
         "fine-tuning: every dialogue in which the agent spoke becomes an example (Expert "
         "Iteration keeps only those above reward_threshold: an upper bound) and every "

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from nip.extras import needs
 from nip.runs.spend import sum_known
+from nip.utils import counted
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -144,8 +145,9 @@ class CostEstimate:
         if total is not None:
             price = f"${total:,.2f}"
         return (
-            f"Dry run of {self.protocol} with {self.trainer}, {self.num_iterations} "
-            f"iteration(s): {self.total_calls:,} model calls at most, about {price}"
+            f"Dry run of {self.protocol} with {self.trainer}, "
+            f"{counted(self.num_iterations, 'iteration')}: {self.total_calls:,} model calls "
+            f"at most, about {price}"
         )
 
     def _tables(self) -> list[tuple[tuple[str, ...], list[list[str]]]]:

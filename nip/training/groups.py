@@ -30,6 +30,7 @@ from nip.rollouts.records import Transcript
 from nip.settings import ExperimentSettings
 from nip.training.algorithms.expert_iteration import sft_dataset
 from nip.training.plan import continues_from_latest, fine_tune_spec, job_epochs
+from nip.utils import counted
 from nip.utils.notices import warn
 
 JobOutcome = Literal["none", "submitted", "frozen", "insufficient_data", "not_scheduled", "failed"]
@@ -49,8 +50,8 @@ SKIP_REASONS: Mapping[str, str] = MappingProxyType(
 def too_few_examples(group: str, count: int, method: str, minimum: int) -> str:
     """The one sentence for a group with fewer examples than ``min_fine_tune_examples``."""
     return (
-        f"group {group!r}: too few examples to fine-tune ({count} {method} example(s), fewer "
-        f"than text_rl.min_fine_tune_examples={minimum}); the model is not fine-tuned"
+        f"group {group!r}: too few examples to fine-tune ({counted(count, method + ' example')}, "
+        f"fewer than text_rl.min_fine_tune_examples={minimum}); the model is not fine-tuned"
     )
 
 

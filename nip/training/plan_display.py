@@ -9,6 +9,7 @@ from typing import Any
 from nip.runs.plan_steps import GroupStep
 from nip.training.algorithms import BY_NAME
 from nip.training.cost_report import html_table, text_table
+from nip.utils import counted
 
 
 class PlanDisplay:
@@ -47,7 +48,7 @@ class PlanDisplay:
     def _headline(self) -> str:
         head = (
             f"Run plan: {self.protocol}, {self.trainer}, seed {self.seed}, "
-            f"{len(self.iterations)} iteration(s)"
+            f"{counted(len(self.iterations), 'iteration')}"
         )
         if self.iterations and self.iterations[0].item_ids is None:
             head += " (the dataset is not at hand here: items are counted, not named)"

@@ -332,7 +332,7 @@ def compare_runs(
                     line=dict(color=_style.series_colour(index)),
                     confidence=confidence,
                     dialogues_column="dialogues",
-                    extra_hover=("runs", "run(s)"),
+                    extra_hover=("runs", "runs"),
                 )
             )
         return frame_accuracy_figure(figure, title=title, legend_title=legend), table

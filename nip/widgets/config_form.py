@@ -44,6 +44,7 @@ import traitlets
 from nip.errors import NipError
 from nip.parameters import BaseParameters, FieldInfo, HyperParameters, PureTextAgentParameters
 from nip.protocols import VERIFIER, protocol_class
+from nip.utils import counted
 from nip.widgets._html import PlainTextRepr, error_html, note_html, pre_html
 from nip.widgets._tasks import button
 
@@ -304,7 +305,7 @@ class ParametersForm(PlainTextRepr, ipywidgets.VBox):
             return None
         message = f"saved to {written}"
         if self.rejected:
-            message += f" (without the {len(self.rejected)} rejected value(s) in red)"
+            message += f" (without the {counted(len(self.rejected), 'rejected value')} in red)"
         self.save_status.value = note_html(message)
         return written
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import ipywidgets
 
 from nip.rollouts._transcript_html import chat_bubble
+from nip.utils import counted
 from nip.widgets._html import (
     PlainTextRepr,
     error_html,
@@ -179,7 +180,7 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
         else:
             self._examples = [pair.to_openai() for pairs in self._data.values() for pair in pairs]
         minimum = self.group.hyper_params.text_rl.min_fine_tune_examples
-        summary = f"{len(self._examples)} {self.method} example(s) for {self._members()}"
+        summary = f"{counted(len(self._examples), self.method + ' example')} for {self._members()}"
         problem = self._launch_problem()
         self.summary.value = escape(summary) + (
             f"<br>{error_html(problem)}" if problem else note_html(f" (at least {minimum})")
@@ -234,7 +235,7 @@ class FineTuneLauncher(Actions, PlainTextRepr, ipywidgets.VBox):
     @property
     def no_job_reason(self) -> str | None:
         """Why there is no job to watch or switch to (None when there is one): e.g. "no job
-        was launched: group 'verifier': too few examples to fine-tune (0 dpo example(s)...)"."""
+        was launched: group 'verifier': too few examples to fine-tune (0 dpo examples...)"."""
         if self.job_id is not None:
             return None
         outcome = self.group.state.last_job_outcome.replace("_", " ")

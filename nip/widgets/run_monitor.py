@@ -26,6 +26,7 @@ from nip.runs.run_dir import RunDirectory
 from nip.runs.spend import ESTIMATE_FILE, RunSpend, usd
 from nip.training.context import RunContext
 from nip.training.plan import RunPlan
+from nip.utils import counted
 from nip.utils.files import read_growing_jsonl, read_json_object
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html, table_html
@@ -237,7 +238,7 @@ class RunSnapshot:
     def position(self) -> str:
         """Where the run stands, in words: its iteration and stage (and how far it has got)."""
         if self.finished:
-            return f"all {self.num_iterations} iteration(s) done"
+            return f"all {counted(self.num_iterations, 'iteration')} done"
         played = f" ({self.stage_progress})" if self.stage_progress else ""
         return (
             f"iteration {self.iteration + 1} of {self.num_iterations} · "

@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from nip.runs.run_dir import RunDirectory
 from nip.runs.spend import SweepSpend, usd
 from nip.runs.sweep_dir import MANIFEST, cell_errors, cell_run_dir
+from nip.utils import counted
 from nip.viz.compare_runs import compare_runs
 from nip.viz.live_figure import LiveFigure
 from nip.widgets._html import PlainTextRepr, error_html, escape, note_html, table_html
@@ -182,8 +183,7 @@ class SweepMonitor(Polling, PlainTextRepr, ipywidgets.VBox):
         self.comparison.layout.display = None
         points, runs = len(table), int(table["runs"].max())
         self.comparison_note.value = note_html(
-            f"{points} point{'s' * (points != 1)} from {runs} run{'s' * (runs != 1)} at most "
-            "per protocol"
+            f"{counted(points, 'point')} from {counted(runs, 'run')} at most per protocol"
         )
         self.comparison.draw()
 
